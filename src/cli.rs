@@ -1,0 +1,372 @@
+//! Command-line interface. Exit codes: 0 passed (or success), 1 any other terminal status or
+//! failure, 2 request refused before anything ran.
+
+use crate::config::{Config, DEFAULT_PROFILE};
+use crate::engine::recovery;
+use crate::engine::verify::{RunError, RunRequest};
+use crate::engine::{DataDir, Engine, crash};
+use crate::limits;
+use crate::sandbox::{Sandbox, images};
+use crate::verification::Status;
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Exit code for a refused request.
+pub const EXIT_REFUSED: u8 = 2;
+
+#[derive(Parser, Debug)]
+#[command(name = "airlock", version, about = "Sandboxed verification runner")]
+pub struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    /// Log filter (tracing EnvFilter syntax), e.g. info or airlock=debug.
+    #[arg(long, global = true, default_value = "warn", env = "AIRLOCK_LOG")]
+    pub log_level: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Common {
+    /// Server configuration file (TOML). Without it, built-in defaults.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Data directory; overrides the config's data_dir.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Verify an exact revision: run ARGV in a hardened container and print the result as JSON.
+    Run {
+        #[command(flatten)]
+        common: Common,
+        /// Git repository (bare or non-bare) on this host.
+        #[arg(long)]
+        repo: PathBuf,
+        /// Revision: branch, tag, short or full commit id. Resolved once to a full id.
+        #[arg(long)]
+        rev: String,
+        /// Server-side profile that chooses image, environment and limits.
+        #[arg(long, default_value = DEFAULT_PROFILE)]
+        profile: String,
+        /// Timeout in seconds (1..=1800).
+        #[arg(long, default_value_t = limits::DEFAULT_TIMEOUT_SECONDS)]
+        timeout: u64,
+        /// The command, after `--`.
+        #[arg(last = true)]
+        argv: Vec<String>,
+    },
+    /// Build sandbox images from images/ (no registry is used).
+    Images {
+        #[command(subcommand)]
+        command: ImagesCommand,
+    },
+    /// Reconcile interrupted verifications: destroy their containers, restore exact results
+    /// from valid artifacts, mark the rest as error, remove leftovers. Prints a JSON report.
+    Recover {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Read verification records.
+    Verification {
+        #[command(subcommand)]
+        command: VerificationCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ImagesCommand {
+    /// Build every image directory under --images-dir, or only NAME.
+    Build {
+        name: Option<String>,
+        #[arg(long, default_value = "images")]
+        images_dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum VerificationCommand {
+    /// Print one verification as JSON.
+    Show {
+        id: String,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Print verifications as a JSON array, newest first.
+    List {
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long, default_value_t = limits::DEFAULT_LIST_LIMIT)]
+        limit: u32,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+fn init_logging(format: LogFormat, level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Prints `msg` and returns the refusal exit code.
+fn refuse(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("airlock: refused: {msg}");
+    ExitCode::from(EXIT_REFUSED)
+}
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("airlock: error: {msg}");
+    ExitCode::from(1)
+}
+
+fn print_json<T: serde::Serialize>(v: &T) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).expect("output values serialize")
+    );
+}
+
+/// Entry point of the `airlock` binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format, &cli.log_level);
+    if let Err(e) = crash::validate_env() {
+        return refuse(e);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime can be built");
+    rt.block_on(dispatch(cli.command))
+}
+
+fn load(common: &Common) -> Result<(Config, PathBuf), String> {
+    let config = Config::load(common.config.as_deref()).map_err(|e| e.to_string())?;
+    let data_dir = common
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| config.data_dir.clone());
+    Ok((config, data_dir))
+}
+
+async fn open_data(dir: &Path) -> Result<DataDir, String> {
+    DataDir::open(dir).await.map_err(|e| e.to_string())
+}
+
+async fn dispatch(cmd: Command) -> ExitCode {
+    match cmd {
+        Command::Run {
+            common,
+            repo,
+            rev,
+            profile,
+            timeout,
+            argv,
+        } => {
+            run(
+                &common,
+                RunRequest {
+                    repo,
+                    rev,
+                    profile,
+                    argv,
+                    timeout_seconds: timeout,
+                },
+            )
+            .await
+        }
+        Command::Images {
+            command: ImagesCommand::Build { name, images_dir },
+        } => build_images(name, &images_dir).await,
+        Command::Recover { common } => {
+            let (_, dir) = match load(&common) {
+                Ok(x) => x,
+                Err(e) => return refuse(e),
+            };
+            let data = match open_data(&dir).await {
+                Ok(d) => d,
+                Err(e) => return fail(e),
+            };
+            let sandbox = match Sandbox::connect().await {
+                Ok(s) => s,
+                Err(e) => return fail(e),
+            };
+            let report = recovery::recover(&data, &sandbox).await;
+            print_json(&report);
+            if report.failures.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Command::Verification { command } => verification(command).await,
+    }
+}
+
+async fn run(common: &Common, req: RunRequest) -> ExitCode {
+    let (config, dir) = match load(common) {
+        Ok(x) => x,
+        Err(e) => return refuse(e),
+    };
+    // Cheap checks first, so a malformed request is refused without touching Docker.
+    if let Err(e) = crate::verification::validate_argv(&req.argv) {
+        return refuse(e);
+    }
+    if let Err(e) = crate::verification::validate_timeout(req.timeout_seconds) {
+        return refuse(e);
+    }
+    let seccomp = match crate::sandbox::seccomp::load() {
+        Ok(s) => s,
+        Err(e) => return refuse(e),
+    };
+    let sandbox = match Sandbox::connect().await {
+        Ok(s) => s,
+        Err(e) => return refuse(e),
+    };
+    let data = match open_data(&dir).await {
+        Ok(d) => d,
+        Err(e) => return refuse(e),
+    };
+    let engine = Engine {
+        config,
+        data,
+        sandbox,
+        seccomp,
+    };
+    let prepared = match engine.prepare(req).await {
+        Ok(p) => p,
+        Err(e) => return refuse(e),
+    };
+    let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler installs");
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler installs");
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        tracing::warn!("signal received; cancelling the verification");
+        let _ = cancel_tx.send(true);
+    });
+    match engine.execute(prepared, cancel_rx).await {
+        Ok(v) => {
+            print_json(&v);
+            if v.status == Status::Passed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(RunError::Refused(e)) => refuse(e),
+        Err(RunError::Internal(e)) => fail(format!("{e}; run `airlock recover` to settle it")),
+    }
+}
+
+async fn build_images(name: Option<String>, images_dir: &Path) -> ExitCode {
+    let names = match &name {
+        Some(n) => vec![n.clone()],
+        None => match images::image_names(images_dir) {
+            Ok(n) if !n.is_empty() => n,
+            Ok(_) => {
+                return fail(format!(
+                    "no image directories under {}",
+                    images_dir.display()
+                ));
+            }
+            Err(e) => return fail(e),
+        },
+    };
+    let sandbox = match Sandbox::connect().await {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let mut built = Vec::new();
+    for n in names {
+        let mut err = std::io::stderr();
+        match sandbox.build_image(images_dir, &n, &mut err).await {
+            Ok(b) => built.push(serde_json::json!({
+                "name": b.name,
+                "reference": b.reference,
+                "content_tag": b.content_tag,
+                "content_sha256": b.content_sha256,
+                "image_id": b.image_id,
+                "skipped": b.skipped,
+            })),
+            Err(e) => return fail(e),
+        }
+    }
+    print_json(&built);
+    ExitCode::SUCCESS
+}
+
+async fn verification(cmd: VerificationCommand) -> ExitCode {
+    let common = match &cmd {
+        VerificationCommand::Show { common, .. } | VerificationCommand::List { common, .. } => {
+            common.clone()
+        }
+    };
+    let (_, dir) = match load(&common) {
+        Ok(x) => x,
+        Err(e) => return refuse(e),
+    };
+    if !dir.join("airlock.db").exists() {
+        return fail(format!("no Airlock database in {}", dir.display()));
+    }
+    let data = match open_data(&dir).await {
+        Ok(d) => d,
+        Err(e) => return fail(e),
+    };
+    match cmd {
+        VerificationCommand::Show { id, .. } => match data.store.get(&id).await {
+            Ok(Some(v)) => {
+                print_json(&v);
+                ExitCode::SUCCESS
+            }
+            Ok(None) => fail(format!("verification {id} not found")),
+            Err(e) => fail(e),
+        },
+        VerificationCommand::List { status, limit, .. } => {
+            let status = match status.as_deref().map(|s| (s, Status::parse(s))) {
+                None => None,
+                Some((_, Some(st))) => Some(st),
+                Some((s, None)) => {
+                    return refuse(format!(
+                        "status: {s:?} is not one of {}",
+                        Status::ALL.map(Status::as_str).join(", ")
+                    ));
+                }
+            };
+            if limit == 0 || limit > limits::MAX_LIST_LIMIT {
+                return refuse(format!(
+                    "limit is {limit}; it must be between 1 and {}",
+                    limits::MAX_LIST_LIMIT
+                ));
+            }
+            match data.store.list(status, limit).await {
+                Ok(list) => {
+                    print_json(&list);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            }
+        }
+    }
+}

@@ -1,0 +1,387 @@
+//! Server-side configuration: the data directory and the named profiles from which the
+//! environment builder derives every container's image, user, environment and limits.
+//!
+//! Architecture invariant: a caller can only *name* a profile. Nothing a client sends reaches
+//! these values.
+
+use crate::limits;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Name of the profile used when the caller names none.
+pub const DEFAULT_PROFILE: &str = "default";
+/// Image of the built-in default profile.
+pub const DEFAULT_IMAGE: &str = "airlock/minimal:latest";
+/// Data directory used when neither the config nor the command line names one.
+pub const DEFAULT_DATA_DIR: &str = ".airlock";
+
+/// Errors from loading or validating the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+    #[error("unknown profile {name:?}; configured profiles: {known}")]
+    UnknownProfile { name: String, known: String },
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    data_dir: Option<PathBuf>,
+    #[serde(default)]
+    profiles: BTreeMap<String, RawProfile>,
+}
+
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct RawProfile {
+    image: String,
+    user: Option<String>,
+    working_dir: Option<String>,
+    memory_bytes: Option<i64>,
+    cpus: Option<f64>,
+    pids: Option<i64>,
+    tmp_bytes: Option<i64>,
+    env: Option<BTreeMap<String, String>>,
+    setup_script: Option<String>,
+}
+
+/// A fully resolved, validated profile. Every field has a value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profile {
+    pub name: String,
+    pub image: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub working_dir: String,
+    pub memory_bytes: i64,
+    pub cpus: f64,
+    pub pids: i64,
+    pub tmp_bytes: i64,
+    pub env: BTreeMap<String, String>,
+    pub setup_script: String,
+}
+
+impl Profile {
+    /// The `uid:gid` string handed to Docker.
+    pub fn user(&self) -> String {
+        format!("{}:{}", self.uid, self.gid)
+    }
+}
+
+/// The loaded configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub data_dir: PathBuf,
+    pub profiles: BTreeMap<String, Profile>,
+}
+
+fn builtin_profiles() -> BTreeMap<String, RawProfile> {
+    let mut m = BTreeMap::new();
+    m.insert(
+        DEFAULT_PROFILE.to_string(),
+        RawProfile {
+            image: DEFAULT_IMAGE.to_string(),
+            user: None,
+            working_dir: None,
+            memory_bytes: None,
+            cpus: None,
+            pids: None,
+            tmp_bytes: None,
+            env: None,
+            setup_script: None,
+        },
+    );
+    m
+}
+
+impl Config {
+    /// Built-in defaults: data dir `.airlock` and the `default` profile.
+    pub fn builtin() -> Config {
+        Self::from_raw(RawConfig::default()).expect("built-in defaults are valid")
+    }
+
+    /// Loads `path`, or the built-in defaults when `path` is `None`.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let Some(path) = path else {
+            return Ok(Self::builtin());
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.to_path_buf(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses TOML text. Unknown keys are errors that name the key.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: PathBuf::from("<text>"),
+            message: e.to_string().trim().to_string(),
+        })?;
+        Self::from_raw(raw)
+    }
+
+    fn from_raw(raw: RawConfig) -> Result<Config, ConfigError> {
+        let mut merged = builtin_profiles();
+        merged.extend(raw.profiles);
+        let mut profiles = BTreeMap::new();
+        for (name, p) in merged {
+            let resolved = resolve_profile(&name, p)?;
+            profiles.insert(name, resolved);
+        }
+        Ok(Config {
+            data_dir: raw
+                .data_dir
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
+            profiles,
+        })
+    }
+
+    /// Looks up a profile by name.
+    pub fn profile(&self, name: &str) -> Result<&Profile, ConfigError> {
+        self.profiles
+            .get(name)
+            .ok_or_else(|| ConfigError::UnknownProfile {
+                name: name.to_string(),
+                known: self.profiles.keys().cloned().collect::<Vec<_>>().join(", "),
+            })
+    }
+}
+
+fn invalid(profile: &str, key: &str, message: String) -> ConfigError {
+    ConfigError::Invalid {
+        field: format!("profiles.{profile}.{key}"),
+        message,
+    }
+}
+
+fn parse_user(profile: &str, user: &str) -> Result<(u32, u32), ConfigError> {
+    let bad = || {
+        invalid(
+            profile,
+            "user",
+            format!("{user:?} must be numeric \"uid:gid\" with a non-zero uid"),
+        )
+    };
+    let (u, g) = user.split_once(':').ok_or_else(bad)?;
+    let uid: u32 = u.parse().map_err(|_| bad())?;
+    let gid: u32 = g.parse().map_err(|_| bad())?;
+    if uid == 0 {
+        return Err(bad());
+    }
+    Ok((uid, gid))
+}
+
+fn resolve_profile(name: &str, p: RawProfile) -> Result<Profile, ConfigError> {
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        return Err(ConfigError::Invalid {
+            field: format!("profiles.{name}"),
+            message: "profile names use only letters, digits, '_' and '-'".into(),
+        });
+    }
+    if p.image.trim().is_empty() {
+        return Err(invalid(name, "image", "must not be empty".into()));
+    }
+    let (uid, gid) = parse_user(name, p.user.as_deref().unwrap_or("65532:65532"))?;
+    let working_dir = p.working_dir.unwrap_or_else(|| "/workspace".into());
+    if !working_dir.starts_with('/')
+        || working_dir == "/"
+        || working_dir.split('/').any(|c| c == ".." || c == ".")
+        || working_dir.contains('\0')
+        || working_dir == "/tmp"
+        || working_dir.starts_with("/tmp/")
+    {
+        return Err(invalid(
+            name,
+            "working_dir",
+            format!(
+                "{working_dir:?} must be an absolute path other than / and outside /tmp, without . or .."
+            ),
+        ));
+    }
+    let memory_bytes = p.memory_bytes.unwrap_or(1 << 30);
+    if memory_bytes < limits::MIN_MEMORY_BYTES {
+        return Err(invalid(
+            name,
+            "memory_bytes",
+            format!(
+                "{memory_bytes} is below the minimum of {}",
+                limits::MIN_MEMORY_BYTES
+            ),
+        ));
+    }
+    let cpus = p.cpus.unwrap_or(1.0);
+    if !(cpus.is_finite() && (0.01..=limits::MAX_CPUS).contains(&cpus)) {
+        return Err(invalid(
+            name,
+            "cpus",
+            format!("{cpus} must be between 0.01 and {}", limits::MAX_CPUS),
+        ));
+    }
+    let pids = p.pids.unwrap_or(256);
+    if !(1..=limits::MAX_PIDS).contains(&pids) {
+        return Err(invalid(
+            name,
+            "pids",
+            format!("{pids} must be between 1 and {}", limits::MAX_PIDS),
+        ));
+    }
+    let tmp_bytes = p.tmp_bytes.unwrap_or(256 << 20);
+    if tmp_bytes < limits::MIN_TMP_BYTES {
+        return Err(invalid(
+            name,
+            "tmp_bytes",
+            format!(
+                "{tmp_bytes} is below the minimum of {}",
+                limits::MIN_TMP_BYTES
+            ),
+        ));
+    }
+    let env = p
+        .env
+        .unwrap_or_else(|| BTreeMap::from([("LANG".to_string(), "C.UTF-8".to_string())]));
+    if env.len() > limits::MAX_PROFILE_ENV_VARS {
+        return Err(invalid(
+            name,
+            "env",
+            format!(
+                "has {} entries; the limit is {}",
+                env.len(),
+                limits::MAX_PROFILE_ENV_VARS
+            ),
+        ));
+    }
+    for (k, v) in &env {
+        if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+            return Err(invalid(
+                name,
+                "env",
+                format!(
+                    "{k:?} is not a valid variable name (non-empty, no '=' or NUL) or its value has NUL"
+                ),
+            ));
+        }
+    }
+    let setup_script = p.setup_script.unwrap_or_default();
+    if setup_script.len() > limits::MAX_SETUP_SCRIPT_BYTES || setup_script.contains('\0') {
+        return Err(invalid(
+            name,
+            "setup_script",
+            format!(
+                "has {} bytes; the limit is {} and NUL is not allowed",
+                setup_script.len(),
+                limits::MAX_SETUP_SCRIPT_BYTES
+            ),
+        ));
+    }
+    Ok(Profile {
+        name: name.to_string(),
+        image: p.image,
+        uid,
+        gid,
+        working_dir,
+        memory_bytes,
+        cpus,
+        pids,
+        tmp_bytes,
+        env,
+        setup_script,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_default_profile_has_documented_values() {
+        let c = Config::builtin();
+        let p = c.profile("default").unwrap();
+        assert_eq!(p.image, DEFAULT_IMAGE);
+        assert_eq!((p.uid, p.gid), (65532, 65532));
+        assert_eq!(p.working_dir, "/workspace");
+        assert_eq!(p.memory_bytes, 1073741824);
+        assert_eq!(p.cpus, 1.0);
+        assert_eq!(p.pids, 256);
+        assert_eq!(p.tmp_bytes, 268435456);
+        assert_eq!(p.env.get("LANG").map(String::as_str), Some("C.UTF-8"));
+        assert_eq!(p.setup_script, "");
+        assert_eq!(c.data_dir, PathBuf::from(".airlock"));
+    }
+
+    #[test]
+    fn file_profiles_override_and_extend() {
+        let c = Config::parse(
+            "data_dir = \"/var/lib/airlock\"\n[profiles.big]\nimage = \"x:1\"\nmemory_bytes = 2147483648\ncpus = 2.5\n",
+        )
+        .unwrap();
+        assert_eq!(c.data_dir, PathBuf::from("/var/lib/airlock"));
+        assert_eq!(c.profile("big").unwrap().memory_bytes, 2147483648);
+        assert_eq!(c.profile("big").unwrap().pids, 256);
+        assert!(c.profile("default").is_ok());
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let e = Config::parse("data_dirr = \"x\"").unwrap_err().to_string();
+        assert!(e.contains("data_dirr"), "{e}");
+        let e = Config::parse("[profiles.a]\nimage = \"x\"\nprivileged = true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("privileged"), "{e}");
+    }
+
+    #[test]
+    fn image_is_required() {
+        let e = Config::parse("[profiles.a]\ncpus = 1.0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("image"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_field_and_bound() {
+        let cases = [
+            ("memory_bytes = 1", "profiles.a.memory_bytes"),
+            ("cpus = 0.0", "profiles.a.cpus"),
+            ("pids = 0", "profiles.a.pids"),
+            ("tmp_bytes = 5", "profiles.a.tmp_bytes"),
+            ("user = \"0:0\"", "profiles.a.user"),
+            ("user = \"root\"", "profiles.a.user"),
+            ("working_dir = \"rel\"", "profiles.a.working_dir"),
+            ("working_dir = \"/tmp/x\"", "profiles.a.working_dir"),
+            ("env = { \"A=B\" = \"c\" }", "profiles.a.env"),
+        ];
+        for (line, field) in cases {
+            let e = Config::parse(&format!("[profiles.a]\nimage = \"x\"\n{line}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(field), "{line}: {e}");
+        }
+    }
+
+    #[test]
+    fn unknown_profile_lists_known_ones() {
+        let e = Config::builtin().profile("nope").unwrap_err().to_string();
+        assert!(e.contains("nope") && e.contains("default"), "{e}");
+    }
+}

@@ -1,0 +1,176 @@
+//! The environment builder: maps a server-side profile to the full runtime spec and its hashes.
+//! The caller only ever names the profile.
+
+use crate::config::Profile;
+use crate::limits;
+use crate::sandbox::seccomp::SeccompProfile;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+/// The resolved environment: everything that decides how a job runs, except its argv.
+#[derive(Debug, Clone, Serialize)]
+pub struct EnvironmentSpec {
+    pub profile: String,
+    pub image: String,
+    pub image_id: String,
+    pub user: String,
+    pub working_dir: String,
+    pub env: BTreeMap<String, String>,
+    pub memory_bytes: i64,
+    pub memory_swap_bytes: i64,
+    pub cpus: f64,
+    pub nano_cpus: i64,
+    pub pids: i64,
+    pub tmp_bytes: i64,
+    pub tmp_options: &'static str,
+    pub ulimit_nofile: i64,
+    pub ulimit_core: i64,
+    pub ulimit_fsize: i64,
+    pub oom_score_adj: i64,
+    pub network_mode: &'static str,
+    pub cap_drop: &'static str,
+    pub no_new_privileges: bool,
+    pub readonly_rootfs: bool,
+    pub init: bool,
+    pub log_driver: &'static str,
+    pub seccomp_sha256: String,
+    pub mounts: Vec<MountSpec>,
+    pub setup_script_sha256: String,
+}
+
+/// One mount of the job container.
+#[derive(Debug, Clone, Serialize)]
+pub struct MountSpec {
+    pub kind: &'static str,
+    pub source: &'static str,
+    pub target: String,
+    pub read_only: bool,
+}
+
+/// SHA-256 hex of bytes.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+impl EnvironmentSpec {
+    /// Resolves `profile` with the image id the engine reported for its image.
+    pub fn resolve(profile: &Profile, image_id: &str, seccomp: &SeccompProfile) -> EnvironmentSpec {
+        EnvironmentSpec {
+            profile: profile.name.clone(),
+            image: profile.image.clone(),
+            image_id: image_id.to_string(),
+            user: profile.user(),
+            working_dir: profile.working_dir.clone(),
+            env: profile.env.clone(),
+            memory_bytes: profile.memory_bytes,
+            memory_swap_bytes: profile.memory_bytes,
+            cpus: profile.cpus,
+            nano_cpus: (profile.cpus * 1e9).round() as i64,
+            pids: profile.pids,
+            tmp_bytes: profile.tmp_bytes,
+            tmp_options: "rw,exec,nosuid,nodev,mode=1777",
+            ulimit_nofile: limits::SANDBOX_NOFILE,
+            ulimit_core: 0,
+            ulimit_fsize: limits::SANDBOX_MAX_FILE_BYTES,
+            oom_score_adj: limits::SANDBOX_OOM_SCORE_ADJ,
+            network_mode: "none",
+            cap_drop: "ALL",
+            no_new_privileges: true,
+            readonly_rootfs: true,
+            init: true,
+            log_driver: "none",
+            seccomp_sha256: seccomp.sha256.clone(),
+            mounts: vec![MountSpec {
+                kind: "bind",
+                source: "disposable checkout of the candidate revision",
+                target: profile.working_dir.clone(),
+                read_only: false,
+            }],
+            setup_script_sha256: sha256_hex(profile.setup_script.as_bytes()),
+        }
+    }
+
+    /// Canonical serialization: compact JSON with sorted keys.
+    pub fn canonical_json(&self) -> String {
+        let v = serde_json::to_value(self).expect("an environment spec serializes");
+        serde_json::to_string(&v).expect("a JSON value serializes")
+    }
+
+    /// SHA-256 of the canonical serialization.
+    pub fn sha256(&self) -> String {
+        sha256_hex(self.canonical_json().as_bytes())
+    }
+
+    /// The command the container runs: argv itself, or the setup script followed by argv in the
+    /// same shell process (`exec`), so the script's failure fails the job.
+    pub fn command(&self, setup_script: &str, argv: &[String]) -> Vec<String> {
+        if setup_script.is_empty() {
+            return argv.to_vec();
+        }
+        let mut cmd = vec![
+            "/bin/sh".to_string(),
+            "-c".to_string(),
+            format!("set -e\n{setup_script}\nexec \"$@\""),
+            "airlock-setup".to_string(),
+        ];
+        cmd.extend(argv.iter().cloned());
+        cmd
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn hash_covers_every_input_and_is_stable() {
+        let seccomp = crate::sandbox::seccomp::load().unwrap();
+        let c = Config::builtin();
+        let p = c.profile("default").unwrap().clone();
+        let base = EnvironmentSpec::resolve(&p, "sha256:1", &seccomp).sha256();
+        assert_eq!(
+            base,
+            EnvironmentSpec::resolve(&p, "sha256:1", &seccomp).sha256()
+        );
+        assert_ne!(
+            base,
+            EnvironmentSpec::resolve(&p, "sha256:2", &seccomp).sha256()
+        );
+        let mut q = p.clone();
+        q.memory_bytes += 1;
+        assert_ne!(
+            base,
+            EnvironmentSpec::resolve(&q, "sha256:1", &seccomp).sha256()
+        );
+        let mut q = p.clone();
+        q.env.insert("X".into(), "1".into());
+        assert_ne!(
+            base,
+            EnvironmentSpec::resolve(&q, "sha256:1", &seccomp).sha256()
+        );
+        let mut q = p.clone();
+        q.setup_script = "echo hi".into();
+        assert_ne!(
+            base,
+            EnvironmentSpec::resolve(&q, "sha256:1", &seccomp).sha256()
+        );
+        let mut s2 = seccomp.clone();
+        s2.sha256 = "0".repeat(64);
+        assert_ne!(base, EnvironmentSpec::resolve(&p, "sha256:1", &s2).sha256());
+    }
+
+    #[test]
+    fn setup_script_wraps_argv() {
+        let seccomp = crate::sandbox::seccomp::load().unwrap();
+        let p = Config::builtin().profile("default").unwrap().clone();
+        let spec = EnvironmentSpec::resolve(&p, "x", &seccomp);
+        let argv = vec!["make".to_string(), "test".to_string()];
+        assert_eq!(spec.command("", &argv), argv);
+        let cmd = spec.command("export A=1", &argv);
+        assert_eq!(cmd[0], "/bin/sh");
+        assert!(cmd[2].contains("export A=1") && cmd[2].ends_with("exec \"$@\""));
+        assert_eq!(&cmd[4..], &argv[..]);
+    }
+}

@@ -1,0 +1,288 @@
+//! The verification pipeline: validate, resolve the spec, insert `running`, stage, run, destroy,
+//! check the sources, write the artifact, settle, clean up.
+
+use super::environment::EnvironmentSpec;
+use super::{Engine, WorkerLock, crash};
+use crate::config::Profile;
+use crate::ids;
+use crate::limits;
+use crate::sandbox::{ContainerSpec, JobEnd, Phase, SandboxError};
+use crate::staging::{self, Repo};
+use crate::verification::{self, Status, Verification};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// What a caller asks for. Only the profile *name* reaches the server's configuration.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    pub repo: PathBuf,
+    pub rev: String,
+    pub profile: String,
+    pub argv: Vec<String>,
+    pub timeout_seconds: u64,
+}
+
+/// A request that passed every check; nothing has run or been recorded yet.
+pub struct Prepared {
+    repo: Repo,
+    commit: String,
+    profile: Profile,
+    spec: EnvironmentSpec,
+    argv: Vec<String>,
+    timeout_seconds: u64,
+}
+
+/// Why a run did not produce a settled verification.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Refused before anything ran or was recorded.
+    #[error("{0}")]
+    Refused(String),
+    /// Airlock itself failed after the `running` row existed; recovery will settle it.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl Engine {
+    /// Validates a request and resolves its environment. Nothing is written.
+    pub async fn prepare(&self, req: RunRequest) -> Result<Prepared, RunError> {
+        let refuse = |m: String| RunError::Refused(m);
+        verification::validate_argv(&req.argv).map_err(|e| refuse(e.to_string()))?;
+        verification::validate_timeout(req.timeout_seconds).map_err(|e| refuse(e.to_string()))?;
+        let profile = self
+            .config
+            .profile(&req.profile)
+            .map_err(|e| refuse(format!("profile: {e}")))?
+            .clone();
+        let repo = Repo::open(&req.repo).map_err(|e| refuse(e.to_string()))?;
+        let commit = repo
+            .resolve_commit(&req.rev)
+            .map_err(|e| refuse(e.to_string()))?;
+        let image_id = self
+            .sandbox
+            .image_id(&profile.image)
+            .await
+            .map_err(|e| refuse(e.to_string()))?;
+        let spec = EnvironmentSpec::resolve(&profile, &image_id, &self.seccomp);
+        Ok(Prepared {
+            repo,
+            commit,
+            profile,
+            spec,
+            argv: req.argv,
+            timeout_seconds: req.timeout_seconds,
+        })
+    }
+
+    /// Runs a prepared request to a settled verification. `cancel` flipping to true cancels it.
+    pub async fn execute(
+        &self,
+        p: Prepared,
+        cancel: watch::Receiver<bool>,
+    ) -> Result<Verification, RunError> {
+        let creation_key = ids::new_creation_key();
+        let verification_id = ids::new_verification_id();
+        let lock = WorkerLock::try_acquire(&self.data.lock_path(&creation_key))
+            .map_err(|e| RunError::Refused(format!("cannot create worker lock: {e}")))?
+            .ok_or_else(|| RunError::Refused("fresh creation key already locked".into()))?;
+        let created = ids::now();
+        let expires = created + limits::VERIFICATION_VALIDITY;
+        let mut v = Verification {
+            verification_id: verification_id.clone(),
+            candidate_revision: p.commit.clone(),
+            argv: p.argv.clone(),
+            image: p.spec.image.clone(),
+            observed_image: None,
+            user: p.spec.user.clone(),
+            working_dir: p.spec.working_dir.clone(),
+            timeout_seconds: p.timeout_seconds,
+            cpu_limit: p.spec.cpus,
+            memory_limit_bytes: p.spec.memory_bytes,
+            environment_sha256: p.spec.sha256(),
+            setup_script_sha256: p.spec.setup_script_sha256.clone(),
+            status: Status::Running,
+            exit_code: None,
+            output: String::new(),
+            output_truncated: false,
+            output_bytes_total: 0,
+            oom_killed: false,
+            duration_ms: None,
+            error: None,
+            created_at: ids::rfc3339(created),
+            finished_at: None,
+            expires_at: ids::rfc3339(expires),
+            creation_key: creation_key.clone(),
+            container_id: None,
+        };
+        self.data
+            .store
+            .insert_running(&v, p.spec.canonical_json())
+            .await
+            .map_err(|e| RunError::Refused(format!("cannot record the verification: {e}")))?;
+        crash::point("after_insert");
+        tracing::info!(%verification_id, %creation_key, commit = %p.commit, "verification started");
+
+        let started = Instant::now();
+        let checkout_dir = self.data.checkout_dir(&creation_key);
+        self.run_staged(&p, &mut v, &checkout_dir, cancel).await;
+        if v.duration_ms.is_none() {
+            v.duration_ms = Some(started.elapsed().as_millis() as u64);
+        }
+        v.finished_at = Some(ids::rfc3339(ids::now()));
+
+        // Durability before acknowledgement: the artifact, then the row.
+        if let Err(e) = self.data.artifacts.write(&v) {
+            v.status = Status::Error;
+            v.error = Some(format!("recovery artifact could not be written: {e}"));
+        }
+        crash::point("after_artifact");
+        self.data
+            .store
+            .settle(&v)
+            .await
+            .map_err(|e| RunError::Internal(format!("cannot settle {verification_id}: {e}")))?;
+        crash::point("after_settle");
+        if let Err(e) = staging::remove_checkout(&checkout_dir) {
+            tracing::warn!(error = %e, "checkout left for recovery to remove");
+        }
+        drop(lock);
+        tracing::info!(%verification_id, status = v.status.as_str(), "verification settled");
+        Ok(v)
+    }
+
+    /// Stages, runs and checks; fills the outcome fields of `v`. Never fails: every problem
+    /// becomes a terminal status with an error message.
+    async fn run_staged(
+        &self,
+        p: &Prepared,
+        v: &mut Verification,
+        checkout_dir: &std::path::Path,
+        cancel: watch::Receiver<bool>,
+    ) {
+        let checkout = {
+            let repo = p.repo.clone();
+            let commit = p.commit.clone();
+            let dir = checkout_dir.to_path_buf();
+            let (uid, gid) = (p.profile.uid, p.profile.gid);
+            match tokio::task::spawn_blocking(move || repo.stage_checkout(&commit, &dir, uid, gid))
+                .await
+                .expect("staging does not panic")
+            {
+                Ok(c) => c,
+                Err(e) => {
+                    v.status = Status::Error;
+                    v.error = Some(format!("staging failed: {e}"));
+                    return;
+                }
+            }
+        };
+        let spec = ContainerSpec {
+            creation_key: v.creation_key.clone(),
+            verification_id: v.verification_id.clone(),
+            instance_id: self.data.instance_id.clone(),
+            image_id: p.spec.image_id.clone(),
+            argv: p.spec.command(&p.profile.setup_script, &p.argv),
+            user: p.spec.user.clone(),
+            working_dir: p.spec.working_dir.clone(),
+            env: p.spec.env.clone(),
+            memory_bytes: p.spec.memory_bytes,
+            nano_cpus: p.spec.nano_cpus,
+            pids: p.spec.pids,
+            tmp_bytes: p.spec.tmp_bytes,
+            workspace: checkout.tree.clone(),
+            seccomp_json: self.seccomp.compact_json.clone(),
+        };
+        let mut on_phase = |ph: Phase| match ph {
+            Phase::Created { .. } => crash::point("after_create"),
+            Phase::Started => crash::point("after_start"),
+            Phase::Destroyed => crash::point("after_destroy"),
+        };
+        let timeout = Duration::from_secs(p.timeout_seconds);
+        let outcome = match self
+            .sandbox
+            .run(&spec, timeout, &mut on_phase, cancel)
+            .await
+        {
+            Ok(o) => o,
+            Err(e) => {
+                v.status = Status::Error;
+                v.error = Some(sandbox_failure(&e));
+                return;
+            }
+        };
+        v.container_id = Some(outcome.container_id.clone());
+        v.observed_image = Some(outcome.observed_image.clone());
+        v.output = outcome.output.text;
+        v.output_truncated = outcome.output.truncated;
+        v.output_bytes_total = outcome.output.total_bytes;
+        v.duration_ms = Some(outcome.duration.as_millis() as u64);
+        match outcome.end {
+            JobEnd::Exited {
+                code,
+                oom_killed: true,
+            } => {
+                v.exit_code = Some(code);
+                v.oom_killed = true;
+                v.status = Status::Error;
+                v.error = Some(format!(
+                    "out of memory: a process was killed at memory_limit_bytes {}",
+                    p.spec.memory_bytes
+                ));
+            }
+            JobEnd::Exited {
+                code,
+                oom_killed: false,
+            } => {
+                v.exit_code = Some(code);
+                v.status = if code == 0 {
+                    Status::Passed
+                } else {
+                    Status::Failed
+                };
+            }
+            JobEnd::TimedOut => {
+                v.status = Status::TimedOut;
+                v.error = Some(format!("timed out after {} s", p.timeout_seconds));
+            }
+            JobEnd::Cancelled => {
+                v.status = Status::Cancelled;
+                v.error = Some("cancelled before the command finished".into());
+            }
+        }
+        // The container is gone; trusted code now compares the tree with the revision.
+        if matches!(v.status, Status::Passed | Status::Failed) {
+            let repo = p.repo.clone();
+            let co = checkout.clone();
+            let checked = tokio::task::spawn_blocking(move || {
+                repo.changed_paths(&co, limits::SOURCE_CHANGED_LISTED_PATHS)
+            })
+            .await
+            .expect("the source check does not panic");
+            match checked {
+                Ok((paths, 0)) => debug_assert!(paths.is_empty()),
+                Ok((paths, total)) => {
+                    v.status = Status::SourceChanged;
+                    let more = if total > paths.len() {
+                        format!(" (and {} more)", total - paths.len())
+                    } else {
+                        String::new()
+                    };
+                    v.error = Some(format!(
+                        "{total} tracked path(s) differ from {}: {}{more}",
+                        p.commit,
+                        paths.join(", ")
+                    ));
+                }
+                Err(e) => {
+                    v.status = Status::Error;
+                    v.error = Some(format!("source check failed: {e}"));
+                }
+            }
+        }
+    }
+}
+
+fn sandbox_failure(e: &SandboxError) -> String {
+    format!("sandbox failure: {e}")
+}

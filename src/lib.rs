@@ -1,0 +1,16 @@
+//! Airlock: runs untrusted verification work against exact Git revisions inside hardened
+//! Docker containers, records every result durably, and recovers interrupted runs without ever
+//! rerunning a command or inventing a result. See ARCHITECTURE.md for the code map.
+
+#![forbid(unsafe_code)]
+
+pub mod artifacts;
+pub mod cli;
+pub mod config;
+pub mod engine;
+pub mod ids;
+pub mod limits;
+pub mod sandbox;
+pub mod staging;
+pub mod store;
+pub mod verification;

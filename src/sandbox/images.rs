@@ -1,0 +1,323 @@
+//! Builds Airlock's sandbox images locally from `images/<name>/` through the Docker API. No
+//! registry is ever contacted: each directory holds a `Dockerfile` (FROM scratch) and an
+//! optional `image.toml` naming host files (with the Debian package that provides them) to copy
+//! into the build context.
+
+use super::{Sandbox, SandboxError};
+use bollard::query_parameters::{BuildImageOptionsBuilder, TagImageOptionsBuilder};
+use futures_util::StreamExt;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Label holding the SHA-256 of the build context an image was built from.
+pub const LABEL_CONTENT_SHA256: &str = "airlock.content_sha256";
+/// Repository prefix of every Airlock image.
+pub const IMAGE_REPOSITORY_PREFIX: &str = "airlock/";
+/// Largest build context Airlock will assemble in memory.
+pub const MAX_CONTEXT_BYTES: usize = 512 * 1024 * 1024;
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Manifest {
+    #[serde(default)]
+    host_files: Vec<HostFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HostFile {
+    /// Absolute path on the host.
+    source: PathBuf,
+    /// Path inside the build context.
+    dest: String,
+    /// Debian package that provides `source`, for the error message.
+    package: String,
+}
+
+/// What happened to one image.
+#[derive(Debug, Clone)]
+pub struct BuiltImage {
+    pub name: String,
+    pub reference: String,
+    pub content_tag: String,
+    pub content_sha256: String,
+    pub image_id: String,
+    pub skipped: bool,
+}
+
+/// Image directory names under `images_dir`, sorted.
+pub fn image_names(images_dir: &Path) -> Result<Vec<String>, SandboxError> {
+    let rd = std::fs::read_dir(images_dir).map_err(|e| {
+        SandboxError::Build(format!(
+            "cannot read images directory {}: {e}",
+            images_dir.display()
+        ))
+    })?;
+    let mut names = Vec::new();
+    for entry in rd.flatten() {
+        if entry.path().join("Dockerfile").is_file() {
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Assembles the deterministic tar build context of one image directory and its SHA-256.
+pub fn build_context(dir: &Path) -> Result<(Vec<u8>, String), SandboxError> {
+    let manifest: Manifest = match std::fs::read_to_string(dir.join("image.toml")) {
+        Ok(t) => toml::from_str(&t).map_err(|e| {
+            SandboxError::Build(format!("{}: {e}", dir.join("image.toml").display()))
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Manifest::default(),
+        Err(e) => return Err(SandboxError::Build(format!("{}: {e}", dir.display()))),
+    };
+    // Context path -> (host path, package that provides it, if from the host).
+    let mut files: BTreeMap<String, (PathBuf, Option<String>)> = BTreeMap::new();
+    collect_dir(dir, dir, &mut files)?;
+    for hf in manifest.host_files {
+        if !hf.source.is_file() {
+            return Err(SandboxError::Build(format!(
+                "{} is not installed: apt-get install {} (needed for {})",
+                hf.package,
+                hf.package,
+                hf.source.display()
+            )));
+        }
+        if hf.dest.starts_with('/') || hf.dest.split('/').any(|c| c == ".." || c.is_empty()) {
+            return Err(SandboxError::Build(format!(
+                "host_files dest {:?} must be a relative path without '..'",
+                hf.dest
+            )));
+        }
+        files.insert(hf.dest, (hf.source, Some(hf.package)));
+    }
+    let mut builder = tar::Builder::new(Vec::new());
+    for (rel, (src, package)) in &files {
+        let data = std::fs::read(src).map_err(|e| match package {
+            Some(p) => SandboxError::Build(format!(
+                "{} is not readable ({e}): apt-get install --reinstall {p}",
+                src.display()
+            )),
+            None => SandboxError::Build(format!("{}: {e}", src.display())),
+        })?;
+        let mode = file_mode(src)?;
+        let mut header = tar::Header::new_gnu();
+        header.set_size(data.len() as u64);
+        header.set_mode(mode);
+        header.set_mtime(0);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_entry_type(tar::EntryType::Regular);
+        builder
+            .append_data(&mut header, rel, data.as_slice())
+            .map_err(|e| SandboxError::Build(format!("tar {rel}: {e}")))?;
+        if builder.get_ref().len() > MAX_CONTEXT_BYTES {
+            return Err(SandboxError::Build(format!(
+                "build context of {} exceeds {MAX_CONTEXT_BYTES} bytes",
+                dir.display()
+            )));
+        }
+    }
+    let bytes = builder
+        .into_inner()
+        .map_err(|e| SandboxError::Build(format!("tar: {e}")))?;
+    let sha = hex::encode(Sha256::digest(&bytes));
+    Ok((bytes, sha))
+}
+
+fn file_mode(p: &Path) -> Result<u32, SandboxError> {
+    use std::os::unix::fs::PermissionsExt;
+    let m = std::fs::metadata(p)
+        .map_err(|e| SandboxError::Build(format!("{}: {e}", p.display())))?
+        .permissions()
+        .mode();
+    Ok(if m & 0o111 != 0 { 0o755 } else { 0o644 })
+}
+
+fn collect_dir(
+    root: &Path,
+    dir: &Path,
+    out: &mut BTreeMap<String, (PathBuf, Option<String>)>,
+) -> Result<(), SandboxError> {
+    let rd = std::fs::read_dir(dir)
+        .map_err(|e| SandboxError::Build(format!("{}: {e}", dir.display())))?;
+    for entry in rd {
+        let entry = entry.map_err(|e| SandboxError::Build(format!("{}: {e}", dir.display())))?;
+        let path = entry.path();
+        let ft = entry
+            .file_type()
+            .map_err(|e| SandboxError::Build(format!("{}: {e}", path.display())))?;
+        if ft.is_dir() {
+            collect_dir(root, &path, out)?;
+        } else if ft.is_file() {
+            let rel = path
+                .strip_prefix(root)
+                .expect("walked paths are under the root")
+                .to_string_lossy()
+                .into_owned();
+            out.insert(rel, (path, None));
+        }
+    }
+    Ok(())
+}
+
+impl Sandbox {
+    /// Builds `images_dir/<name>` unless an image with the same content hash exists, then
+    /// points `airlock/<name>:latest` at it. Progress goes to `progress`.
+    pub async fn build_image(
+        &self,
+        images_dir: &Path,
+        name: &str,
+        progress: &mut dyn Write,
+    ) -> Result<BuiltImage, SandboxError> {
+        let dir = images_dir.join(name);
+        if !dir.join("Dockerfile").is_file() {
+            return Err(SandboxError::Build(format!(
+                "{} has no Dockerfile; images: {}",
+                dir.display(),
+                image_names(images_dir)?.join(", ")
+            )));
+        }
+        let (context, sha) = build_context(&dir)?;
+        let repo = format!("{IMAGE_REPOSITORY_PREFIX}{name}");
+        let content_tag = sha[..16].to_string();
+        let tagged = format!("{repo}:{content_tag}");
+        let latest = format!("{repo}:latest");
+        let _ = writeln!(
+            progress,
+            "[{name}] build context {} bytes, sha256 {sha}",
+            context.len()
+        );
+        if let Ok(existing) = self.docker().inspect_image(&tagged).await {
+            let label = existing
+                .config
+                .as_ref()
+                .and_then(|c| c.labels.as_ref())
+                .and_then(|l| l.get(LABEL_CONTENT_SHA256).cloned());
+            if label.as_deref() == Some(sha.as_str()) {
+                self.tag(&tagged, &repo, "latest").await?;
+                let _ = writeln!(progress, "[{name}] up to date: {tagged}");
+                return Ok(BuiltImage {
+                    name: name.to_string(),
+                    reference: latest,
+                    content_tag,
+                    content_sha256: sha,
+                    image_id: existing.id.unwrap_or_default(),
+                    skipped: true,
+                });
+            }
+        }
+        let labels = HashMap::from([
+            (LABEL_CONTENT_SHA256.to_string(), sha.clone()),
+            ("airlock.image".to_string(), name.to_string()),
+        ]);
+        let opts = BuildImageOptionsBuilder::default()
+            .t(&tagged)
+            .rm(true)
+            .forcerm(true)
+            .networkmode("none")
+            .labels(&labels)
+            .build();
+        let mut stream = self.docker().build_image(
+            opts,
+            None,
+            Some(bollard::body_full(bytes::Bytes::from(context))),
+        );
+        while let Some(item) = stream.next().await {
+            let info = item.map_err(|e| SandboxError::Build(format!("[{name}] {e}")))?;
+            if let Some(detail) = info.error_detail {
+                return Err(SandboxError::Build(format!(
+                    "[{name}] {}",
+                    detail.message.unwrap_or_default()
+                )));
+            }
+            if let Some(s) = info.stream {
+                let s = s.trim_end();
+                if !s.is_empty() {
+                    let _ = writeln!(progress, "[{name}] {s}");
+                }
+            }
+        }
+        let id = self.image_id(&tagged).await?;
+        self.tag(&tagged, &repo, "latest").await?;
+        let _ = writeln!(progress, "[{name}] built {tagged} and {latest} ({id})");
+        Ok(BuiltImage {
+            name: name.to_string(),
+            reference: latest,
+            content_tag,
+            content_sha256: sha,
+            image_id: id,
+            skipped: false,
+        })
+    }
+
+    async fn tag(&self, source: &str, repo: &str, tag: &str) -> Result<(), SandboxError> {
+        self.docker()
+            .tag_image(
+                source,
+                Some(
+                    TagImageOptionsBuilder::default()
+                        .repo(repo)
+                        .tag(tag)
+                        .build(),
+                ),
+            )
+            .await
+            .map_err(|source| SandboxError::Docker {
+                op: "tag image",
+                source,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_is_deterministic_and_content_addressed() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("Dockerfile"), "FROM scratch\n").unwrap();
+        std::fs::create_dir(d.path().join("rootfs")).unwrap();
+        std::fs::write(d.path().join("rootfs/a"), "x").unwrap();
+        let (a, sha_a) = build_context(d.path()).unwrap();
+        let (b, sha_b) = build_context(d.path()).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(sha_a, sha_b);
+        std::fs::write(d.path().join("rootfs/a"), "y").unwrap();
+        let (_, sha_c) = build_context(d.path()).unwrap();
+        assert_ne!(sha_a, sha_c);
+    }
+
+    #[test]
+    fn missing_host_file_names_the_package() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("Dockerfile"), "FROM scratch\n").unwrap();
+        std::fs::write(
+            d.path().join("image.toml"),
+            "[[host_files]]\nsource = \"/nonexistent/busybox\"\ndest = \"busybox\"\npackage = \"busybox-static\"\n",
+        )
+        .unwrap();
+        let e = build_context(d.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("busybox-static is not installed: apt-get install busybox-static"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn hostile_dest_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("Dockerfile"), "FROM scratch\n").unwrap();
+        std::fs::write(
+            d.path().join("image.toml"),
+            "[[host_files]]\nsource = \"/etc/hostname\"\ndest = \"../x\"\npackage = \"p\"\n",
+        )
+        .unwrap();
+        assert!(build_context(d.path()).is_err());
+    }
+}

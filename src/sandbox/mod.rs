@@ -1,0 +1,633 @@
+//! The container runtime: the only module that names bollard.
+//!
+//! One job = one container, created with the hardening baseline, attached before start, drained
+//! with a bounded capture, killed at the deadline or on cancellation, and always destroyed
+//! (explicit removal confirmed by listing by label, plus a guard for panics and dropped futures).
+
+pub mod capture;
+pub mod images;
+pub mod seccomp;
+
+use crate::limits;
+use bollard::Docker;
+use bollard::errors::Error as DockerError;
+use bollard::models::{
+    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountBindOptions,
+    MountBindOptionsPropagationEnum, MountType, ResourcesUlimits,
+};
+use bollard::query_parameters::{
+    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, EventsOptionsBuilder,
+    KillContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+    WaitContainerOptionsBuilder,
+};
+use capture::{CapturedOutput, OutputCapture};
+use futures_util::StreamExt;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Label present on every container Airlock creates.
+pub const LABEL_MANAGED: &str = "airlock.managed";
+/// Label carrying the creation key.
+pub const LABEL_CREATION_KEY: &str = "airlock.creation_key";
+/// Label carrying the verification id.
+pub const LABEL_VERIFICATION_ID: &str = "airlock.verification_id";
+/// Label carrying the data directory's instance id, so one data dir's recovery never touches
+/// another's containers on a shared engine.
+pub const LABEL_INSTANCE: &str = "airlock.instance";
+
+/// Default Docker socket when `DOCKER_HOST` is unset.
+pub const DEFAULT_DOCKER_SOCKET: &str = "/var/run/docker.sock";
+
+/// Errors of the container runtime. Expected outcomes (non-zero exit, timeout, OOM) are not
+/// errors: they are [`JobEnd`] values.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("cannot reach the Docker engine at {endpoint}: {message}")]
+    Unreachable { endpoint: String, message: String },
+    #[error(
+        "image {image} is not in the Docker engine: run `airlock images build` (images are built locally from images/; nothing is pulled)"
+    )]
+    ImageMissing { image: String },
+    #[error("docker {op} failed: {source}")]
+    Docker {
+        op: &'static str,
+        #[source]
+        source: DockerError,
+    },
+    #[error("container {name} is still present after {attempts} removal attempts: {message}")]
+    NotRemoved {
+        name: String,
+        attempts: u32,
+        message: String,
+    },
+    #[error("image build failed: {0}")]
+    Build(String),
+}
+
+fn docker_err(op: &'static str) -> impl FnOnce(DockerError) -> SandboxError {
+    move |source| SandboxError::Docker { op, source }
+}
+
+fn is_status(e: &DockerError, codes: &[u16]) -> bool {
+    matches!(e, DockerError::DockerResponseServerError { status_code, .. } if codes.contains(status_code))
+}
+
+/// Everything needed to create one hardened job container. Built by the environment builder
+/// from server-side configuration only.
+#[derive(Debug, Clone)]
+pub struct ContainerSpec {
+    pub creation_key: String,
+    pub verification_id: String,
+    pub instance_id: String,
+    /// The resolved image id (not the tag), so the image that was hashed is the one that runs.
+    pub image_id: String,
+    pub argv: Vec<String>,
+    pub user: String,
+    pub working_dir: String,
+    pub env: BTreeMap<String, String>,
+    pub memory_bytes: i64,
+    pub nano_cpus: i64,
+    pub pids: i64,
+    pub tmp_bytes: i64,
+    /// Host directory bind-mounted read-write at `working_dir`: the job's disposable checkout.
+    pub workspace: PathBuf,
+    pub seccomp_json: String,
+}
+
+impl ContainerSpec {
+    /// Deterministic container name for a creation key.
+    pub fn name(&self) -> String {
+        container_name(&self.creation_key)
+    }
+}
+
+/// Deterministic container name for a creation key.
+pub fn container_name(creation_key: &str) -> String {
+    format!("airlock-{creation_key}")
+}
+
+/// Points in a job's life, reported to the caller as they happen (crash-point hooks use them).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Phase {
+    Created { container_id: String },
+    Started,
+    Destroyed,
+}
+
+/// How the job ended. Outcomes, not errors.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobEnd {
+    Exited { code: i64, oom_killed: bool },
+    TimedOut,
+    Cancelled,
+}
+
+/// The result of one job.
+#[derive(Debug, Clone)]
+pub struct JobOutcome {
+    pub end: JobEnd,
+    pub output: CapturedOutput,
+    pub container_id: String,
+    pub observed_image: String,
+    pub duration: Duration,
+}
+
+/// A managed container found by listing labels.
+#[derive(Debug, Clone)]
+pub struct ManagedContainer {
+    pub id: String,
+    pub creation_key: Option<String>,
+}
+
+/// The Docker-backed runtime.
+#[derive(Clone)]
+pub struct Sandbox {
+    docker: Docker,
+    endpoint: String,
+}
+
+impl Sandbox {
+    /// Connects to `DOCKER_HOST` when set, else the default socket, and negotiates the API
+    /// version down to the engine's. Fails with the endpoint it tried.
+    pub async fn connect() -> Result<Sandbox, SandboxError> {
+        let host = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty());
+        let endpoint = match &host {
+            Some(h) => format!("{h} (from DOCKER_HOST)"),
+            None => format!("unix://{DEFAULT_DOCKER_SOCKET} (DOCKER_HOST is unset)"),
+        };
+        let unreachable = |message: String| SandboxError::Unreachable {
+            endpoint: endpoint.clone(),
+            message,
+        };
+        let docker = match &host {
+            Some(_) => Docker::connect_with_defaults(),
+            None => Docker::connect_with_socket(
+                DEFAULT_DOCKER_SOCKET,
+                limits::DOCKER_REQUEST_TIMEOUT_SECS,
+                bollard::API_DEFAULT_VERSION,
+            ),
+        }
+        .map_err(|e| unreachable(e.to_string()))?;
+        let docker = tokio::time::timeout(Duration::from_secs(20), docker.negotiate_version())
+            .await
+            .map_err(|_| unreachable("no answer within 20 s".into()))?
+            .map_err(|e| unreachable(e.to_string()))?;
+        Ok(Sandbox { docker, endpoint })
+    }
+
+    /// The endpoint this sandbox talks to, for messages.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    pub(crate) fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    /// Resolves an image reference to its id, or says how to build it.
+    pub async fn image_id(&self, image: &str) -> Result<String, SandboxError> {
+        match self.docker.inspect_image(image).await {
+            Ok(i) => i.id.ok_or_else(|| SandboxError::ImageMissing {
+                image: image.to_string(),
+            }),
+            Err(e) if is_status(&e, &[404]) => Err(SandboxError::ImageMissing {
+                image: image.to_string(),
+            }),
+            Err(e) => Err(SandboxError::Docker {
+                op: "inspect image",
+                source: e,
+            }),
+        }
+    }
+
+    /// Runs one job to its end and destroys its container. `phase` is called as the job moves
+    /// on; `cancel` flipping to `true` kills the job (outcome `Cancelled`).
+    pub async fn run(
+        &self,
+        spec: &ContainerSpec,
+        timeout: Duration,
+        phase: &mut (dyn FnMut(Phase) + Send),
+        cancel: watch::Receiver<bool>,
+    ) -> Result<JobOutcome, SandboxError> {
+        let name = spec.name();
+        let mut guard = RemovalGuard {
+            sandbox: self.clone(),
+            name: name.clone(),
+            armed: true,
+        };
+        let result = self.run_inner(spec, timeout, phase, cancel).await;
+        let removed = self.destroy(&name, &spec.creation_key).await;
+        guard.armed = false;
+        let outcome = result?;
+        removed?;
+        phase(Phase::Destroyed);
+        Ok(outcome)
+    }
+
+    async fn run_inner(
+        &self,
+        spec: &ContainerSpec,
+        timeout: Duration,
+        phase: &mut (dyn FnMut(Phase) + Send),
+        mut cancel: watch::Receiver<bool>,
+    ) -> Result<JobOutcome, SandboxError> {
+        let name = spec.name();
+        let created = self
+            .docker
+            .create_container(
+                Some(CreateContainerOptionsBuilder::default().name(&name).build()),
+                container_body(spec),
+            )
+            .await
+            .map_err(docker_err("create container"))?;
+        let id = created.id;
+        phase(Phase::Created {
+            container_id: id.clone(),
+        });
+        let observed_image = self
+            .docker
+            .inspect_container(&id, None)
+            .await
+            .map_err(docker_err("inspect container"))?
+            .image
+            .unwrap_or_default();
+
+        let attached = self
+            .docker
+            .attach_container(
+                &id,
+                Some(
+                    AttachContainerOptionsBuilder::default()
+                        .stdout(true)
+                        .stderr(true)
+                        .stream(true)
+                        .logs(false)
+                        .build(),
+                ),
+            )
+            .await
+            .map_err(docker_err("attach"))?;
+        drop(attached.input);
+        let mut output = attached.output;
+
+        // A second OOM signal beside State.OOMKilled, which has been unreliable on some kernels
+        // and cgroup versions: the engine's own "oom" event for this container.
+        let oom_seen = Arc::new(AtomicBool::new(false));
+        let oom_task = {
+            let docker = self.docker.clone();
+            let flag = oom_seen.clone();
+            let filters = HashMap::from([
+                ("container", vec![id.clone()]),
+                ("event", vec!["oom".to_string()]),
+            ]);
+            let opts = EventsOptionsBuilder::default().filters(&filters).build();
+            tokio::spawn(async move {
+                let mut events = docker.events(Some(opts));
+                while let Some(Ok(ev)) = events.next().await {
+                    if ev.action.as_deref() == Some("oom") {
+                        flag.store(true, Ordering::SeqCst);
+                    }
+                }
+            })
+        };
+        let (wait_tx, mut wait_rx) = tokio::sync::oneshot::channel::<Option<i64>>();
+        let wait_task = {
+            let docker = self.docker.clone();
+            let id = id.clone();
+            tokio::spawn(async move {
+                let opts = WaitContainerOptionsBuilder::default()
+                    .condition("next-exit")
+                    .build();
+                let mut wait = Box::pin(docker.wait_container(&id, Some(opts)));
+                let code = match wait.next().await {
+                    Some(Ok(r)) => Some(r.status_code),
+                    Some(Err(DockerError::DockerContainerWaitError { code, .. })) => Some(code),
+                    _ => None,
+                };
+                let _ = wait_tx.send(code);
+            })
+        };
+
+        self.docker
+            .start_container(&id, None)
+            .await
+            .map_err(docker_err("start container"))?;
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + timeout;
+        phase(Phase::Started);
+
+        let mut capture = OutputCapture::new();
+        let mut end: Option<JobEnd> = None;
+        // Drain output until EOF, the deadline, or cancellation. The deadline is polled beside
+        // the stream, so a flood cannot hold it off.
+        loop {
+            tokio::select! {
+                item = output.next() => match item {
+                    Some(Ok(log)) => capture.push(&log.into_bytes()),
+                    Some(Err(e)) => {
+                        tracing::warn!(container = %name, error = %e, "output stream ended with an error");
+                        break;
+                    }
+                    None => break,
+                },
+                _ = tokio::time::sleep_until(deadline) => { end = Some(JobEnd::TimedOut); break; }
+                _ = cancel.wait_for(|c| *c) => { end = Some(JobEnd::Cancelled); break; }
+            }
+        }
+        drop(output);
+        // Output closed: wait for the exit itself. The wait request may have reached the engine
+        // after a very fast exit, so the state is also polled.
+        let mut exit_code: Option<i64> = None;
+        if end.is_none() {
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                tokio::select! {
+                    code = &mut wait_rx => { exit_code = code.ok().flatten(); break; }
+                    _ = tick.tick() => {
+                        let st = self.docker.inspect_container(&id, None).await
+                            .map_err(docker_err("inspect container"))?.state;
+                        if let Some(st) = st.filter(has_exited) {
+                            exit_code = st.exit_code;
+                            break;
+                        }
+                    }
+                    _ = tokio::time::sleep_until(deadline) => { end = Some(JobEnd::TimedOut); break; }
+                    _ = cancel.wait_for(|c| *c) => { end = Some(JobEnd::Cancelled); break; }
+                }
+            }
+        }
+        let duration = started.elapsed();
+        wait_task.abort();
+        let end = match end {
+            Some(e) => {
+                self.kill(&id).await?;
+                e
+            }
+            None => {
+                let st = self
+                    .docker
+                    .inspect_container(&id, None)
+                    .await
+                    .map_err(docker_err("inspect container"))?
+                    .state
+                    .unwrap_or_default();
+                let code = exit_code.or(st.exit_code).unwrap_or(-1);
+                // Give the event stream a moment: the engine emits "oom" around the exit.
+                if !st.oom_killed.unwrap_or(false) && code != 0 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                let oom_killed = st.oom_killed.unwrap_or(false) || oom_seen.load(Ordering::SeqCst);
+                JobEnd::Exited { code, oom_killed }
+            }
+        };
+        oom_task.abort();
+        Ok(JobOutcome {
+            end,
+            output: capture.finish(),
+            container_id: id,
+            observed_image,
+            duration,
+        })
+    }
+
+    async fn kill(&self, id: &str) -> Result<(), SandboxError> {
+        match self
+            .docker
+            .kill_container(
+                id,
+                Some(
+                    KillContainerOptionsBuilder::default()
+                        .signal("SIGKILL")
+                        .build(),
+                ),
+            )
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) if is_status(&e, &[404, 409]) => Ok(()),
+            Err(e) => Err(SandboxError::Docker {
+                op: "kill container",
+                source: e,
+            }),
+        }
+    }
+
+    /// Lists containers (any state) carrying `label` (`key` or `key=value`).
+    async fn list_by_label(
+        &self,
+        labels: &[String],
+    ) -> Result<Vec<ManagedContainer>, SandboxError> {
+        let filters = HashMap::from([("label", labels.to_vec())]);
+        let list = self
+            .docker
+            .list_containers(Some(
+                ListContainersOptionsBuilder::default()
+                    .all(true)
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(docker_err("list containers"))?;
+        Ok(list
+            .into_iter()
+            .filter_map(|c| {
+                let creation_key = c
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(LABEL_CREATION_KEY).cloned());
+                c.id.map(|id| ManagedContainer { id, creation_key })
+            })
+            .collect())
+    }
+
+    /// Containers of this data dir's instance.
+    pub async fn list_managed(
+        &self,
+        instance_id: &str,
+    ) -> Result<Vec<ManagedContainer>, SandboxError> {
+        self.list_by_label(&[
+            format!("{LABEL_MANAGED}=true"),
+            format!("{LABEL_INSTANCE}={instance_id}"),
+        ])
+        .await
+    }
+
+    /// Containers labelled with a creation key.
+    pub async fn list_by_creation_key(
+        &self,
+        key: &str,
+    ) -> Result<Vec<ManagedContainer>, SandboxError> {
+        self.list_by_label(&[format!("{LABEL_CREATION_KEY}={key}")])
+            .await
+    }
+
+    /// Force-removes every container labelled with `creation_key` (and the one named `name`),
+    /// then confirms by listing that none remains. Returns how many were removed.
+    pub async fn destroy(&self, name: &str, creation_key: &str) -> Result<usize, SandboxError> {
+        let mut removed = 0;
+        let mut last_error = String::new();
+        for attempt in 1..=limits::CONTAINER_REMOVE_ATTEMPTS {
+            let mut targets: Vec<String> = self
+                .list_by_creation_key(creation_key)
+                .await?
+                .into_iter()
+                .map(|c| c.id)
+                .collect();
+            if attempt == 1 {
+                targets.push(name.to_string());
+            }
+            for t in &targets {
+                match self
+                    .docker
+                    .remove_container(
+                        t,
+                        Some(
+                            RemoveContainerOptionsBuilder::default()
+                                .force(true)
+                                .v(true)
+                                .build(),
+                        ),
+                    )
+                    .await
+                {
+                    Ok(()) => removed += 1,
+                    Err(e) if is_status(&e, &[404]) => {}
+                    // 409: removal already in progress; confirmed by the listing below.
+                    Err(e) if is_status(&e, &[409]) => last_error = e.to_string(),
+                    Err(e) => last_error = e.to_string(),
+                }
+            }
+            if self.list_by_creation_key(creation_key).await?.is_empty() {
+                return Ok(removed);
+            }
+            tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+        }
+        Err(SandboxError::NotRemoved {
+            name: name.to_string(),
+            attempts: limits::CONTAINER_REMOVE_ATTEMPTS,
+            message: last_error,
+        })
+    }
+}
+
+/// True once a started container is no longer running.
+fn has_exited(st: &bollard::models::ContainerState) -> bool {
+    use bollard::models::ContainerStateStatusEnum as S;
+    st.running != Some(true) && !matches!(st.status, Some(S::CREATED) | Some(S::RUNNING))
+}
+
+/// Removes the container if the run future is dropped or panics before explicit removal.
+struct RemovalGuard {
+    sandbox: Sandbox,
+    name: String,
+    armed: bool,
+}
+
+impl Drop for RemovalGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let sandbox = self.sandbox.clone();
+        let name = self.name.clone();
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let _ = sandbox
+                    .docker
+                    .remove_container(
+                        &name,
+                        Some(
+                            RemoveContainerOptionsBuilder::default()
+                                .force(true)
+                                .v(true)
+                                .build(),
+                        ),
+                    )
+                    .await;
+            });
+        }
+    }
+}
+
+/// The hardened container definition. Every value comes from the server-side spec.
+fn container_body(spec: &ContainerSpec) -> ContainerCreateBody {
+    let labels = HashMap::from([
+        (LABEL_MANAGED.to_string(), "true".to_string()),
+        (LABEL_CREATION_KEY.to_string(), spec.creation_key.clone()),
+        (
+            LABEL_VERIFICATION_ID.to_string(),
+            spec.verification_id.clone(),
+        ),
+        (LABEL_INSTANCE.to_string(), spec.instance_id.clone()),
+    ]);
+    let ulimit = |name: &str, v: i64| ResourcesUlimits {
+        name: Some(name.to_string()),
+        soft: Some(v),
+        hard: Some(v),
+    };
+    let host = HostConfig {
+        network_mode: Some("none".into()),
+        cap_drop: Some(vec!["ALL".into()]),
+        security_opt: Some(vec![
+            "no-new-privileges".into(),
+            format!("seccomp={}", spec.seccomp_json),
+        ]),
+        privileged: Some(false),
+        readonly_rootfs: Some(true),
+        tmpfs: Some(HashMap::from([(
+            "/tmp".to_string(),
+            format!("rw,exec,nosuid,nodev,size={},mode=1777", spec.tmp_bytes),
+        )])),
+        mounts: Some(vec![Mount {
+            target: Some(spec.working_dir.clone()),
+            source: Some(spec.workspace.to_string_lossy().into_owned()),
+            typ: Some(MountType::BIND),
+            read_only: Some(false),
+            bind_options: Some(MountBindOptions {
+                propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]),
+        pids_limit: Some(spec.pids),
+        memory: Some(spec.memory_bytes),
+        memory_swap: Some(spec.memory_bytes),
+        nano_cpus: Some(spec.nano_cpus),
+        ulimits: Some(vec![
+            ulimit("nofile", limits::SANDBOX_NOFILE),
+            ulimit("core", 0),
+            ulimit("fsize", limits::SANDBOX_MAX_FILE_BYTES),
+        ]),
+        init: Some(true),
+        oom_score_adj: Some(limits::SANDBOX_OOM_SCORE_ADJ),
+        log_config: Some(HostConfigLogConfig {
+            typ: Some("none".into()),
+            config: None,
+        }),
+        ipc_mode: Some("private".into()),
+        auto_remove: Some(false),
+        ..Default::default()
+    };
+    ContainerCreateBody {
+        image: Some(spec.image_id.clone()),
+        entrypoint: Some(spec.argv.clone()),
+        cmd: None,
+        user: Some(spec.user.clone()),
+        working_dir: Some(spec.working_dir.clone()),
+        env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+        hostname: Some("airlock".into()),
+        tty: Some(false),
+        open_stdin: Some(false),
+        attach_stdin: Some(false),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        network_disabled: Some(true),
+        labels: Some(labels),
+        host_config: Some(host),
+        ..Default::default()
+    }
+}

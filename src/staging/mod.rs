@@ -1,0 +1,357 @@
+//! Git plumbing (through the git CLI) and disposable checkouts: the only module that runs git.
+//!
+//! A checkout lives in `<data_dir>/checkouts/<creation_key>/`: `tree/` is the working tree that
+//! is bind-mounted into the job container; `index` is a private git index (never mounted) whose
+//! stat cache makes the after-run source check cost a `stat` per tracked path, not a re-hash.
+
+use crate::limits;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Longest revision expression accepted.
+pub const MAX_REV_BYTES: usize = 1024;
+
+/// Errors of git and staging.
+#[derive(Debug, thiserror::Error)]
+pub enum StagingError {
+    #[error("repo: {path} is not a git repository")]
+    NotARepository { path: PathBuf },
+    #[error("rev: {rev:?} does not resolve to a commit in {repo}")]
+    UnknownRevision { rev: String, repo: PathBuf },
+    #[error("rev: {0}")]
+    InvalidRevision(String),
+    #[error("git {args} failed (exit {code:?}): {stderr}")]
+    Git {
+        args: String,
+        code: Option<i32>,
+        stderr: String,
+    },
+    #[error("git output exceeded {limit} bytes")]
+    OutputTooLarge { limit: usize },
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn io_err<'a>(
+    op: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> StagingError + 'a {
+    move |source| StagingError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// A repository on this host (bare or non-bare).
+#[derive(Debug, Clone)]
+pub struct Repo {
+    git_dir: PathBuf,
+}
+
+/// Settings forced on every git call Airlock makes: no hooks, no fsmonitor, no filters or
+/// line-ending conversion, exact modes and symlinks, and a stat check that includes ctime.
+const FORCED_CONFIG: &[&str] = &[
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.autocrlf=false",
+    "core.safecrlf=false",
+    "core.symlinks=true",
+    "core.fileMode=true",
+    "core.trustctime=true",
+    "core.checkStat=default",
+    "core.ignoreStat=false",
+    "core.sparseCheckout=false",
+    "core.splitIndex=false",
+    "core.untrackedCache=false",
+    "core.quotePath=false",
+    "safe.directory=*",
+];
+
+/// A git command with a clean environment: no inherited GIT_* variables, no system or global
+/// config, and the forced settings above.
+fn git_command() -> Command {
+    let mut cmd = Command::new("git");
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("GIT_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("LC_ALL", "C");
+    for c in FORCED_CONFIG {
+        cmd.arg("-c").arg(c);
+    }
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
+/// Runs a git command and returns stdout, bounded by [`limits::MAX_GIT_OUTPUT_BYTES`].
+fn run_git(mut cmd: Command, ok_codes: &[i32]) -> Result<(i32, Vec<u8>), StagingError> {
+    let args = format!("{:?}", cmd.get_args().collect::<Vec<&OsStr>>());
+    let out = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| StagingError::Git {
+            args: args.clone(),
+            code: None,
+            stderr: format!("cannot run git: {e}"),
+        })?;
+    if out.stdout.len() > limits::MAX_GIT_OUTPUT_BYTES {
+        return Err(StagingError::OutputTooLarge {
+            limit: limits::MAX_GIT_OUTPUT_BYTES,
+        });
+    }
+    let code = out.status.code().unwrap_or(-1);
+    if !ok_codes.contains(&code) {
+        return Err(StagingError::Git {
+            args,
+            code: out.status.code(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok((code, out.stdout))
+}
+
+fn is_oid(s: &str) -> bool {
+    (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+impl Repo {
+    /// Opens the repository at `path`.
+    pub fn open(path: &Path) -> Result<Repo, StagingError> {
+        let not_repo = || StagingError::NotARepository {
+            path: path.to_path_buf(),
+        };
+        if !path.is_dir() {
+            return Err(not_repo());
+        }
+        let mut cmd = git_command();
+        cmd.arg("-C")
+            .arg(path)
+            .args(["rev-parse", "--absolute-git-dir"]);
+        let (_, out) = run_git(cmd, &[0]).map_err(|_| not_repo())?;
+        let git_dir = String::from_utf8(out).map_err(|_| not_repo())?;
+        Ok(Repo {
+            git_dir: PathBuf::from(git_dir.trim_end_matches('\n')),
+        })
+    }
+
+    /// The repository's git directory.
+    pub fn git_dir(&self) -> &Path {
+        &self.git_dir
+    }
+
+    fn git(&self) -> Command {
+        let mut cmd = git_command();
+        cmd.arg("--git-dir").arg(&self.git_dir);
+        cmd
+    }
+
+    /// Resolves a branch, tag, short or full id to the full commit id, once.
+    pub fn resolve_commit(&self, rev: &str) -> Result<String, StagingError> {
+        if rev.is_empty() || rev.len() > MAX_REV_BYTES {
+            return Err(StagingError::InvalidRevision(format!(
+                "must be 1..={MAX_REV_BYTES} bytes, got {}",
+                rev.len()
+            )));
+        }
+        if rev.contains('\0') || rev.starts_with('-') || rev.chars().any(char::is_control) {
+            return Err(StagingError::InvalidRevision(format!(
+                "{rev:?} must not start with '-' or contain control characters"
+            )));
+        }
+        let mut cmd = self.git();
+        cmd.args(["rev-parse", "--verify", "--quiet", "--end-of-options"])
+            .arg(format!("{rev}^{{commit}}"));
+        let unknown = || StagingError::UnknownRevision {
+            rev: rev.to_string(),
+            repo: self.git_dir.clone(),
+        };
+        let (_, out) = run_git(cmd, &[0]).map_err(|_| unknown())?;
+        let oid = String::from_utf8(out).map_err(|_| unknown())?;
+        let oid = oid.trim_end();
+        if !is_oid(oid) {
+            return Err(unknown());
+        }
+        Ok(oid.to_string())
+    }
+
+    /// The empty tree's id in this repository's hash format.
+    fn empty_tree(&self) -> Result<String, StagingError> {
+        let mut cmd = self.git();
+        cmd.args(["hash-object", "-t", "tree", "--stdin"]);
+        // hash-object reads stdin; an empty tree is zero bytes.
+        let (_, out) = run_git(cmd, &[0])?;
+        Ok(String::from_utf8_lossy(&out).trim().to_string())
+    }
+
+    /// Git with the repository, a work tree and a private index; attributes are read from the
+    /// empty tree so the revision's own .gitattributes (export-ignore, export-subst, eol,
+    /// filters) never change the bytes that are staged or compared.
+    fn git_worktree(&self, checkout: &Checkout, empty_tree: &str) -> Command {
+        let mut cmd = self.git();
+        cmd.arg("--work-tree")
+            .arg(&checkout.tree)
+            .arg(format!("--attr-source={empty_tree}"))
+            .env("GIT_INDEX_FILE", &checkout.index);
+        cmd
+    }
+
+    /// Stages a disposable checkout of `commit` into `dir` (which must not exist): every tracked
+    /// path with its mode, symlinks as symlinks, no `.git`. Files are owned by `uid:gid` when
+    /// Airlock runs as root; otherwise they are made group- and world-writable.
+    pub fn stage_checkout(
+        &self,
+        commit: &str,
+        dir: &Path,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Checkout, StagingError> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir)
+            .map_err(io_err("create checkout dir", dir))?;
+        let checkout = Checkout {
+            dir: dir.to_path_buf(),
+            tree: dir.join("tree"),
+            index: dir.join("index"),
+            empty_tree: self.empty_tree()?,
+            commit: commit.to_string(),
+        };
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(&checkout.tree)
+            .map_err(io_err("create checkout tree", &checkout.tree))?;
+        let mut cmd = self.git_worktree(&checkout, &checkout.empty_tree);
+        cmd.args(["read-tree", "--end-of-options"]).arg(commit);
+        run_git(cmd, &[0])?;
+        let mut cmd = self.git_worktree(&checkout, &checkout.empty_tree);
+        cmd.args(["checkout-index", "--all", "--force"]);
+        run_git(cmd, &[0])?;
+        hand_over(&checkout.tree, uid, gid)?;
+        // Ownership changes moved every ctime: refresh the stat cache once, now, so the check
+        // after the run only re-reads files whose stat changed.
+        let mut cmd = self.git_worktree(&checkout, &checkout.empty_tree);
+        cmd.args(["update-index", "-q", "--refresh"]);
+        run_git(cmd, &[0, 1])?;
+        Ok(checkout)
+    }
+
+    /// Tracked paths whose content, mode, type or presence differ from the staged revision,
+    /// sorted, at most `limit` (plus the total count). Untracked files are ignored.
+    pub fn changed_paths(
+        &self,
+        checkout: &Checkout,
+        limit: usize,
+    ) -> Result<(Vec<String>, usize), StagingError> {
+        let mut cmd = self.git_worktree(checkout, &checkout.empty_tree);
+        cmd.args(["update-index", "-q", "--refresh"]);
+        run_git(cmd, &[0, 1])?;
+        let mut cmd = self.git_worktree(checkout, &checkout.empty_tree);
+        cmd.args(["diff-files", "-z", "--name-only", "--ignore-submodules=all"]);
+        let (_, out) = run_git(cmd, &[0])?;
+        let mut paths: Vec<String> = out
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty())
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect();
+        paths.sort();
+        paths.dedup();
+        let total = paths.len();
+        paths.truncate(limit);
+        Ok((paths, total))
+    }
+}
+
+/// A staged checkout.
+#[derive(Debug, Clone)]
+pub struct Checkout {
+    /// `<data_dir>/checkouts/<creation_key>`, removed as a whole.
+    pub dir: PathBuf,
+    /// The working tree mounted into the container.
+    pub tree: PathBuf,
+    /// Private index; never visible to the job.
+    pub index: PathBuf,
+    empty_tree: String,
+    pub commit: String,
+}
+
+/// Gives the staged tree to the sandbox user without following any symlink.
+fn hand_over(tree: &Path, uid: u32, gid: u32) -> Result<(), StagingError> {
+    let root = nix::unistd::geteuid().is_root();
+    walk_no_follow(tree, &mut |path, meta| {
+        use std::os::unix::fs::PermissionsExt;
+        if root {
+            nix::unistd::fchownat(
+                nix::fcntl::AT_FDCWD,
+                path,
+                Some(nix::unistd::Uid::from_raw(uid)),
+                Some(nix::unistd::Gid::from_raw(gid)),
+                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+            )
+            .map_err(|e| StagingError::Io {
+                op: "chown",
+                path: path.to_path_buf(),
+                source: e.into(),
+            })
+        } else if !meta.file_type().is_symlink() {
+            let mode = meta.permissions().mode();
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode | 0o666))
+                .map_err(io_err("chmod", path))
+        } else {
+            Ok(())
+        }
+    })
+}
+
+fn walk_no_follow(
+    path: &Path,
+    f: &mut dyn FnMut(&Path, &std::fs::Metadata) -> Result<(), StagingError>,
+) -> Result<(), StagingError> {
+    let meta = std::fs::symlink_metadata(path).map_err(io_err("lstat", path))?;
+    f(path, &meta)?;
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(path).map_err(io_err("read dir", path))? {
+            let entry = entry.map_err(io_err("read dir", path))?;
+            walk_no_follow(&entry.path(), f)?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes a checkout directory, including files a job made unwritable.
+pub fn remove_checkout(dir: &Path) -> Result<(), StagingError> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(_) => {
+            // A job may have removed write permission from its own directories; restore it
+            // (without following symlinks) and try once more.
+            let _ = walk_no_follow(dir, &mut |p, m| {
+                use std::os::unix::fs::PermissionsExt;
+                if m.is_dir() {
+                    let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700));
+                }
+                Ok(())
+            });
+            match std::fs::remove_dir_all(dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StagingError::Io {
+                    op: "remove checkout",
+                    path: dir.to_path_buf(),
+                    source: e,
+                }),
+                _ => Ok(()),
+            }
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! Ordered, named schema migrations, each applied in its own transaction and recorded in
+//! `schema_migrations`. Shipped migrations never change; new ones are appended.
+
+use super::StoreError;
+use rusqlite::{Connection, TransactionBehavior, params};
+use std::path::Path;
+
+/// (version, name, SQL). Versions are consecutive from 1.
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "verifications",
+        "CREATE TABLE verifications (
+            verification_id TEXT PRIMARY KEY,
+            creation_key TEXT NOT NULL UNIQUE,
+            status TEXT NOT NULL CHECK (status IN
+                ('running','passed','failed','timed_out','cancelled','error','source_changed')),
+            created_at TEXT NOT NULL,
+            record TEXT NOT NULL,
+            spec TEXT NOT NULL
+        );
+        CREATE INDEX verifications_by_status ON verifications (status, created_at);
+        CREATE INDEX verifications_by_created ON verifications (created_at);",
+    ),
+    (
+        2,
+        "meta",
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+    ),
+];
+
+/// The newest schema version this binary knows.
+pub fn latest() -> i64 {
+    MIGRATIONS.last().map(|m| m.0).unwrap_or(0)
+}
+
+/// Applies every missing migration; refuses a database newer than this binary.
+pub fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+            version INTEGER PRIMARY KEY,
+            name TEXT NOT NULL,
+            applied_at TEXT NOT NULL
+        );",
+    )?;
+    let current: i64 = conn.query_row(
+        "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+        [],
+        |r| r.get(0),
+    )?;
+    if current > latest() {
+        return Err(StoreError::NewerSchema {
+            path: path.to_path_buf(),
+            found: current,
+            known: latest(),
+        });
+    }
+    for &(version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+        let err = |source| StoreError::Migration {
+            version,
+            name,
+            source,
+        };
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        // Another process may have applied it while we waited for the write lock.
+        let done: i64 = tx
+            .query_row(
+                "SELECT COUNT(*) FROM schema_migrations WHERE version = ?1",
+                params![version],
+                |r| r.get(0),
+            )
+            .map_err(err)?;
+        if done == 0 {
+            tx.execute_batch(sql).map_err(err)?;
+            tx.execute(
+                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)",
+                params![version, name, crate::ids::rfc3339(crate::ids::now())],
+            )
+            .map_err(err)?;
+        }
+        tx.commit().map_err(err)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,284 @@
+//! SQLite state: the only module that names rusqlite.
+//!
+//! One connection on one dedicated thread; callers hold an async [`Store`] handle. WAL mode,
+//! `synchronous=FULL` (every commit here acknowledges or gates something), foreign keys on.
+//! Every state change is one transaction; transitions are compare-and-set with the affected row
+//! count checked, so a lost race is a [`StoreError::Conflict`], never a silent success.
+
+mod migrations;
+
+use crate::verification::{Status, Verification};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+pub use migrations::MIGRATIONS;
+
+/// Store errors.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database {path}: {source}")]
+    Open {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error(
+        "database {path} has schema version {found}, newer than this binary knows ({known}); refusing to open it with an older airlock"
+    )]
+    NewerSchema {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
+    #[error("migration {version} ({name}) failed: {source}")]
+    Migration {
+        version: i64,
+        name: &'static str,
+        source: rusqlite::Error,
+    },
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("corrupt record {id}: {message}")]
+    Corrupt { id: String, message: String },
+    #[error("the database thread is gone")]
+    Closed,
+}
+
+type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// Async handle to the database thread. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    tx: mpsc::Sender<Job>,
+}
+
+/// Opens a connection with Airlock's settings and brings the schema up to date.
+pub fn open_connection(path: &Path) -> Result<Connection, StoreError> {
+    let open_err = |source| StoreError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    let conn = Connection::open(path).map_err(open_err)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))
+        .map_err(open_err)?;
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(open_err)?;
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(open_err)?;
+    conn.pragma_update(None, "foreign_keys", "ON")
+        .map_err(open_err)?;
+    let mut conn = conn;
+    migrations::migrate(&mut conn, path)?;
+    Ok(conn)
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path` and starts its thread.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let mut conn = open_connection(path)?;
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("airlock-store".into())
+            .spawn(move || {
+                while let Ok(job) = rx.recv() {
+                    job(&mut conn);
+                }
+            })
+            .map_err(|e| StoreError::Open {
+                path: path.to_path_buf(),
+                source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
+            })?;
+        Ok(Store { tx })
+    }
+
+    /// Runs `f` on the database thread.
+    pub async fn call<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<R, StoreError> + Send + 'static,
+    {
+        let (rtx, rrx) = tokio::sync::oneshot::channel();
+        self.tx
+            .send(Box::new(move |c| {
+                let _ = rtx.send(f(c));
+            }))
+            .map_err(|_| StoreError::Closed)?;
+        rrx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// This data dir's instance id (created on first open, then fixed).
+    pub async fn instance_id(&self) -> Result<String, StoreError> {
+        self.call(|c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let existing: Option<String> = tx
+                .query_row(
+                    "SELECT value FROM meta WHERE key = 'instance_id'",
+                    [],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            let id = match existing {
+                Some(id) => id,
+                None => {
+                    let id = crate::ids::new_creation_key();
+                    tx.execute(
+                        "INSERT INTO meta (key, value) VALUES ('instance_id', ?1)",
+                        params![id],
+                    )?;
+                    id
+                }
+            };
+            tx.commit()?;
+            Ok(id)
+        })
+        .await
+    }
+
+    /// Inserts a new `running` verification with its spec provenance. Committed (FULL) before
+    /// the call returns, so it precedes any checkout or container.
+    pub async fn insert_running(
+        &self,
+        v: &Verification,
+        spec_json: String,
+    ) -> Result<(), StoreError> {
+        if v.status != Status::Running {
+            return Err(StoreError::Conflict(format!(
+                "insert of {} with status {}",
+                v.verification_id,
+                v.status.as_str()
+            )));
+        }
+        let v = v.clone();
+        let record = serde_json::to_string(&v).expect("a verification serializes");
+        self.call(move |c| {
+            let n = c.execute(
+                "INSERT INTO verifications (verification_id, creation_key, status, created_at, record, spec)
+                 VALUES (?1, ?2, 'running', ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+                params![v.verification_id, v.creation_key, v.created_at, record, spec_json],
+            )?;
+            if n != 1 {
+                return Err(StoreError::Conflict(format!(
+                    "verification {} or creation key {} already exists",
+                    v.verification_id, v.creation_key
+                )));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Updates the stored record of a still-running verification (e.g. its container id).
+    pub async fn update_running(&self, v: &Verification) -> Result<(), StoreError> {
+        self.transition(v, Status::Running, Status::Running).await
+    }
+
+    /// Settles a `running` verification to its terminal record. Compare-and-set from `running`.
+    pub async fn settle(&self, v: &Verification) -> Result<(), StoreError> {
+        if !v.status.is_terminal() {
+            return Err(StoreError::Conflict(format!(
+                "settle of {} to non-terminal status {}",
+                v.verification_id,
+                v.status.as_str()
+            )));
+        }
+        self.transition(v, Status::Running, v.status).await
+    }
+
+    async fn transition(
+        &self,
+        v: &Verification,
+        from: Status,
+        to: Status,
+    ) -> Result<(), StoreError> {
+        let id = v.verification_id.clone();
+        let record = serde_json::to_string(v).expect("a verification serializes");
+        self.call(move |c| {
+            let n = c.execute(
+                "UPDATE verifications SET status = ?1, record = ?2 WHERE verification_id = ?3 AND status = ?4",
+                params![to.as_str(), record, id, from.as_str()],
+            )?;
+            if n != 1 {
+                return Err(StoreError::Conflict(format!(
+                    "verification {id} is not {} (lost race or unknown id)",
+                    from.as_str()
+                )));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// One verification by id.
+    pub async fn get(&self, id: &str) -> Result<Option<Verification>, StoreError> {
+        let id = id.to_string();
+        self.call(move |c| {
+            let rec: Option<String> = c
+                .query_row(
+                    "SELECT record FROM verifications WHERE verification_id = ?1",
+                    params![id],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            rec.map(|r| decode(&id, &r)).transpose()
+        })
+        .await
+    }
+
+    /// Verifications newest first, optionally by status, at most `limit`.
+    pub async fn list(
+        &self,
+        status: Option<Status>,
+        limit: u32,
+    ) -> Result<Vec<Verification>, StoreError> {
+        self.call(move |c| {
+            let mut stmt = c.prepare(
+                "SELECT verification_id, record FROM verifications
+                 WHERE (?1 IS NULL OR status = ?1)
+                 ORDER BY created_at DESC, rowid DESC LIMIT ?2",
+            )?;
+            let rows = stmt.query_map(params![status.map(Status::as_str), limit], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, rec) = row?;
+                out.push(decode(&id, &rec)?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Every `running` verification (unbounded: recovery must see them all).
+    pub async fn running(&self) -> Result<Vec<Verification>, StoreError> {
+        self.list(Some(Status::Running), u32::MAX).await
+    }
+
+    /// Status of the verification with `creation_key`, if any.
+    pub async fn status_by_creation_key(&self, key: &str) -> Result<Option<Status>, StoreError> {
+        let key = key.to_string();
+        self.call(move |c| {
+            let s: Option<String> = c
+                .query_row(
+                    "SELECT status FROM verifications WHERE creation_key = ?1",
+                    params![key],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            Ok(s.and_then(|s| Status::parse(&s)))
+        })
+        .await
+    }
+}
+
+fn decode(id: &str, rec: &str) -> Result<Verification, StoreError> {
+    serde_json::from_str(rec).map_err(|e| StoreError::Corrupt {
+        id: id.to_string(),
+        message: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,161 @@
+use super::*;
+use crate::verification::Status;
+
+fn sample(id: &str, key: &str, created: &str) -> Verification {
+    Verification {
+        verification_id: id.into(),
+        candidate_revision: "a".repeat(40),
+        argv: vec!["true".into()],
+        image: "i".into(),
+        observed_image: None,
+        user: "65532:65532".into(),
+        working_dir: "/workspace".into(),
+        timeout_seconds: 300,
+        cpu_limit: 1.0,
+        memory_limit_bytes: 1 << 30,
+        environment_sha256: String::new(),
+        setup_script_sha256: String::new(),
+        status: Status::Running,
+        exit_code: None,
+        output: String::new(),
+        output_truncated: false,
+        output_bytes_total: 0,
+        oom_killed: false,
+        duration_ms: None,
+        error: None,
+        created_at: created.into(),
+        finished_at: None,
+        expires_at: created.into(),
+        creation_key: key.into(),
+        container_id: None,
+    }
+}
+
+#[tokio::test]
+async fn migrations_from_empty_are_recorded_in_order() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("airlock.db");
+    let _store = Store::open(&path).unwrap();
+    let c = Connection::open(&path).unwrap();
+    let rows: Vec<(i64, String)> = c
+        .prepare("SELECT version, name FROM schema_migrations ORDER BY version")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let expected: Vec<(i64, String)> = MIGRATIONS.iter().map(|m| (m.0, m.1.to_string())).collect();
+    assert_eq!(rows, expected);
+    let mode: String = c
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    // Re-opening applies nothing new.
+    drop(_store);
+    Store::open(&path).unwrap();
+}
+
+#[tokio::test]
+async fn newer_schema_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("airlock.db");
+    drop(Store::open(&path).unwrap());
+    let c = Connection::open(&path).unwrap();
+    c.execute(
+        "INSERT INTO schema_migrations VALUES (999, 'from the future', 'x')",
+        [],
+    )
+    .unwrap();
+    let e = Store::open(&path).err().expect("refused").to_string();
+    assert!(
+        e.contains("schema version 999") && e.contains("newer"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn compare_and_set_conflicts_are_detected() {
+    let d = tempfile::tempdir().unwrap();
+    let store = Store::open(&d.path().join("airlock.db")).unwrap();
+    let mut v = sample("ver_1", "k1", "2026-01-01T00:00:00Z");
+    store.insert_running(&v, "{}".into()).await.unwrap();
+    // Same id again: conflict, not a second row.
+    assert!(matches!(
+        store.insert_running(&v, "{}".into()).await,
+        Err(StoreError::Conflict(_))
+    ));
+    v.status = Status::Passed;
+    store.settle(&v).await.unwrap();
+    // A second settle (e.g. recovery racing the worker) loses and says so.
+    v.status = Status::Error;
+    assert!(matches!(
+        store.settle(&v).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(
+        store.get("ver_1").await.unwrap().unwrap().status,
+        Status::Passed
+    );
+    // Unknown id.
+    let ghost = {
+        let mut g = sample("ver_x", "kx", "2026-01-01T00:00:00Z");
+        g.status = Status::Failed;
+        g
+    };
+    assert!(matches!(
+        store.settle(&ghost).await,
+        Err(StoreError::Conflict(_))
+    ));
+    // Non-terminal settle is refused.
+    let mut r = sample("ver_2", "k2", "2026-01-01T00:00:01Z");
+    store.insert_running(&r, "{}".into()).await.unwrap();
+    r.status = Status::Running;
+    assert!(store.settle(&r).await.is_err());
+}
+
+#[tokio::test]
+async fn concurrent_settles_exactly_one_wins() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("airlock.db");
+    let store = Store::open(&path).unwrap();
+    let other = Store::open(&path).unwrap(); // a second connection, as another process would have
+    let v = sample("ver_1", "k1", "2026-01-01T00:00:00Z");
+    store.insert_running(&v, "{}".into()).await.unwrap();
+    let mut a = v.clone();
+    a.status = Status::Passed;
+    let mut b = v.clone();
+    b.status = Status::Error;
+    let (ra, rb) = tokio::join!(store.settle(&a), other.settle(&b));
+    assert_eq!(ra.is_ok() as u8 + rb.is_ok() as u8, 1, "{ra:?} {rb:?}");
+}
+
+#[tokio::test]
+async fn list_is_newest_first_filtered_and_bounded() {
+    let d = tempfile::tempdir().unwrap();
+    let store = Store::open(&d.path().join("airlock.db")).unwrap();
+    for i in 0..5 {
+        let v = sample(
+            &format!("ver_{i}"),
+            &format!("k{i}"),
+            &format!("2026-01-01T00:00:0{i}Z"),
+        );
+        store.insert_running(&v, "{}".into()).await.unwrap();
+    }
+    let mut done = store.get("ver_2").await.unwrap().unwrap();
+    done.status = Status::Failed;
+    store.settle(&done).await.unwrap();
+    let all = store.list(None, 10).await.unwrap();
+    let ids: Vec<_> = all.iter().map(|v| v.verification_id.as_str()).collect();
+    assert_eq!(ids, ["ver_4", "ver_3", "ver_2", "ver_1", "ver_0"]);
+    assert_eq!(store.list(None, 2).await.unwrap().len(), 2);
+    let failed = store.list(Some(Status::Failed), 10).await.unwrap();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(store.running().await.unwrap().len(), 4);
+    assert_eq!(
+        store.status_by_creation_key("k2").await.unwrap(),
+        Some(Status::Failed)
+    );
+    assert_eq!(store.status_by_creation_key("nope").await.unwrap(), None);
+    let a = store.instance_id().await.unwrap();
+    assert_eq!(a, store.instance_id().await.unwrap());
+}

@@ -1,0 +1,197 @@
+//! The verification record: the object `airlock run` prints, the store keeps and the recovery
+//! artifact carries. Also the pure request validation (argv, timeout).
+
+use crate::limits;
+use serde::{Deserialize, Serialize};
+
+/// Status of a verification. `Running` is the only non-terminal state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Running,
+    Passed,
+    Failed,
+    TimedOut,
+    Cancelled,
+    Error,
+    SourceChanged,
+}
+
+impl Status {
+    /// Every status, for parsing and tests.
+    pub const ALL: [Status; 7] = [
+        Status::Running,
+        Status::Passed,
+        Status::Failed,
+        Status::TimedOut,
+        Status::Cancelled,
+        Status::Error,
+        Status::SourceChanged,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Running => "running",
+            Status::Passed => "passed",
+            Status::Failed => "failed",
+            Status::TimedOut => "timed_out",
+            Status::Cancelled => "cancelled",
+            Status::Error => "error",
+            Status::SourceChanged => "source_changed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Status> {
+        Status::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// True for every state a verification can end in.
+    pub fn is_terminal(self) -> bool {
+        match self {
+            Status::Running => false,
+            Status::Passed
+            | Status::Failed
+            | Status::TimedOut
+            | Status::Cancelled
+            | Status::Error
+            | Status::SourceChanged => true,
+        }
+    }
+}
+
+/// One verification, with exactly the fields of the wire object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Verification {
+    pub verification_id: String,
+    pub candidate_revision: String,
+    pub argv: Vec<String>,
+    pub image: String,
+    pub observed_image: Option<String>,
+    pub user: String,
+    pub working_dir: String,
+    pub timeout_seconds: u64,
+    pub cpu_limit: f64,
+    pub memory_limit_bytes: i64,
+    pub environment_sha256: String,
+    pub setup_script_sha256: String,
+    pub status: Status,
+    pub exit_code: Option<i64>,
+    pub output: String,
+    pub output_truncated: bool,
+    pub output_bytes_total: u64,
+    pub oom_killed: bool,
+    pub duration_ms: Option<u64>,
+    pub error: Option<String>,
+    pub created_at: String,
+    pub finished_at: Option<String>,
+    pub expires_at: String,
+    pub creation_key: String,
+    pub container_id: Option<String>,
+}
+
+/// Why a request was refused before anything ran.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RequestError {
+    #[error("argv is empty; it needs 1..={max} entries", max = limits::MAX_ARGV_ENTRIES)]
+    ArgvEmpty,
+    #[error("argv has {n} entries; the limit is {max}", max = limits::MAX_ARGV_ENTRIES)]
+    ArgvTooMany { n: usize },
+    #[error("argv[{index}] has {len} bytes; the limit is {max}", max = limits::MAX_ARGV_ENTRY_BYTES)]
+    ArgvEntryTooLong { index: usize, len: usize },
+    #[error("argv[{index}] contains a NUL byte")]
+    ArgvEntryNul { index: usize },
+    #[error(
+        "timeout_seconds is {value}; it must be between {min} and {max}",
+        min = limits::MIN_TIMEOUT_SECONDS,
+        max = limits::MAX_TIMEOUT_SECONDS
+    )]
+    Timeout { value: u64 },
+}
+
+/// Checks argv bounds: 1..=64 entries, each at most 16 KiB, no NUL.
+pub fn validate_argv(argv: &[String]) -> Result<(), RequestError> {
+    if argv.is_empty() {
+        return Err(RequestError::ArgvEmpty);
+    }
+    if argv.len() > limits::MAX_ARGV_ENTRIES {
+        return Err(RequestError::ArgvTooMany { n: argv.len() });
+    }
+    for (index, a) in argv.iter().enumerate() {
+        if a.len() > limits::MAX_ARGV_ENTRY_BYTES {
+            return Err(RequestError::ArgvEntryTooLong {
+                index,
+                len: a.len(),
+            });
+        }
+        if a.contains('\0') {
+            return Err(RequestError::ArgvEntryNul { index });
+        }
+    }
+    Ok(())
+}
+
+/// Checks the timeout: 1..=1800 seconds.
+pub fn validate_timeout(seconds: u64) -> Result<(), RequestError> {
+    if !(limits::MIN_TIMEOUT_SECONDS..=limits::MAX_TIMEOUT_SECONDS).contains(&seconds) {
+        return Err(RequestError::Timeout { value: seconds });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(n: usize) -> Vec<String> {
+        vec!["x".to_string(); n]
+    }
+
+    #[test]
+    fn argv_bounds() {
+        assert_eq!(validate_argv(&[]), Err(RequestError::ArgvEmpty));
+        assert!(validate_argv(&argv(1)).is_ok());
+        assert!(validate_argv(&argv(64)).is_ok());
+        let e = validate_argv(&argv(65)).unwrap_err();
+        assert_eq!(e.to_string(), "argv has 65 entries; the limit is 64");
+        let mut a = argv(2);
+        a[1] = "y".repeat(16 * 1024);
+        assert!(validate_argv(&a).is_ok());
+        a[1].push('y');
+        assert_eq!(
+            validate_argv(&a).unwrap_err().to_string(),
+            "argv[1] has 16385 bytes; the limit is 16384"
+        );
+        let a = vec!["a\0b".to_string()];
+        assert_eq!(
+            validate_argv(&a).unwrap_err().to_string(),
+            "argv[0] contains a NUL byte"
+        );
+    }
+
+    #[test]
+    fn timeout_bounds() {
+        assert!(
+            validate_timeout(0)
+                .unwrap_err()
+                .to_string()
+                .contains("between 1 and 1800")
+        );
+        assert!(validate_timeout(1).is_ok());
+        assert!(validate_timeout(1800).is_ok());
+        assert!(validate_timeout(1801).is_err());
+    }
+
+    #[test]
+    fn status_strings_round_trip_and_classify() {
+        for s in Status::ALL {
+            assert_eq!(Status::parse(s.as_str()), Some(s));
+            assert_eq!(
+                serde_json::to_string(&s).unwrap(),
+                format!("\"{}\"", s.as_str())
+            );
+            assert_eq!(s.is_terminal(), s != Status::Running);
+        }
+        assert_eq!(Status::parse("PASSED"), None);
+    }
+}
