@@ -115,11 +115,13 @@ impl Engine {
             creation_key: creation_key.clone(),
             container_id: None,
         };
+        let t_insert = Instant::now();
         self.data
             .store
             .insert_running(&v, p.spec.canonical_json())
             .await
             .map_err(|e| RunError::Refused(format!("cannot record the verification: {e}")))?;
+        let insert_us = t_insert.elapsed().as_micros() as u64;
         crash::point("after_insert");
         tracing::info!(%verification_id, %creation_key, commit = %p.commit, "verification started");
 
@@ -132,22 +134,34 @@ impl Engine {
         v.finished_at = Some(ids::rfc3339(ids::now()));
 
         // Durability before acknowledgement: the artifact, then the row.
+        let t_artifact = Instant::now();
         if let Err(e) = self.data.artifacts.write(&v) {
             v.status = Status::Error;
             v.error = Some(format!("recovery artifact could not be written: {e}"));
         }
+        let artifact_us = t_artifact.elapsed().as_micros() as u64;
         crash::point("after_artifact");
+        let t_settle = Instant::now();
         self.data
             .store
             .settle(&v)
             .await
             .map_err(|e| RunError::Internal(format!("cannot settle {verification_id}: {e}")))?;
+        let settle_us = t_settle.elapsed().as_micros() as u64;
         crash::point("after_settle");
         if let Err(e) = staging::remove_checkout(&checkout_dir) {
             tracing::warn!(error = %e, "checkout left for recovery to remove");
         }
         drop(lock);
-        tracing::info!(%verification_id, status = v.status.as_str(), "verification settled");
+        tracing::info!(
+            %verification_id,
+            status = v.status.as_str(),
+            insert_us,
+            artifact_us,
+            settle_us,
+            durability_us = insert_us + artifact_us + settle_us,
+            "verification settled"
+        );
         Ok(v)
     }
 

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what Airlock's build, tests and scripts need on a fresh Debian machine that has only the
+# Rust toolchain and a running Docker engine: busybox-static (copied into the minimal sandbox
+# image), git, a C compiler and static libc (for the syscall probe fixture), GNU time (peak RSS in
+# the benchmark). Idempotent: installs only what is missing.
+set -euo pipefail
+
+need=()
+dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
+command -v git >/dev/null 2>&1 || need+=(git)
+command -v cc >/dev/null 2>&1 || need+=(gcc)
+[ -f /usr/lib/x86_64-linux-gnu/libc.a ] || [ -f /usr/lib/aarch64-linux-gnu/libc.a ] || need+=(libc6-dev)
+[ -x /usr/bin/time ] || need+=(time)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+
+if [ ${#need[@]} -gt 0 ]; then
+  # Deduplicate.
+  mapfile -t need < <(printf '%s\n' "${need[@]}" | sort -u)
+  echo "installing: ${need[*]}" >&2
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if ! docker info >/dev/null 2>&1; then
+  echo "error: no Docker engine is reachable (DOCKER_HOST=${DOCKER_HOST:-unset}); start dockerd first" >&2
+  exit 1
+fi

@@ -1,0 +1,8 @@
+//! Airlock's integration tests: one binary, real Docker, real git, real SQLite, the real CLI.
+//! Docker tests fail with a clear message when no engine is reachable, unless
+//! AIRLOCK_SKIP_DOCKER=1 is set explicitly.
+
+mod recovery;
+mod refusals;
+mod runner;
+mod support;

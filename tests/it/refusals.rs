@@ -1,0 +1,134 @@
+//! Requests refused before anything runs: exit code 2, a message naming the field and the
+//! bound, no verification recorded, no container and no checkout created.
+
+use crate::support::*;
+
+fn assert_refused(f: &Fixture, r: &RunResult, needle: &str) {
+    assert_eq!(r.code, Some(2), "stderr: {}", r.stderr);
+    assert!(r.json.is_none());
+    assert!(
+        r.stderr.contains(needle),
+        "{needle:?} not in {:?}",
+        r.stderr
+    );
+    // Nothing was recorded or staged.
+    if f.data.join("airlock.db").exists() {
+        assert!(f.list(&[]).is_empty(), "a refused request left a record");
+    }
+    let checkouts = f.data.join("checkouts");
+    if checkouts.exists() {
+        assert_eq!(std::fs::read_dir(&checkouts).unwrap().count(), 0);
+    }
+}
+
+#[test]
+fn argv_and_timeout_bounds() {
+    let f = Fixture::new(&[("a", "a", false)]);
+    assert_refused(&f, &f.run(&[], &[]), "argv is empty");
+    let many: Vec<String> = (0..65).map(|i| i.to_string()).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    assert_refused(
+        &f,
+        &f.run(&[], &many),
+        "argv has 65 entries; the limit is 64",
+    );
+    let long = "x".repeat(16 * 1024 + 1);
+    assert_refused(
+        &f,
+        &f.run(&[], &["echo", &long]),
+        "argv[1] has 16385 bytes; the limit is 16384",
+    );
+    assert_refused(
+        &f,
+        &f.run(&["--timeout", "0"], &["true"]),
+        "timeout_seconds is 0",
+    );
+    assert_refused(
+        &f,
+        &f.run(&["--timeout", "1801"], &["true"]),
+        "between 1 and 1800",
+    );
+}
+
+#[test]
+fn bad_repository_revision_and_profile() {
+    if !docker() {
+        return;
+    }
+    let f = Fixture::new(&[("a", "a", false)]);
+    assert_refused(
+        &f,
+        &f.run(&["--rev", "no-such-branch"], &["true"]),
+        "does not resolve to a commit",
+    );
+    assert_refused(
+        &f,
+        &f.run(&["--rev=--output=/tmp/x"], &["true"]),
+        "must not start with '-'",
+    );
+    let tree = git(&f.repo, &["rev-parse", "HEAD^{tree}"]);
+    assert_refused(
+        &f,
+        &f.run(&["--rev", &tree], &["true"]),
+        "does not resolve to a commit",
+    );
+    assert_refused(
+        &f,
+        &f.run(&["--profile", "nope"], &["true"]),
+        "unknown profile \"nope\"",
+    );
+    let not_repo = tempfile::tempdir().unwrap();
+    let mut c2 = std::process::Command::new(BIN);
+    c2.args(["run", "--rev", "HEAD", "--data-dir"])
+        .arg(&f.data)
+        .arg("--repo")
+        .arg(not_repo.path())
+        .args(["--", "true"]);
+    assert_refused(
+        &f,
+        &RunResult::from(c2.output().unwrap()),
+        "is not a git repository",
+    );
+}
+
+#[test]
+fn missing_image_says_how_to_build_it() {
+    if !docker() {
+        return;
+    }
+    let f = Fixture::new(&[("a", "a", false)])
+        .with_config("[profiles.ghost]\nimage = \"airlock/does-not-exist:latest\"\n");
+    assert_refused(
+        &f,
+        &f.run(&["--profile", "ghost"], &["true"]),
+        "run `airlock images build`",
+    );
+}
+
+#[test]
+fn unreachable_docker_names_the_endpoint() {
+    let f = Fixture::new(&[("a", "a", false)]);
+    let mut c = f.run_cmd(&[], &["true"]);
+    c.env("DOCKER_HOST", "unix:///nonexistent/docker.sock");
+    let r = RunResult::from(c.output().unwrap());
+    assert_refused(&f, &r, "unix:///nonexistent/docker.sock");
+}
+
+#[test]
+fn bad_config_is_refused_with_the_key() {
+    let f = Fixture::new(&[("a", "a", false)])
+        .with_config("[profiles.default]\nimage = \"x\"\nprivileged = true\n");
+    assert_refused(&f, &f.run(&[], &["true"]), "privileged");
+    let f = Fixture::new(&[("a", "a", false)])
+        .with_config("[profiles.default]\nimage = \"x\"\nmemory_bytes = 5\n");
+    assert_refused(&f, &f.run(&[], &["true"]), "profiles.default.memory_bytes");
+}
+
+#[test]
+fn unknown_crash_point_is_refused() {
+    let f = Fixture::new(&[("a", "a", false)]);
+    let mut c = f.run_cmd(&[], &["true"]);
+    c.env("AIRLOCK_CRASH_AT", "after_lunch");
+    let r = RunResult::from(c.output().unwrap());
+    assert_refused(&f, &r, "after_lunch");
+}

@@ -1,0 +1,285 @@
+//! Shared helpers: real git repositories, the real `airlock` binary, real Docker.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_airlock");
+pub const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// True when Docker tests should run. Fails loudly when the engine is unreachable, unless
+/// AIRLOCK_SKIP_DOCKER=1 is set explicitly.
+pub fn docker() -> bool {
+    if std::env::var("AIRLOCK_SKIP_DOCKER").as_deref() == Ok("1") {
+        eprintln!("AIRLOCK_SKIP_DOCKER=1: skipping a Docker test");
+        return false;
+    }
+    static CHECK: OnceLock<Result<(), String>> = OnceLock::new();
+    let r = CHECK.get_or_init(|| {
+        let out = Command::new("docker")
+            .args(["version", "--format", "{{.Server.Version}}"])
+            .output()
+            .map_err(|e| format!("cannot run the docker CLI: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "no Docker engine is reachable (DOCKER_HOST={:?}): {}",
+                std::env::var("DOCKER_HOST").ok(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        build_image();
+        Ok(())
+    });
+    if let Err(e) = r {
+        panic!(
+            "Docker tests need a running Docker engine: {e}. Set AIRLOCK_SKIP_DOCKER=1 to skip them explicitly."
+        );
+    }
+    true
+}
+
+fn build_image() {
+    let out = Command::new(BIN)
+        .args(["images", "build", "minimal", "--images-dir"])
+        .arg(Path::new(ROOT).join("images"))
+        .output()
+        .expect("airlock images build runs");
+    assert!(
+        out.status.success(),
+        "airlock images build minimal failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs git in `dir`, panicking on failure.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args([
+            "-c",
+            "user.email=t@example.com",
+            "-c",
+            "user.name=t",
+            "-c",
+            "commit.gpgsign=false",
+        ])
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// A throwaway repository plus a data directory, both removed on drop.
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+    pub repo: PathBuf,
+    pub data: PathBuf,
+    pub config: Option<PathBuf>,
+}
+
+impl Fixture {
+    /// A repository with one commit holding `files` (path, content, executable).
+    pub fn new(files: &[(&str, &str, bool)]) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        let f = Fixture {
+            data: dir.path().join("data"),
+            repo,
+            dir,
+            config: None,
+        };
+        f.commit(files, "initial");
+        f
+    }
+
+    /// Writes files and commits them; returns the commit id.
+    pub fn commit(&self, files: &[(&str, &str, bool)], msg: &str) -> String {
+        use std::os::unix::fs::PermissionsExt;
+        for (path, content, exec) in files {
+            let p = self.repo.join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, content).unwrap();
+            let mode = if *exec { 0o755 } else { 0o644 };
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        git(&self.repo, &["add", "-A", "-f"]);
+        git(&self.repo, &["commit", "-q", "--allow-empty", "-m", msg]);
+        git(&self.repo, &["rev-parse", "HEAD"])
+    }
+
+    /// Uses a config file with this TOML.
+    pub fn with_config(mut self, toml: &str) -> Fixture {
+        let p = self.dir.path().join("airlock.toml");
+        std::fs::write(&p, toml).unwrap();
+        self.config = Some(p);
+        self
+    }
+
+    fn base(&self, sub: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.args(sub).arg("--data-dir").arg(&self.data);
+        if let Some(cfg) = &self.config {
+            c.arg("--config").arg(cfg);
+        }
+        c.env_remove("AIRLOCK_CRASH_AT");
+        c
+    }
+
+    /// `airlock run` command (not started) with extra options before `--`.
+    pub fn run_cmd(&self, opts: &[&str], argv: &[&str]) -> Command {
+        let mut c = self.base(&["run"]);
+        c.arg("--repo").arg(&self.repo);
+        if !opts.iter().any(|o| o.starts_with("--rev")) {
+            c.args(["--rev", "HEAD"]);
+        }
+        c.args(opts).arg("--").args(argv);
+        c.stdin(Stdio::null());
+        c
+    }
+
+    /// Runs `airlock run` to completion.
+    pub fn run(&self, opts: &[&str], argv: &[&str]) -> RunResult {
+        RunResult::from(self.run_cmd(opts, argv).output().expect("airlock runs"))
+    }
+
+    /// `sh -c script` in the sandbox, expecting a JSON result.
+    pub fn sh(&self, script: &str) -> Value {
+        let r = self.run(&[], &["sh", "-c", script]);
+        r.json
+            .unwrap_or_else(|| panic!("no JSON result; stderr: {}", r.stderr))
+    }
+
+    /// `airlock recover`, returning the JSON report.
+    pub fn recover(&self) -> Value {
+        let out = self.base(&["recover"]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(&text).unwrap_or_else(|e| {
+            panic!(
+                "recover printed no JSON ({e}): {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    }
+
+    /// `airlock verification list` as JSON.
+    pub fn list(&self, extra: &[&str]) -> Vec<Value> {
+        let mut c = self.base(&["verification", "list"]);
+        c.args(extra);
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// Asserts nothing of a verification remains: no container, no checkout, no lock.
+    pub fn assert_clean(&self, v: &Value) {
+        let key = v["creation_key"].as_str().expect("creation_key");
+        assert_eq!(
+            containers_with_key(key),
+            Vec::<String>::new(),
+            "container left for {key}"
+        );
+        let checkout = self.data.join("checkouts").join(key);
+        assert!(!checkout.exists(), "checkout left: {}", checkout.display());
+        assert!(!self.data.join("locks").join(format!("{key}.lock")).exists());
+    }
+}
+
+/// The result of one `airlock run`.
+#[derive(Debug)]
+pub struct RunResult {
+    pub code: Option<i32>,
+    pub json: Option<Value>,
+    pub stderr: String,
+}
+
+impl From<Output> for RunResult {
+    fn from(out: Output) -> Self {
+        RunResult {
+            code: out.status.code(),
+            json: serde_json::from_slice(&out.stdout).ok(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+/// Ids of containers (any state) labelled with a creation key.
+pub fn containers_with_key(key: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args(["ps", "-aq", "--filter"])
+        .arg(format!("label=airlock.creation_key={key}"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// How many containers were created for a creation key since `since` (unix seconds).
+pub fn create_events(key: &str, since: u64) -> usize {
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 1;
+    let out = Command::new("docker")
+        .args([
+            "events",
+            "--since",
+            &since.to_string(),
+            "--until",
+            &until.to_string(),
+        ])
+        .args(["--filter", "event=create", "--filter"])
+        .arg(format!("label=airlock.creation_key={key}"))
+        .args(["--format", "{{.ID}}"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// The probe binary (tests/fixtures/probe.c), compiled statically once per test run.
+pub fn probe_binary() -> Vec<u8> {
+    static BIN: OnceLock<Vec<u8>> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let out = out_dir.join("airlock-probe");
+        let status = Command::new("cc")
+            .args(["-static", "-O2", "-pthread", "-o"])
+            .arg(&out)
+            .arg(Path::new(ROOT).join("tests/fixtures/probe.c"))
+            .status()
+            .expect("a C compiler (cc) is installed; scripts/test.sh installs gcc and libc6-dev");
+        assert!(status.success(), "compiling the probe failed");
+        std::fs::read(&out).unwrap()
+    })
+    .clone()
+}
+
+/// Parses `key=value` lines.
+pub fn kv(output: &str) -> std::collections::BTreeMap<String, String> {
+    output
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
