@@ -249,10 +249,10 @@ fn sigterm_during_run_cancels_with_an_artifact() {
                 vec![]
             };
             let running = rows.iter().find(|r| r["status"] == "running");
-            if let Some(r) = running {
-                if !containers_with_key(r["creation_key"].as_str().unwrap()).is_empty() {
-                    break;
-                }
+            if running.is_some_and(|r| {
+                !containers_with_key(r["creation_key"].as_str().unwrap()).is_empty()
+            }) {
+                break;
             }
             assert!(
                 std::time::Instant::now() < deadline,
