@@ -285,3 +285,47 @@ fn sigterm_during_run_cancels_with_an_artifact() {
         f.assert_clean(&v);
     }
 }
+
+#[test]
+fn artifact_write_failure_is_error_never_assumed() {
+    if !docker() {
+        return;
+    }
+    let f = fixture();
+    let child = f
+        .run_cmd(&[], &["sh", "-c", "sleep 3; echo done"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the run is under way, make the artifact directory unusable: a file in its place.
+    let dir = f.data.join("artifacts/verifications");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !(f.data.join("airlock.db").exists()
+        && f.list(&[]).iter().any(|r| r["status"] == "running"))
+    {
+        assert!(std::time::Instant::now() < deadline, "run never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::write(&dir, b"not a directory").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "error", "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("recovery artifact could not be written"),
+        "{v}"
+    );
+    assert_eq!(
+        v["output"], "done\n",
+        "the observed output is kept as evidence"
+    );
+    std::fs::remove_file(&dir).unwrap();
+    std::fs::create_dir(&dir).unwrap();
+    let stored = f.list(&[]).remove(0);
+    assert_eq!(stored, v, "the settled row says the same");
+    f.assert_clean(&v);
+}
