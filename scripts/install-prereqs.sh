@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what Airlock's build, tests and scripts need on a fresh Debian machine that has only the
 # Rust toolchain and a running Docker engine: busybox-static (copied into the minimal sandbox
-# image), git, a C compiler and static libc (for the syscall probe fixture), GNU time (peak RSS in
-# the benchmark). Idempotent: installs only what is missing.
+# image), mmdebstrap (builds the toolchain image's root filesystem), git, a C compiler and static
+# libc (for the syscall probe fixture), GNU time (peak RSS in the benchmark). Idempotent: installs only what is missing.
 set -euo pipefail
 
 need=()
@@ -11,6 +11,7 @@ command -v git >/dev/null 2>&1 || need+=(git)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
 [ -f /usr/lib/x86_64-linux-gnu/libc.a ] || [ -f /usr/lib/aarch64-linux-gnu/libc.a ] || need+=(libc6-dev)
 [ -x /usr/bin/time ] || need+=(time)
+command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 
 if [ ${#need[@]} -gt 0 ]; then

@@ -91,6 +91,12 @@ pub enum ImagesCommand {
         name: Option<String>,
         #[arg(long, default_value = "images")]
         images_dir: PathBuf,
+        /// Copy the host's Rust toolchain into rootfs images (default: when rustc is installed).
+        #[arg(long, conflicts_with = "without_rust")]
+        with_rust: bool,
+        /// Never copy the host's Rust toolchain.
+        #[arg(long)]
+        without_rust: bool,
     },
 }
 
@@ -193,8 +199,21 @@ async fn dispatch(cmd: Command) -> ExitCode {
             .await
         }
         Command::Images {
-            command: ImagesCommand::Build { name, images_dir },
-        } => build_images(name, &images_dir).await,
+            command:
+                ImagesCommand::Build {
+                    name,
+                    images_dir,
+                    with_rust,
+                    without_rust,
+                },
+        } => {
+            let with_rust = match (with_rust, without_rust) {
+                (true, _) => Some(true),
+                (_, true) => Some(false),
+                _ => None,
+            };
+            build_images(name, &images_dir, images::BuildOptions { with_rust }).await
+        }
         Command::Recover { common } => {
             let (_, dir) = match load(&common) {
                 Ok(x) => x,
@@ -280,7 +299,11 @@ async fn run(common: &Common, req: RunRequest) -> ExitCode {
     }
 }
 
-async fn build_images(name: Option<String>, images_dir: &Path) -> ExitCode {
+async fn build_images(
+    name: Option<String>,
+    images_dir: &Path,
+    opts: images::BuildOptions,
+) -> ExitCode {
     let names = match &name {
         Some(n) => vec![n.clone()],
         None => match images::image_names(images_dir) {
@@ -301,7 +324,7 @@ async fn build_images(name: Option<String>, images_dir: &Path) -> ExitCode {
     let mut built = Vec::new();
     for n in names {
         let mut err = std::io::stderr();
-        match sandbox.build_image(images_dir, &n, &mut err).await {
+        match sandbox.build_image(images_dir, &n, opts, &mut err).await {
             Ok(b) => built.push(serde_json::json!({
                 "name": b.name,
                 "reference": b.reference,

@@ -13,6 +13,10 @@ use std::path::{Path, PathBuf};
 pub const DEFAULT_PROFILE: &str = "default";
 /// Image of the built-in default profile.
 pub const DEFAULT_IMAGE: &str = "airlock/minimal:latest";
+/// Name of the built-in profile for real toolchains (C, Python, Rust).
+pub const TOOLCHAIN_PROFILE: &str = "toolchain";
+/// Image of the built-in toolchain profile (`airlock images build toolchain`).
+pub const TOOLCHAIN_IMAGE: &str = "airlock/toolchain:latest";
 /// Data directory used when neither the config nor the command line names one.
 pub const DEFAULT_DATA_DIR: &str = ".airlock";
 
@@ -97,6 +101,34 @@ fn builtin_profiles() -> BTreeMap<String, RawProfile> {
             pids: None,
             tmp_bytes: None,
             env: None,
+            setup_script: None,
+        },
+    );
+    // Builds need more of everything; HOME and CARGO_HOME live on the writable /tmp tmpfs
+    // because the root filesystem is read-only.
+    m.insert(
+        TOOLCHAIN_PROFILE.to_string(),
+        RawProfile {
+            image: TOOLCHAIN_IMAGE.to_string(),
+            user: None,
+            working_dir: None,
+            memory_bytes: Some(2 << 30),
+            cpus: Some(2.0),
+            pids: Some(1024),
+            tmp_bytes: Some(1 << 30),
+            env: Some(BTreeMap::from(
+                [
+                    ("LANG", "C.UTF-8"),
+                    ("HOME", "/tmp"),
+                    ("CARGO_HOME", "/tmp/cargo-home"),
+                    ("PYTHONDONTWRITEBYTECODE", "1"),
+                    (
+                        "PATH",
+                        "/opt/rust/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    ),
+                ]
+                .map(|(k, v)| (k.to_string(), v.to_string())),
+            )),
             setup_script: None,
         },
     );
@@ -326,6 +358,18 @@ mod tests {
         assert_eq!(p.env.get("LANG").map(String::as_str), Some("C.UTF-8"));
         assert_eq!(p.setup_script, "");
         assert_eq!(c.data_dir, PathBuf::from(".airlock"));
+    }
+
+    #[test]
+    fn builtin_toolchain_profile() {
+        let c = Config::builtin();
+        let p = c.profile("toolchain").unwrap();
+        assert_eq!(p.image, TOOLCHAIN_IMAGE);
+        assert_eq!(p.memory_bytes, 2 << 30);
+        assert_eq!(p.cpus, 2.0);
+        assert_eq!(p.pids, 1024);
+        assert_eq!(p.env["HOME"], "/tmp");
+        assert_eq!(p.env["CARGO_HOME"], "/tmp/cargo-home");
     }
 
     #[test]

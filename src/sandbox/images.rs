@@ -19,11 +19,80 @@ pub const IMAGE_REPOSITORY_PREFIX: &str = "airlock/";
 /// Largest build context Airlock will assemble in memory.
 pub const MAX_CONTEXT_BYTES: usize = 512 * 1024 * 1024;
 
+/// How long an image import may take to upload (the Docker client's default is 120 s, which a
+/// large root filesystem tar exceeds).
+pub const IMPORT_TIMEOUT_SECS: u64 = 3600;
+
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct Manifest {
     #[serde(default)]
     host_files: Vec<HostFile>,
+    rootfs: Option<RootfsBuild>,
+}
+
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct RootfsBuild {
+    /// Script in the image directory that writes the rootfs tar to `$AIRLOCK_ROOTFS_TAR`.
+    script: String,
+    /// Dockerfile-style changes applied on import (ENV, USER, WORKDIR, ...).
+    #[serde(default)]
+    changes: Vec<String>,
+}
+
+/// Options of one build.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BuildOptions {
+    /// Copy the host's Rust toolchain into rootfs images: `None` = when the host has one.
+    pub with_rust: Option<bool>,
+}
+
+fn load_manifest(dir: &Path) -> Result<Manifest, SandboxError> {
+    match std::fs::read_to_string(dir.join("image.toml")) {
+        Ok(t) => toml::from_str(&t)
+            .map_err(|e| SandboxError::Build(format!("{}: {e}", dir.join("image.toml").display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Manifest::default()),
+        Err(e) => Err(SandboxError::Build(format!("{}: {e}", dir.display()))),
+    }
+}
+
+/// The host's Rust sysroot (`rustc --print sysroot`) and `rustc -vV`, if rustc is installed.
+fn host_rust() -> Option<(PathBuf, String)> {
+    let run = |args: &[&str]| {
+        std::process::Command::new("rustc")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    Some((PathBuf::from(run(&["--print", "sysroot"])?), run(&["-vV"])?))
+}
+
+/// Host state a rootfs build reads besides its own directory: the release and apt sources.
+fn host_build_inputs() -> String {
+    let mut files = vec![
+        PathBuf::from("/etc/os-release"),
+        PathBuf::from("/etc/apt/sources.list"),
+    ];
+    if let Ok(rd) = std::fs::read_dir("/etc/apt/sources.list.d") {
+        let mut more: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+        more.sort();
+        files.extend(more);
+    }
+    let mut inputs = String::new();
+    // An operator override of the package sources (see images/toolchain/build-rootfs.sh).
+    if let Ok(over) = std::env::var("AIRLOCK_APT_SOURCES") {
+        inputs.push_str(&format!("AIRLOCK_APT_SOURCES={over}\n"));
+        files.extend(over.split_whitespace().map(PathBuf::from));
+    }
+    for f in files {
+        if let Ok(text) = std::fs::read_to_string(&f) {
+            inputs.push_str(&format!("== {}\n{text}\n", f.display()));
+        }
+    }
+    inputs
 }
 
 #[derive(Debug, Deserialize)]
@@ -58,7 +127,9 @@ pub fn image_names(images_dir: &Path) -> Result<Vec<String>, SandboxError> {
     })?;
     let mut names = Vec::new();
     for entry in rd.flatten() {
-        if entry.path().join("Dockerfile").is_file() {
+        let dir = entry.path();
+        let is_rootfs = load_manifest(&dir).is_ok_and(|m| m.rootfs.is_some());
+        if dir.join("Dockerfile").is_file() || is_rootfs {
             names.push(entry.file_name().to_string_lossy().into_owned());
         }
     }
@@ -68,13 +139,7 @@ pub fn image_names(images_dir: &Path) -> Result<Vec<String>, SandboxError> {
 
 /// Assembles the deterministic tar build context of one image directory and its SHA-256.
 pub fn build_context(dir: &Path) -> Result<(Vec<u8>, String), SandboxError> {
-    let manifest: Manifest = match std::fs::read_to_string(dir.join("image.toml")) {
-        Ok(t) => toml::from_str(&t).map_err(|e| {
-            SandboxError::Build(format!("{}: {e}", dir.join("image.toml").display()))
-        })?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Manifest::default(),
-        Err(e) => return Err(SandboxError::Build(format!("{}: {e}", dir.display()))),
-    };
+    let manifest = load_manifest(dir)?;
     // Context path -> (host path, package that provides it, if from the host).
     let mut files: BTreeMap<String, (PathBuf, Option<String>)> = BTreeMap::new();
     collect_dir(dir, dir, &mut files)?;
@@ -172,9 +237,15 @@ impl Sandbox {
         &self,
         images_dir: &Path,
         name: &str,
+        opts: BuildOptions,
         progress: &mut dyn Write,
     ) -> Result<BuiltImage, SandboxError> {
         let dir = images_dir.join(name);
+        if let Some(rootfs) = load_manifest(&dir)?.rootfs {
+            return self
+                .build_rootfs_image(&dir, name, &rootfs, opts, progress)
+                .await;
+        }
         if !dir.join("Dockerfile").is_file() {
             return Err(SandboxError::Build(format!(
                 "{} has no Dockerfile; images: {}",
@@ -192,24 +263,8 @@ impl Sandbox {
             "[{name}] build context {} bytes, sha256 {sha}",
             context.len()
         );
-        if let Ok(existing) = self.docker().inspect_image(&tagged).await {
-            let label = existing
-                .config
-                .as_ref()
-                .and_then(|c| c.labels.as_ref())
-                .and_then(|l| l.get(LABEL_CONTENT_SHA256).cloned());
-            if label.as_deref() == Some(sha.as_str()) {
-                self.tag(&tagged, &repo, "latest").await?;
-                let _ = writeln!(progress, "[{name}] up to date: {tagged}");
-                return Ok(BuiltImage {
-                    name: name.to_string(),
-                    reference: latest,
-                    content_tag,
-                    content_sha256: sha,
-                    image_id: existing.id.unwrap_or_default(),
-                    skipped: true,
-                });
-            }
+        if let Some(done) = self.existing(name, &sha, progress).await? {
+            return Ok(done);
         }
         let labels = HashMap::from([
             (LABEL_CONTENT_SHA256.to_string(), sha.clone()),
@@ -255,6 +310,192 @@ impl Sandbox {
         })
     }
 
+    /// The already-built image with content hash `sha`, re-pointing `latest` at it.
+    async fn existing(
+        &self,
+        name: &str,
+        sha: &str,
+        progress: &mut dyn Write,
+    ) -> Result<Option<BuiltImage>, SandboxError> {
+        let repo = format!("{IMAGE_REPOSITORY_PREFIX}{name}");
+        let content_tag = sha[..16].to_string();
+        let tagged = format!("{repo}:{content_tag}");
+        let Ok(existing) = self.docker().inspect_image(&tagged).await else {
+            return Ok(None);
+        };
+        let label = existing
+            .config
+            .as_ref()
+            .and_then(|c| c.labels.as_ref())
+            .and_then(|l| l.get(LABEL_CONTENT_SHA256).cloned());
+        if label.as_deref() != Some(sha) {
+            return Ok(None);
+        }
+        self.tag(&tagged, &repo, "latest").await?;
+        let _ = writeln!(
+            progress,
+            "[{name}] up to date: {tagged} ({} MiB)",
+            existing.size.unwrap_or(0) >> 20
+        );
+        Ok(Some(BuiltImage {
+            name: name.to_string(),
+            reference: format!("{repo}:latest"),
+            content_tag,
+            content_sha256: sha.to_string(),
+            image_id: existing.id.unwrap_or_default(),
+            skipped: true,
+        }))
+    }
+
+    /// Builds a `[rootfs]` image: runs its script on the host, then imports the tar.
+    async fn build_rootfs_image(
+        &self,
+        dir: &Path,
+        name: &str,
+        rootfs: &RootfsBuild,
+        opts: BuildOptions,
+        progress: &mut dyn Write,
+    ) -> Result<BuiltImage, SandboxError> {
+        use futures_util::TryStreamExt;
+        use tokio::io::AsyncReadExt;
+        let script = dir.join(&rootfs.script);
+        if rootfs.script.contains('/') || !script.is_file() {
+            return Err(SandboxError::Build(format!(
+                "[{name}] rootfs script {:?} must be a file in {}",
+                rootfs.script,
+                dir.display()
+            )));
+        }
+        let rust = match opts.with_rust {
+            Some(false) => None,
+            Some(true) => Some(host_rust().ok_or_else(|| {
+                SandboxError::Build(format!(
+                    "[{name}] --with-rust was given but rustc is not installed on this host"
+                ))
+            })?),
+            None => host_rust(),
+        };
+        let (_, context_sha) = build_context(dir)?;
+        let inputs = format!(
+            "context {context_sha}\nrust {}\n{}",
+            rust.as_ref().map(|r| r.1.as_str()).unwrap_or("none"),
+            host_build_inputs()
+        );
+        let sha = hex::encode(Sha256::digest(inputs.as_bytes()));
+        let rust_note = match &rust {
+            Some((sysroot, _)) => format!("rust from {}", sysroot.display()),
+            None => "no rust".to_string(),
+        };
+        let _ = writeln!(
+            progress,
+            "[{name}] rootfs image, inputs sha256 {sha}, {rust_note}"
+        );
+        if let Some(done) = self.existing(name, &sha, progress).await? {
+            return Ok(done);
+        }
+        let started = std::time::Instant::now();
+        let tmp = tempfile::tempdir()
+            .map_err(|e| SandboxError::Build(format!("[{name}] temp dir: {e}")))?;
+        let tar_path = tmp.path().join("rootfs.tar");
+        let _ = writeln!(progress, "[{name}] running {}", script.display());
+        let mut cmd = std::process::Command::new("bash");
+        cmd.arg(&script)
+            .env("AIRLOCK_ROOTFS_TAR", &tar_path)
+            .env(
+                "AIRLOCK_RUST_SYSROOT",
+                rust.as_ref().map(|r| r.0.as_os_str()).unwrap_or_default(),
+            )
+            .stdin(std::process::Stdio::null())
+            .stdout(std::io::stderr())
+            .stderr(std::io::stderr());
+        let status = tokio::task::spawn_blocking(move || cmd.status())
+            .await
+            .expect("waiting for the build script does not panic")
+            .map_err(|e| SandboxError::Build(format!("[{name}] cannot run the script: {e}")))?;
+        if !status.success() {
+            return Err(SandboxError::Build(format!(
+                "[{name}] {} failed ({status}); see its output above",
+                rootfs.script
+            )));
+        }
+        let tar_size = std::fs::metadata(&tar_path)
+            .map_err(|e| {
+                SandboxError::Build(format!("[{name}] the script wrote no rootfs tar: {e}"))
+            })?
+            .len();
+        let _ = writeln!(
+            progress,
+            "[{name}] importing a {} MiB root filesystem",
+            tar_size >> 20
+        );
+        let repo = format!("{IMAGE_REPOSITORY_PREFIX}{name}");
+        let content_tag = sha[..16].to_string();
+        let tagged = format!("{repo}:{content_tag}");
+        let mut changes = rootfs.changes.clone();
+        changes.push(format!("LABEL {LABEL_CONTENT_SHA256}={sha}"));
+        changes.push(format!("LABEL airlock.image={name}"));
+        let file = tokio::fs::File::open(&tar_path)
+            .await
+            .map_err(|e| SandboxError::Build(format!("[{name}] {e}")))?;
+        // Streamed in 1 MiB chunks: the tar is never held in memory.
+        let body = futures_util::stream::try_unfold(file, |mut f| async move {
+            let mut buf = vec![0u8; 1 << 20];
+            let n = f.read(&mut buf).await?;
+            if n == 0 {
+                return Ok(None);
+            }
+            buf.truncate(n);
+            Ok(Some((bytes::Bytes::from(buf), f)))
+        });
+        let docker = self
+            .docker()
+            .clone()
+            .with_timeout(std::time::Duration::from_secs(IMPORT_TIMEOUT_SECS));
+        let import = bollard::query_parameters::CreateImageOptionsBuilder::default()
+            .from_src("-")
+            .repo(&repo)
+            .tag(&content_tag)
+            .changes(changes)
+            .build();
+        let mut stream =
+            docker.create_image(Some(import), Some(bollard::body_try_stream(body)), None);
+        while let Some(info) = stream
+            .try_next()
+            .await
+            .map_err(|e| SandboxError::Build(format!("[{name}] import: {e}")))?
+        {
+            if let Some(detail) = info.error_detail {
+                return Err(SandboxError::Build(format!(
+                    "[{name}] import: {}",
+                    detail.message.unwrap_or_default()
+                )));
+            }
+        }
+        let image = self
+            .docker()
+            .inspect_image(&tagged)
+            .await
+            .map_err(|source| SandboxError::Docker {
+                op: "inspect image",
+                source,
+            })?;
+        self.tag(&tagged, &repo, "latest").await?;
+        let _ = writeln!(
+            progress,
+            "[{name}] built {tagged} and {repo}:latest: {} MiB in {} s",
+            image.size.unwrap_or(0) >> 20,
+            started.elapsed().as_secs()
+        );
+        Ok(BuiltImage {
+            name: name.to_string(),
+            reference: format!("{repo}:latest"),
+            content_tag,
+            content_sha256: sha,
+            image_id: image.id.unwrap_or_default(),
+            skipped: false,
+        })
+    }
+
     async fn tag(&self, source: &str, repo: &str, tag: &str) -> Result<(), SandboxError> {
         self.docker()
             .tag_image(
@@ -291,6 +532,30 @@ mod tests {
         std::fs::write(d.path().join("rootfs/a"), "y").unwrap();
         let (_, sha_c) = build_context(d.path()).unwrap();
         assert_ne!(sha_a, sha_c);
+    }
+
+    #[test]
+    fn rootfs_directories_are_images_too() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("fs")).unwrap();
+        std::fs::write(
+            d.path().join("fs/image.toml"),
+            "[rootfs]\nscript = \"b.sh\"\nchanges = [\"USER 1:1\"]\n",
+        )
+        .unwrap();
+        std::fs::create_dir(d.path().join("df")).unwrap();
+        std::fs::write(d.path().join("df/Dockerfile"), "FROM scratch\n").unwrap();
+        std::fs::create_dir(d.path().join("notes")).unwrap();
+        assert_eq!(image_names(d.path()).unwrap(), ["df", "fs"]);
+        std::fs::write(
+            d.path().join("fs/image.toml"),
+            "[rootfs]\nscrip = \"b.sh\"\n",
+        )
+        .unwrap();
+        assert!(
+            load_manifest(&d.path().join("fs")).is_err(),
+            "unknown keys are refused"
+        );
     }
 
     #[test]

@@ -6,3 +6,4 @@ mod recovery;
 mod refusals;
 mod runner;
 mod support;
+mod toolchain;

@@ -1,0 +1,212 @@
+//! Real projects (C, Python, Rust) verified with the built-in `toolchain` profile: Debian with
+//! build tools, in the same hardened sandbox (no network, read-only root, non-root user).
+
+use crate::support::*;
+use std::sync::OnceLock;
+
+/// Builds `airlock/toolchain` once per test run (a no-op when its content hash already exists).
+fn toolchain() -> bool {
+    if !docker() {
+        return false;
+    }
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let out = std::process::Command::new(BIN)
+            .args(["images", "build", "toolchain", "--images-dir"])
+            .arg(std::path::Path::new(ROOT).join("images"))
+            .output()
+            .expect("airlock images build runs");
+        assert!(
+            out.status.success(),
+            "airlock images build toolchain failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    true
+}
+
+fn run_toolchain(f: &Fixture, argv: &[&str]) -> serde_json::Value {
+    let r = f.run(&["--profile", "toolchain", "--timeout", "600"], argv);
+    r.json.unwrap_or_else(|| panic!("no result: {}", r.stderr))
+}
+
+#[test]
+fn c_project_make_test_passes() {
+    if !toolchain() {
+        return;
+    }
+    let f = Fixture::new(&[
+        ("add.c", "int add(int a, int b) { return a + b; }\n", false),
+        (
+            "test_add.c",
+            "#include <stdio.h>\nint add(int, int);\nint main(void) {\n  if (add(2, 3) != 5) { puts(\"FAIL\"); return 1; }\n  puts(\"all tests passed\");\n  return 0;\n}\n",
+            false,
+        ),
+        (
+            "Makefile",
+            "test: test_add\n\t./test_add\n\ntest_add: add.c test_add.c\n\tcc -Wall -O2 -o $@ $^\n",
+            false,
+        ),
+        (".gitignore", "test_add\n", false),
+    ]);
+    let v = run_toolchain(&f, &["make", "test"]);
+    assert_eq!(v["status"], "passed", "{v}");
+    assert!(v["output"].as_str().unwrap().contains("all tests passed"));
+    assert_eq!(v["image"], "airlock/toolchain:latest");
+    assert_eq!(v["memory_limit_bytes"], 2u64 << 30);
+    f.assert_clean(&v);
+}
+
+#[test]
+fn python_pytest_pass_and_fail() {
+    if !toolchain() {
+        return;
+    }
+    let f = Fixture::new(&[
+        ("calc.py", "def mul(a, b):\n    return a * b\n", false),
+        (
+            "test_calc.py",
+            "from calc import mul\n\ndef test_mul():\n    assert mul(3, 4) == 12\n",
+            false,
+        ),
+    ]);
+    let v = run_toolchain(
+        &f,
+        &["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+    );
+    assert_eq!(v["status"], "passed", "{v}");
+    assert!(v["output"].as_str().unwrap().contains("1 passed"), "{v}");
+    f.assert_clean(&v);
+
+    f.commit(
+        &[(
+            "test_calc.py",
+            "from calc import mul\n\ndef test_mul():\n    assert mul(3, 4) == 13\n",
+            false,
+        )],
+        "break the test",
+    );
+    let v = run_toolchain(
+        &f,
+        &["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+    );
+    assert_eq!(v["status"], "failed", "{v}");
+    assert_eq!(v["exit_code"], 1);
+    let out = v["output"].as_str().unwrap();
+    assert!(
+        out.contains("assert 12 == 13") && out.contains("1 failed"),
+        "failure visible: {out}"
+    );
+    f.assert_clean(&v);
+}
+
+#[test]
+fn rust_crate_cargo_test_offline_passes() {
+    if !toolchain() {
+        return;
+    }
+    let f = Fixture::new(&[
+        (
+            "Cargo.toml",
+            "[package]\nname = \"sample\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\n",
+            false,
+        ),
+        (
+            "src/lib.rs",
+            "pub fn double(x: u32) -> u32 { x * 2 }\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn doubles() { assert_eq!(super::double(21), 42); }\n}\n",
+            false,
+        ),
+    ]);
+    let v = run_toolchain(
+        &f,
+        &[
+            "sh",
+            "-c",
+            "cargo test --offline && test -d target/debug && echo target-in-workspace",
+        ],
+    );
+    assert_eq!(v["status"], "passed", "{v}");
+    let out = v["output"].as_str().unwrap();
+    assert!(out.contains("test result: ok. 1 passed"), "{out}");
+    assert!(out.contains("target-in-workspace"), "{out}");
+    f.assert_clean(&v);
+}
+
+#[test]
+fn build_step_reaching_the_network_fails_clearly() {
+    if !toolchain() {
+        return;
+    }
+    let f = Fixture::new(&[(
+        "fetch.py",
+        "import urllib.request\nurllib.request.urlopen('https://pypi.org/simple/six/', timeout=10)\nprint('fetched')\n",
+        false,
+    )]);
+    let v = run_toolchain(&f, &["python3", "fetch.py"]);
+    assert_eq!(v["status"], "failed", "{v}");
+    let out = v["output"].as_str().unwrap();
+    assert!(!out.contains("fetched"));
+    assert!(
+        out.contains("URLError")
+            && (out.contains("name resolution")
+                || out.contains("Network is unreachable")
+                || out.contains("Name or service not known")),
+        "the failure says the network is not there: {out}"
+    );
+}
+
+#[test]
+fn test_that_rewrites_a_tracked_file_is_source_changed() {
+    if !toolchain() {
+        return;
+    }
+    let f = Fixture::new(&[
+        ("expected.txt", "golden\n", false),
+        (
+            "test_golden.py",
+            "def test_regenerates_golden_file():\n    open('expected.txt', 'w').write('regenerated\\n')\n",
+            false,
+        ),
+    ]);
+    let v = run_toolchain(
+        &f,
+        &["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+    );
+    assert_eq!(v["status"], "source_changed", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("expected.txt"));
+    f.assert_clean(&v);
+}
+
+#[test]
+fn unreachable_package_source_fails_the_build_clearly() {
+    if !docker() {
+        return;
+    }
+    // A package source that cannot be reached (and sends nothing over the network).
+    let d = tempfile::tempdir().unwrap();
+    let sources = d.path().join("unreachable.list");
+    std::fs::write(
+        &sources,
+        "deb file:///nonexistent-airlock-mirror bookworm main\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .args([
+            "images",
+            "build",
+            "toolchain",
+            "--without-rust",
+            "--images-dir",
+        ])
+        .arg(std::path::Path::new(ROOT).join("images"))
+        .env("AIRLOCK_APT_SOURCES", &sources)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("check that the package source(s)") && err.contains("unreachable.list"),
+        "{err}"
+    );
+    assert!(err.contains("build-rootfs.sh failed"), "{err}");
+}
