@@ -36,12 +36,95 @@ pub enum ConfigError {
     UnknownProfile { name: String, known: String },
 }
 
+/// Address `airlock serve` listens on by default.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
+/// Lifetime of an evidence packet when the config names none.
+pub const DEFAULT_EVIDENCE_TTL_DAYS: u64 = 7;
+/// Seconds between periodic recovery and expiry passes of the daemon.
+pub const DEFAULT_MAINTENANCE_INTERVAL_SECONDS: u64 = 60;
+
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     data_dir: Option<PathBuf>,
+    listen: Option<String>,
+    evidence_ttl_days: Option<u64>,
+    maintenance_interval_seconds: Option<u64>,
     #[serde(default)]
     profiles: BTreeMap<String, RawProfile>,
+    #[serde(default)]
+    workspaces: BTreeMap<String, RawWorkspace>,
+    #[serde(default)]
+    tokens: Vec<RawToken>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWorkspace {
+    repo: PathBuf,
+    profile: Option<String>,
+    #[serde(default)]
+    members: BTreeMap<String, Vec<Permission>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawToken {
+    sha256: String,
+    member_id: Option<String>,
+    run_id: Option<String>,
+    workspace_id: Option<String>,
+}
+
+/// What a member may do in a workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Permission {
+    View,
+    Integrate,
+    Verify,
+    Decide,
+    Push,
+}
+
+impl Permission {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Permission::View => "view",
+            Permission::Integrate => "integrate",
+            Permission::Verify => "verify",
+            Permission::Decide => "decide",
+            Permission::Push => "push",
+        }
+    }
+}
+
+/// A workspace: one repository on this host, its profile and its members.
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    pub id: String,
+    pub repo: PathBuf,
+    pub profile: String,
+    pub members: BTreeMap<String, Vec<Permission>>,
+}
+
+/// Who a bearer token authenticates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSubject {
+    Member {
+        member_id: String,
+    },
+    Run {
+        run_id: String,
+        workspace_id: String,
+    },
+}
+
+/// A configured token: the SHA-256 of the bearer secret, never the secret itself.
+#[derive(Debug, Clone)]
+pub struct Token {
+    pub sha256: [u8; 32],
+    pub subject: TokenSubject,
 }
 
 #[derive(Debug, Deserialize, Clone)]
@@ -85,7 +168,12 @@ impl Profile {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub data_dir: PathBuf,
+    pub listen: String,
+    pub evidence_ttl: std::time::Duration,
+    pub maintenance_interval: std::time::Duration,
     pub profiles: BTreeMap<String, Profile>,
+    pub workspaces: BTreeMap<String, Workspace>,
+    pub tokens: Vec<Token>,
 }
 
 fn builtin_profiles() -> BTreeMap<String, RawProfile> {
@@ -176,11 +264,101 @@ impl Config {
             let resolved = resolve_profile(&name, p)?;
             profiles.insert(name, resolved);
         }
+        let mut workspaces = BTreeMap::new();
+        for (id, w) in raw.workspaces {
+            if !is_identifier(&id) {
+                return Err(ConfigError::Invalid {
+                    field: format!("workspaces.{id}"),
+                    message: "workspace ids use 1..=128 letters, digits, '_', '-' or '.'".into(),
+                });
+            }
+            let profile = w.profile.unwrap_or_else(|| DEFAULT_PROFILE.to_string());
+            if !profiles.contains_key(&profile) {
+                return Err(ConfigError::Invalid {
+                    field: format!("workspaces.{id}.profile"),
+                    message: format!("unknown profile {profile:?}"),
+                });
+            }
+            for m in w.members.keys() {
+                if !is_identifier(m) {
+                    return Err(ConfigError::Invalid {
+                        field: format!("workspaces.{id}.members.{m}"),
+                        message: "member ids use 1..=128 letters, digits, '_', '-' or '.'".into(),
+                    });
+                }
+            }
+            workspaces.insert(
+                id.clone(),
+                Workspace {
+                    id,
+                    repo: w.repo,
+                    profile,
+                    members: w.members,
+                },
+            );
+        }
+        let mut tokens = Vec::new();
+        for (i, t) in raw.tokens.into_iter().enumerate() {
+            let field = |k: &str| format!("tokens[{i}].{k}");
+            let bytes = hex::decode(&t.sha256)
+                .ok()
+                .filter(|b| b.len() == 32)
+                .ok_or_else(|| ConfigError::Invalid {
+                    field: field("sha256"),
+                    message: "must be the 64-hex-digit SHA-256 of the bearer token".into(),
+                })?;
+            let subject = match (t.member_id, t.run_id, t.workspace_id) {
+                (Some(member_id), None, None) => TokenSubject::Member { member_id },
+                (None, Some(run_id), Some(workspace_id)) => {
+                    if !workspaces.contains_key(&workspace_id) {
+                        return Err(ConfigError::Invalid {
+                            field: field("workspace_id"),
+                            message: format!("unknown workspace {workspace_id:?}"),
+                        });
+                    }
+                    TokenSubject::Run {
+                        run_id,
+                        workspace_id,
+                    }
+                }
+                _ => {
+                    return Err(ConfigError::Invalid {
+                        field: format!("tokens[{i}]"),
+                        message: "needs either member_id, or run_id together with workspace_id"
+                            .into(),
+                    });
+                }
+            };
+            let mut sha256 = [0u8; 32];
+            sha256.copy_from_slice(&bytes);
+            tokens.push(Token { sha256, subject });
+        }
+        let days = raw.evidence_ttl_days.unwrap_or(DEFAULT_EVIDENCE_TTL_DAYS);
+        if !(1..=365).contains(&days) {
+            return Err(ConfigError::Invalid {
+                field: "evidence_ttl_days".into(),
+                message: format!("{days} must be between 1 and 365"),
+            });
+        }
+        let interval = raw
+            .maintenance_interval_seconds
+            .unwrap_or(DEFAULT_MAINTENANCE_INTERVAL_SECONDS);
+        if !(1..=86_400).contains(&interval) {
+            return Err(ConfigError::Invalid {
+                field: "maintenance_interval_seconds".into(),
+                message: format!("{interval} must be between 1 and 86400"),
+            });
+        }
         Ok(Config {
             data_dir: raw
                 .data_dir
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
+            listen: raw.listen.unwrap_or_else(|| DEFAULT_LISTEN.to_string()),
+            evidence_ttl: std::time::Duration::from_secs(days * 86_400),
+            maintenance_interval: std::time::Duration::from_secs(interval),
             profiles,
+            workspaces,
+            tokens,
         })
     }
 
@@ -193,6 +371,18 @@ impl Config {
                 known: self.profiles.keys().cloned().collect::<Vec<_>>().join(", "),
             })
     }
+}
+
+/// Ids used in refs, paths and config keys: 1..=128 of `[A-Za-z0-9_.-]`, not starting with '.'
+/// or '-'.
+pub fn is_identifier(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && !s.starts_with('.')
+        && !s.starts_with('-')
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        && !s.contains("..")
 }
 
 fn invalid(profile: &str, key: &str, message: String) -> ConfigError {
@@ -420,6 +610,56 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(field), "{line}: {e}");
+        }
+    }
+
+    #[test]
+    fn workspaces_and_tokens() {
+        let c = Config::parse(&format!(
+            "listen = \"127.0.0.1:1\"\n[workspaces.ws_1]\nrepo = \"/r\"\nmembers = {{ alice = [\"view\", \"push\"] }}\n\
+             [[tokens]]\nsha256 = \"{}\"\nmember_id = \"alice\"\n\
+             [[tokens]]\nsha256 = \"{}\"\nrun_id = \"run_1\"\nworkspace_id = \"ws_1\"\n",
+            "a".repeat(64),
+            "b".repeat(64)
+        ))
+        .unwrap();
+        assert_eq!(c.listen, "127.0.0.1:1");
+        let ws = &c.workspaces["ws_1"];
+        assert_eq!(ws.profile, "default");
+        assert_eq!(
+            ws.members["alice"],
+            vec![Permission::View, Permission::Push]
+        );
+        assert_eq!(c.tokens.len(), 2);
+        assert_eq!(
+            c.tokens[1].subject,
+            TokenSubject::Run {
+                run_id: "run_1".into(),
+                workspace_id: "ws_1".into()
+            }
+        );
+        let bad = [
+            (
+                "[[tokens]]\nsha256 = \"zz\"\nmember_id = \"a\"\n",
+                "tokens[0].sha256",
+            ),
+            (
+                "[[tokens]]\nsha256 = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nmember_id = \"a\"\nrun_id = \"r\"\n",
+                "tokens[0]",
+            ),
+            (
+                "[workspaces.w]\nrepo = \"/r\"\nmembers = { a = [\"root\"] }\n",
+                "root",
+            ),
+            (
+                "[workspaces.w]\nrepo = \"/r\"\nprofile = \"nope\"\n",
+                "workspaces.w.profile",
+            ),
+            ("evidence_ttl_days = 0\n", "evidence_ttl_days"),
+        ];
+        for (text, needle) in bad {
+            let e = Config::parse(text).unwrap_err().to_string();
+            assert!(e.contains(needle), "{text}: {e}");
         }
     }
 

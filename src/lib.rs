@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod artifacts;
+pub mod candidate;
 pub mod cli;
 pub mod config;
 pub mod engine;

@@ -70,12 +70,17 @@ const FORCED_CONFIG: &[&str] = &[
     "core.splitIndex=false",
     "core.untrackedCache=false",
     "core.quotePath=false",
+    "core.fsync=all",
+    "core.fsyncMethod=fsync",
+    "gc.auto=0",
     "safe.directory=*",
 ];
 
+pub mod plumbing;
+
 /// A git command with a clean environment: no inherited GIT_* variables, no system or global
 /// config, and the forced settings above.
-fn git_command() -> Command {
+pub(crate) fn git_command() -> Command {
     let mut cmd = Command::new("git");
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("GIT_") {
@@ -94,7 +99,7 @@ fn git_command() -> Command {
 }
 
 /// Runs a git command and returns stdout, bounded by [`limits::MAX_GIT_OUTPUT_BYTES`].
-fn run_git(mut cmd: Command, ok_codes: &[i32]) -> Result<(i32, Vec<u8>), StagingError> {
+pub(crate) fn run_git(mut cmd: Command, ok_codes: &[i32]) -> Result<(i32, Vec<u8>), StagingError> {
     let args = format!("{:?}", cmd.get_args().collect::<Vec<&OsStr>>());
     let out = cmd
         .stdout(Stdio::piped())
@@ -121,7 +126,7 @@ fn run_git(mut cmd: Command, ok_codes: &[i32]) -> Result<(i32, Vec<u8>), Staging
     Ok((code, out.stdout))
 }
 
-fn is_oid(s: &str) -> bool {
+pub(crate) fn is_oid(s: &str) -> bool {
     (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
@@ -150,7 +155,7 @@ impl Repo {
         &self.git_dir
     }
 
-    fn git(&self) -> Command {
+    pub(crate) fn git(&self) -> Command {
         let mut cmd = git_command();
         cmd.arg("--git-dir").arg(&self.git_dir);
         cmd

@@ -27,6 +27,42 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "meta",
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
     ),
+    (
+        3,
+        "evidence_and_candidates",
+        "CREATE TABLE evidence (
+            evidence_ref TEXT PRIMARY KEY,
+            workspace_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            expires_at TEXT NOT NULL,
+            record TEXT NOT NULL
+        );
+        CREATE INDEX evidence_by_expiry ON evidence (expires_at);
+        CREATE TABLE candidates (
+            candidate_id TEXT PRIMARY KEY,
+            workspace_id TEXT NOT NULL,
+            state TEXT NOT NULL CHECK (state IN
+                ('preparing','conflicted','frozen','unavailable','deleting','expired')),
+            version INTEGER NOT NULL CHECK (version >= 1),
+            created_at TEXT NOT NULL,
+            expires_at TEXT NOT NULL,
+            purge_after TEXT,
+            record TEXT NOT NULL,
+            assembly TEXT NOT NULL
+        );
+        CREATE INDEX candidates_by_workspace ON candidates (workspace_id, created_at);
+        CREATE INDEX candidates_by_expiry ON candidates (expires_at);
+        CREATE TABLE idempotency (
+            workspace_id TEXT NOT NULL,
+            actor_key TEXT NOT NULL,
+            operation TEXT NOT NULL,
+            idempotency_key TEXT NOT NULL,
+            digest TEXT NOT NULL,
+            result_id TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (workspace_id, actor_key, operation, idempotency_key)
+        );",
+    ),
 ];
 
 /// The newest schema version this binary knows.

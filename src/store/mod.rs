@@ -5,7 +5,10 @@
 //! Every state change is one transaction; transitions are compare-and-set with the affected row
 //! count checked, so a lost race is a [`StoreError::Conflict`], never a silent success.
 
+mod candidates;
 mod migrations;
+
+pub use candidates::{Binding, Inserted, StoredCandidate};
 
 use crate::verification::{Status, Verification};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};

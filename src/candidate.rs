@@ -1,0 +1,422 @@
+//! Candidate integration and evidence: wire records (seed 001 shapes), states, and the pure rules
+//! (path safety, conflict markers, request digests). No I/O here.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// Most submissions in one candidate.
+pub const MAX_SUBMISSIONS: usize = 64;
+/// Most files in one resolve batch.
+pub const MAX_RESOLVE_FILES: usize = 32;
+/// Largest serialized candidate aggregate.
+pub const MAX_AGGREGATE_BYTES: usize = 16 * 1024 * 1024;
+/// Largest combined evidence packet snapshots per candidate.
+pub const MAX_SNAPSHOT_BYTES: usize = 1024 * 1024;
+/// Largest transcript (evidence and owned copies).
+pub const MAX_TRANSCRIPT_BYTES: usize = 16 * 1024 * 1024;
+/// Mutation history entries kept per candidate.
+pub const MAX_MUTATIONS: usize = 128;
+/// Candidate lifetime.
+pub const CANDIDATE_LIFETIME: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
+/// How long a deleted or expired candidate's tombstone is kept.
+pub const TOMBSTONE_RETENTION: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
+/// Largest rendered `integration.patch`.
+pub const MAX_PATCH_BYTES: usize = 1024 * 1024;
+/// `integration.list` bounds.
+pub const MAX_LIST_LIMIT: u32 = 100;
+pub const DEFAULT_LIST_LIMIT: u32 = 50;
+/// Longest idempotency key.
+pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 128;
+/// Longest repository-relative path in a resolution.
+pub const MAX_PATH_BYTES: usize = 4096;
+/// Sources a packet can carry.
+pub const SOURCE_GIT: &str = "git";
+pub const SOURCE_TRANSCRIPT: &str = "transcript";
+
+/// Candidate states (seed 001).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CandidateState {
+    Preparing,
+    Conflicted,
+    Frozen,
+    Unavailable,
+    Deleting,
+    Expired,
+}
+
+impl CandidateState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CandidateState::Preparing => "preparing",
+            CandidateState::Conflicted => "conflicted",
+            CandidateState::Frozen => "frozen",
+            CandidateState::Unavailable => "unavailable",
+            CandidateState::Deleting => "deleting",
+            CandidateState::Expired => "expired",
+        }
+    }
+
+    /// True once the candidate is fenced: no further action except reads and deletion cleanup.
+    pub fn is_fenced(self) -> bool {
+        match self {
+            CandidateState::Deleting | CandidateState::Expired => true,
+            CandidateState::Preparing
+            | CandidateState::Conflicted
+            | CandidateState::Frozen
+            | CandidateState::Unavailable => false,
+        }
+    }
+}
+
+/// The ordered four-tuple identifying one submission.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmissionRef {
+    pub workspace_id: String,
+    pub run_id: String,
+    pub evidence_ref: String,
+    pub retained_revision: String,
+}
+
+/// A durable evidence packet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvidencePacket {
+    pub evidence_ref: String,
+    pub workspace_id: String,
+    pub run_id: String,
+    pub base_revision: String,
+    pub retained_revision: String,
+    pub sources: Vec<String>,
+    pub transcript_sha256: Option<String>,
+    pub created_at: String,
+    pub expires_at: String,
+}
+
+/// One immutable input of a candidate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CandidateInput {
+    pub submission: SubmissionRef,
+    pub base_revision: String,
+    pub evidence: EvidencePacket,
+    pub transcript_id: Option<String>,
+    pub transcript_checksum: Option<String>,
+}
+
+/// One entry of the bounded mutation history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mutation {
+    pub actor_key: String,
+    pub operation: String,
+    pub idempotency_key: String,
+    pub digest: String,
+    pub result_id: String,
+}
+
+/// The candidate aggregate, exactly as `integration.show` returns it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Candidate {
+    pub candidate_id: String,
+    pub workspace_id: String,
+    pub mission_id: Option<String>,
+    pub mission_accepted_set_version: Option<u64>,
+    pub submissions: Vec<SubmissionRef>,
+    pub required_sources: Vec<String>,
+    pub inputs: Vec<CandidateInput>,
+    pub target_ref: String,
+    pub expected_target_revision: String,
+    pub candidate_revision: Option<String>,
+    pub state: CandidateState,
+    pub conflicts: Option<Vec<String>>,
+    pub applied_inputs: usize,
+    pub verifications: Vec<serde_json::Value>,
+    pub delivery_request: Option<serde_json::Value>,
+    pub delivery_receipt: Option<serde_json::Value>,
+    pub created_at: String,
+    pub expires_at: String,
+    pub error: Option<String>,
+    pub version: u64,
+    pub mutations: Vec<Mutation>,
+}
+
+/// The bounded list projection.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CandidateSummary {
+    pub candidate_id: String,
+    pub workspace_id: String,
+    pub state: CandidateState,
+    pub candidate_revision: Option<String>,
+    pub target_ref: String,
+    pub expected_target_revision: String,
+    pub delivery_request: Option<serde_json::Value>,
+    pub delivery_receipt: Option<serde_json::Value>,
+    pub created_at: String,
+    pub expires_at: String,
+}
+
+impl Candidate {
+    pub fn summary(&self) -> CandidateSummary {
+        CandidateSummary {
+            candidate_id: self.candidate_id.clone(),
+            workspace_id: self.workspace_id.clone(),
+            state: self.state,
+            candidate_revision: self.candidate_revision.clone(),
+            target_ref: self.target_ref.clone(),
+            expected_target_revision: self.expected_target_revision.clone(),
+            delivery_request: self.delivery_request.clone(),
+            delivery_receipt: self.delivery_receipt.clone(),
+            created_at: self.created_at.clone(),
+            expires_at: self.expires_at.clone(),
+        }
+    }
+
+    /// Appends a mutation, keeping the newest [`MAX_MUTATIONS`].
+    pub fn record_mutation(&mut self, m: Mutation) {
+        self.mutations.push(m);
+        if self.mutations.len() > MAX_MUTATIONS {
+            let drop = self.mutations.len() - MAX_MUTATIONS;
+            self.mutations.drain(..drop);
+        }
+    }
+}
+
+/// One file of a resolution: whole new content, or deletion.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveFile {
+    pub path: String,
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub delete: bool,
+}
+
+/// Server-private assembly journal of a candidate (never a wire field).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Assembly {
+    /// Commit holding everything applied so far (starts at expected_target_revision).
+    pub acc_commit: String,
+    /// Index of the next input to apply.
+    pub next_input: usize,
+    /// Tree of the conflicted merge of input `next_input`, while conflicted.
+    pub conflict_tree: Option<String>,
+    /// Resolution intent recorded before Git changes.
+    pub pending_resolution: Option<PendingResolution>,
+    /// The idempotency binding of the prepare that created this candidate.
+    pub prepare_actor_key: String,
+    pub prepare_key: String,
+    pub prepare_digest: String,
+}
+
+/// A resolution whose intent is durable but whose Git work may not be finished.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PendingResolution {
+    pub actor_key: String,
+    pub idempotency_key: String,
+    pub digest: String,
+    pub expected_version: u64,
+    pub files: Vec<ResolveFile>,
+}
+
+/// SHA-256 over the canonical JSON of request parameters (sorted keys).
+pub fn digest<T: Serialize>(params: &T) -> String {
+    let v = serde_json::to_value(params).expect("request parameters serialize");
+    hex::encode(Sha256::digest(
+        serde_json::to_string(&v).expect("JSON").as_bytes(),
+    ))
+}
+
+/// Checks a repository-relative path: not empty, not absolute, no empty, `.` or `..` component,
+/// no `.git` component (any case), no NUL or control characters, bounded length.
+pub fn check_relative_path(path: &str) -> Result<(), String> {
+    if path.is_empty() || path.len() > MAX_PATH_BYTES {
+        return Err(format!("must be 1..={MAX_PATH_BYTES} bytes"));
+    }
+    if path.starts_with('/') {
+        return Err("must be repository-relative, not absolute".into());
+    }
+    if path.chars().any(|c| c.is_control()) {
+        return Err("must not contain NUL or control characters".into());
+    }
+    if path.contains('\\') {
+        return Err("must not contain a backslash".into());
+    }
+    for comp in path.split('/') {
+        match comp {
+            "" => return Err("must not contain empty components ('//' or a trailing '/')".into()),
+            "." | ".." => return Err("must not contain '.' or '..' components".into()),
+            c if c.eq_ignore_ascii_case(".git") => {
+                return Err("must not contain a .git component".into());
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The parent directories of a path, shortest first (`a/b/c` -> `a`, `a/b`).
+pub fn parents(path: &str) -> Vec<&str> {
+    path.match_indices('/').map(|(i, _)| &path[..i]).collect()
+}
+
+/// True when `content` still holds an unresolved conflict marker line.
+pub fn has_conflict_markers(content: &str) -> bool {
+    content.lines().any(|l| {
+        l.starts_with("<<<<<<< ")
+            || l == "<<<<<<<"
+            || l.starts_with(">>>>>>> ")
+            || l == ">>>>>>>"
+            || l == "======="
+            || l.starts_with("||||||| ")
+    })
+}
+
+/// True for a full lowercase hex object id (SHA-1 or SHA-256).
+pub fn is_full_oid(s: &str) -> bool {
+    (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Checks an idempotency key.
+pub fn check_idempotency_key(key: &str) -> Result<(), String> {
+    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_BYTES {
+        return Err(format!(
+            "idempotency_key must be 1..={MAX_IDEMPOTENCY_KEY_BYTES} bytes"
+        ));
+    }
+    if key.chars().any(char::is_control) {
+        return Err("idempotency_key must not contain control characters".into());
+    }
+    Ok(())
+}
+
+/// Checks a target ref: a full `refs/heads/<branch>` name with safe components.
+pub fn check_target_ref(r: &str) -> Result<(), String> {
+    let Some(branch) = r.strip_prefix("refs/heads/") else {
+        return Err(format!(
+            "target_ref {r:?} must be a full refs/heads/<branch> name"
+        ));
+    };
+    check_relative_path(branch).map_err(|e| format!("target_ref {r:?}: {e}"))?;
+    if branch.starts_with("airlock/") {
+        return Err(
+            "target_ref must not be under refs/heads/airlock/ (Airlock's proposal refs)".into(),
+        );
+    }
+    if branch.contains(['~', '^', ':', '?', '*', '[', ' '])
+        || branch.ends_with(".lock")
+        || branch.contains("@{")
+        || branch.contains("..")
+    {
+        return Err(format!("target_ref {r:?} is not a valid branch name"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsafe_paths_are_refused() {
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../b",
+            "a/./b",
+            "./a",
+            "a//b",
+            "a/",
+            ".git/config",
+            "sub/.git/hooks/x",
+            "sub/.GIT/x",
+            "a\0b",
+            "a\nb",
+            "a\\b",
+        ] {
+            assert!(check_relative_path(bad).is_err(), "{bad:?}");
+        }
+        for good in [
+            "a",
+            "src/auth.go",
+            ".gitignore",
+            "dir/.github/x",
+            "sp ace.txt",
+            "ünï.txt",
+        ] {
+            assert!(check_relative_path(good).is_ok(), "{good:?}");
+        }
+        assert!(check_relative_path(&"a".repeat(MAX_PATH_BYTES + 1)).is_err());
+    }
+
+    #[test]
+    fn parents_of_a_path() {
+        assert_eq!(parents("a/b/c.txt"), vec!["a", "a/b"]);
+        assert!(parents("top.txt").is_empty());
+    }
+
+    #[test]
+    fn conflict_markers() {
+        assert!(has_conflict_markers(
+            "a\n<<<<<<< ours\nx\n=======\ny\n>>>>>>> theirs\n"
+        ));
+        assert!(has_conflict_markers("x\n=======\n"));
+        assert!(!has_conflict_markers("a == b\n<<<< not a marker\n"));
+    }
+
+    #[test]
+    fn digests_ignore_key_order_but_not_values() {
+        let a = serde_json::json!({"a": 1, "b": [1, 2]});
+        let b = serde_json::json!({"b": [1, 2], "a": 1});
+        let c = serde_json::json!({"b": [2, 1], "a": 1});
+        assert_eq!(digest(&a), digest(&b));
+        assert_ne!(digest(&a), digest(&c));
+    }
+
+    #[test]
+    fn target_refs() {
+        assert!(check_target_ref("refs/heads/main").is_ok());
+        assert!(check_target_ref("refs/heads/feature/x").is_ok());
+        for bad in [
+            "main",
+            "refs/tags/v1",
+            "refs/heads/../x",
+            "refs/heads/a..b",
+            "refs/heads/x.lock",
+            "refs/heads/airlock/proposal-1",
+            "refs/heads/a b",
+        ] {
+            assert!(check_target_ref(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn mutation_history_is_bounded() {
+        let mut c: Candidate = serde_json::from_value(serde_json::json!({
+            "candidate_id": "c", "workspace_id": "w", "mission_id": null,
+            "mission_accepted_set_version": null, "submissions": [], "required_sources": ["git"],
+            "inputs": [], "target_ref": "refs/heads/main", "expected_target_revision": "a",
+            "candidate_revision": null, "state": "preparing", "conflicts": null, "applied_inputs": 0,
+            "verifications": [], "delivery_request": null, "delivery_receipt": null,
+            "created_at": "t", "expires_at": "t", "error": null, "version": 1, "mutations": []
+        }))
+        .unwrap();
+        for i in 0..200 {
+            c.record_mutation(Mutation {
+                actor_key: "a".into(),
+                operation: "resolve".into(),
+                idempotency_key: i.to_string(),
+                digest: String::new(),
+                result_id: String::new(),
+            });
+        }
+        assert_eq!(c.mutations.len(), MAX_MUTATIONS);
+        assert_eq!(c.mutations[0].idempotency_key, "72");
+    }
+}

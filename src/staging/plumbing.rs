@@ -1,0 +1,422 @@
+//! Git plumbing for candidates and evidence: ref transactions, three-way tree merges, commits,
+//! resolution trees and bounded diffs. Every path list is read NUL-separated (`-z`); every write
+//! runs with `core.fsync=all`; hooks never run.
+
+use super::{Repo, StagingError, is_oid, run_git};
+use std::io::{Read, Write};
+use std::process::Stdio;
+
+/// One ref change inside an atomic `update-ref --stdin` transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefOp {
+    /// Create `name` at `new`; fails if it exists.
+    Create { name: String, new: String },
+    /// Move `name` from `old` to `new`.
+    Update {
+        name: String,
+        new: String,
+        old: String,
+    },
+    /// Delete `name`, which must be at `old`.
+    Delete { name: String, old: String },
+    /// Fail the transaction unless `name` is at `old`.
+    Verify { name: String, old: String },
+}
+
+/// Result of a three-way tree merge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergeOutcome {
+    pub tree: String,
+    /// Sorted, deduplicated repository-relative paths; empty when clean.
+    pub conflicts: Vec<String>,
+}
+
+/// A tree entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeEntry {
+    pub mode: String,
+    pub kind: String,
+    pub oid: String,
+}
+
+/// Fixed identity and time for commits Airlock makes, so re-running a step after a crash yields
+/// the same commit id.
+pub struct CommitStamp<'a> {
+    pub message: &'a str,
+    /// Unix seconds.
+    pub time: i64,
+}
+
+impl Repo {
+    fn run_with_input(
+        &self,
+        mut cmd: std::process::Command,
+        input: &[u8],
+        ok: &[i32],
+    ) -> Result<(i32, Vec<u8>), StagingError> {
+        let args = format!("{:?}", cmd.get_args().collect::<Vec<_>>());
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| StagingError::Git {
+                args: args.clone(),
+                code: None,
+                stderr: format!("cannot run git: {e}"),
+            })?;
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        let input = input.to_vec();
+        let writer = std::thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
+        let out = child.wait_with_output().map_err(|e| StagingError::Git {
+            args: args.clone(),
+            code: None,
+            stderr: e.to_string(),
+        })?;
+        let _ = writer.join();
+        let code = out.status.code().unwrap_or(-1);
+        if !ok.contains(&code) {
+            return Err(StagingError::Git {
+                args,
+                code: out.status.code(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok((code, out.stdout))
+    }
+
+    /// True when `oid` names an existing commit (exactly that id).
+    pub fn is_commit(&self, oid: &str) -> bool {
+        is_oid(oid) && self.resolve_commit(oid).is_ok_and(|c| c == oid)
+    }
+
+    /// True when `ancestor` is an ancestor of (or equal to) `descendant`.
+    pub fn is_ancestor(&self, ancestor: &str, descendant: &str) -> Result<bool, StagingError> {
+        let mut cmd = self.git();
+        cmd.args(["merge-base", "--is-ancestor", ancestor, descendant]);
+        Ok(run_git(cmd, &[0, 1])?.0 == 0)
+    }
+
+    /// The object a ref points at, if the ref exists.
+    pub fn ref_value(&self, name: &str) -> Result<Option<String>, StagingError> {
+        let mut cmd = self.git();
+        cmd.args([
+            "for-each-ref",
+            "--format=%(objectname)%00%(refname)",
+            "--end-of-options",
+            name,
+        ]);
+        let (_, out) = run_git(cmd, &[0])?;
+        Ok(String::from_utf8_lossy(&out).lines().find_map(|l| {
+            let (oid, r) = l.split_once('\0')?;
+            (r == name).then(|| oid.to_string())
+        }))
+    }
+
+    /// Every ref under `prefix` (e.g. `refs/airlock/candidates/c1/`) with its value.
+    pub fn refs_under(&self, prefix: &str) -> Result<Vec<(String, String)>, StagingError> {
+        let mut cmd = self.git();
+        cmd.args([
+            "for-each-ref",
+            "--format=%(refname)%00%(objectname)",
+            "--end-of-options",
+            prefix,
+        ]);
+        let (_, out) = run_git(cmd, &[0])?;
+        Ok(String::from_utf8_lossy(&out)
+            .lines()
+            .filter_map(|l| l.split_once('\0'))
+            .filter(|(r, _)| r.starts_with(prefix))
+            .map(|(r, o)| (r.to_string(), o.to_string()))
+            .collect())
+    }
+
+    /// Applies every op atomically: all happen or none (old values are checked).
+    pub fn update_refs(&self, ops: &[RefOp]) -> Result<(), StagingError> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let mut script = String::from("start\n");
+        for op in ops {
+            let line = match op {
+                RefOp::Create { name, new } => format!("create {name} {new}\n"),
+                RefOp::Update { name, new, old } => format!("update {name} {new} {old}\n"),
+                RefOp::Delete { name, old } => format!("delete {name} {old}\n"),
+                RefOp::Verify { name, old } => format!("verify {name} {old}\n"),
+            };
+            if line.trim_end().contains(['\n', '\0']) {
+                return Err(StagingError::InvalidRevision(format!(
+                    "ref op {op:?} has a newline"
+                )));
+            }
+            script.push_str(&line);
+        }
+        script.push_str("prepare\ncommit\n");
+        let mut cmd = self.git();
+        cmd.args(["update-ref", "--stdin"]);
+        self.run_with_input(cmd, script.as_bytes(), &[0])?;
+        Ok(())
+    }
+
+    /// `git merge-tree --write-tree` of `theirs` into `ours` from `base`.
+    pub fn merge_tree(
+        &self,
+        base: &str,
+        ours: &str,
+        theirs: &str,
+    ) -> Result<MergeOutcome, StagingError> {
+        let mut cmd = self.git();
+        cmd.args(["merge-tree", "--write-tree", "-z", "--no-messages"])
+            .arg(format!("--merge-base={base}"))
+            .args([ours, theirs]);
+        let (code, out) = run_git(cmd, &[0, 1])?;
+        let mut fields = out.split(|b| *b == 0);
+        let tree = String::from_utf8_lossy(fields.next().unwrap_or_default()).to_string();
+        if !is_oid(&tree) {
+            return Err(StagingError::Git {
+                args: "merge-tree".into(),
+                code: Some(code),
+                stderr: format!("unexpected output: {:?}", String::from_utf8_lossy(&out)),
+            });
+        }
+        let mut conflicts = Vec::new();
+        if code == 1 {
+            for f in fields {
+                if f.is_empty() {
+                    break;
+                }
+                let entry = String::from_utf8_lossy(f);
+                if let Some((_, path)) = entry.split_once('\t') {
+                    conflicts.push(path.to_string());
+                }
+            }
+            conflicts.sort();
+            conflicts.dedup();
+            if conflicts.is_empty() {
+                // Never treat a conflicted merge with no listed files as clean.
+                return Err(StagingError::Git {
+                    args: "merge-tree".into(),
+                    code: Some(1),
+                    stderr: "conflicted merge listed no conflicted files".into(),
+                });
+            }
+        }
+        Ok(MergeOutcome { tree, conflicts })
+    }
+
+    /// Creates a commit with a fixed identity and time.
+    pub fn commit_tree(
+        &self,
+        tree: &str,
+        parents: &[&str],
+        stamp: &CommitStamp,
+    ) -> Result<String, StagingError> {
+        let date = format!("@{} +0000", stamp.time);
+        let mut cmd = self.git();
+        cmd.env("GIT_AUTHOR_NAME", "Airlock")
+            .env("GIT_AUTHOR_EMAIL", "airlock@localhost")
+            .env("GIT_COMMITTER_NAME", "Airlock")
+            .env("GIT_COMMITTER_EMAIL", "airlock@localhost")
+            .env("GIT_AUTHOR_DATE", &date)
+            .env("GIT_COMMITTER_DATE", &date)
+            .args(["commit-tree", tree]);
+        for p in parents {
+            cmd.args(["-p", p]);
+        }
+        cmd.args(["-m", stamp.message]);
+        let (_, out) = run_git(cmd, &[0])?;
+        let oid = String::from_utf8_lossy(&out).trim().to_string();
+        if !is_oid(&oid) {
+            return Err(StagingError::Git {
+                args: "commit-tree".into(),
+                code: Some(0),
+                stderr: format!("unexpected output {oid:?}"),
+            });
+        }
+        Ok(oid)
+    }
+
+    /// The tree of a commit.
+    pub fn commit_tree_of(&self, commit: &str) -> Result<String, StagingError> {
+        self.resolve_object(&format!("{commit}^{{tree}}"))
+    }
+
+    fn resolve_object(&self, expr: &str) -> Result<String, StagingError> {
+        let mut cmd = self.git();
+        cmd.args(["rev-parse", "--verify", "--quiet", "--end-of-options", expr]);
+        let (_, out) = run_git(cmd, &[0])?;
+        Ok(String::from_utf8_lossy(&out).trim().to_string())
+    }
+
+    /// The entry at `path` in `tree`, if any.
+    pub fn tree_entry(&self, tree: &str, path: &str) -> Result<Option<TreeEntry>, StagingError> {
+        let mut cmd = self.git();
+        cmd.args(["ls-tree", "-z", "--full-tree", tree, "--", path]);
+        let (_, out) = run_git(cmd, &[0])?;
+        for rec in out.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+            let rec = String::from_utf8_lossy(rec);
+            let Some((meta, p)) = rec.split_once('\t') else {
+                continue;
+            };
+            if p != path {
+                continue;
+            }
+            let mut parts = meta.split(' ');
+            if let (Some(mode), Some(kind), Some(oid)) = (parts.next(), parts.next(), parts.next())
+            {
+                return Ok(Some(TreeEntry {
+                    mode: mode.into(),
+                    kind: kind.into(),
+                    oid: oid.into(),
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Writes `content` as a blob.
+    pub fn write_blob(&self, content: &[u8]) -> Result<String, StagingError> {
+        let mut cmd = self.git();
+        cmd.args(["hash-object", "-w", "--stdin"]);
+        let (_, out) = self.run_with_input(cmd, content, &[0])?;
+        Ok(String::from_utf8_lossy(&out).trim().to_string())
+    }
+
+    /// A new tree: `tree` with each `(path, Some(blob, mode))` written and each `(path, None)`
+    /// removed. Uses a private temporary index; no working tree is touched.
+    pub fn edit_tree(
+        &self,
+        tree: &str,
+        edits: &[(String, Option<(String, String)>)],
+    ) -> Result<String, StagingError> {
+        let tmp = tempfile::tempdir().map_err(|e| StagingError::Io {
+            op: "temp index dir",
+            path: std::env::temp_dir(),
+            source: e,
+        })?;
+        let index = tmp.path().join("index");
+        let mut cmd = self.git();
+        cmd.env("GIT_INDEX_FILE", &index).args(["read-tree", tree]);
+        run_git(cmd, &[0])?;
+        let mut script = Vec::new();
+        for (path, edit) in edits {
+            match edit {
+                // index-info: "<mode> <oid>\t<path>", mode 0 removes the path.
+                Some((oid, mode)) => {
+                    script.extend_from_slice(format!("{mode} {oid}\t{path}").as_bytes())
+                }
+                None => script.extend_from_slice(
+                    format!("0 {}\t{path}", "0".repeat(oid_len(tree))).as_bytes(),
+                ),
+            }
+            script.push(0);
+        }
+        let mut cmd = self.git();
+        cmd.env("GIT_INDEX_FILE", &index)
+            .args(["update-index", "-z", "--index-info"]);
+        self.run_with_input(cmd, &script, &[0])?;
+        let mut cmd = self.git();
+        cmd.env("GIT_INDEX_FILE", &index).args(["write-tree"]);
+        let (_, out) = run_git(cmd, &[0])?;
+        Ok(String::from_utf8_lossy(&out).trim().to_string())
+    }
+
+    /// The exact binary-safe diff from `from` to `to`, at most `cap` bytes of it.
+    /// Returns the text (lossy UTF-8, never split inside a character) and whether it was cut.
+    pub fn diff_bounded(
+        &self,
+        from: &str,
+        to: &str,
+        cap: usize,
+    ) -> Result<(String, bool), StagingError> {
+        let mut cmd = self.git();
+        cmd.args([
+            "diff",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--full-index",
+            "--binary",
+            "--no-renames",
+            from,
+            to,
+            "--",
+        ]);
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| StagingError::Git {
+                args: "diff".into(),
+                code: None,
+                stderr: e.to_string(),
+            })?;
+        let mut buf = Vec::with_capacity(cap.min(1 << 20) + 1);
+        let mut stdout = child.stdout.take().expect("stdout is piped");
+        (&mut stdout)
+            .take(cap as u64 + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| StagingError::Git {
+                args: "diff".into(),
+                code: None,
+                stderr: e.to_string(),
+            })?;
+        let truncated = buf.len() > cap;
+        if truncated {
+            let _ = child.kill();
+        }
+        drop(stdout);
+        let status = child.wait().map_err(|e| StagingError::Git {
+            args: "diff".into(),
+            code: None,
+            stderr: e.to_string(),
+        })?;
+        if !truncated && !status.success() {
+            return Err(StagingError::Git {
+                args: "diff".into(),
+                code: status.code(),
+                stderr: "git diff failed".into(),
+            });
+        }
+        buf.truncate(cap);
+        let mut text = String::from_utf8_lossy(&buf).into_owned();
+        while text.len() > cap {
+            text.pop();
+        }
+        Ok((text, truncated))
+    }
+
+    /// Removes `*.lock` files under `refs/airlock/` left by a killed git process. Only safe while
+    /// no Airlock git process runs on this repository (daemon start-up, before the listener).
+    pub fn remove_stale_airlock_locks(&self) -> Result<Vec<std::path::PathBuf>, StagingError> {
+        let mut removed = Vec::new();
+        let root = self.git_dir().join("refs").join("airlock");
+        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            let Ok(rd) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in rd.flatten() {
+                let p = e.path();
+                match e.file_type() {
+                    Ok(t) if t.is_dir() => walk(&p, out),
+                    Ok(t)
+                        if t.is_file()
+                            && p.extension().is_some_and(|x| x == "lock")
+                            && std::fs::remove_file(&p).is_ok() =>
+                    {
+                        out.push(p);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        walk(&root, &mut removed);
+        Ok(removed)
+    }
+}
+
+fn oid_len(any_oid: &str) -> usize {
+    any_oid.len()
+}
