@@ -66,6 +66,12 @@ pub enum Command {
         #[arg(last = true)]
         argv: Vec<String>,
     },
+    /// Run the HTTP daemon: recovery first, then `POST /api/v1/<method>` on the configured listen
+    /// address. Prints {"listening": "<addr>"} on stdout once ready.
+    Serve {
+        #[command(flatten)]
+        common: Common,
+    },
     /// Build sandbox images from images/ (no registry is used).
     Images {
         #[command(subcommand)]
@@ -236,6 +242,7 @@ async fn dispatch(cmd: Command) -> ExitCode {
             }
         }
         Command::Verification { command } => verification(command).await,
+        Command::Serve { common } => serve(&common).await,
     }
 }
 
@@ -391,5 +398,110 @@ async fn verification(cmd: VerificationCommand) -> ExitCode {
                 Err(e) => fail(e),
             }
         }
+    }
+}
+
+async fn serve(common: &Common) -> ExitCode {
+    use crate::engine::service::{Clock, Service, default_admission};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (config, dir) = match load(common) {
+        Ok(x) => x,
+        Err(e) => return refuse(e),
+    };
+    if let Err(e) = crate::sandbox::seccomp::load() {
+        return refuse(e);
+    }
+    let sandbox = match Sandbox::connect().await {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let data = match open_data(&dir).await {
+        Ok(d) => d,
+        Err(e) => return fail(e),
+    };
+    let config = Arc::new(config);
+    let service = match Service::new(
+        config.clone(),
+        data.clone(),
+        Clock::from_env(),
+        default_admission(),
+    ) {
+        Ok(s) => Arc::new(s),
+        Err(e) => return refuse(e),
+    };
+    // Recovery runs before the listener opens.
+    for ws in config.workspaces.keys() {
+        match service.repo(ws).remove_stale_airlock_locks() {
+            Ok(removed) if !removed.is_empty() => {
+                tracing::warn!(workspace = %ws, ?removed, "removed stale git lock files");
+            }
+            Ok(_) => {}
+            Err(e) => return fail(format!("workspace {ws}: {e}")),
+        }
+    }
+    maintenance(&service, &sandbox).await;
+    let listener = match tokio::net::TcpListener::bind(&config.listen).await {
+        Ok(l) => l,
+        Err(e) => return fail(format!("listen: cannot bind {}: {e}", config.listen)),
+    };
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| config.listen.clone());
+    let ready = Arc::new(AtomicBool::new(true));
+    let app = crate::api::router(crate::api::AppState {
+        service: service.clone(),
+        ready: ready.clone(),
+    });
+    let ticker = {
+        let service = service.clone();
+        let interval = config.maintenance_interval;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                maintenance(&service, &sandbox).await;
+            }
+        })
+    };
+    println!("{}", serde_json::json!({ "listening": addr }));
+    tracing::info!(%addr, "airlock serve is listening");
+    let shutdown = async {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler installs");
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler installs");
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("shutting down: no new connections; finishing in-flight calls");
+    };
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await;
+    ready.store(false, Ordering::SeqCst);
+    ticker.abort();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(format!("server: {e}")),
+    }
+}
+
+/// One maintenance pass: verification recovery, evidence expiry, candidate expiry. Failures are
+/// logged and retried on the next pass.
+async fn maintenance(service: &crate::engine::service::Service, sandbox: &Sandbox) {
+    let report = recovery::recover(&service.data, sandbox).await;
+    if !report.is_empty() {
+        tracing::info!(report = %serde_json::to_string(&report).unwrap_or_default(), "recovery pass");
+    }
+    if let Err(e) = service.expire_evidence().await {
+        tracing::error!(error = %e, "evidence expiry failed; will retry");
+    }
+    match service.expire_candidates().await {
+        Ok((0, 0)) => {}
+        Ok((expired, purged)) => tracing::info!(expired, purged, "candidate expiry pass"),
+        Err(e) => tracing::error!(error = %e, "candidate expiry failed; will retry"),
     }
 }

@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod api;
 pub mod artifacts;
 pub mod candidate;
 pub mod cli;

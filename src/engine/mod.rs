@@ -1,8 +1,11 @@
 //! Workflows: where configuration, git, the sandbox, artifacts and the store meet.
 
+pub mod candidates;
 pub mod crash;
 pub mod environment;
+pub mod evidence;
 pub mod recovery;
+pub mod service;
 pub mod verify;
 
 use crate::artifacts::{ArtifactIoError, Artifacts};

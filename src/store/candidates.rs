@@ -250,6 +250,24 @@ impl Store {
         .await
     }
 
+    /// When a fenced candidate's tombstone may be purged (None while cleanup is unfinished).
+    pub async fn candidate_purge_after(
+        &self,
+        candidate_id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let id = candidate_id.to_string();
+        self.call(move |c| {
+            Ok(c.query_row(
+                "SELECT purge_after FROM candidates WHERE candidate_id = ?1",
+                params![id],
+                |r| r.get::<_, Option<String>>(0),
+            )
+            .optional()?
+            .flatten())
+        })
+        .await
+    }
+
     /// Removes a tombstone whose retention has ended.
     pub async fn purge_candidate(&self, candidate_id: &str) -> Result<(), StoreError> {
         let id = candidate_id.to_string();

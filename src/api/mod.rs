@@ -1,0 +1,205 @@
+//! HTTP API: the only module that names axum. `POST /api/v1/<method>` with a JSON body,
+//! `GET /healthz`, `GET /readyz`. Identity comes from `Authorization: Bearer <token>` only.
+//! Errors are `{"error":{"code","message"}}` with a stable code and an HTTP status.
+
+use crate::engine::service::{Actor, Service, ServiceError, authenticate};
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Budget for one control call.
+pub const CONTROL_CALL_BUDGET: Duration = Duration::from_secs(60);
+/// Body limit of small control calls.
+pub const SMALL_BODY_LIMIT: usize = 64 * 1024;
+/// Body limit of `integration.prepare` (up to 64 submissions).
+pub const PREPARE_BODY_LIMIT: usize = 256 * 1024;
+/// Body limit of `evidence.record` (a 16 MiB transcript, JSON-escaped, plus the envelope).
+pub const EVIDENCE_BODY_LIMIT: usize = 40 * 1024 * 1024;
+/// Body limit of `integration.resolve` (the aggregate cap).
+pub const RESOLVE_BODY_LIMIT: usize = 16 * 1024 * 1024;
+
+/// Body limit per method, or `None` for an unknown method.
+pub fn body_limit(method: &str) -> Option<usize> {
+    Some(match method {
+        "evidence.record" => EVIDENCE_BODY_LIMIT,
+        "integration.resolve" => RESOLVE_BODY_LIMIT,
+        "integration.prepare" => PREPARE_BODY_LIMIT,
+        "evidence.show" | "integration.show" | "integration.list" | "integration.patch"
+        | "integration.delete" => SMALL_BODY_LIMIT,
+        _ => return None,
+    })
+}
+
+/// Shared state of the router.
+#[derive(Clone)]
+pub struct AppState {
+    pub service: Arc<Service>,
+    pub ready: Arc<AtomicBool>,
+}
+
+struct ApiError(ServiceError);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = match &self.0 {
+            ServiceError::InvalidArgument(_) => StatusCode::BAD_REQUEST,
+            ServiceError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            ServiceError::PermissionDenied(_) => StatusCode::FORBIDDEN,
+            ServiceError::NotFound(_) => StatusCode::NOT_FOUND,
+            ServiceError::Conflict(_) => StatusCode::CONFLICT,
+            ServiceError::FailedPrecondition(_) => StatusCode::PRECONDITION_FAILED,
+            ServiceError::ResourceExhausted(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ServiceError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        if matches!(self.0, ServiceError::Internal(_)) {
+            tracing::error!(error = %self.0, "internal error");
+        }
+        let body = json!({"error": {"code": self.0.code(), "message": self.0.to_string()}});
+        (status, axum::Json(body)).into_response()
+    }
+}
+
+/// Builds the router.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route(
+            "/healthz",
+            get(|| async { axum::Json(json!({"status": "ok"})) }),
+        )
+        .route("/readyz", get(readyz))
+        .route("/api/v1/{method}", post(call))
+        .with_state(state)
+}
+
+async fn readyz(State(st): State<AppState>) -> Response {
+    if st.ready.load(Ordering::SeqCst) {
+        axum::Json(json!({"status": "ready"})).into_response()
+    } else {
+        ApiError(ServiceError::Unavailable(
+            "recovery has not finished".into(),
+        ))
+        .into_response()
+    }
+}
+
+fn bearer(headers: &HeaderMap) -> Result<&str, ServiceError> {
+    let h = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .ok_or_else(|| {
+            ServiceError::Unauthenticated("missing Authorization: Bearer <token>".into())
+        })?
+        .to_str()
+        .map_err(|_| ServiceError::Unauthenticated("Authorization header is not ASCII".into()))?;
+    h.strip_prefix("Bearer ")
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            ServiceError::Unauthenticated("Authorization must be \"Bearer <token>\"".into())
+        })
+}
+
+fn parse<T: DeserializeOwned>(method: &str, body: &[u8]) -> Result<T, ServiceError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ServiceError::InvalidArgument(format!("{method}: invalid request body: {e}")))
+}
+
+async fn call(
+    State(st): State<AppState>,
+    Path(method): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match handle(st, &method, headers, body).await {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => ApiError(e).into_response(),
+    }
+}
+
+async fn handle(
+    st: AppState,
+    method: &str,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Value, ServiceError> {
+    if !st.ready.load(Ordering::SeqCst) {
+        return Err(ServiceError::Unavailable(
+            "recovery has not finished".into(),
+        ));
+    }
+    let token = bearer(&headers)?;
+    let actor = authenticate(&st.service.config, token)
+        .ok_or_else(|| ServiceError::Unauthenticated("unknown bearer token".into()))?;
+    let limit = body_limit(method)
+        .ok_or_else(|| ServiceError::NotFound(format!("unknown method {method:?}")))?;
+    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
+        ServiceError::ResourceExhausted(format!("{method}: request body exceeds {limit} bytes"))
+    })?;
+    let svc = st.service.clone();
+    let method_owned = method.to_string();
+    // The work runs in its own task so a client that disconnects cannot cancel a half-done
+    // state change; the budget bounds how long the client waits for it.
+    let task = tokio::spawn(async move { dispatch(&svc, &actor, &method_owned, &bytes).await });
+    match tokio::time::timeout(CONTROL_CALL_BUDGET, task).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => Err(ServiceError::Internal(format!("{method} failed: {e}"))),
+        Err(_) => Err(ServiceError::Unavailable(format!(
+            "{method} exceeded its {} s budget; retry with the same idempotency key",
+            CONTROL_CALL_BUDGET.as_secs()
+        ))),
+    }
+}
+
+async fn dispatch(
+    svc: &Service,
+    actor: &Actor,
+    method: &str,
+    body: &[u8],
+) -> Result<Value, ServiceError> {
+    let to = |v: &dyn erased::Ser| v.to_json();
+    Ok(match method {
+        "evidence.record" => {
+            json!({"evidence": to(&svc.evidence_record(actor, parse(method, body)?).await?)})
+        }
+        "evidence.show" => {
+            json!({"evidence": to(&svc.evidence_show(actor, parse(method, body)?).await?)})
+        }
+        "integration.prepare" => {
+            json!({"candidate": to(&svc.prepare(actor, parse(method, body)?).await?)})
+        }
+        "integration.show" => {
+            json!({"candidate": to(&svc.show(actor, parse(method, body)?).await?)})
+        }
+        "integration.list" => {
+            json!({"candidates": to(&svc.list(actor, parse(method, body)?).await?)})
+        }
+        "integration.patch" => to(&svc.patch(actor, parse(method, body)?).await?),
+        "integration.resolve" => {
+            json!({"candidate": to(&svc.resolve(actor, parse(method, body)?).await?)})
+        }
+        "integration.delete" => {
+            svc.delete(actor, parse(method, body)?).await?;
+            json!({})
+        }
+        other => return Err(ServiceError::NotFound(format!("unknown method {other:?}"))),
+    })
+}
+
+mod erased {
+    /// Serializes any result value to JSON without naming its type at the call site.
+    pub trait Ser {
+        fn to_json(&self) -> serde_json::Value;
+    }
+    impl<T: serde::Serialize> Ser for T {
+        fn to_json(&self) -> serde_json::Value {
+            serde_json::to_value(self).expect("API results serialize")
+        }
+    }
+}

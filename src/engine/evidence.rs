@@ -1,0 +1,281 @@
+//! Evidence packets: a run's retained revision (private ref) and optional transcript
+//! (checksummed artifact), with a bounded lifetime.
+
+use super::service::{Actor, Service, ServiceError, parse_time};
+use crate::artifacts::write_atomic;
+use crate::candidate::{self, EvidencePacket, MAX_TRANSCRIPT_BYTES, SOURCE_GIT, SOURCE_TRANSCRIPT};
+use crate::config::{Permission, is_identifier};
+use crate::staging::plumbing::RefOp;
+use crate::store::{Binding, Inserted};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::path::PathBuf;
+
+/// `evidence.record` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordParams {
+    pub workspace_id: String,
+    pub run_id: String,
+    pub base_revision: String,
+    pub revision: String,
+    #[serde(default)]
+    pub transcript: Option<String>,
+    pub idempotency_key: String,
+}
+
+/// `evidence.show` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShowParams {
+    pub workspace_id: String,
+    pub evidence_ref: String,
+}
+
+#[derive(Serialize)]
+struct RecordDigest<'a> {
+    workspace_id: &'a str,
+    run_id: &'a str,
+    base_revision: &'a str,
+    revision: &'a str,
+    transcript_sha256: Option<&'a str>,
+}
+
+/// Private ref retaining a packet's revision.
+pub fn evidence_ref_name(evidence_ref: &str) -> String {
+    format!("refs/airlock/evidence/{evidence_ref}")
+}
+
+impl Service {
+    fn evidence_dir(&self) -> PathBuf {
+        self.data.root.join("evidence")
+    }
+
+    /// Path of a packet's transcript artifact.
+    pub fn transcript_path(&self, evidence_ref: &str) -> PathBuf {
+        self.evidence_dir()
+            .join(format!("{evidence_ref}.transcript"))
+    }
+
+    /// Records an evidence packet (idempotent per actor and key).
+    pub async fn evidence_record(
+        &self,
+        actor: &Actor,
+        p: RecordParams,
+    ) -> Result<EvidencePacket, ServiceError> {
+        self.authorize(actor, &p.workspace_id, Permission::Integrate)?;
+        if let Actor::Run { run_id, .. } = actor
+            && run_id != &p.run_id
+        {
+            return Err(ServiceError::PermissionDenied(format!(
+                "run {run_id:?} cannot record evidence for run {:?}",
+                p.run_id
+            )));
+        }
+        if !is_identifier(&p.run_id) {
+            return Err(ServiceError::InvalidArgument(
+                "run_id must be 1..=128 of letters, digits, '_', '-', '.'".into(),
+            ));
+        }
+        candidate::check_idempotency_key(&p.idempotency_key)
+            .map_err(ServiceError::InvalidArgument)?;
+        let repo = self.repo(&p.workspace_id);
+        for (field, rev) in [
+            ("base_revision", &p.base_revision),
+            ("revision", &p.revision),
+        ] {
+            if !candidate::is_full_oid(rev) {
+                return Err(ServiceError::InvalidArgument(format!(
+                    "{field} must be a full lowercase commit id (40 or 64 hex digits)"
+                )));
+            }
+            if !repo.is_commit(rev) {
+                return Err(ServiceError::FailedPrecondition(format!(
+                    "{field} {rev} is not a commit in workspace {:?}",
+                    p.workspace_id
+                )));
+            }
+        }
+        if let Some(t) = &p.transcript
+            && t.len() > MAX_TRANSCRIPT_BYTES
+        {
+            return Err(ServiceError::ResourceExhausted(format!(
+                "transcript has {} bytes; the limit is {MAX_TRANSCRIPT_BYTES}",
+                t.len()
+            )));
+        }
+        let transcript_sha256 = p
+            .transcript
+            .as_ref()
+            .map(|t| hex::encode(Sha256::digest(t.as_bytes())));
+        let digest = candidate::digest(&RecordDigest {
+            workspace_id: &p.workspace_id,
+            run_id: &p.run_id,
+            base_revision: &p.base_revision,
+            revision: &p.revision,
+            transcript_sha256: transcript_sha256.as_deref(),
+        });
+        let actor_key = actor.key();
+        if let Some((d, r)) = self
+            .data
+            .store
+            .binding(
+                &p.workspace_id,
+                &actor_key,
+                "evidence.record",
+                &p.idempotency_key,
+            )
+            .await?
+        {
+            return self.replay_evidence(&d, &digest, &r).await;
+        }
+        let evidence_ref = format!("evi_{}", crate::ids::new_creation_key());
+        let now = self.clock.now();
+        let packet = EvidencePacket {
+            evidence_ref: evidence_ref.clone(),
+            workspace_id: p.workspace_id.clone(),
+            run_id: p.run_id.clone(),
+            base_revision: p.base_revision.clone(),
+            retained_revision: p.revision.clone(),
+            sources: if p.transcript.is_some() {
+                vec![SOURCE_GIT.into(), SOURCE_TRANSCRIPT.into()]
+            } else {
+                vec![SOURCE_GIT.into()]
+            },
+            transcript_sha256: transcript_sha256.clone(),
+            created_at: crate::ids::rfc3339(now),
+            expires_at: crate::ids::rfc3339(now + self.config.evidence_ttl),
+        };
+        // Durable retention first; the row that references them last.
+        if let Some(t) = &p.transcript {
+            std::fs::create_dir_all(self.evidence_dir())
+                .map_err(|e| ServiceError::Internal(format!("evidence dir: {e}")))?;
+            write_atomic(
+                &self.evidence_dir(),
+                &format!("{evidence_ref}.transcript"),
+                t.as_bytes(),
+            )
+            .map_err(|e| ServiceError::Internal(format!("transcript: {e}")))?;
+        }
+        repo.update_refs(&[RefOp::Create {
+            name: evidence_ref_name(&evidence_ref),
+            new: p.revision.clone(),
+        }])?;
+        let inserted = self
+            .data
+            .store
+            .insert_evidence(
+                Binding {
+                    workspace_id: p.workspace_id.clone(),
+                    actor_key,
+                    operation: "evidence.record".into(),
+                    idempotency_key: p.idempotency_key.clone(),
+                    digest: digest.clone(),
+                    result_id: evidence_ref.clone(),
+                },
+                p.workspace_id.clone(),
+                p.run_id.clone(),
+                packet.expires_at.clone(),
+                serde_json::to_string(&packet).expect("a packet serializes"),
+            )
+            .await?;
+        match inserted {
+            Inserted::New => Ok(packet),
+            Inserted::Existing {
+                digest: d,
+                result_id,
+            } => {
+                // Lost a race with an identical request: drop what we retained, answer theirs.
+                let _ = repo.update_refs(&[RefOp::Delete {
+                    name: evidence_ref_name(&evidence_ref),
+                    old: p.revision.clone(),
+                }]);
+                let _ = std::fs::remove_file(self.transcript_path(&evidence_ref));
+                self.replay_evidence(&d, &digest, &result_id).await
+            }
+        }
+    }
+
+    async fn replay_evidence(
+        &self,
+        bound: &str,
+        digest: &str,
+        evidence_ref: &str,
+    ) -> Result<EvidencePacket, ServiceError> {
+        if bound != digest {
+            return Err(ServiceError::Conflict(
+                "idempotency_key was already used with different parameters".into(),
+            ));
+        }
+        self.load_packet(evidence_ref).await?.ok_or_else(|| {
+            ServiceError::FailedPrecondition(format!(
+                "evidence {evidence_ref} has expired and was purged"
+            ))
+        })
+    }
+
+    /// A packet by id, if present.
+    pub async fn load_packet(
+        &self,
+        evidence_ref: &str,
+    ) -> Result<Option<EvidencePacket>, ServiceError> {
+        match self.data.store.evidence(evidence_ref).await? {
+            None => Ok(None),
+            Some(rec) => serde_json::from_str(&rec).map(Some).map_err(|e| {
+                ServiceError::Internal(format!("evidence {evidence_ref} record: {e}"))
+            }),
+        }
+    }
+
+    /// `evidence.show`.
+    pub async fn evidence_show(
+        &self,
+        actor: &Actor,
+        p: ShowParams,
+    ) -> Result<EvidencePacket, ServiceError> {
+        self.authorize(actor, &p.workspace_id, Permission::View)?;
+        let not_found = || {
+            ServiceError::NotFound(format!(
+                "evidence {:?} not found in workspace {:?}",
+                p.evidence_ref, p.workspace_id
+            ))
+        };
+        let packet = self
+            .load_packet(&p.evidence_ref)
+            .await?
+            .ok_or_else(not_found)?;
+        if packet.workspace_id != p.workspace_id {
+            return Err(not_found());
+        }
+        Ok(packet)
+    }
+
+    /// True when the packet's lifetime has ended at the service's current time.
+    pub fn packet_expired(&self, packet: &EvidencePacket) -> bool {
+        parse_time(&packet.expires_at).is_none_or(|t| t <= self.clock.now())
+    }
+
+    /// Purges expired packets: their private ref, transcript and row. Returns how many.
+    pub async fn expire_evidence(&self) -> Result<usize, ServiceError> {
+        let due = self.data.store.expired_evidence(self.now_rfc3339()).await?;
+        let mut n = 0;
+        for (evidence_ref, ws) in due {
+            if !self.config.workspaces.contains_key(&ws) {
+                continue;
+            }
+            let repo = self.repo(&ws);
+            let name = evidence_ref_name(&evidence_ref);
+            if let Some(old) = repo.ref_value(&name)? {
+                repo.update_refs(&[RefOp::Delete { name, old }])?;
+            }
+            match std::fs::remove_file(self.transcript_path(&evidence_ref)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(ServiceError::Internal(format!("remove transcript: {e}"))),
+            }
+            self.data.store.delete_evidence(&evidence_ref).await?;
+            n += 1;
+        }
+        Ok(n)
+    }
+}

@@ -1,0 +1,361 @@
+//! The daemon's service: authenticated actors, permissions, the admission seam, the clock, and the
+//! error codes every API call maps to. Workflows live in `evidence.rs` and `candidates.rs`.
+
+use super::DataDir;
+use crate::config::{Config, Permission, TokenSubject, Workspace};
+use crate::staging::{Repo, StagingError};
+use crate::store::StoreError;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use time::OffsetDateTime;
+
+/// Stable error codes of the API.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServiceError {
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("{0}")]
+    Unauthenticated(String),
+    #[error("{0}")]
+    PermissionDenied(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    FailedPrecondition(String),
+    #[error("{0}")]
+    ResourceExhausted(String),
+    #[error("{0}")]
+    Internal(String),
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl ServiceError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            ServiceError::InvalidArgument(_) => "invalid_argument",
+            ServiceError::Unauthenticated(_) => "unauthenticated",
+            ServiceError::PermissionDenied(_) => "permission_denied",
+            ServiceError::NotFound(_) => "not_found",
+            ServiceError::Conflict(_) => "conflict",
+            ServiceError::FailedPrecondition(_) => "failed_precondition",
+            ServiceError::ResourceExhausted(_) => "resource_exhausted",
+            ServiceError::Internal(_) => "internal",
+            ServiceError::Unavailable(_) => "unavailable",
+        }
+    }
+}
+
+impl From<StoreError> for ServiceError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Conflict(m) => ServiceError::Conflict(m),
+            other => ServiceError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<StagingError> for ServiceError {
+    fn from(e: StagingError) -> Self {
+        ServiceError::Internal(e.to_string())
+    }
+}
+
+/// Who is calling, as established by the transport. Never read from JSON.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Actor {
+    Member {
+        member_id: String,
+    },
+    Run {
+        run_id: String,
+        workspace_id: String,
+    },
+}
+
+impl Actor {
+    /// Stable key used in idempotency bindings and mutation history.
+    pub fn key(&self) -> String {
+        match self {
+            Actor::Member { member_id } => format!("member:{member_id}"),
+            Actor::Run {
+                run_id,
+                workspace_id,
+            } => format!("run:{workspace_id}/{run_id}"),
+        }
+    }
+}
+
+/// Resolves a bearer token to an actor. Every configured hash is compared, in constant time, so
+/// timing reveals neither which token matched nor how much of it.
+pub fn authenticate(config: &Config, bearer: &str) -> Option<Actor> {
+    let presented: [u8; 32] = Sha256::digest(bearer.as_bytes()).into();
+    let mut found: Option<&TokenSubject> = None;
+    for t in &config.tokens {
+        let mut diff = 0u8;
+        for (a, b) in t.sha256.iter().zip(presented.iter()) {
+            diff |= a ^ b;
+        }
+        if diff == 0 && found.is_none() {
+            found = Some(&t.subject);
+        }
+    }
+    found.map(|s| match s {
+        TokenSubject::Member { member_id } => Actor::Member {
+            member_id: member_id.clone(),
+        },
+        TokenSubject::Run {
+            run_id,
+            workspace_id,
+        } => Actor::Run {
+            run_id: run_id.clone(),
+            workspace_id: workspace_id.clone(),
+        },
+    })
+}
+
+/// What the admission seam is asked about.
+#[derive(Debug, Clone)]
+pub struct Admission<'a> {
+    pub operation: &'static str,
+    pub mutation: bool,
+    pub actor: &'a Actor,
+    pub workspace_id: &'a str,
+    pub mission_id: Option<&'a str>,
+    pub new_candidate: bool,
+}
+
+/// Server-controlled admission policy, run for every candidate mutation (and reads that ask).
+pub type AdmissionFn = Arc<dyn Fn(&Admission) -> Result<(), ServiceError> + Send + Sync>;
+
+/// The standalone default: run actors and non-empty mission ids are refused for mutations.
+pub fn default_admission() -> AdmissionFn {
+    Arc::new(|a: &Admission| {
+        if a.mission_id.is_some_and(|m| !m.is_empty()) {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "{}: mission_id is not supported by the standalone server",
+                a.operation
+            )));
+        }
+        if a.mutation && matches!(a.actor, Actor::Run { .. }) {
+            return Err(ServiceError::PermissionDenied(format!(
+                "{}: run actors cannot change candidates on the standalone server",
+                a.operation
+            )));
+        }
+        Ok(())
+    })
+}
+
+/// The clock. Tests may point `AIRLOCK_TEST_CLOCK_FILE` at a file holding an RFC 3339 time.
+#[derive(Debug, Clone)]
+pub enum Clock {
+    System,
+    File(PathBuf),
+}
+
+/// Environment variable naming the test clock file.
+pub const TEST_CLOCK_ENV: &str = "AIRLOCK_TEST_CLOCK_FILE";
+
+impl Clock {
+    pub fn from_env() -> Clock {
+        match std::env::var_os(TEST_CLOCK_ENV) {
+            Some(p) if !p.is_empty() => Clock::File(PathBuf::from(p)),
+            _ => Clock::System,
+        }
+    }
+
+    pub fn now(&self) -> OffsetDateTime {
+        match self {
+            Clock::System => crate::ids::now(),
+            Clock::File(p) => std::fs::read_to_string(p)
+                .ok()
+                .and_then(|t| {
+                    OffsetDateTime::parse(t.trim(), &time::format_description::well_known::Rfc3339)
+                        .ok()
+                })
+                .unwrap_or_else(crate::ids::now),
+        }
+    }
+}
+
+/// The daemon's service.
+pub struct Service {
+    pub config: Arc<Config>,
+    pub data: DataDir,
+    pub clock: Clock,
+    pub admission: AdmissionFn,
+    repos: HashMap<String, Repo>,
+    candidate_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Service {
+    /// Opens every workspace repository; a missing one is a start-up error naming it.
+    pub fn new(
+        config: Arc<Config>,
+        data: DataDir,
+        clock: Clock,
+        admission: AdmissionFn,
+    ) -> Result<Service, String> {
+        let mut repos = HashMap::new();
+        for (id, ws) in &config.workspaces {
+            let repo = Repo::open(&ws.repo).map_err(|e| format!("workspaces.{id}.repo: {e}"))?;
+            repos.insert(id.clone(), repo);
+        }
+        Ok(Service {
+            config,
+            data,
+            clock,
+            admission,
+            repos,
+            candidate_locks: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn repo(&self, workspace_id: &str) -> &Repo {
+        self.repos
+            .get(workspace_id)
+            .expect("workspaces are checked before their repository is used")
+    }
+
+    /// Serializes work on one candidate inside this process (the store's compare-and-set covers
+    /// other processes).
+    pub fn candidate_lock(&self, candidate_id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.candidate_locks
+            .lock()
+            .expect("candidate lock map is never poisoned")
+            .entry(candidate_id.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// The workspace, if the actor may act in it with `perm`. Unknown workspaces and non-members
+    /// get the same answer, so membership probing reveals nothing about candidates.
+    pub fn authorize(
+        &self,
+        actor: &Actor,
+        workspace_id: &str,
+        perm: Permission,
+    ) -> Result<&Workspace, ServiceError> {
+        let denied = || {
+            ServiceError::PermissionDenied(format!("not a member of workspace {workspace_id:?}"))
+        };
+        let ws = self
+            .config
+            .workspaces
+            .get(workspace_id)
+            .ok_or_else(denied)?;
+        match actor {
+            Actor::Member { member_id } => {
+                let perms = ws.members.get(member_id).ok_or_else(denied)?;
+                if !perms.contains(&perm) {
+                    return Err(ServiceError::PermissionDenied(format!(
+                        "member {member_id:?} lacks the {:?} permission in workspace {workspace_id:?}",
+                        perm.as_str()
+                    )));
+                }
+            }
+            Actor::Run {
+                workspace_id: run_ws,
+                run_id,
+            } => {
+                if run_ws != workspace_id {
+                    return Err(denied());
+                }
+                // A run may record its own evidence and read its workspace; nothing else.
+                if !matches!(perm, Permission::View | Permission::Integrate) {
+                    return Err(ServiceError::PermissionDenied(format!(
+                        "run {run_id:?} cannot use the {:?} permission",
+                        perm.as_str()
+                    )));
+                }
+            }
+        }
+        Ok(ws)
+    }
+
+    pub fn admit(&self, a: Admission) -> Result<(), ServiceError> {
+        (self.admission)(&a)
+    }
+
+    pub fn now_rfc3339(&self) -> String {
+        crate::ids::rfc3339(self.clock.now())
+    }
+}
+
+/// Parses an RFC 3339 time written by Airlock.
+pub fn parse_time(s: &str) -> Option<OffsetDateTime> {
+    OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> Config {
+        let h = |s: &str| hex::encode(Sha256::digest(s.as_bytes()));
+        Config::parse(&format!(
+            "[workspaces.ws]\nrepo = \"/r\"\nmembers = {{ alice = [\"view\"] }}\n\
+             [[tokens]]\nsha256 = \"{}\"\nmember_id = \"alice\"\n\
+             [[tokens]]\nsha256 = \"{}\"\nrun_id = \"run_1\"\nworkspace_id = \"ws\"\n",
+            h("alice-secret"),
+            h("run-secret")
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn tokens_resolve_to_actors() {
+        let c = config();
+        assert_eq!(
+            authenticate(&c, "alice-secret"),
+            Some(Actor::Member {
+                member_id: "alice".into()
+            })
+        );
+        assert_eq!(
+            authenticate(&c, "run-secret"),
+            Some(Actor::Run {
+                run_id: "run_1".into(),
+                workspace_id: "ws".into()
+            })
+        );
+        assert_eq!(authenticate(&c, "alice-secreT"), None);
+        assert_eq!(authenticate(&c, ""), None);
+    }
+
+    #[test]
+    fn default_admission_refuses_runs_and_missions() {
+        let adm = default_admission();
+        let run = Actor::Run {
+            run_id: "r".into(),
+            workspace_id: "w".into(),
+        };
+        let member = Actor::Member {
+            member_id: "m".into(),
+        };
+        let a = |actor, mutation, mission| Admission {
+            operation: "integration.prepare",
+            mutation,
+            actor,
+            workspace_id: "w",
+            mission_id: mission,
+            new_candidate: true,
+        };
+        assert!(matches!(
+            adm(&a(&run, true, None)),
+            Err(ServiceError::PermissionDenied(_))
+        ));
+        assert!(adm(&a(&run, false, None)).is_ok());
+        assert!(adm(&a(&member, true, None)).is_ok());
+        assert!(adm(&a(&member, true, Some(""))).is_ok());
+        assert!(matches!(
+            adm(&a(&member, true, Some("m1"))),
+            Err(ServiceError::FailedPrecondition(_))
+        ));
+    }
+}
