@@ -382,7 +382,10 @@ impl Service {
             )
             .await?;
         match inserted {
-            Inserted::New => self.continue_preparing(&p.workspace_id, &cid).await,
+            Inserted::New => {
+                super::crash::point("prepare_after_insert");
+                self.continue_preparing(&p.workspace_id, &cid).await
+            }
             Inserted::Existing {
                 digest: d,
                 result_id,
@@ -424,6 +427,7 @@ impl Service {
             self.save(&mut l, None, None).await?;
             return Ok(l.c);
         }
+        super::crash::point("prepare_after_retain");
         self.assemble(&repo, &mut l)?;
         self.save(&mut l, None, None).await?;
         Ok(l.c)
@@ -813,6 +817,7 @@ impl Service {
                     files: p.files.clone(),
                 });
                 self.save(&mut l, None, None).await?;
+                super::crash::point("resolve_after_intent");
             }
         }
         self.apply_pending_resolution(&mut l)?;

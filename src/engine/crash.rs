@@ -1,14 +1,17 @@
 //! Crash points for tests: `AIRLOCK_CRASH_AT=<point>` makes the process SIGKILL itself at that
 //! point, with no cleanup at all, exactly as if it had been killed from outside.
 
-/// Every crash point, in pipeline order.
-pub const CRASH_POINTS: [&str; 6] = [
+/// Every crash point: the verification pipeline's, in order, then the daemon's.
+pub const CRASH_POINTS: [&str; 9] = [
     "after_insert",
     "after_create",
     "after_start",
     "after_destroy",
     "after_artifact",
     "after_settle",
+    "prepare_after_insert",
+    "prepare_after_retain",
+    "resolve_after_intent",
 ];
 
 /// Environment variable naming the crash point.

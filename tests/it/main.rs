@@ -2,8 +2,10 @@
 //! Docker tests fail with a clear message when no engine is reachable, unless
 //! AIRLOCK_SKIP_DOCKER=1 is set explicitly.
 
+mod http;
 mod recovery;
 mod refusals;
 mod runner;
+mod serve;
 mod support;
 mod toolchain;

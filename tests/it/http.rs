@@ -1,0 +1,74 @@
+//! A minimal HTTP/1.1 client for the API tests (one request per connection), so the tests speak
+//! real HTTP over loopback without pulling in a client library.
+
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// Sends one request; returns (status, body bytes). `None` when the connection failed or broke.
+pub fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &[u8],
+) -> Option<(u16, Vec<u8>)> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(120))).ok()?;
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(t) = token {
+        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).ok()?;
+    // The server may answer (413) before reading a large body; ignore write errors then.
+    let _ = s.write_all(body);
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let status: u16 = head.split(' ').nth(1)?.parse().ok()?;
+    let mut body = raw[split + 4..].to_vec();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        body = dechunk(&body);
+    }
+    Some((status, body))
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
+        let size =
+            usize::from_str_radix(String::from_utf8_lossy(&b[..eol]).trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        out.extend_from_slice(&b[eol + 2..eol + 2 + size]);
+        b = &b[eol + 2 + size + 2..];
+    }
+    out
+}
+
+/// POST /api/v1/<method> with a JSON value; returns (status, JSON).
+pub fn call(addr: &str, token: Option<&str>, method: &str, body: &Value) -> (u16, Value) {
+    call_raw(addr, token, method, body.to_string().as_bytes())
+}
+
+pub fn call_raw(addr: &str, token: Option<&str>, method: &str, body: &[u8]) -> (u16, Value) {
+    let (status, bytes) = request(addr, "POST", &format!("/api/v1/{method}"), token, body)
+        .unwrap_or_else(|| panic!("{method}: no HTTP response"));
+    let v = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+        panic!(
+            "{method}: non-JSON response ({e}): {}",
+            String::from_utf8_lossy(&bytes)
+        )
+    });
+    (status, v)
+}
