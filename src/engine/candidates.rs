@@ -246,6 +246,10 @@ impl Service {
             )));
         }
         // Validate every submission, in order, against the durable packets.
+        let evidence_refs: std::collections::HashMap<String, String> = repo
+            .refs_under("refs/airlock/evidence/")?
+            .into_iter()
+            .collect();
         let mut inputs = Vec::with_capacity(p.submissions.len());
         let mut snapshot_bytes = 0;
         for (i, s) in p.submissions.iter().enumerate() {
@@ -288,9 +292,8 @@ impl Service {
             for src in &required_sources {
                 let available = match src.as_str() {
                     SOURCE_GIT => {
-                        repo.ref_value(&evidence_ref_name(&packet.evidence_ref))?
-                            .as_deref()
-                            == Some(packet.retained_revision.as_str())
+                        evidence_refs.get(&evidence_ref_name(&packet.evidence_ref))
+                            == Some(&packet.retained_revision)
                     }
                     _ => packet.transcript_sha256.as_deref().is_some_and(|sum| {
                         std::fs::read(self.transcript_path(&packet.evidence_ref))
@@ -421,6 +424,7 @@ impl Service {
             return Ok(l.c);
         }
         let repo = self.repo(ws).clone();
+        let started = std::time::Instant::now();
         if let Err(reason) = self.retain_inputs(&repo, &l.c) {
             l.c.state = CandidateState::Unavailable;
             l.c.error = Some(reason);
@@ -428,28 +432,47 @@ impl Service {
             return Ok(l.c);
         }
         super::crash::point("prepare_after_retain");
+        let retained = started.elapsed();
         self.assemble(&repo, &mut l)?;
+        let assembled = started.elapsed() - retained;
         self.save(&mut l, None, None).await?;
+        tracing::info!(
+            candidate_id = %cid,
+            inputs = l.c.inputs.len(),
+            state = l.c.state.as_str(),
+            retain_ms = retained.as_millis() as u64,
+            assemble_ms = assembled.as_millis() as u64,
+            save_ms = (started.elapsed() - retained - assembled).as_millis() as u64,
+            "candidate assembled"
+        );
         Ok(l.c)
     }
 
     /// Copies every input into candidate-owned refs and transcript files (idempotent).
     fn retain_inputs(&self, repo: &Repo, c: &Candidate) -> Result<(), String> {
+        let owned: std::collections::HashMap<String, String> = repo
+            .refs_under(&candidate_refs_prefix(&c.candidate_id))
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .collect();
+        let evidence: std::collections::HashMap<String, String> = repo
+            .refs_under("refs/airlock/evidence/")
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .collect();
         let mut creates = Vec::new();
         for (i, input) in c.inputs.iter().enumerate() {
             let name = input_ref(&c.candidate_id, i);
-            match repo.ref_value(&name).map_err(|e| e.to_string())? {
-                Some(v) if v == input.submission.retained_revision => {}
+            match owned.get(&name) {
+                Some(v) if *v == input.submission.retained_revision => {}
                 Some(v) => {
                     return Err(format!(
                         "owned input ref {name} is at {v}, not the retained revision"
                     ));
                 }
                 None => {
-                    let source = repo
-                        .ref_value(&evidence_ref_name(&input.evidence.evidence_ref))
-                        .map_err(|e| e.to_string())?;
-                    if source.as_deref() != Some(input.submission.retained_revision.as_str())
+                    let source = evidence.get(&evidence_ref_name(&input.evidence.evidence_ref));
+                    if source != Some(&input.submission.retained_revision)
                         && !repo.is_commit(&input.submission.retained_revision)
                     {
                         return Err(format!(
@@ -488,20 +511,24 @@ impl Service {
     fn assemble(&self, repo: &Repo, l: &mut Loaded) -> Result<(), ServiceError> {
         let cid = l.c.candidate_id.clone();
         let time = self.stamp_time(&l.c);
+        let owned: std::collections::HashMap<String, String> = repo
+            .refs_under(&candidate_refs_prefix(&cid))?
+            .into_iter()
+            .collect();
+        let start_commit = l.a.acc_commit.clone();
         while l.a.next_input < l.c.inputs.len() {
             let i = l.a.next_input;
             let input = &l.c.inputs[i];
-            let theirs = repo
-                .ref_value(&input_ref(&cid, i))?
+            let theirs = owned
+                .get(&input_ref(&cid, i))
                 .ok_or_else(|| ServiceError::Internal(format!("owned input ref {i} vanished")))?;
-            let merged = repo.merge_tree(&input.base_revision, &l.a.acc_commit, &theirs)?;
+            let merged = repo.merge_tree(&input.base_revision, &l.a.acc_commit, theirs)?;
             if merged.conflicts.is_empty() {
                 let stamp = CommitStamp {
                     message: &format!("airlock: apply input {i} of {cid}"),
                     time,
                 };
                 let next = repo.commit_tree(&merged.tree, &[&l.a.acc_commit], &stamp)?;
-                self.set_ref(repo, &work_ref(&cid), &next)?;
                 l.a.acc_commit = next;
                 l.a.next_input += 1;
                 l.c.applied_inputs = l.a.next_input;
@@ -511,12 +538,19 @@ impl Service {
                     time,
                 };
                 let held = repo.commit_tree(&merged.tree, &[&l.a.acc_commit], &stamp)?;
+                // Intermediate commits stay reachable (safe from gc) through the work ref.
+                if l.a.acc_commit != start_commit {
+                    self.set_ref(repo, &work_ref(&cid), &l.a.acc_commit)?;
+                }
                 self.set_ref(repo, &conflict_ref(&cid), &held)?;
                 l.a.conflict_tree = Some(merged.tree);
                 l.c.conflicts = Some(merged.conflicts);
                 l.c.state = CandidateState::Conflicted;
                 return Ok(());
             }
+        }
+        if l.a.acc_commit != start_commit {
+            self.set_ref(repo, &work_ref(&cid), &l.a.acc_commit)?;
         }
         let tree = repo.commit_tree_of(&l.a.acc_commit)?;
         let stamp = CommitStamp {
@@ -569,13 +603,18 @@ impl Service {
         Ok(repo.update_refs(&[op])?)
     }
 
-    /// `integration.show`. A frozen candidate whose owned refs are gone becomes `unavailable`.
+    /// `integration.show`. A candidate whose owned evidence is gone becomes `unavailable`. The
+    /// common path takes no lock and one `for-each-ref`; only a state change takes the lock.
     pub async fn show(&self, actor: &Actor, p: CandidateParams) -> Result<Candidate, ServiceError> {
         self.authorize(actor, &p.workspace_id, Permission::View)?;
+        let l = self.load(&p.workspace_id, &p.candidate_id).await?;
+        if self.owned_evidence_problem(&l.c, false)?.is_none() {
+            return Ok(l.c);
+        }
         let lock = self.candidate_lock(&p.candidate_id);
         let _guard = lock.lock().await;
         let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
-        if let Some(reason) = self.owned_evidence_problem(&l.c)? {
+        if let Some(reason) = self.owned_evidence_problem(&l.c, false)? {
             l.c.state = CandidateState::Unavailable;
             l.c.error = Some(reason);
             self.save(&mut l, None, None).await?;
@@ -584,24 +623,37 @@ impl Service {
     }
 
     /// Why a conflicted or frozen candidate's owned evidence cannot be validated, if it cannot.
-    fn owned_evidence_problem(&self, c: &Candidate) -> Result<Option<String>, ServiceError> {
+    /// `verify_checksums` re-hashes owned transcripts; otherwise only their presence is checked
+    /// (cheap enough for every read).
+    fn owned_evidence_problem(
+        &self,
+        c: &Candidate,
+        verify_checksums: bool,
+    ) -> Result<Option<String>, ServiceError> {
         if !matches!(c.state, CandidateState::Frozen | CandidateState::Conflicted) {
             return Ok(None);
         }
         let repo = self.repo(&c.workspace_id);
+        let owned: std::collections::HashMap<String, String> = repo
+            .refs_under(&candidate_refs_prefix(&c.candidate_id))?
+            .into_iter()
+            .collect();
         for (i, input) in c.inputs.iter().enumerate() {
-            if repo.ref_value(&input_ref(&c.candidate_id, i))?.as_deref()
-                != Some(input.submission.retained_revision.as_str())
+            if owned.get(&input_ref(&c.candidate_id, i))
+                != Some(&input.submission.retained_revision)
             {
                 return Ok(Some(format!("owned input {i} is missing or changed")));
             }
             if let (Some(tid), Some(sum)) = (&input.transcript_id, &input.transcript_checksum) {
-                let ok = std::fs::read(
-                    self.candidate_dir(&c.candidate_id)
-                        .join("transcripts")
-                        .join(tid),
-                )
-                .is_ok_and(|b| hex::encode(Sha256::digest(&b)) == *sum);
+                let path = self
+                    .candidate_dir(&c.candidate_id)
+                    .join("transcripts")
+                    .join(tid);
+                let ok = if verify_checksums {
+                    std::fs::read(&path).is_ok_and(|b| hex::encode(Sha256::digest(&b)) == *sum)
+                } else {
+                    std::fs::metadata(&path).is_ok_and(|m| m.is_file())
+                };
                 if !ok {
                     return Ok(Some(format!(
                         "owned transcript {tid} is missing or fails its checksum"
@@ -610,7 +662,7 @@ impl Service {
             }
         }
         if c.state == CandidateState::Frozen
-            && repo.ref_value(&revision_ref(&c.candidate_id))? != c.candidate_revision
+            && owned.get(&revision_ref(&c.candidate_id)) != c.candidate_revision.as_ref()
         {
             return Ok(Some(
                 "the candidate-owned revision ref is missing or changed".into(),
@@ -668,7 +720,7 @@ impl Service {
                 l.c.state.as_str()
             )));
         };
-        if let Some(reason) = self.owned_evidence_problem(&l.c)? {
+        if let Some(reason) = self.owned_evidence_problem(&l.c, true)? {
             return Err(ServiceError::FailedPrecondition(format!(
                 "candidate is unavailable: {reason}"
             )));

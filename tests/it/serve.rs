@@ -1089,3 +1089,58 @@ fn graceful_shutdown_exits_cleanly_and_state_survives_a_restart() {
     );
     assert_eq!(shown, v);
 }
+
+#[test]
+fn stale_git_locks_are_cleared_at_start_up_and_missing_owned_refs_make_a_candidate_unavailable() {
+    let mut s = Server::start();
+    let base = s.head();
+    let a = s.agent_commit("a", &base, &[("a.txt", "a\n")]);
+    let sub = s.evidence("run_a", &base, &a, None);
+    let v = s.ok(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(vec![sub.clone()], &base, "p"),
+    );
+    let cid = cand(&v)["candidate_id"].as_str().unwrap().to_string();
+    // A git process killed while holding a ref lock leaves <ref>.lock behind.
+    let git_dir = s.repo.join(".git");
+    let lock = git_dir.join(format!("refs/airlock/candidates/{cid}/revision.lock"));
+    std::fs::write(&lock, b"").unwrap();
+    assert_eq!(s.stop(), Some(0));
+    s.restart(None);
+    assert!(!lock.exists(), "start-up recovery removed the stale lock");
+    // Another candidate can be prepared, so the repository is usable again.
+    s.ok(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(vec![sub], &base, "p2"),
+    );
+
+    // Someone deletes a candidate-owned ref behind Airlock's back.
+    git(
+        &s.repo,
+        &[
+            "update-ref",
+            "-d",
+            &format!("refs/airlock/candidates/{cid}/inputs/0"),
+        ],
+    );
+    let shown = s.ok(
+        ALICE,
+        "integration.show",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    assert_eq!(cand(&shown)["state"], "unavailable", "{shown}");
+    assert!(
+        cand(&shown)["error"]
+            .as_str()
+            .unwrap()
+            .contains("owned input 0")
+    );
+    s.err(
+        ALICE,
+        "integration.patch",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+        "failed_precondition",
+    );
+}
