@@ -23,6 +23,10 @@ pub struct RunRequest {
     pub timeout_seconds: u64,
 }
 
+/// A check run on the host after the container is destroyed, besides the tree check: returns
+/// why the sources must be considered changed, if they must.
+pub type ExtraSourceCheck = std::sync::Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
 /// A request that passed every check; nothing has run or been recorded yet.
 pub struct Prepared {
     repo: Repo,
@@ -31,6 +35,23 @@ pub struct Prepared {
     spec: EnvironmentSpec,
     argv: Vec<String>,
     timeout_seconds: u64,
+    extra_check: Option<ExtraSourceCheck>,
+}
+
+/// Links a verification to a candidate: recorded with the row, in the same transaction.
+pub struct CandidateLink {
+    pub candidate_id: String,
+    pub binding: crate::store::Binding,
+    /// A pass is never valid past this time (the candidate's expiry).
+    pub expires_cap: time::OffsetDateTime,
+}
+
+/// A verification whose `running` row is durable; the worker lock is held until it settles.
+pub struct Started {
+    p: Prepared,
+    pub verification: Verification,
+    lock: WorkerLock,
+    insert_us: u64,
 }
 
 /// Why a run did not produce a settled verification.
@@ -47,18 +68,41 @@ pub enum RunError {
 impl Engine {
     /// Validates a request and resolves its environment. Nothing is written.
     pub async fn prepare(&self, req: RunRequest) -> Result<Prepared, RunError> {
-        let refuse = |m: String| RunError::Refused(m);
-        verification::validate_argv(&req.argv).map_err(|e| refuse(e.to_string()))?;
-        verification::validate_timeout(req.timeout_seconds).map_err(|e| refuse(e.to_string()))?;
-        let profile = self
-            .config
-            .profile(&req.profile)
-            .map_err(|e| refuse(format!("profile: {e}")))?
-            .clone();
-        let repo = Repo::open(&req.repo).map_err(|e| refuse(e.to_string()))?;
+        let repo = Repo::open(&req.repo).map_err(|e| RunError::Refused(e.to_string()))?;
+        // Checked before the revision, so a malformed request never reaches git.
+        verification::validate_argv(&req.argv).map_err(|e| RunError::Refused(e.to_string()))?;
         let commit = repo
             .resolve_commit(&req.rev)
-            .map_err(|e| refuse(e.to_string()))?;
+            .map_err(|e| RunError::Refused(e.to_string()))?;
+        self.prepare_commit(
+            repo,
+            commit,
+            &req.profile,
+            req.argv,
+            req.timeout_seconds,
+            None,
+        )
+        .await
+    }
+
+    /// Validates a request for an already-resolved commit and resolves its environment.
+    pub async fn prepare_commit(
+        &self,
+        repo: Repo,
+        commit: String,
+        profile: &str,
+        argv: Vec<String>,
+        timeout_seconds: u64,
+        extra_check: Option<ExtraSourceCheck>,
+    ) -> Result<Prepared, RunError> {
+        let refuse = |m: String| RunError::Refused(m);
+        verification::validate_argv(&argv).map_err(|e| refuse(e.to_string()))?;
+        verification::validate_timeout(timeout_seconds).map_err(|e| refuse(e.to_string()))?;
+        let profile = self
+            .config
+            .profile(profile)
+            .map_err(|e| refuse(format!("profile: {e}")))?
+            .clone();
         let image_id = self
             .sandbox
             .image_id(&profile.image)
@@ -70,8 +114,9 @@ impl Engine {
             commit,
             profile,
             spec,
-            argv: req.argv,
-            timeout_seconds: req.timeout_seconds,
+            argv,
+            timeout_seconds,
+            extra_check,
         })
     }
 
@@ -81,14 +126,28 @@ impl Engine {
         p: Prepared,
         cancel: watch::Receiver<bool>,
     ) -> Result<Verification, RunError> {
+        let started = self.begin(p, None).await?;
+        self.finish(started, cancel).await
+    }
+
+    /// Records the `running` verification durably (and its candidate link and idempotency
+    /// binding, in the same transaction) and takes its worker lock. Nothing has run yet.
+    pub async fn begin(
+        &self,
+        p: Prepared,
+        link: Option<CandidateLink>,
+    ) -> Result<Started, RunError> {
         let creation_key = ids::new_creation_key();
         let verification_id = ids::new_verification_id();
         let lock = WorkerLock::try_acquire(&self.data.lock_path(&creation_key))
             .map_err(|e| RunError::Refused(format!("cannot create worker lock: {e}")))?
             .ok_or_else(|| RunError::Refused("fresh creation key already locked".into()))?;
         let created = ids::now();
-        let expires = created + limits::VERIFICATION_VALIDITY;
-        let mut v = Verification {
+        let mut expires = created + limits::VERIFICATION_VALIDITY;
+        if let Some(l) = &link {
+            expires = expires.min(l.expires_cap);
+        }
+        let v = Verification {
             verification_id: verification_id.clone(),
             candidate_revision: p.commit.clone(),
             argv: p.argv.clone(),
@@ -116,18 +175,45 @@ impl Engine {
             container_id: None,
         };
         let t_insert = Instant::now();
+        let link = link.map(|l| (l.candidate_id, l.binding));
         self.data
             .store
-            .insert_running(&v, p.spec.canonical_json())
+            .insert_running_linked(&v, p.spec.canonical_json(), link)
             .await
             .map_err(|e| RunError::Refused(format!("cannot record the verification: {e}")))?;
         let insert_us = t_insert.elapsed().as_micros() as u64;
         crash::point("after_insert");
-        tracing::info!(%verification_id, %creation_key, commit = %p.commit, "verification started");
+        tracing::info!(%verification_id, %creation_key, commit = %p.commit, "verification recorded");
+        Ok(Started {
+            p,
+            verification: v,
+            lock,
+            insert_us,
+        })
+    }
 
+    /// Stages, runs, checks, writes the artifact and settles a started verification.
+    pub async fn finish(
+        &self,
+        s: Started,
+        cancel: watch::Receiver<bool>,
+    ) -> Result<Verification, RunError> {
+        let Started {
+            p,
+            verification: mut v,
+            lock,
+            insert_us,
+        } = s;
+        let verification_id = v.verification_id.clone();
+        let creation_key = v.creation_key.clone();
         let started = Instant::now();
         let checkout_dir = self.data.checkout_dir(&creation_key);
-        self.run_staged(&p, &mut v, &checkout_dir, cancel).await;
+        if *cancel.borrow() {
+            v.status = Status::Cancelled;
+            v.error = Some("cancelled before the command started".into());
+        } else {
+            self.run_staged(&p, &mut v, &checkout_dir, cancel).await;
+        }
         if v.duration_ms.is_none() {
             v.duration_ms = Some(started.elapsed().as_millis() as u64);
         }
@@ -274,7 +360,13 @@ impl Engine {
             .await
             .expect("the source check does not panic");
             match checked {
-                Ok((paths, 0)) => debug_assert!(paths.is_empty()),
+                Ok((paths, 0)) => {
+                    debug_assert!(paths.is_empty());
+                    if let Some(reason) = p.extra_check.as_ref().and_then(|check| check()) {
+                        v.status = Status::SourceChanged;
+                        v.error = Some(reason);
+                    }
+                }
                 Ok((paths, total)) => {
                     v.status = Status::SourceChanged;
                     let more = if total > paths.len() {

@@ -296,6 +296,20 @@ fn existing_binding(
         .optional()?)
 }
 
+/// Inserts a binding, failing with a conflict when it already exists.
+pub(super) fn insert_binding_checked(
+    tx: &rusqlite::Transaction,
+    b: &Binding,
+) -> Result<(), StoreError> {
+    if existing_binding(tx, b)?.is_some() {
+        return Err(StoreError::Conflict(format!(
+            "idempotency key {:?} was bound concurrently",
+            b.idempotency_key
+        )));
+    }
+    insert_binding(tx, b)
+}
+
 fn insert_binding(tx: &rusqlite::Transaction, b: &Binding) -> Result<(), StoreError> {
     tx.execute(
         "INSERT INTO idempotency (workspace_id, actor_key, operation, idempotency_key, digest, result_id, created_at)

@@ -63,6 +63,13 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
             PRIMARY KEY (workspace_id, actor_key, operation, idempotency_key)
         );",
     ),
+    (
+        4,
+        "candidate_verifications",
+        "ALTER TABLE verifications ADD COLUMN candidate_id TEXT;
+        ALTER TABLE verifications ADD COLUMN queued INTEGER NOT NULL DEFAULT 0;
+        CREATE INDEX verifications_by_candidate ON verifications (candidate_id, created_at);",
+    ),
 ];
 
 /// The newest schema version this binary knows.

@@ -146,6 +146,17 @@ impl Store {
         v: &Verification,
         spec_json: String,
     ) -> Result<(), StoreError> {
+        self.insert_running_linked(v, spec_json, None).await
+    }
+
+    /// [`Store::insert_running`] for a candidate's verification: the row, its candidate id and
+    /// the idempotency binding commit together (queued until a worker starts it).
+    pub async fn insert_running_linked(
+        &self,
+        v: &Verification,
+        spec_json: String,
+        link: Option<(String, Binding)>,
+    ) -> Result<(), StoreError> {
         if v.status != Status::Running {
             return Err(StoreError::Conflict(format!(
                 "insert of {} with status {}",
@@ -156,10 +167,15 @@ impl Store {
         let v = v.clone();
         let record = serde_json::to_string(&v).expect("a verification serializes");
         self.call(move |c| {
-            let n = c.execute(
-                "INSERT INTO verifications (verification_id, creation_key, status, created_at, record, spec)
-                 VALUES (?1, ?2, 'running', ?3, ?4, ?5) ON CONFLICT DO NOTHING",
-                params![v.verification_id, v.creation_key, v.created_at, record, spec_json],
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let (candidate_id, queued) = match &link {
+                Some((cid, _)) => (Some(cid.clone()), 1),
+                None => (None, 0),
+            };
+            let n = tx.execute(
+                "INSERT INTO verifications (verification_id, creation_key, status, created_at, record, spec, candidate_id, queued)
+                 VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
+                params![v.verification_id, v.creation_key, v.created_at, record, spec_json, candidate_id, queued],
             )?;
             if n != 1 {
                 return Err(StoreError::Conflict(format!(
@@ -167,7 +183,52 @@ impl Store {
                     v.verification_id, v.creation_key
                 )));
             }
+            if let Some((_, b)) = &link {
+                candidates::insert_binding_checked(&tx, b)?;
+            }
+            tx.commit()?;
             Ok(())
+        })
+        .await
+    }
+
+    /// Marks a queued verification as started by its worker.
+    pub async fn mark_started(&self, verification_id: &str) -> Result<(), StoreError> {
+        let id = verification_id.to_string();
+        self.call(move |c| {
+            c.execute(
+                "UPDATE verifications SET queued = 0 WHERE verification_id = ?1 AND status = 'running'",
+                params![id],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// A candidate's verifications, oldest first, with their queued flag.
+    pub async fn verifications_of(
+        &self,
+        candidate_id: &str,
+    ) -> Result<Vec<(Verification, bool)>, StoreError> {
+        let cid = candidate_id.to_string();
+        self.call(move |c| {
+            let mut st = c.prepare(
+                "SELECT verification_id, record, queued FROM verifications WHERE candidate_id = ?1
+                 ORDER BY created_at, rowid",
+            )?;
+            let rows = st.query_map(params![cid], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, rec, queued) = row?;
+                out.push((decode(&id, &rec)?, queued != 0));
+            }
+            Ok(out)
         })
         .await
     }
