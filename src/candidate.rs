@@ -29,6 +29,10 @@ pub const DEFAULT_LIST_LIMIT: u32 = 50;
 pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 128;
 /// Longest repository-relative path in a resolution.
 pub const MAX_PATH_BYTES: usize = 4096;
+/// Most verifications one candidate keeps (each holds up to 64 KiB of output).
+pub const MAX_VERIFICATIONS_PER_CANDIDATE: usize = 64;
+/// Most verification ids one delivery request may select.
+pub const MAX_REQUEST_VERIFICATIONS: usize = 64;
 /// Sources a packet can carry.
 pub const SOURCE_GIT: &str = "git";
 pub const SOURCE_TRANSCRIPT: &str = "transcript";
@@ -134,8 +138,8 @@ pub struct Candidate {
     pub conflicts: Option<Vec<String>>,
     pub applied_inputs: usize,
     pub verifications: Vec<serde_json::Value>,
-    pub delivery_request: Option<serde_json::Value>,
-    pub delivery_receipt: Option<serde_json::Value>,
+    pub delivery_request: Option<DeliveryRequest>,
+    pub delivery_receipt: Option<DeliveryReceipt>,
     pub created_at: String,
     pub expires_at: String,
     pub error: Option<String>,
@@ -152,10 +156,67 @@ pub struct CandidateSummary {
     pub candidate_revision: Option<String>,
     pub target_ref: String,
     pub expected_target_revision: String,
-    pub delivery_request: Option<serde_json::Value>,
-    pub delivery_receipt: Option<serde_json::Value>,
+    pub delivery_request: Option<DeliveryRequest>,
+    pub delivery_receipt: Option<DeliveryReceipt>,
     pub created_at: String,
     pub expires_at: String,
+}
+
+/// How a delivery lands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryAction {
+    /// Atomic update of the target branch from expected_target_revision to the candidate.
+    UpdateRef,
+    /// A public `refs/heads/airlock/proposal-<request_id>` ref; the target is untouched.
+    Proposal,
+}
+
+/// State of a delivery request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestState {
+    Requested,
+    Approved,
+    Denied,
+    /// A deliver call has claimed the request; its receipt decides the outcome.
+    Delivering,
+    Delivered,
+}
+
+/// A request binding a frozen revision to passed verifications and an action.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveryRequest {
+    pub request_id: String,
+    pub request_version: u64,
+    pub candidate_revision: String,
+    pub verification_ids: Vec<String>,
+    pub target_ref: String,
+    pub expected_target_revision: String,
+    pub action: DeliveryAction,
+    pub state: RequestState,
+    pub requested_by: String,
+    pub decided_by: Option<String>,
+    pub created_at: String,
+    pub expires_at: String,
+    pub decided_at: Option<String>,
+}
+
+/// Durable proof of a delivery, written to Git in the same ref transaction as the delivery.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveryReceipt {
+    pub receipt_id: String,
+    pub request_id: String,
+    pub candidate_revision: String,
+    pub target_ref: String,
+    pub previous_revision: Option<String>,
+    pub action: DeliveryAction,
+    /// `landed` or `proposed`.
+    pub result: String,
+    pub proposal_ref: Option<String>,
+    pub created_at: String,
 }
 
 impl Candidate {
@@ -211,6 +272,9 @@ pub struct Assembly {
     pub prepare_actor_key: String,
     pub prepare_key: String,
     pub prepare_digest: String,
+    /// Version of the newest delivery request (the next one gets this + 1).
+    #[serde(default)]
+    pub last_request_version: u64,
 }
 
 /// A resolution whose intent is durable but whose Git work may not be finished.

@@ -409,9 +409,10 @@ async fn serve(common: &Common) -> ExitCode {
         Ok(x) => x,
         Err(e) => return refuse(e),
     };
-    if let Err(e) = crate::sandbox::seccomp::load() {
-        return refuse(e);
-    }
+    let seccomp = match crate::sandbox::seccomp::load() {
+        Ok(s) => s,
+        Err(e) => return refuse(e),
+    };
     let sandbox = match Sandbox::connect().await {
         Ok(s) => s,
         Err(e) => return fail(e),
@@ -420,10 +421,16 @@ async fn serve(common: &Common) -> ExitCode {
         Ok(d) => d,
         Err(e) => return fail(e),
     };
+    let engine = Engine {
+        config: config.clone(),
+        data,
+        sandbox: sandbox.clone(),
+        seccomp,
+    };
     let config = Arc::new(config);
     let service = match Service::new(
         config.clone(),
-        data.clone(),
+        engine,
         Clock::from_env(),
         default_admission(),
     ) {
@@ -483,6 +490,17 @@ async fn serve(common: &Common) -> ExitCode {
         .await;
     ready.store(false, Ordering::SeqCst);
     ticker.abort();
+    // In-flight verifications: cancel them, and wait until each has destroyed its container and
+    // settled with its artifact.
+    let unsettled = service
+        .cancel_all_workers(std::time::Duration::from_secs(60))
+        .await;
+    if unsettled > 0 {
+        tracing::error!(
+            unsettled,
+            "verifications still running at exit; recovery will settle them"
+        );
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(format!("server: {e}")),
@@ -495,6 +513,9 @@ async fn maintenance(service: &crate::engine::service::Service, sandbox: &Sandbo
     let report = recovery::recover(&service.data, sandbox).await;
     if !report.is_empty() {
         tracing::info!(report = %serde_json::to_string(&report).unwrap_or_default(), "recovery pass");
+    }
+    if let Err(e) = service.reconcile_deliveries().await {
+        tracing::error!(error = %e, "delivery reconciliation failed; will retry");
     }
     if let Err(e) = service.expire_evidence().await {
         tracing::error!(error = %e, "evidence expiry failed; will retry");

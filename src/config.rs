@@ -50,6 +50,7 @@ struct RawConfig {
     listen: Option<String>,
     evidence_ttl_days: Option<u64>,
     maintenance_interval_seconds: Option<u64>,
+    max_concurrent_verifications: Option<usize>,
     #[serde(default)]
     profiles: BTreeMap<String, RawProfile>,
     #[serde(default)]
@@ -171,6 +172,7 @@ pub struct Config {
     pub listen: String,
     pub evidence_ttl: std::time::Duration,
     pub maintenance_interval: std::time::Duration,
+    pub max_concurrent_verifications: usize,
     pub profiles: BTreeMap<String, Profile>,
     pub workspaces: BTreeMap<String, Workspace>,
     pub tokens: Vec<Token>,
@@ -349,7 +351,15 @@ impl Config {
                 message: format!("{interval} must be between 1 and 86400"),
             });
         }
+        let max_concurrent = raw.max_concurrent_verifications.unwrap_or(2);
+        if !(1..=64).contains(&max_concurrent) {
+            return Err(ConfigError::Invalid {
+                field: "max_concurrent_verifications".into(),
+                message: format!("{max_concurrent} must be between 1 and 64"),
+            });
+        }
         Ok(Config {
+            max_concurrent_verifications: max_concurrent,
             data_dir: raw
                 .data_dir
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),

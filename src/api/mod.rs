@@ -19,6 +19,8 @@ use std::time::Duration;
 pub const CONTROL_CALL_BUDGET: Duration = Duration::from_secs(60);
 /// Body limit of small control calls.
 pub const SMALL_BODY_LIMIT: usize = 64 * 1024;
+/// Body limit of `integration.verify` (an argv of 64 entries of 16 KiB, JSON-escaped).
+pub const VERIFY_BODY_LIMIT: usize = 8 * 1024 * 1024;
 /// Body limit of `integration.prepare` (up to 64 submissions).
 pub const PREPARE_BODY_LIMIT: usize = 256 * 1024;
 /// Body limit of `evidence.record` (a 16 MiB transcript, JSON-escaped, plus the envelope).
@@ -32,8 +34,16 @@ pub fn body_limit(method: &str) -> Option<usize> {
         "evidence.record" => EVIDENCE_BODY_LIMIT,
         "integration.resolve" => RESOLVE_BODY_LIMIT,
         "integration.prepare" => PREPARE_BODY_LIMIT,
-        "evidence.show" | "integration.show" | "integration.list" | "integration.patch"
-        | "integration.delete" => SMALL_BODY_LIMIT,
+        "integration.verify" => VERIFY_BODY_LIMIT,
+        "evidence.show"
+        | "integration.show"
+        | "integration.list"
+        | "integration.patch"
+        | "integration.delete"
+        | "integration.cancel_verification"
+        | "integration.request_delivery"
+        | "integration.decide"
+        | "integration.deliver" => SMALL_BODY_LIMIT,
         _ => return None,
     })
 }
@@ -172,17 +182,38 @@ async fn dispatch(
             json!({"evidence": to(&svc.evidence_show(actor, parse(method, body)?).await?)})
         }
         "integration.prepare" => {
-            json!({"candidate": to(&svc.prepare(actor, parse(method, body)?).await?)})
+            candidate(svc, svc.prepare(actor, parse(method, body)?).await?).await?
         }
-        "integration.show" => {
-            json!({"candidate": to(&svc.show(actor, parse(method, body)?).await?)})
-        }
+        "integration.show" => candidate(svc, svc.show(actor, parse(method, body)?).await?).await?,
         "integration.list" => {
             json!({"candidates": to(&svc.list(actor, parse(method, body)?).await?)})
         }
         "integration.patch" => to(&svc.patch(actor, parse(method, body)?).await?),
         "integration.resolve" => {
-            json!({"candidate": to(&svc.resolve(actor, parse(method, body)?).await?)})
+            candidate(svc, svc.resolve(actor, parse(method, body)?).await?).await?
+        }
+        "integration.verify" => {
+            candidate(svc, svc.verify(actor, parse(method, body)?).await?).await?
+        }
+        "integration.cancel_verification" => {
+            candidate(
+                svc,
+                svc.cancel_verification(actor, parse(method, body)?).await?,
+            )
+            .await?
+        }
+        "integration.request_delivery" => {
+            candidate(
+                svc,
+                svc.request_delivery(actor, parse(method, body)?).await?,
+            )
+            .await?
+        }
+        "integration.decide" => {
+            candidate(svc, svc.decide(actor, parse(method, body)?).await?).await?
+        }
+        "integration.deliver" => {
+            candidate(svc, svc.deliver(actor, parse(method, body)?).await?).await?
         }
         "integration.delete" => {
             svc.delete(actor, parse(method, body)?).await?;
@@ -190,6 +221,12 @@ async fn dispatch(
         }
         other => return Err(ServiceError::NotFound(format!("unknown method {other:?}"))),
     })
+}
+
+/// `{"candidate": ...}` with its verifications read from the store.
+async fn candidate(svc: &Service, c: crate::candidate::Candidate) -> Result<Value, ServiceError> {
+    let c = svc.hydrate(c).await?;
+    Ok(json!({ "candidate": serde_json::to_value(&c).expect("a candidate serializes") }))
 }
 
 mod erased {

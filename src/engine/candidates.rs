@@ -91,9 +91,9 @@ fn candidate_refs_prefix(cid: &str) -> String {
 }
 
 /// A loaded candidate with its private journal and stored version.
-struct Loaded {
-    c: Candidate,
-    a: Assembly,
+pub(crate) struct Loaded {
+    pub(crate) c: Candidate,
+    pub(crate) a: Assembly,
     stored_version: u64,
 }
 
@@ -102,7 +102,16 @@ impl Service {
         self.data.root.join("candidates").join(cid)
     }
 
-    async fn load(&self, workspace_id: &str, cid: &str) -> Result<Loaded, ServiceError> {
+    /// The candidate, if it belongs to `workspace_id` (otherwise `not_found`).
+    pub async fn load_candidate(
+        &self,
+        workspace_id: &str,
+        cid: &str,
+    ) -> Result<Candidate, ServiceError> {
+        Ok(self.load(workspace_id, cid).await?.c)
+    }
+
+    pub(crate) async fn load(&self, workspace_id: &str, cid: &str) -> Result<Loaded, ServiceError> {
         let not_found = || {
             ServiceError::NotFound(format!(
                 "candidate {cid:?} not found in workspace {workspace_id:?}"
@@ -132,7 +141,7 @@ impl Service {
     }
 
     /// Saves `l` as the next version (compare-and-set on the stored one).
-    async fn save(
+    pub(crate) async fn save(
         &self,
         l: &mut Loaded,
         binding: Option<Binding>,
@@ -630,45 +639,36 @@ impl Service {
         c: &Candidate,
         verify_checksums: bool,
     ) -> Result<Option<String>, ServiceError> {
-        if !matches!(c.state, CandidateState::Frozen | CandidateState::Conflicted) {
-            return Ok(None);
-        }
-        let repo = self.repo(&c.workspace_id);
-        let owned: std::collections::HashMap<String, String> = repo
-            .refs_under(&candidate_refs_prefix(&c.candidate_id))?
-            .into_iter()
-            .collect();
-        for (i, input) in c.inputs.iter().enumerate() {
-            if owned.get(&input_ref(&c.candidate_id, i))
-                != Some(&input.submission.retained_revision)
-            {
-                return Ok(Some(format!("owned input {i} is missing or changed")));
-            }
-            if let (Some(tid), Some(sum)) = (&input.transcript_id, &input.transcript_checksum) {
-                let path = self
-                    .candidate_dir(&c.candidate_id)
-                    .join("transcripts")
-                    .join(tid);
-                let ok = if verify_checksums {
-                    std::fs::read(&path).is_ok_and(|b| hex::encode(Sha256::digest(&b)) == *sum)
-                } else {
-                    std::fs::metadata(&path).is_ok_and(|m| m.is_file())
-                };
-                if !ok {
-                    return Ok(Some(format!(
-                        "owned transcript {tid} is missing or fails its checksum"
-                    )));
-                }
-            }
-        }
-        if c.state == CandidateState::Frozen
-            && owned.get(&revision_ref(&c.candidate_id)) != c.candidate_revision.as_ref()
-        {
-            return Ok(Some(
-                "the candidate-owned revision ref is missing or changed".into(),
-            ));
-        }
-        Ok(None)
+        owned_problem_of(
+            self.repo(&c.workspace_id),
+            &self.candidate_dir(&c.candidate_id),
+            c,
+            verify_checksums,
+        )
+    }
+
+    /// [`Service::owned_evidence_problem`] for the delivery workflow.
+    pub(crate) fn owned_problem(
+        &self,
+        c: &Candidate,
+        verify_checksums: bool,
+    ) -> Result<Option<String>, ServiceError> {
+        self.owned_evidence_problem(c, verify_checksums)
+    }
+
+    /// The host-side check run after a candidate verification's container is destroyed: the
+    /// candidate-owned refs and transcript copies must be exactly as before.
+    pub(crate) fn owned_evidence_check(&self, c: &Candidate) -> super::verify::ExtraSourceCheck {
+        let repo = self.repo(&c.workspace_id).clone();
+        let dir = self.candidate_dir(&c.candidate_id);
+        let c = c.clone();
+        std::sync::Arc::new(move || match owned_problem_of(&repo, &dir, &c, true) {
+            Ok(None) => None,
+            Ok(Some(reason)) => Some(format!("candidate-owned evidence changed: {reason}")),
+            Err(e) => Some(format!(
+                "candidate-owned evidence could not be checked: {e}"
+            )),
+        })
     }
 
     /// `integration.list`: bounded summaries, newest first.
@@ -1035,6 +1035,11 @@ impl Service {
             });
             self.save(&mut l, None, None).await?;
         }
+        drop(_guard);
+        // Running verifications are cancelled (container destroyed, settled) before cleanup.
+        self.cancel_candidate_verifications(&p.candidate_id).await?;
+        let _guard = lock.lock().await;
+        let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
         self.clean_up_fenced(&mut l).await
     }
 
@@ -1095,6 +1100,7 @@ impl Service {
             }
             l.c.state = CandidateState::Expired;
             self.save(&mut l, None, None).await?;
+            self.cancel_candidate_verifications(&cid).await?;
             self.clean_up_fenced(&mut l).await?;
             expired += 1;
         }
@@ -1111,4 +1117,46 @@ impl Service {
             .and_then(|p| parse_time(&p))
             .is_some_and(|t| t <= now))
     }
+}
+
+/// Why `c`'s owned refs or transcript copies cannot be validated, if they cannot.
+fn owned_problem_of(
+    repo: &Repo,
+    candidate_dir: &std::path::Path,
+    c: &Candidate,
+    verify_checksums: bool,
+) -> Result<Option<String>, ServiceError> {
+    if !matches!(c.state, CandidateState::Frozen | CandidateState::Conflicted) {
+        return Ok(None);
+    }
+    let owned: std::collections::HashMap<String, String> = repo
+        .refs_under(&candidate_refs_prefix(&c.candidate_id))?
+        .into_iter()
+        .collect();
+    for (i, input) in c.inputs.iter().enumerate() {
+        if owned.get(&input_ref(&c.candidate_id, i)) != Some(&input.submission.retained_revision) {
+            return Ok(Some(format!("owned input {i} is missing or changed")));
+        }
+        if let (Some(tid), Some(sum)) = (&input.transcript_id, &input.transcript_checksum) {
+            let path = candidate_dir.join("transcripts").join(tid);
+            let ok = if verify_checksums {
+                std::fs::read(&path).is_ok_and(|b| hex::encode(Sha256::digest(&b)) == *sum)
+            } else {
+                std::fs::metadata(&path).is_ok_and(|m| m.is_file())
+            };
+            if !ok {
+                return Ok(Some(format!(
+                    "owned transcript {tid} is missing or fails its checksum"
+                )));
+            }
+        }
+    }
+    if c.state == CandidateState::Frozen
+        && owned.get(&revision_ref(&c.candidate_id)) != c.candidate_revision.as_ref()
+    {
+        return Ok(Some(
+            "the candidate-owned revision ref is missing or changed".into(),
+        ));
+    }
+    Ok(None)
 }

@@ -2,7 +2,7 @@
 //! point, with no cleanup at all, exactly as if it had been killed from outside.
 
 /// Every crash point: the verification pipeline's, in order, then the daemon's.
-pub const CRASH_POINTS: [&str; 9] = [
+pub const CRASH_POINTS: [&str; 10] = [
     "after_insert",
     "after_create",
     "after_start",
@@ -12,6 +12,7 @@ pub const CRASH_POINTS: [&str; 9] = [
     "prepare_after_insert",
     "prepare_after_retain",
     "resolve_after_intent",
+    "deliver_after_refs",
 ];
 
 /// Environment variable naming the crash point.

@@ -2,6 +2,7 @@
 
 pub mod candidates;
 pub mod crash;
+pub mod delivery;
 pub mod environment;
 pub mod evidence;
 pub mod recovery;

@@ -183,12 +183,24 @@ impl Clock {
     }
 }
 
+/// A verification worker of this process: how to cancel it and how to know it has settled.
+pub struct Worker {
+    pub cancel: tokio::sync::watch::Sender<bool>,
+    pub done: tokio::sync::watch::Receiver<bool>,
+}
+
 /// The daemon's service.
 pub struct Service {
     pub config: Arc<Config>,
     pub data: DataDir,
     pub clock: Clock,
     pub admission: AdmissionFn,
+    /// The verification runner (sandbox, seccomp profile, data dir).
+    pub engine: super::Engine,
+    /// Bounds concurrent verifications (`max_concurrent_verifications`).
+    pub permits: Arc<tokio::sync::Semaphore>,
+    /// Live verification workers of this process, by verification id.
+    pub workers: Arc<Mutex<HashMap<String, Worker>>>,
     repos: HashMap<String, Repo>,
     candidate_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -197,20 +209,26 @@ impl Service {
     /// Opens every workspace repository; a missing one is a start-up error naming it.
     pub fn new(
         config: Arc<Config>,
-        data: DataDir,
+        engine: super::Engine,
         clock: Clock,
         admission: AdmissionFn,
     ) -> Result<Service, String> {
+        let data = engine.data.clone();
         let mut repos = HashMap::new();
         for (id, ws) in &config.workspaces {
             let repo = Repo::open(&ws.repo).map_err(|e| format!("workspaces.{id}.repo: {e}"))?;
             repos.insert(id.clone(), repo);
         }
         Ok(Service {
+            permits: Arc::new(tokio::sync::Semaphore::new(
+                config.max_concurrent_verifications,
+            )),
+            workers: Arc::new(Mutex::new(HashMap::new())),
             config,
             data,
             clock,
             admission,
+            engine,
             repos,
             candidate_locks: Mutex::new(HashMap::new()),
         })

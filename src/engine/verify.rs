@@ -208,7 +208,8 @@ impl Engine {
         let creation_key = v.creation_key.clone();
         let started = Instant::now();
         let checkout_dir = self.data.checkout_dir(&creation_key);
-        if *cancel.borrow() {
+        let cancelled_early = *cancel.borrow();
+        if cancelled_early {
             v.status = Status::Cancelled;
             v.error = Some("cancelled before the command started".into());
         } else {

@@ -335,7 +335,7 @@ impl Sandbox {
                     None => break,
                 },
                 _ = tokio::time::sleep_until(deadline) => { end = Some(JobEnd::TimedOut); break; }
-                _ = cancel.wait_for(|c| *c) => { end = Some(JobEnd::Cancelled); break; }
+                _ = cancelled(&mut cancel) => { end = Some(JobEnd::Cancelled); break; }
             }
         }
         drop(output);
@@ -356,7 +356,7 @@ impl Sandbox {
                         }
                     }
                     _ = tokio::time::sleep_until(deadline) => { end = Some(JobEnd::TimedOut); break; }
-                    _ = cancel.wait_for(|c| *c) => { end = Some(JobEnd::Cancelled); break; }
+                    _ = cancelled(&mut cancel) => { end = Some(JobEnd::Cancelled); break; }
                 }
             }
         }
@@ -512,6 +512,11 @@ impl Sandbox {
             message: last_error,
         })
     }
+}
+
+/// Resolves once `rx` says "cancel" (or its sender is gone), holding no borrow across awaits.
+async fn cancelled(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|c| *c).await;
 }
 
 /// True once a started container is no longer running.

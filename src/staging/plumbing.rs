@@ -276,6 +276,13 @@ impl Repo {
         Ok(None)
     }
 
+    /// The content of a blob.
+    pub fn read_blob(&self, oid: &str) -> Result<Vec<u8>, StagingError> {
+        let mut cmd = self.git();
+        cmd.args(["cat-file", "blob", oid]);
+        Ok(run_git(cmd, &[0])?.1)
+    }
+
     /// Writes `content` as a blob.
     pub fn write_blob(&self, content: &[u8]) -> Result<String, StagingError> {
         let mut cmd = self.git();

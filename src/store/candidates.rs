@@ -268,6 +268,19 @@ impl Store {
         .await
     }
 
+    /// (candidate id, workspace id) of candidates whose delivery request is `delivering`.
+    pub async fn candidates_delivering(&self) -> Result<Vec<(String, String)>, StoreError> {
+        self.call(|c| {
+            let mut st = c.prepare(
+                "SELECT candidate_id, workspace_id FROM candidates
+                 WHERE json_extract(record, '$.delivery_request.state') = 'delivering'",
+            )?;
+            let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
     /// Removes a tombstone whose retention has ended.
     pub async fn purge_candidate(&self, candidate_id: &str) -> Result<(), StoreError> {
         let id = candidate_id.to_string();

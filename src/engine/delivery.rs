@@ -1,0 +1,860 @@
+//! Candidate verification and delivery (seed 001): verify, cancel_verification,
+//! request_delivery, decide, deliver, plus receipt reconciliation and worker shutdown.
+//!
+//! Verification reuses the runner's durable protocol (running row -> artifact -> settle); the row
+//! carries the candidate id and is committed together with the idempotency binding. Delivery
+//! claims the request durably (`delivering`), then moves refs in one `update-ref` transaction that
+//! also creates the receipt ref, then saves the aggregate. A retry or a restart reconciles from the
+//! receipt in Git and never infers success from the target's current value.
+
+use super::service::{Actor, Admission, Service, ServiceError, Worker, parse_time};
+use super::verify::{CandidateLink, RunError};
+use crate::candidate::{
+    self, Candidate, CandidateState, DeliveryAction, DeliveryReceipt, DeliveryRequest,
+    MAX_REQUEST_VERIFICATIONS, MAX_VERIFICATIONS_PER_CANDIDATE, Mutation, RequestState,
+};
+use crate::config::Permission;
+use crate::limits;
+use crate::staging::plumbing::RefOp;
+use crate::store::Binding;
+use crate::verification::{Status, Verification};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// `integration.verify` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyParams {
+    pub workspace_id: String,
+    pub candidate_id: String,
+    pub candidate_revision: String,
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
+    pub idempotency_key: String,
+}
+
+/// `integration.cancel_verification` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelParams {
+    pub workspace_id: String,
+    pub candidate_id: String,
+    pub verification_id: String,
+}
+
+/// `integration.request_delivery` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestParams {
+    pub workspace_id: String,
+    pub candidate_id: String,
+    pub candidate_revision: String,
+    pub verification_ids: Vec<String>,
+    pub action: DeliveryAction,
+    pub idempotency_key: String,
+}
+
+/// `integration.decide` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecideParams {
+    pub workspace_id: String,
+    pub candidate_id: String,
+    pub request_id: String,
+    pub request_version: u64,
+    pub approve: bool,
+}
+
+/// `integration.deliver` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliverParams {
+    pub workspace_id: String,
+    pub candidate_id: String,
+    pub request_id: String,
+    pub request_version: u64,
+}
+
+/// How long cancel and delete wait for a worker to destroy its container and settle.
+pub const SETTLE_WAIT: Duration = Duration::from_secs(50);
+
+/// Private ref holding a delivery receipt (a blob of canonical JSON).
+pub fn receipt_ref(request_id: &str) -> String {
+    format!("refs/airlock/receipts/{request_id}")
+}
+
+/// Public proposal ref of a request.
+pub fn proposal_ref(request_id: &str) -> String {
+    format!("refs/heads/airlock/proposal-{request_id}")
+}
+
+impl Service {
+    /// Fills `verifications` from the store (the source of truth), with `queued` flags.
+    pub async fn hydrate(&self, mut c: Candidate) -> Result<Candidate, ServiceError> {
+        let rows = self.data.store.verifications_of(&c.candidate_id).await?;
+        c.verifications = rows
+            .into_iter()
+            .map(|(v, queued)| {
+                let mut j = serde_json::to_value(&v).expect("a verification serializes");
+                j["queued"] = serde_json::Value::Bool(queued && v.status == Status::Running);
+                j
+            })
+            .collect();
+        Ok(c)
+    }
+
+    /// `integration.verify`: records a running verification durably and returns at once.
+    pub async fn verify(&self, actor: &Actor, p: VerifyParams) -> Result<Candidate, ServiceError> {
+        let ws = self
+            .authorize(actor, &p.workspace_id, Permission::Verify)?
+            .clone();
+        self.admit(Admission {
+            operation: "integration.verify",
+            mutation: true,
+            actor,
+            workspace_id: &p.workspace_id,
+            mission_id: None,
+            new_candidate: false,
+        })?;
+        candidate::check_idempotency_key(&p.idempotency_key)
+            .map_err(ServiceError::InvalidArgument)?;
+        crate::verification::validate_argv(&p.argv)
+            .map_err(|e| ServiceError::InvalidArgument(e.to_string()))?;
+        let timeout = p.timeout_seconds.unwrap_or(limits::DEFAULT_TIMEOUT_SECONDS);
+        crate::verification::validate_timeout(timeout)
+            .map_err(|e| ServiceError::InvalidArgument(e.to_string()))?;
+        let digest = candidate::digest(&VerifyParams {
+            idempotency_key: String::new(),
+            timeout_seconds: Some(timeout),
+            ..p.clone()
+        });
+        let actor_key = actor.key();
+        let operation = format!("integration.verify/{}", p.candidate_id);
+        let lock = self.candidate_lock(&p.candidate_id);
+        let _guard = lock.lock().await;
+        let c = self
+            .load_candidate(&p.workspace_id, &p.candidate_id)
+            .await?;
+        if let Some((d, _)) = self
+            .data
+            .store
+            .binding(&p.workspace_id, &actor_key, &operation, &p.idempotency_key)
+            .await?
+        {
+            if d != digest {
+                return Err(ServiceError::Conflict(
+                    "idempotency_key was already used with different parameters".into(),
+                ));
+            }
+            return self.hydrate(c).await;
+        }
+        let rev = frozen_revision(&c)?;
+        if p.candidate_revision != rev {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "candidate_revision {} is not the candidate's frozen revision {rev}",
+                p.candidate_revision
+            )));
+        }
+        if let Some(reason) = self.owned_problem(&c, true)? {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "candidate is unavailable: {reason}"
+            )));
+        }
+        let existing = self.data.store.verifications_of(&c.candidate_id).await?;
+        if existing.len() >= MAX_VERIFICATIONS_PER_CANDIDATE {
+            return Err(ServiceError::ResourceExhausted(format!(
+                "candidate has {} verifications; the limit is {MAX_VERIFICATIONS_PER_CANDIDATE}",
+                existing.len()
+            )));
+        }
+        let expires_cap = parse_time(&c.expires_at)
+            .ok_or_else(|| ServiceError::Internal("candidate expires_at is not RFC 3339".into()))?;
+        let extra = self.owned_evidence_check(&c);
+        let repo = self.repo(&p.workspace_id).clone();
+        let prepared = self
+            .engine
+            .prepare_commit(
+                repo,
+                rev.clone(),
+                &ws.profile,
+                p.argv.clone(),
+                timeout,
+                Some(extra),
+            )
+            .await
+            .map_err(|e| match e {
+                RunError::Refused(m) => ServiceError::FailedPrecondition(m),
+                RunError::Internal(m) => ServiceError::Internal(m),
+            })?;
+        let started = self
+            .engine
+            .begin(
+                prepared,
+                Some(CandidateLink {
+                    candidate_id: c.candidate_id.clone(),
+                    binding: Binding {
+                        workspace_id: p.workspace_id.clone(),
+                        actor_key,
+                        operation,
+                        idempotency_key: p.idempotency_key.clone(),
+                        digest,
+                        result_id: String::new(),
+                    },
+                    expires_cap,
+                }),
+            )
+            .await
+            .map_err(|e| match e {
+                RunError::Refused(m) if m.contains("conflict") => ServiceError::Conflict(m),
+                RunError::Refused(m) | RunError::Internal(m) => ServiceError::Internal(m),
+            })?;
+        self.spawn_worker(started);
+        self.hydrate(c).await
+    }
+
+    /// Runs a recorded verification in the background, bounded by the concurrency permits.
+    fn spawn_worker(&self, started: super::verify::Started) {
+        let vid = started.verification.verification_id.clone();
+        let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
+        let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+        self.workers
+            .lock()
+            .expect("worker map is never poisoned")
+            .insert(
+                vid.clone(),
+                Worker {
+                    cancel: cancel_tx,
+                    done: done_rx,
+                },
+            );
+        let engine = self.engine.clone();
+        let permits = self.permits.clone();
+        let workers = self.workers.clone();
+        tokio::spawn(async move {
+            let mut cancelled = cancel_rx.clone();
+            // Queued until a permit frees up; a cancel while queued settles without running.
+            let permit = tokio::select! {
+                p = permits.acquire_owned() => p.ok(),
+                r = cancelled.wait_for(|c| *c) => {
+                    drop(r);
+                    None
+                }
+            };
+            if permit.is_some() {
+                let _ = engine.data.store.mark_started(&vid).await;
+            }
+            match engine.finish(started, cancel_rx).await {
+                Ok(v) => {
+                    tracing::info!(verification_id = %vid, status = v.status.as_str(), "candidate verification settled")
+                }
+                Err(e) => {
+                    tracing::error!(verification_id = %vid, error = %e, "candidate verification left for recovery")
+                }
+            }
+            drop(permit);
+            workers
+                .lock()
+                .expect("worker map is never poisoned")
+                .remove(&vid);
+            let _ = done_tx.send(true);
+        });
+    }
+
+    /// Cancels one worker of this process and waits (bounded) until it has settled.
+    async fn cancel_worker(&self, verification_id: &str) -> bool {
+        let done = {
+            let workers = self.workers.lock().expect("worker map is never poisoned");
+            match workers.get(verification_id) {
+                Some(w) => {
+                    let _ = w.cancel.send(true);
+                    w.done.clone()
+                }
+                None => return true,
+            }
+        };
+        let mut done = done;
+        tokio::time::timeout(SETTLE_WAIT, done.wait_for(|d| *d))
+            .await
+            .is_ok()
+    }
+
+    /// Cancels every worker of this process (daemon shutdown). Returns how many did not settle
+    /// within `wait`.
+    pub async fn cancel_all_workers(&self, wait: Duration) -> usize {
+        let dones: Vec<_> = {
+            let workers = self.workers.lock().expect("worker map is never poisoned");
+            workers
+                .values()
+                .map(|w| {
+                    let _ = w.cancel.send(true);
+                    w.done.clone()
+                })
+                .collect()
+        };
+        let mut unsettled = 0;
+        for mut d in dones {
+            if tokio::time::timeout(wait, d.wait_for(|x| *x))
+                .await
+                .is_err()
+            {
+                unsettled += 1;
+            }
+        }
+        unsettled
+    }
+
+    /// Cancels every running verification of a candidate (before deletion or expiry).
+    pub async fn cancel_candidate_verifications(
+        &self,
+        candidate_id: &str,
+    ) -> Result<(), ServiceError> {
+        for (v, _) in self.data.store.verifications_of(candidate_id).await? {
+            if v.status == Status::Running && !self.cancel_worker(&v.verification_id).await {
+                return Err(ServiceError::Unavailable(format!(
+                    "verification {} did not settle within {} s; retry",
+                    v.verification_id,
+                    SETTLE_WAIT.as_secs()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// `integration.cancel_verification`: destroys the container and settles `cancelled`.
+    pub async fn cancel_verification(
+        &self,
+        actor: &Actor,
+        p: CancelParams,
+    ) -> Result<Candidate, ServiceError> {
+        self.authorize(actor, &p.workspace_id, Permission::Verify)?;
+        self.admit(Admission {
+            operation: "integration.cancel_verification",
+            mutation: true,
+            actor,
+            workspace_id: &p.workspace_id,
+            mission_id: None,
+            new_candidate: false,
+        })?;
+        let c = self
+            .load_candidate(&p.workspace_id, &p.candidate_id)
+            .await?;
+        let rows = self.data.store.verifications_of(&c.candidate_id).await?;
+        let Some((v, _)) = rows
+            .iter()
+            .find(|(v, _)| v.verification_id == p.verification_id)
+        else {
+            return Err(ServiceError::NotFound(format!(
+                "verification {:?} not found on candidate {:?}",
+                p.verification_id, p.candidate_id
+            )));
+        };
+        if v.status == Status::Running && !self.cancel_worker(&v.verification_id).await {
+            return Err(ServiceError::Unavailable(format!(
+                "verification {} did not settle within {} s; retry",
+                v.verification_id,
+                SETTLE_WAIT.as_secs()
+            )));
+        }
+        self.hydrate(c).await
+    }
+
+    /// Checks a selected verification is still valid evidence for `rev` at `now`.
+    fn check_selected(
+        &self,
+        i: usize,
+        id: &str,
+        rows: &[(Verification, bool)],
+        rev: &str,
+    ) -> Result<Verification, ServiceError> {
+        let field = format!("verification_ids[{i}]");
+        let Some((v, _)) = rows.iter().find(|(v, _)| v.verification_id == id) else {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "{field} {id:?} is not a verification of this candidate"
+            )));
+        };
+        if v.status != Status::Passed {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "{field} {id} is {}, not passed",
+                v.status.as_str()
+            )));
+        }
+        if v.candidate_revision != rev {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "{field} {id} verified {}, not {rev}",
+                v.candidate_revision
+            )));
+        }
+        if parse_time(&v.expires_at).is_none_or(|t| t <= self.clock.now()) {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "{field} {id} expired at {}",
+                v.expires_at
+            )));
+        }
+        // A later attempt of the same argv that did not pass (cancelled aside) overrides it.
+        if let Some((later, _)) = rows.iter().find(|(w, _)| {
+            w.argv == v.argv
+                && w.verification_id != v.verification_id
+                && (w.created_at.as_str(), w.verification_id.as_str())
+                    > (v.created_at.as_str(), v.verification_id.as_str())
+                && !matches!(w.status, Status::Passed | Status::Cancelled)
+        }) {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "{field} {id} is overridden by the later {} verification {} of the same argv",
+                later.status.as_str(),
+                later.verification_id
+            )));
+        }
+        Ok(v.clone())
+    }
+
+    /// `integration.request_delivery`.
+    pub async fn request_delivery(
+        &self,
+        actor: &Actor,
+        p: RequestParams,
+    ) -> Result<Candidate, ServiceError> {
+        self.authorize(actor, &p.workspace_id, Permission::Integrate)?;
+        self.admit(Admission {
+            operation: "integration.request_delivery",
+            mutation: true,
+            actor,
+            workspace_id: &p.workspace_id,
+            mission_id: None,
+            new_candidate: false,
+        })?;
+        candidate::check_idempotency_key(&p.idempotency_key)
+            .map_err(ServiceError::InvalidArgument)?;
+        if p.verification_ids.is_empty() || p.verification_ids.len() > MAX_REQUEST_VERIFICATIONS {
+            return Err(ServiceError::InvalidArgument(format!(
+                "verification_ids has {} entries; it needs 1..={MAX_REQUEST_VERIFICATIONS}",
+                p.verification_ids.len()
+            )));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, id) in p.verification_ids.iter().enumerate() {
+            if !seen.insert(id) {
+                return Err(ServiceError::InvalidArgument(format!(
+                    "verification_ids[{i}] {id:?} is a duplicate"
+                )));
+            }
+        }
+        let digest = candidate::digest(&RequestParams {
+            idempotency_key: String::new(),
+            ..p.clone()
+        });
+        let actor_key = actor.key();
+        let operation = format!("integration.request_delivery/{}", p.candidate_id);
+        let lock = self.candidate_lock(&p.candidate_id);
+        let _guard = lock.lock().await;
+        let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
+        if let Some((d, _)) = self
+            .data
+            .store
+            .binding(&p.workspace_id, &actor_key, &operation, &p.idempotency_key)
+            .await?
+        {
+            if d != digest {
+                return Err(ServiceError::Conflict(
+                    "idempotency_key was already used with different parameters".into(),
+                ));
+            }
+            return self.hydrate(l.c).await;
+        }
+        let rev = frozen_revision(&l.c)?;
+        if p.candidate_revision != rev {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "candidate_revision {} is not the candidate's frozen revision {rev}",
+                p.candidate_revision
+            )));
+        }
+        if l.c.delivery_receipt.is_some() {
+            return Err(ServiceError::FailedPrecondition(
+                "the candidate was already delivered".into(),
+            ));
+        }
+        if l.c
+            .delivery_request
+            .as_ref()
+            .is_some_and(|r| r.state == RequestState::Delivering)
+        {
+            return Err(ServiceError::Conflict(
+                "a delivery of the current request is in progress".into(),
+            ));
+        }
+        if let Some(reason) = self.owned_problem(&l.c, true)? {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "candidate is unavailable: {reason}"
+            )));
+        }
+        let rows = self.data.store.verifications_of(&l.c.candidate_id).await?;
+        let mut expires = parse_time(&l.c.expires_at).unwrap_or_else(|| self.clock.now());
+        for (i, id) in p.verification_ids.iter().enumerate() {
+            let v = self.check_selected(i, id, &rows, &rev)?;
+            if let Some(t) = parse_time(&v.expires_at) {
+                expires = expires.min(t);
+            }
+        }
+        let version = l.a.last_request_version + 1;
+        let request = DeliveryRequest {
+            request_id: format!("req_{}", crate::ids::new_creation_key()),
+            request_version: version,
+            candidate_revision: rev,
+            verification_ids: p.verification_ids.clone(),
+            target_ref: l.c.target_ref.clone(),
+            expected_target_revision: l.c.expected_target_revision.clone(),
+            action: p.action,
+            state: RequestState::Requested,
+            requested_by: actor_key.clone(),
+            decided_by: None,
+            created_at: self.now_rfc3339(),
+            expires_at: crate::ids::rfc3339(expires),
+            decided_at: None,
+        };
+        l.a.last_request_version = version;
+        l.c.record_mutation(Mutation {
+            actor_key: actor_key.clone(),
+            operation: "integration.request_delivery".into(),
+            idempotency_key: p.idempotency_key.clone(),
+            digest: digest.clone(),
+            result_id: request.request_id.clone(),
+        });
+        let binding = Binding {
+            workspace_id: p.workspace_id.clone(),
+            actor_key,
+            operation,
+            idempotency_key: p.idempotency_key.clone(),
+            digest,
+            result_id: request.request_id.clone(),
+        };
+        l.c.delivery_request = Some(request);
+        self.save(&mut l, Some(binding), None).await?;
+        self.hydrate(l.c).await
+    }
+
+    /// `integration.decide`: the human approval boundary, fenced by the exact request version.
+    pub async fn decide(&self, actor: &Actor, p: DecideParams) -> Result<Candidate, ServiceError> {
+        let Actor::Member { .. } = actor else {
+            return Err(ServiceError::PermissionDenied(
+                "integration.decide is human-only: run actors cannot approve or deny".into(),
+            ));
+        };
+        self.authorize(actor, &p.workspace_id, Permission::Decide)?;
+        self.admit(Admission {
+            operation: "integration.decide",
+            mutation: true,
+            actor,
+            workspace_id: &p.workspace_id,
+            mission_id: None,
+            new_candidate: false,
+        })?;
+        let lock = self.candidate_lock(&p.candidate_id);
+        let _guard = lock.lock().await;
+        let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
+        if l.c.state.is_fenced() {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "candidate is {}",
+                l.c.state.as_str()
+            )));
+        }
+        let now = self.clock.now();
+        let req = current_request(&mut l.c, &p.request_id, p.request_version)?;
+        let wanted = if p.approve {
+            RequestState::Approved
+        } else {
+            RequestState::Denied
+        };
+        match req.state {
+            RequestState::Requested => {}
+            s if s == wanted && req.decided_by.as_deref() == Some(actor.key().as_str()) => {
+                return self.hydrate(l.c).await; // the same decision again
+            }
+            s => {
+                return Err(ServiceError::Conflict(format!(
+                    "request {} is already {}",
+                    p.request_id,
+                    serde_json::to_value(s)
+                        .expect("state serializes")
+                        .as_str()
+                        .unwrap_or("")
+                )));
+            }
+        }
+        if parse_time(&req.expires_at).is_none_or(|t| t <= now) {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "request {} expired at {}",
+                p.request_id, req.expires_at
+            )));
+        }
+        req.state = wanted;
+        req.decided_by = Some(actor.key());
+        req.decided_at = Some(crate::ids::rfc3339(now));
+        let request_id = req.request_id.clone();
+        l.c.record_mutation(Mutation {
+            actor_key: actor.key(),
+            operation: "integration.decide".into(),
+            idempotency_key: String::new(),
+            digest: candidate::digest(&(p.approve, &p.request_id, p.request_version)),
+            result_id: request_id,
+        });
+        self.save(&mut l, None, None).await?;
+        self.hydrate(l.c).await
+    }
+
+    /// `integration.deliver`.
+    pub async fn deliver(
+        &self,
+        actor: &Actor,
+        p: DeliverParams,
+    ) -> Result<Candidate, ServiceError> {
+        self.authorize(actor, &p.workspace_id, Permission::Push)?;
+        self.admit(Admission {
+            operation: "integration.deliver",
+            mutation: true,
+            actor,
+            workspace_id: &p.workspace_id,
+            mission_id: None,
+            new_candidate: false,
+        })?;
+        let lock = self.candidate_lock(&p.candidate_id);
+        let _guard = lock.lock().await;
+        let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
+        let repo = self.repo(&p.workspace_id).clone();
+        let req = current_request(&mut l.c, &p.request_id, p.request_version)?.clone();
+        // A receipt (in the aggregate, or only in Git after a lost save) is the original result.
+        if l.c
+            .delivery_receipt
+            .as_ref()
+            .is_some_and(|r| r.request_id == req.request_id)
+        {
+            return self.hydrate(l.c).await;
+        }
+        if let Some(receipt) = self.read_receipt(&repo, &req.request_id)? {
+            self.settle_delivery(&mut l, receipt, actor).await?;
+            return self.hydrate(l.c).await;
+        }
+        if l.c.state.is_fenced() {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "candidate is {}",
+                l.c.state.as_str()
+            )));
+        }
+        if !matches!(req.state, RequestState::Approved | RequestState::Delivering) {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "request {} is {}, not approved",
+                req.request_id,
+                serde_json::to_value(req.state)
+                    .expect("state serializes")
+                    .as_str()
+                    .unwrap_or("")
+            )));
+        }
+        let now = self.clock.now();
+        if parse_time(&req.expires_at).is_none_or(|t| t <= now) {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "request {} expired at {}",
+                req.request_id, req.expires_at
+            )));
+        }
+        let rev = frozen_revision(&l.c)?;
+        if req.candidate_revision != rev
+            || req.target_ref != l.c.target_ref
+            || req.expected_target_revision != l.c.expected_target_revision
+        {
+            return Err(ServiceError::Conflict(
+                "the request no longer matches the candidate".into(),
+            ));
+        }
+        if let Some(reason) = self.owned_problem(&l.c, true)? {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "candidate is unavailable: {reason}"
+            )));
+        }
+        let rows = self.data.store.verifications_of(&l.c.candidate_id).await?;
+        for (i, id) in req.verification_ids.iter().enumerate() {
+            self.check_selected(i, id, &rows, &rev)?;
+        }
+        let current_target = repo.ref_value(&req.target_ref)?;
+        if req.action == DeliveryAction::UpdateRef
+            && current_target.as_deref() != Some(req.expected_target_revision.as_str())
+        {
+            return Err(ServiceError::Conflict(format!(
+                "target {} moved: it is at {}, the candidate was built on {}; nothing was changed",
+                req.target_ref,
+                current_target.as_deref().unwrap_or("(missing)"),
+                req.expected_target_revision
+            )));
+        }
+        // Durable claim before any ref moves.
+        if req.state != RequestState::Delivering {
+            current_request(&mut l.c, &p.request_id, p.request_version)?.state =
+                RequestState::Delivering;
+            self.save(&mut l, None, None).await?;
+        }
+        let (result, proposal, previous) = match req.action {
+            DeliveryAction::UpdateRef => {
+                ("landed", None, Some(req.expected_target_revision.clone()))
+            }
+            DeliveryAction::Proposal => (
+                "proposed",
+                Some(proposal_ref(&req.request_id)),
+                current_target.clone(),
+            ),
+        };
+        let receipt = DeliveryReceipt {
+            receipt_id: format!("rcpt_{}", crate::ids::new_creation_key()),
+            request_id: req.request_id.clone(),
+            candidate_revision: rev.clone(),
+            target_ref: req.target_ref.clone(),
+            previous_revision: previous,
+            action: req.action,
+            result: result.into(),
+            proposal_ref: proposal.clone(),
+            created_at: crate::ids::rfc3339(now),
+        };
+        let blob = repo.write_blob(
+            serde_json::to_string(&receipt)
+                .expect("a receipt serializes")
+                .as_bytes(),
+        )?;
+        let mut ops = Vec::new();
+        match (&req.action, &proposal) {
+            (DeliveryAction::UpdateRef, _) => ops.push(RefOp::Update {
+                name: req.target_ref.clone(),
+                new: rev.clone(),
+                old: req.expected_target_revision.clone(),
+            }),
+            (DeliveryAction::Proposal, Some(name)) => ops.push(RefOp::Create {
+                name: name.clone(),
+                new: rev.clone(),
+            }),
+            (DeliveryAction::Proposal, None) => unreachable!("a proposal always names its ref"),
+        }
+        ops.push(RefOp::Create {
+            name: receipt_ref(&req.request_id),
+            new: blob,
+        });
+        if let Err(e) = repo.update_refs(&ops) {
+            // Nothing moved (the transaction is atomic). Say why.
+            if let Some(r) = self.read_receipt(&repo, &req.request_id)? {
+                self.settle_delivery(&mut l, r, actor).await?;
+                return self.hydrate(l.c).await;
+            }
+            let now_target = repo.ref_value(&req.target_ref)?;
+            if req.action == DeliveryAction::UpdateRef
+                && now_target.as_deref() != Some(req.expected_target_revision.as_str())
+            {
+                return Err(ServiceError::Conflict(format!(
+                    "target {} moved; nothing was changed",
+                    req.target_ref
+                )));
+            }
+            return Err(ServiceError::Conflict(format!(
+                "the delivery ref transaction failed and changed nothing: {e}"
+            )));
+        }
+        super::crash::point("deliver_after_refs");
+        self.settle_delivery(&mut l, receipt, actor).await?;
+        self.hydrate(l.c).await
+    }
+
+    fn read_receipt(
+        &self,
+        repo: &crate::staging::Repo,
+        request_id: &str,
+    ) -> Result<Option<DeliveryReceipt>, ServiceError> {
+        let Some(oid) = repo.ref_value(&receipt_ref(request_id))? else {
+            return Ok(None);
+        };
+        let bytes = repo.read_blob(&oid)?;
+        let receipt: DeliveryReceipt = serde_json::from_slice(&bytes).map_err(|e| {
+            ServiceError::Internal(format!("receipt of {request_id} is unreadable: {e}"))
+        })?;
+        if receipt.request_id != request_id {
+            return Err(ServiceError::Internal(format!(
+                "receipt ref of {request_id} names {}",
+                receipt.request_id
+            )));
+        }
+        Ok(Some(receipt))
+    }
+
+    /// Saves a receipt (from this call or reconciled from Git) into the aggregate.
+    async fn settle_delivery(
+        &self,
+        l: &mut super::candidates::Loaded,
+        receipt: DeliveryReceipt,
+        actor: &Actor,
+    ) -> Result<(), ServiceError> {
+        if let Some(req) =
+            l.c.delivery_request
+                .as_mut()
+                .filter(|r| r.request_id == receipt.request_id)
+        {
+            req.state = RequestState::Delivered;
+        }
+        l.c.record_mutation(Mutation {
+            actor_key: actor.key(),
+            operation: "integration.deliver".into(),
+            idempotency_key: String::new(),
+            digest: String::new(),
+            result_id: receipt.receipt_id.clone(),
+        });
+        l.c.delivery_receipt = Some(receipt);
+        self.save(l, None, None).await
+    }
+
+    /// Recovery for deliveries: a `delivering` request whose receipt is in Git is settled from it.
+    pub async fn reconcile_deliveries(&self) -> Result<usize, ServiceError> {
+        let mut n = 0;
+        for (cid, ws) in self.data.store.candidates_delivering().await? {
+            if !self.config.workspaces.contains_key(&ws) {
+                continue;
+            }
+            let lock = self.candidate_lock(&cid);
+            let _guard = lock.lock().await;
+            let mut l = self.load(&ws, &cid).await?;
+            let Some(req) = l.c.delivery_request.clone() else {
+                continue;
+            };
+            if req.state != RequestState::Delivering || l.c.delivery_receipt.is_some() {
+                continue;
+            }
+            if let Some(r) = self.read_receipt(self.repo(&ws), &req.request_id)? {
+                let system = Actor::Member {
+                    member_id: "airlock-recovery".into(),
+                };
+                self.settle_delivery(&mut l, r, &system).await?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+}
+
+fn frozen_revision(c: &Candidate) -> Result<String, ServiceError> {
+    match (c.state, &c.candidate_revision) {
+        (CandidateState::Frozen, Some(rev)) => Ok(rev.clone()),
+        (state, _) => Err(ServiceError::FailedPrecondition(format!(
+            "candidate is {}; this needs a frozen candidate",
+            state.as_str()
+        ))),
+    }
+}
+
+fn current_request<'a>(
+    c: &'a mut Candidate,
+    request_id: &str,
+    version: u64,
+) -> Result<&'a mut DeliveryRequest, ServiceError> {
+    let req = c.delivery_request.as_mut().ok_or_else(|| {
+        ServiceError::FailedPrecondition("the candidate has no delivery request".into())
+    })?;
+    if req.request_id != request_id || req.request_version != version {
+        return Err(ServiceError::Conflict(format!(
+            "request {request_id} version {version} is not the current request ({} version {})",
+            req.request_id, req.request_version
+        )));
+    }
+    Ok(req)
+}
