@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-const ALICE: &str = "alice-token";
-const BOB: &str = "bob-token-view-only";
+pub const ALICE: &str = "alice-token";
+pub const BOB: &str = "bob-token-view-only";
 const CAROL: &str = "carol-token-other-workspace";
-const RUN_A: &str = "run-a-token";
+pub const RUN_A: &str = "run-a-token";
 
 fn sha(s: &str) -> String {
     hex::encode(Sha256::digest(s.as_bytes()))
@@ -207,7 +207,7 @@ fn file_at(repo: &Path, rev: &str, path: &str) -> String {
     git(repo, &["show", &format!("{rev}:{path}")])
 }
 
-fn cand(v: &Value) -> &Value {
+pub fn cand(v: &Value) -> &Value {
     &v["candidate"]
 }
 
@@ -1057,7 +1057,7 @@ fn expiry_with_an_injectable_clock() {
     );
 }
 
-fn wait_for(mut f: impl FnMut() -> bool, what: &str) {
+pub fn wait_for(mut f: impl FnMut() -> bool, what: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !f() {
         assert!(

@@ -1,0 +1,535 @@
+//! Candidate verification and delivery through the daemon: real HTTP, real Docker, real git.
+
+use crate::serve::{ALICE, RUN_A, Server, cand, wait_for};
+use crate::support::*;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// A frozen candidate with one input; returns (candidate_id, candidate_revision, base).
+fn frozen(s: &Server) -> (String, String, String) {
+    let base = s.head();
+    let a = s.agent_commit("a", &base, &[("app.txt", "hello\n")]);
+    let sub = s.evidence("run_a", &base, &a, None);
+    let v = s.ok(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(vec![sub], &base, "p"),
+    );
+    let c = cand(&v);
+    assert_eq!(c["state"], "frozen");
+    (
+        c["candidate_id"].as_str().unwrap().into(),
+        c["candidate_revision"].as_str().unwrap().into(),
+        base,
+    )
+}
+
+fn verify(s: &Server, cid: &str, rev: &str, argv: &[&str], timeout: u64, key: &str) -> String {
+    let v = s.ok(ALICE, "integration.verify", json!({"workspace_id": "ws1", "candidate_id": cid,
+        "candidate_revision": rev, "argv": argv, "timeout_seconds": timeout, "idempotency_key": key}));
+    let vs = cand(&v)["verifications"].as_array().unwrap();
+    vs.last().unwrap()["verification_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn verification(s: &Server, cid: &str, vid: &str) -> Value {
+    let v = s.ok(
+        ALICE,
+        "integration.show",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    cand(&v)["verifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["verification_id"] == vid)
+        .cloned()
+        .unwrap_or_else(|| panic!("{vid} not on {cid}"))
+}
+
+fn settled(s: &Server, cid: &str, vid: &str) -> Value {
+    let mut out = Value::Null;
+    wait_for(
+        || {
+            out = verification(s, cid, vid);
+            out["status"] != "running"
+        },
+        "verification settled",
+    );
+    out
+}
+
+fn request(
+    s: &Server,
+    cid: &str,
+    rev: &str,
+    ids: &[&str],
+    action: &str,
+    key: &str,
+) -> (u16, Value) {
+    s.call(ALICE, "integration.request_delivery", json!({"workspace_id": "ws1", "candidate_id": cid,
+        "candidate_revision": rev, "verification_ids": ids, "action": action, "idempotency_key": key}))
+}
+
+fn approved_request(s: &Server, cid: &str, rev: &str, action: &str) -> (String, u64) {
+    let vid = verify(s, cid, rev, &["true"], 60, &format!("v-{action}"));
+    assert_eq!(settled(s, cid, &vid)["status"], "passed");
+    let (st, v) = request(s, cid, rev, &[&vid], action, &format!("r-{action}"));
+    assert_eq!(st, 200, "{v}");
+    let req = cand(&v)["delivery_request"].clone();
+    let (id, version) = (
+        req["request_id"].as_str().unwrap().to_string(),
+        req["request_version"].as_u64().unwrap(),
+    );
+    s.ok(
+        ALICE,
+        "integration.decide",
+        json!({"workspace_id": "ws1", "candidate_id": cid,
+        "request_id": id, "request_version": version, "approve": true}),
+    );
+    (id, version)
+}
+
+fn deliver_body(cid: &str, id: &str, version: u64) -> Value {
+    json!({"workspace_id": "ws1", "candidate_id": cid, "request_id": id, "request_version": version})
+}
+
+fn wait_container_of(s: &Server, cid: &str, vid: &str) -> String {
+    let mut key = String::new();
+    wait_for(
+        || {
+            let v = verification(s, cid, vid);
+            key = v["creation_key"].as_str().unwrap().to_string();
+            v["queued"] == false && !containers_with_key(&key).is_empty()
+        },
+        "container running",
+    );
+    key
+}
+
+#[test]
+fn verify_refuses_wrong_revisions_and_bad_requests() {
+    if !docker() {
+        return;
+    }
+    let s = Server::start();
+    let (cid, rev, base) = frozen(&s);
+    let body = |rev: &str, argv: Value, timeout: Value| {
+        json!({"workspace_id": "ws1", "candidate_id": cid,
+        "candidate_revision": rev, "argv": argv, "timeout_seconds": timeout, "idempotency_key": "k"})
+    };
+    let m = s.err(
+        ALICE,
+        "integration.verify",
+        body(&base, json!(["true"]), json!(60)),
+        "failed_precondition",
+    );
+    assert!(m.contains("not the candidate's frozen revision"), "{m}");
+    let many: Vec<String> = (0..65).map(|i| i.to_string()).collect();
+    let m = s.err(
+        ALICE,
+        "integration.verify",
+        body(&rev, json!(many), json!(60)),
+        "invalid_argument",
+    );
+    assert!(m.contains("argv has 65 entries; the limit is 64"), "{m}");
+    let m = s.err(
+        ALICE,
+        "integration.verify",
+        body(&rev, json!(["true"]), json!(1801)),
+        "invalid_argument",
+    );
+    assert!(m.contains("1800"), "{m}");
+    s.err(
+        ALICE,
+        "integration.verify",
+        body(&rev, json!([]), json!(60)),
+        "invalid_argument",
+    );
+    let mut extra = body(&rev, json!(["true"]), json!(60));
+    extra["image"] = json!("alpine");
+    let m = s.err(ALICE, "integration.verify", extra, "invalid_argument");
+    assert!(
+        m.contains("image"),
+        "the client cannot choose the image: {m}"
+    );
+    s.err(
+        RUN_A,
+        "integration.verify",
+        body(&rev, json!(["true"]), json!(60)),
+        "permission_denied",
+    );
+    let shown = s.ok(
+        ALICE,
+        "integration.show",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    assert_eq!(
+        cand(&shown)["verifications"],
+        json!([]),
+        "nothing was recorded"
+    );
+    // Idempotent: the same key and parameters do not run twice.
+    let a = verify(&s, &cid, &rev, &["true"], 60, "same");
+    let b = verify(&s, &cid, &rev, &["true"], 60, "same");
+    assert_eq!(a, b);
+    assert_eq!(settled(&s, &cid, &a)["status"], "passed");
+    let v = verification(&s, &cid, &a);
+    assert!(v["expires_at"].as_str() <= cand(&shown)["expires_at"].as_str());
+}
+
+#[test]
+fn failing_then_passing_verifications_and_the_override_rule() {
+    if !docker() {
+        return;
+    }
+    let s = Server::start();
+    let (cid, rev, _) = frozen(&s);
+    let argv = ["sh", "-c", "sleep 2; cat app.txt"];
+    let v1 = verify(&s, &cid, &rev, &argv, 30, "v1");
+    assert_eq!(settled(&s, &cid, &v1)["status"], "passed");
+    let v2 = verify(&s, &cid, &rev, &argv, 1, "v2");
+    let r2 = settled(&s, &cid, &v2);
+    assert_eq!(r2["status"], "timed_out");
+    let v3 = verify(&s, &cid, &rev, &argv, 30, "v3");
+    let r3 = settled(&s, &cid, &v3);
+    assert_eq!(r3["status"], "passed");
+    assert_eq!(r3["output"], "hello\n");
+    let vf = verify(
+        &s,
+        &cid,
+        &rev,
+        &["sh", "-c", "echo broken >&2; exit 3"],
+        30,
+        "vf",
+    );
+    assert_eq!(settled(&s, &cid, &vf)["exit_code"], 3);
+
+    let (st, e) = request(&s, &cid, &rev, &[&v1], "update_ref", "r1");
+    assert_eq!(st, 412);
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("overridden by the later timed_out"),
+        "{e}"
+    );
+    let (st, e) = request(&s, &cid, &rev, &[&v2], "update_ref", "r2");
+    assert_eq!(st, 412, "{e}");
+    let (st, e) = request(&s, &cid, &rev, &[&vf], "update_ref", "rf");
+    assert!(
+        st == 412
+            && e["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("failed, not passed"),
+        "{e}"
+    );
+    let (st, e) = request(&s, &cid, &rev, &[&v3, &v3], "update_ref", "dup");
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (400, Some("invalid_argument"))
+    );
+    let (st, _) = request(&s, &cid, &rev, &[], "update_ref", "empty");
+    assert_eq!(st, 400);
+    let (st, e) = request(&s, &cid, &rev, &["ver_nope"], "update_ref", "nope");
+    assert_eq!(st, 412, "{e}");
+    let (st, e) = request(&s, &cid, &rev, &[&v3], "merge", "bad-action");
+    assert_eq!(st, 400, "{e}");
+    let (st, v) = request(&s, &cid, &rev, &[&v3], "update_ref", "ok");
+    assert_eq!(st, 200, "{v}");
+    let req = &cand(&v)["delivery_request"];
+    assert_eq!(req["request_version"], 1);
+    assert_eq!(req["verification_ids"], json!([v3]));
+    assert_eq!(req["state"], "requested");
+    // A new request replaces the old one with a new version.
+    let (_, v) = request(&s, &cid, &rev, &[&v3], "proposal", "ok2");
+    assert_eq!(cand(&v)["delivery_request"]["request_version"], 2);
+}
+
+#[test]
+fn expired_pass_is_refused_and_decide_is_human_only() {
+    if !docker() {
+        return;
+    }
+    let s = Server::start();
+    let (cid, rev, _) = frozen(&s);
+    let vid = verify(&s, &cid, &rev, &["true"], 60, "v");
+    assert_eq!(settled(&s, &cid, &vid)["status"], "passed");
+    let (st, v) = request(&s, &cid, &rev, &[&vid], "update_ref", "r");
+    assert_eq!(st, 200);
+    let req = cand(&v)["delivery_request"].clone();
+    let decide = |token: &str, version: &Value| {
+        s.call(token, "integration.decide", json!({"workspace_id": "ws1",
+        "candidate_id": cid, "request_id": req["request_id"], "request_version": version, "approve": true}))
+    };
+    let (st, e) = decide(RUN_A, &req["request_version"]);
+    assert_eq!(st, 403);
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("human-only"),
+        "{e}"
+    );
+    let (st, _) = decide(ALICE, &json!(99));
+    assert_eq!(st, 409, "a different request_version is fenced out");
+    // Twenty-five hours later the pass has expired: a new request is refused.
+    s.set_clock(time::OffsetDateTime::now_utc() + Duration::from_secs(25 * 3600));
+    let (st, e) = request(&s, &cid, &rev, &[&vid], "update_ref", "late");
+    assert_eq!(st, 412);
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("expired"),
+        "{e}"
+    );
+    let (st, e) = decide(ALICE, &req["request_version"]);
+    assert_eq!(st, 412, "the request expired with its evidence: {e}");
+}
+
+#[test]
+fn deliver_lands_once_refuses_a_moved_target_and_proposals_leave_it_alone() {
+    if !docker() {
+        return;
+    }
+    // update_ref: two concurrent delivers land exactly once.
+    let s = Server::start();
+    let (cid, rev, base) = frozen(&s);
+    let (id, version) = approved_request(&s, &cid, &rev, "update_ref");
+    let (a, b) = std::thread::scope(|sc| {
+        let t1 = sc.spawn(|| {
+            s.call(
+                ALICE,
+                "integration.deliver",
+                deliver_body(&cid, &id, version),
+            )
+        });
+        let t2 = sc.spawn(|| {
+            s.call(
+                ALICE,
+                "integration.deliver",
+                deliver_body(&cid, &id, version),
+            )
+        });
+        (t1.join().unwrap(), t2.join().unwrap())
+    });
+    assert_eq!((a.0, b.0), (200, 200), "{a:?} {b:?}");
+    let ra = &cand(&a.1)["delivery_receipt"];
+    assert_eq!(
+        ra,
+        &cand(&b.1)["delivery_receipt"],
+        "both callers see the one receipt"
+    );
+    assert_eq!(ra["result"], "landed");
+    assert_eq!(ra["previous_revision"], base);
+    assert_eq!(s.head(), rev);
+    assert_eq!(
+        git(&s.repo, &["rev-list", "--count", &format!("{base}..main")]),
+        "1"
+    );
+    assert_eq!(s.git_refs("refs/airlock/receipts/").len(), 1);
+    let stored = git(
+        &s.repo,
+        &["cat-file", "blob", &format!("refs/airlock/receipts/{id}")],
+    );
+    let stored: Value = serde_json::from_str(&stored).unwrap();
+    assert_eq!(&stored, ra, "the receipt in Git is the receipt returned");
+    // A retry after a lost response returns the original result.
+    let again = s.ok(
+        ALICE,
+        "integration.deliver",
+        deliver_body(&cid, &id, version),
+    );
+    assert_eq!(&cand(&again)["delivery_receipt"], ra);
+
+    // A moved target is refused with nothing changed.
+    let s = Server::start();
+    let (cid, rev, base) = frozen(&s);
+    let (id, version) = approved_request(&s, &cid, &rev, "update_ref");
+    let moved = s.agent_commit("hotfix", &base, &[("hotfix.txt", "urgent\n")]);
+    git(&s.repo, &["update-ref", "refs/heads/main", &moved]);
+    let m = s.err(
+        ALICE,
+        "integration.deliver",
+        deliver_body(&cid, &id, version),
+        "conflict",
+    );
+    assert!(m.contains("moved"), "{m}");
+    assert_eq!(s.head(), moved, "target unchanged");
+    assert!(s.git_refs("refs/airlock/receipts/").is_empty());
+    assert!(
+        cand(&s.ok(
+            ALICE,
+            "integration.show",
+            json!({"workspace_id": "ws1", "candidate_id": cid})
+        ))["delivery_receipt"]
+            .is_null()
+    );
+
+    // Proposal: the target is untouched; the public proposal ref points at the candidate.
+    let s = Server::start();
+    let (cid, rev, base) = frozen(&s);
+    let (id, version) = approved_request(&s, &cid, &rev, "proposal");
+    let v = s.ok(
+        ALICE,
+        "integration.deliver",
+        deliver_body(&cid, &id, version),
+    );
+    let r = &cand(&v)["delivery_receipt"];
+    assert_eq!(r["result"], "proposed");
+    let proposal = format!("refs/heads/airlock/proposal-{id}");
+    assert_eq!(r["proposal_ref"], proposal);
+    assert_eq!(git(&s.repo, &["rev-parse", &proposal]), rev);
+    assert_eq!(s.head(), base, "the target did not move");
+    // Deleting the candidate never removes the public proposal ref.
+    s.ok(
+        ALICE,
+        "integration.delete",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    assert_eq!(git(&s.repo, &["rev-parse", &proposal]), rev);
+}
+
+#[test]
+fn a_crash_between_the_ref_transaction_and_the_save_is_reconciled_from_the_receipt() {
+    if !docker() {
+        return;
+    }
+    let mut s = Server::start();
+    let (cid, rev, _) = frozen(&s);
+    let (id, version) = approved_request(&s, &cid, &rev, "update_ref");
+    s.restart(Some("deliver_after_refs"));
+    let resp = crate::http::request(
+        &s.addr,
+        "POST",
+        "/api/v1/integration.deliver",
+        Some(ALICE),
+        deliver_body(&cid, &id, version).to_string().as_bytes(),
+    );
+    assert!(
+        resp.is_none_or(|r| r.0 != 200),
+        "the daemon died after the ref transaction"
+    );
+    s.wait_dead();
+    assert_eq!(s.head(), rev, "the ref transaction happened");
+    let receipt: Value = serde_json::from_str(&git(
+        &s.repo,
+        &["cat-file", "blob", &format!("refs/airlock/receipts/{id}")],
+    ))
+    .unwrap();
+    // Restart: start-up recovery reconciles from the receipt before the listener opens.
+    s.restart(None);
+    let shown = s.ok(
+        ALICE,
+        "integration.show",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    assert_eq!(
+        cand(&shown)["delivery_receipt"],
+        receipt,
+        "restored exactly, not inferred"
+    );
+    assert_eq!(cand(&shown)["delivery_request"]["state"], "delivered");
+    // And the client's retry returns that same original result.
+    let again = s.ok(
+        ALICE,
+        "integration.deliver",
+        deliver_body(&cid, &id, version),
+    );
+    assert_eq!(cand(&again)["delivery_receipt"], receipt);
+    assert_eq!(s.head(), rev);
+}
+
+#[test]
+fn cancel_delete_and_shutdown_settle_running_verifications() {
+    if !docker() {
+        return;
+    }
+    let mut s = Server::start_with("max_concurrent_verifications = 1");
+    let (cid, rev, _) = frozen(&s);
+    // Concurrency is bounded: the second verification waits, visibly queued.
+    let v1 = verify(&s, &cid, &rev, &["sleep", "60"], 120, "v1");
+    let key1 = wait_container_of(&s, &cid, &v1);
+    let v2 = verify(&s, &cid, &rev, &["true"], 60, "v2");
+    let q = verification(&s, &cid, &v2);
+    assert_eq!(
+        (q["status"].as_str(), q["queued"].as_bool()),
+        (Some("running"), Some(true)),
+        "{q}"
+    );
+    // Cancel the running one: its container is destroyed and it settles cancelled.
+    let v = s.ok(
+        ALICE,
+        "integration.cancel_verification",
+        json!({"workspace_id": "ws1", "candidate_id": cid, "verification_id": v1}),
+    );
+    let c1 = cand(&v)["verifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["verification_id"] == v1.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(c1["status"], "cancelled");
+    assert!(containers_with_key(&key1).is_empty());
+    assert_eq!(
+        settled(&s, &cid, &v2)["status"],
+        "passed",
+        "the queued one ran once a slot freed"
+    );
+
+    // Daemon shutdown during a run: no container left, the verification settled.
+    let v3 = verify(&s, &cid, &rev, &["sleep", "60"], 120, "v3");
+    let key3 = wait_container_of(&s, &cid, &v3);
+    assert_eq!(s.stop(), Some(0));
+    assert!(containers_with_key(&key3).is_empty());
+    s.restart(None);
+    let r3 = verification(&s, &cid, &v3);
+    assert_eq!(r3["status"], "cancelled", "{r3}");
+    let artifact = s
+        .dir
+        .path()
+        .join("data/artifacts/verifications")
+        .join(format!("{v3}.json"));
+    assert!(artifact.exists(), "settled through the artifact protocol");
+
+    // Deleting the candidate cancels its running verification first.
+    let v4 = verify(&s, &cid, &rev, &["sleep", "60"], 120, "v4");
+    let key4 = wait_container_of(&s, &cid, &v4);
+    s.ok(
+        ALICE,
+        "integration.delete",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    assert!(containers_with_key(&key4).is_empty());
+    assert_eq!(verification(&s, &cid, &v4)["status"], "cancelled");
+}
+
+#[test]
+fn changing_candidate_owned_refs_during_a_run_is_source_changed() {
+    if !docker() {
+        return;
+    }
+    let s = Server::start();
+    let (cid, rev, _) = frozen(&s);
+    let vid = verify(&s, &cid, &rev, &["sleep", "3"], 60, "v");
+    wait_container_of(&s, &cid, &vid);
+    git(
+        &s.repo,
+        &[
+            "update-ref",
+            "-d",
+            &format!("refs/airlock/candidates/{cid}/inputs/0"),
+        ],
+    );
+    let r = settled(&s, &cid, &vid);
+    assert_eq!(r["status"], "source_changed", "{r}");
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap()
+            .contains("candidate-owned evidence changed"),
+        "{r}"
+    );
+}
