@@ -533,3 +533,37 @@ fn changing_candidate_owned_refs_during_a_run_is_source_changed() {
         "{r}"
     );
 }
+
+#[test]
+fn a_daemon_killed_mid_verification_recovers_it_as_error_without_rerunning() {
+    if !docker() {
+        return;
+    }
+    let mut s = Server::start();
+    let (cid, rev, _) = frozen(&s);
+    let since = unix_now();
+    let vid = verify(
+        &s,
+        &cid,
+        &rev,
+        &["sh", "-c", "echo started; sleep 60"],
+        120,
+        "v",
+    );
+    let key = wait_container_of(&s, &cid, &vid);
+    s.kill9();
+    assert_eq!(
+        containers_with_key(&key).len(),
+        1,
+        "SIGKILL left the container behind"
+    );
+    // Start-up recovery destroys it and settles the verification before the listener opens.
+    s.restart(None);
+    assert!(containers_with_key(&key).is_empty());
+    let v = verification(&s, &cid, &vid);
+    assert_eq!(v["status"], "error", "{v}");
+    assert_eq!(v["error"], "interrupted before a result was recorded");
+    assert_eq!(create_events(&key, since), 1, "never rerun");
+    let (st, _) = request(&s, &cid, &rev, &[&vid], "update_ref", "r");
+    assert_eq!(st, 412, "an interrupted verification is not evidence");
+}

@@ -116,6 +116,14 @@ impl Server {
         status.code()
     }
 
+    /// Kills the daemon with SIGKILL (no cleanup at all).
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     /// Waits for a daemon that is expected to die (a crash point).
     pub fn wait_dead(&mut self) {
         if let Some(mut c) = self.child.take() {
