@@ -704,15 +704,13 @@ impl Service {
         actor: &Actor,
         p: CandidateParams,
     ) -> Result<PatchResult, ServiceError> {
-        self.authorize(actor, &p.workspace_id, Permission::View)?;
-        self.admit(Admission {
-            operation: "integration.patch",
-            mutation: false,
+        self.gate(
             actor,
-            workspace_id: &p.workspace_id,
-            mission_id: None,
-            new_candidate: false,
-        })?;
+            &p.workspace_id,
+            Permission::View,
+            "integration.patch",
+            false,
+        )?;
         let l = self.load(&p.workspace_id, &p.candidate_id).await?;
         let (CandidateState::Frozen, Some(rev)) = (l.c.state, &l.c.candidate_revision) else {
             return Err(ServiceError::FailedPrecondition(format!(
@@ -739,15 +737,13 @@ impl Service {
         actor: &Actor,
         p: ResolveParams,
     ) -> Result<Candidate, ServiceError> {
-        self.authorize(actor, &p.workspace_id, Permission::Integrate)?;
-        self.admit(Admission {
-            operation: "integration.resolve",
-            mutation: true,
+        self.gate(
             actor,
-            workspace_id: &p.workspace_id,
-            mission_id: None,
-            new_candidate: false,
-        })?;
+            &p.workspace_id,
+            Permission::Integrate,
+            "integration.resolve",
+            true,
+        )?;
         candidate::check_idempotency_key(&p.idempotency_key)
             .map_err(ServiceError::InvalidArgument)?;
         let expected_version = match p.expected_version {
@@ -1012,15 +1008,13 @@ impl Service {
 
     /// `integration.delete`: persists the `deleting` fence, then removes owned refs and files.
     pub async fn delete(&self, actor: &Actor, p: CandidateParams) -> Result<(), ServiceError> {
-        self.authorize(actor, &p.workspace_id, Permission::Integrate)?;
-        self.admit(Admission {
-            operation: "integration.delete",
-            mutation: true,
+        self.gate(
             actor,
-            workspace_id: &p.workspace_id,
-            mission_id: None,
-            new_candidate: false,
-        })?;
+            &p.workspace_id,
+            Permission::Integrate,
+            "integration.delete",
+            true,
+        )?;
         let lock = self.candidate_lock(&p.candidate_id);
         let _guard = lock.lock().await;
         let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;

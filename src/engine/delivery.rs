@@ -327,15 +327,13 @@ impl Service {
         actor: &Actor,
         p: CancelParams,
     ) -> Result<Candidate, ServiceError> {
-        self.authorize(actor, &p.workspace_id, Permission::Verify)?;
-        self.admit(Admission {
-            operation: "integration.cancel_verification",
-            mutation: true,
+        self.gate(
             actor,
-            workspace_id: &p.workspace_id,
-            mission_id: None,
-            new_candidate: false,
-        })?;
+            &p.workspace_id,
+            Permission::Verify,
+            "integration.cancel_verification",
+            true,
+        )?;
         let c = self
             .load_candidate(&p.workspace_id, &p.candidate_id)
             .await?;
@@ -414,15 +412,13 @@ impl Service {
         actor: &Actor,
         p: RequestParams,
     ) -> Result<Candidate, ServiceError> {
-        self.authorize(actor, &p.workspace_id, Permission::Integrate)?;
-        self.admit(Admission {
-            operation: "integration.request_delivery",
-            mutation: true,
+        self.gate(
             actor,
-            workspace_id: &p.workspace_id,
-            mission_id: None,
-            new_candidate: false,
-        })?;
+            &p.workspace_id,
+            Permission::Integrate,
+            "integration.request_delivery",
+            true,
+        )?;
         candidate::check_idempotency_key(&p.idempotency_key)
             .map_err(ServiceError::InvalidArgument)?;
         if p.verification_ids.is_empty() || p.verification_ids.len() > MAX_REQUEST_VERIFICATIONS {
@@ -539,15 +535,13 @@ impl Service {
                 "integration.decide is human-only: run actors cannot approve or deny".into(),
             ));
         };
-        self.authorize(actor, &p.workspace_id, Permission::Decide)?;
-        self.admit(Admission {
-            operation: "integration.decide",
-            mutation: true,
+        self.gate(
             actor,
-            workspace_id: &p.workspace_id,
-            mission_id: None,
-            new_candidate: false,
-        })?;
+            &p.workspace_id,
+            Permission::Decide,
+            "integration.decide",
+            true,
+        )?;
         let lock = self.candidate_lock(&p.candidate_id);
         let _guard = lock.lock().await;
         let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
@@ -607,15 +601,13 @@ impl Service {
         actor: &Actor,
         p: DeliverParams,
     ) -> Result<Candidate, ServiceError> {
-        self.authorize(actor, &p.workspace_id, Permission::Push)?;
-        self.admit(Admission {
-            operation: "integration.deliver",
-            mutation: true,
+        self.gate(
             actor,
-            workspace_id: &p.workspace_id,
-            mission_id: None,
-            new_candidate: false,
-        })?;
+            &p.workspace_id,
+            Permission::Push,
+            "integration.deliver",
+            true,
+        )?;
         let lock = self.candidate_lock(&p.candidate_id);
         let _guard = lock.lock().await;
         let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;

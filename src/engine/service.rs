@@ -300,6 +300,28 @@ impl Service {
         (self.admission)(&a)
     }
 
+    /// Authorization plus admission for an operation on an existing candidate: the preamble of
+    /// every candidate call except prepare (which admits a new candidate with its mission id).
+    pub fn gate(
+        &self,
+        actor: &Actor,
+        workspace_id: &str,
+        perm: Permission,
+        operation: &'static str,
+        mutation: bool,
+    ) -> Result<&Workspace, ServiceError> {
+        let ws = self.authorize(actor, workspace_id, perm)?;
+        self.admit(Admission {
+            operation,
+            mutation,
+            actor,
+            workspace_id,
+            mission_id: None,
+            new_candidate: false,
+        })?;
+        Ok(ws)
+    }
+
     pub fn now_rfc3339(&self) -> String {
         crate::ids::rfc3339(self.clock.now())
     }
