@@ -221,6 +221,9 @@ pub fn cand(v: &Value) -> &Value {
 
 #[test]
 fn clean_multi_input_assembly_freezes_on_the_target() {
+    if !docker() {
+        return;
+    }
     let s = Server::start();
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("a.txt", "from a\n")]);
@@ -287,6 +290,9 @@ fn clean_multi_input_assembly_freezes_on_the_target() {
 
 #[test]
 fn conflict_then_resolution_in_two_batches() {
+    if !docker() {
+        return;
+    }
     let s = Server::start();
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("x.txt", "A\n"), ("y.txt", "A\n")]);
@@ -420,6 +426,9 @@ fn conflicted(s: &Server) -> (String, u64, String) {
 
 #[test]
 fn unsafe_resolutions_are_refused_and_change_nothing() {
+    if !docker() {
+        return;
+    }
     let s = Server::start();
     let (cid, version, _) = conflicted(&s);
     let bad_files = [
@@ -485,6 +494,9 @@ fn unsafe_resolutions_are_refused_and_change_nothing() {
 
 #[test]
 fn exact_retries_after_crashes_mid_prepare_and_mid_resolve() {
+    if !docker() {
+        return;
+    }
     let mut s = Server::start();
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("f.txt", "A\n")]);
@@ -556,6 +568,9 @@ fn exact_retries_after_crashes_mid_prepare_and_mid_resolve() {
 
 #[test]
 fn authentication_membership_and_admission() {
+    if !docker() {
+        return;
+    }
     let s = Server::start();
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("a.txt", "a\n")]);
@@ -675,6 +690,9 @@ fn authentication_membership_and_admission() {
 
 #[test]
 fn submissions_are_validated_against_durable_packets() {
+    if !docker() {
+        return;
+    }
     let s = Server::start();
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("a.txt", "a\n")]);
@@ -744,6 +762,9 @@ fn submissions_are_validated_against_durable_packets() {
 
 #[test]
 fn bodies_fields_list_bounds_and_health() {
+    if !docker() {
+        return;
+    }
     let s = Server::start();
     let base = s.head();
     // Unknown fields are refused, naming the field.
@@ -860,6 +881,9 @@ fn bodies_fields_list_bounds_and_health() {
 
 #[test]
 fn evidence_idempotency_and_show() {
+    if !docker() {
+        return;
+    }
     let s = Server::start();
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("a.txt", "a\n")]);
@@ -913,6 +937,9 @@ fn evidence_idempotency_and_show() {
 
 #[test]
 fn patch_is_truncated_at_one_mebibyte() {
+    if !docker() {
+        return;
+    }
     let s = Server::start();
     let base = s.head();
     let big: String = (0..40_000)
@@ -944,6 +971,9 @@ fn patch_is_truncated_at_one_mebibyte() {
 
 #[test]
 fn delete_fences_first_then_removes_owned_state() {
+    if !docker() {
+        return;
+    }
     let s = Server::start();
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("a.txt", "a\n")]);
@@ -995,6 +1025,9 @@ fn delete_fences_first_then_removes_owned_state() {
 
 #[test]
 fn expiry_with_an_injectable_clock() {
+    if !docker() {
+        return;
+    }
     let s = Server::start_with("maintenance_interval_seconds = 1");
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("a.txt", "a\n")]);
@@ -1078,6 +1111,9 @@ pub fn wait_for(mut f: impl FnMut() -> bool, what: &str) {
 
 #[test]
 fn graceful_shutdown_exits_cleanly_and_state_survives_a_restart() {
+    if !docker() {
+        return;
+    }
     let mut s = Server::start();
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("a.txt", "a\n")]);
@@ -1100,6 +1136,9 @@ fn graceful_shutdown_exits_cleanly_and_state_survives_a_restart() {
 
 #[test]
 fn stale_git_locks_are_cleared_at_start_up_and_missing_owned_refs_make_a_candidate_unavailable() {
+    if !docker() {
+        return;
+    }
     let mut s = Server::start();
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("a.txt", "a\n")]);
