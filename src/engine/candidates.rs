@@ -9,6 +9,7 @@
 use super::evidence::evidence_ref_name;
 use super::service::{Actor, Admission, Service, ServiceError, parse_time};
 use crate::artifacts::write_atomic;
+use crate::candidate::MAX_TRANSCRIPT_BYTES;
 use crate::candidate::{
     self, Assembly, CANDIDATE_LIFETIME, Candidate, CandidateInput, CandidateState,
     CandidateSummary, MAX_AGGREGATE_BYTES, MAX_LIST_LIMIT, MAX_PATCH_BYTES, MAX_RESOLVE_FILES,
@@ -261,6 +262,7 @@ impl Service {
             .collect();
         let mut inputs = Vec::with_capacity(p.submissions.len());
         let mut snapshot_bytes = 0;
+        let mut transcript_bytes = 0usize;
         for (i, s) in p.submissions.iter().enumerate() {
             let field = format!("submissions[{i}]");
             if s.workspace_id != p.workspace_id {
@@ -323,6 +325,16 @@ impl Service {
                 )));
             }
             let has_transcript = packet.transcript_sha256.is_some();
+            if has_transcript {
+                transcript_bytes += std::fs::metadata(self.transcript_path(&packet.evidence_ref))
+                    .map(|m| m.len() as usize)
+                    .unwrap_or(0);
+                if transcript_bytes > MAX_TRANSCRIPT_BYTES {
+                    return Err(ServiceError::ResourceExhausted(format!(
+                        "{field}: the candidate's owned transcripts would total {transcript_bytes} bytes; the limit is {MAX_TRANSCRIPT_BYTES}"
+                    )));
+                }
+            }
             inputs.push(CandidateInput {
                 submission: s.clone(),
                 base_revision: packet.base_revision.clone(),

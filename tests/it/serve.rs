@@ -1191,3 +1191,37 @@ fn stale_git_locks_are_cleared_at_start_up_and_missing_owned_refs_make_a_candida
         "failed_precondition",
     );
 }
+
+#[test]
+fn owned_transcripts_are_capped_per_candidate() {
+    if !docker() {
+        return;
+    }
+    let s = Server::start();
+    let base = s.head();
+    // Two transcripts of 9 MiB each: each is allowed, together they exceed the 16 MiB cap.
+    let big = "t".repeat(9 * 1024 * 1024);
+    let a = s.agent_commit("a", &base, &[("a.txt", "a\n")]);
+    let b = s.agent_commit("b", &base, &[("b.txt", "b\n")]);
+    let subs = vec![
+        s.evidence("run_a", &base, &a, Some(&big)),
+        s.evidence("run_b", &base, &b, Some(&big)),
+    ];
+    let m = s.err(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(subs.clone(), &base, "p"),
+        "resource_exhausted",
+    );
+    assert!(
+        m.contains("submissions[1]") && m.contains("16777216"),
+        "{m}"
+    );
+    // One of them alone fits.
+    let v = s.ok(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(vec![subs[0].clone()], &base, "p1"),
+    );
+    assert_eq!(cand(&v)["state"], "frozen");
+}
