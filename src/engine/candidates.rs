@@ -659,13 +659,14 @@ impl Service {
         )
     }
 
-    /// [`Service::owned_evidence_problem`] for the delivery workflow.
-    pub(crate) fn owned_problem(
-        &self,
-        c: &Candidate,
-        verify_checksums: bool,
-    ) -> Result<Option<String>, ServiceError> {
-        self.owned_evidence_problem(c, verify_checksums)
+    /// `failed_precondition` unless every owned ref and transcript copy (checksummed) is intact.
+    pub(crate) fn require_owned_evidence(&self, c: &Candidate) -> Result<(), ServiceError> {
+        match self.owned_evidence_problem(c, true)? {
+            None => Ok(()),
+            Some(reason) => Err(ServiceError::FailedPrecondition(format!(
+                "candidate is unavailable: {reason}"
+            ))),
+        }
     }
 
     /// The host-side check run after a candidate verification's container is destroyed: the
@@ -730,11 +731,7 @@ impl Service {
                 l.c.state.as_str()
             )));
         };
-        if let Some(reason) = self.owned_evidence_problem(&l.c, true)? {
-            return Err(ServiceError::FailedPrecondition(format!(
-                "candidate is unavailable: {reason}"
-            )));
-        }
+        self.require_owned_evidence(&l.c)?;
         let (patch, truncated) = self.repo(&p.workspace_id).diff_bounded(
             &l.c.expected_target_revision,
             rev,
@@ -819,17 +816,16 @@ impl Service {
         let lock = self.candidate_lock(&p.candidate_id);
         let _guard = lock.lock().await;
         let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
-        if let Some((d, _)) = self
-            .data
-            .store
-            .binding(&p.workspace_id, &actor_key, &operation, &p.idempotency_key)
+        if self
+            .replayed(
+                &p.workspace_id,
+                &actor_key,
+                &operation,
+                &p.idempotency_key,
+                &digest,
+            )
             .await?
         {
-            if d != digest {
-                return Err(ServiceError::Conflict(
-                    "idempotency_key was already used with different parameters".into(),
-                ));
-            }
             return Ok(l.c); // completed earlier: the original binding stands
         }
         if l.c.state.is_fenced() {

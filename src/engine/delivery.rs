@@ -136,17 +136,16 @@ impl Service {
         let c = self
             .load_candidate(&p.workspace_id, &p.candidate_id)
             .await?;
-        if let Some((d, _)) = self
-            .data
-            .store
-            .binding(&p.workspace_id, &actor_key, &operation, &p.idempotency_key)
+        if self
+            .replayed(
+                &p.workspace_id,
+                &actor_key,
+                &operation,
+                &p.idempotency_key,
+                &digest,
+            )
             .await?
         {
-            if d != digest {
-                return Err(ServiceError::Conflict(
-                    "idempotency_key was already used with different parameters".into(),
-                ));
-            }
             return self.hydrate(c).await;
         }
         let rev = frozen_revision(&c)?;
@@ -156,11 +155,7 @@ impl Service {
                 p.candidate_revision
             )));
         }
-        if let Some(reason) = self.owned_problem(&c, true)? {
-            return Err(ServiceError::FailedPrecondition(format!(
-                "candidate is unavailable: {reason}"
-            )));
-        }
+        self.require_owned_evidence(&c)?;
         let existing = self.data.store.verifications_of(&c.candidate_id).await?;
         if existing.len() >= MAX_VERIFICATIONS_PER_CANDIDATE {
             return Err(ServiceError::ResourceExhausted(format!(
@@ -444,17 +439,16 @@ impl Service {
         let lock = self.candidate_lock(&p.candidate_id);
         let _guard = lock.lock().await;
         let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
-        if let Some((d, _)) = self
-            .data
-            .store
-            .binding(&p.workspace_id, &actor_key, &operation, &p.idempotency_key)
+        if self
+            .replayed(
+                &p.workspace_id,
+                &actor_key,
+                &operation,
+                &p.idempotency_key,
+                &digest,
+            )
             .await?
         {
-            if d != digest {
-                return Err(ServiceError::Conflict(
-                    "idempotency_key was already used with different parameters".into(),
-                ));
-            }
             return self.hydrate(l.c).await;
         }
         let rev = frozen_revision(&l.c)?;
@@ -478,11 +472,7 @@ impl Service {
                 "a delivery of the current request is in progress".into(),
             ));
         }
-        if let Some(reason) = self.owned_problem(&l.c, true)? {
-            return Err(ServiceError::FailedPrecondition(format!(
-                "candidate is unavailable: {reason}"
-            )));
-        }
+        self.require_owned_evidence(&l.c)?;
         let rows = self.data.store.verifications_of(&l.c.candidate_id).await?;
         let mut expires = parse_time(&l.c.expires_at).unwrap_or_else(|| self.clock.now());
         for (i, id) in p.verification_ids.iter().enumerate() {
@@ -657,11 +647,7 @@ impl Service {
                 "the request no longer matches the candidate".into(),
             ));
         }
-        if let Some(reason) = self.owned_problem(&l.c, true)? {
-            return Err(ServiceError::FailedPrecondition(format!(
-                "candidate is unavailable: {reason}"
-            )));
-        }
+        self.require_owned_evidence(&l.c)?;
         let rows = self.data.store.verifications_of(&l.c.candidate_id).await?;
         for (i, id) in req.verification_ids.iter().enumerate() {
             self.check_selected(i, id, &rows, &rev)?;

@@ -300,6 +300,30 @@ impl Service {
         (self.admission)(&a)
     }
 
+    /// True when this exact request (same actor, operation, key and digest) was already done;
+    /// `conflict` when the key was used with other parameters; false for a new key.
+    pub async fn replayed(
+        &self,
+        workspace_id: &str,
+        actor_key: &str,
+        operation: &str,
+        key: &str,
+        digest: &str,
+    ) -> Result<bool, ServiceError> {
+        match self
+            .data
+            .store
+            .binding(workspace_id, actor_key, operation, key)
+            .await?
+        {
+            None => Ok(false),
+            Some((bound, _)) if bound == digest => Ok(true),
+            Some(_) => Err(ServiceError::Conflict(
+                "idempotency_key was already used with different parameters".into(),
+            )),
+        }
+    }
+
     /// Authorization plus admission for an operation on an existing candidate: the preamble of
     /// every candidate call except prepare (which admits a new candidate with its mission id).
     pub fn gate(
