@@ -173,7 +173,6 @@ async fn dispatch(
     method: &str,
     body: &[u8],
 ) -> Result<Value, ServiceError> {
-    let to = |v: &dyn erased::Ser| v.to_json();
     Ok(match method {
         "evidence.record" => {
             json!({"evidence": to(&svc.evidence_record(actor, parse(method, body)?).await?)})
@@ -229,14 +228,7 @@ async fn candidate(svc: &Service, c: crate::candidate::Candidate) -> Result<Valu
     Ok(json!({ "candidate": serde_json::to_value(&c).expect("a candidate serializes") }))
 }
 
-mod erased {
-    /// Serializes any result value to JSON without naming its type at the call site.
-    pub trait Ser {
-        fn to_json(&self) -> serde_json::Value;
-    }
-    impl<T: serde::Serialize> Ser for T {
-        fn to_json(&self) -> serde_json::Value {
-            serde_json::to_value(self).expect("API results serialize")
-        }
-    }
+/// A result value as JSON.
+fn to<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).expect("API results serialize")
 }
