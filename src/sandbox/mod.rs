@@ -147,7 +147,6 @@ pub struct ManagedContainer {
 #[derive(Clone)]
 pub struct Sandbox {
     docker: Docker,
-    endpoint: String,
 }
 
 impl Sandbox {
@@ -176,12 +175,7 @@ impl Sandbox {
             .await
             .map_err(|_| unreachable("no answer within 20 s".into()))?
             .map_err(|e| unreachable(e.to_string()))?;
-        Ok(Sandbox { docker, endpoint })
-    }
-
-    /// The endpoint this sandbox talks to, for messages.
-    pub fn endpoint(&self) -> &str {
-        &self.endpoint
+        Ok(Sandbox { docker })
     }
 
     pub(crate) fn docker(&self) -> &Docker {

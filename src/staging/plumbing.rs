@@ -92,13 +92,6 @@ impl Repo {
         is_oid(oid) && self.resolve_commit(oid).is_ok_and(|c| c == oid)
     }
 
-    /// True when `ancestor` is an ancestor of (or equal to) `descendant`.
-    pub fn is_ancestor(&self, ancestor: &str, descendant: &str) -> Result<bool, StagingError> {
-        let mut cmd = self.git();
-        cmd.args(["merge-base", "--is-ancestor", ancestor, descendant]);
-        Ok(run_git(cmd, &[0, 1])?.0 == 0)
-    }
-
     /// The object a ref points at, if the ref exists.
     pub fn ref_value(&self, name: &str) -> Result<Option<String>, StagingError> {
         let mut cmd = self.git();

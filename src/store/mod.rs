@@ -233,11 +233,6 @@ impl Store {
         .await
     }
 
-    /// Updates the stored record of a still-running verification (e.g. its container id).
-    pub async fn update_running(&self, v: &Verification) -> Result<(), StoreError> {
-        self.transition(v, Status::Running, Status::Running).await
-    }
-
     /// Settles a `running` verification to its terminal record. Compare-and-set from `running`.
     pub async fn settle(&self, v: &Verification) -> Result<(), StoreError> {
         if !v.status.is_terminal() {
