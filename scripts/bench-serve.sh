@@ -115,6 +115,18 @@ python3 - "$addr" "$token" "$cid" <<'PY'
 import http.client, json, sys, threading, time
 addr, token, cid = sys.argv[1:4]
 host, port = addr.rsplit(":", 1)
+# Unloaded: one client, one request at a time (the server's own cost per call).
+seq = []
+for _ in range(200):
+    t0 = time.monotonic()
+    c = http.client.HTTPConnection(host, int(port), timeout=60)
+    c.request("POST", "/api/v1/integration.show", json.dumps({"workspace_id": "bench", "candidate_id": cid}),
+              {"Authorization": f"Bearer {token}"})
+    r = c.getresponse(); body = r.read(); c.close()
+    assert r.status == 200, r.status
+    seq.append(time.monotonic() - t0)
+seq.sort()
+print(f"integration.show, one client ({len(body)} byte responses): p50 {seq[100]*1000:.1f} ms, p99 {seq[197]*1000:.1f} ms")
 CLIENTS, PER_CLIENT = 200, 10
 lat, errors = [], []
 lock = threading.Lock()
