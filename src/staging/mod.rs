@@ -6,6 +6,7 @@
 
 use crate::limits;
 use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -226,12 +227,13 @@ impl Repo {
             .mode(0o700)
             .create(dir)
             .map_err(io_err("create checkout dir", dir))?;
-        let checkout = Checkout {
+        let mut checkout = Checkout {
             dir: dir.to_path_buf(),
             tree: dir.join("tree"),
             index: dir.join("index"),
             empty_tree: self.empty_tree()?,
             commit: commit.to_string(),
+            snapshot: std::sync::Arc::new(Vec::new()),
         };
         std::fs::DirBuilder::new()
             .mode(0o755)
@@ -249,7 +251,86 @@ impl Repo {
         let mut cmd = self.git_worktree(&checkout, &checkout.empty_tree);
         cmd.args(["update-index", "-q", "--refresh"]);
         run_git(cmd, &[0, 1])?;
+        // Git's stat check compares times in whole seconds; this snapshot keeps them to the
+        // nanosecond, so a rewrite inside the staging second is still noticed.
+        let snapshot = self
+            .index_entries(&checkout)?
+            .into_iter()
+            .map(|(path, mode, oid)| {
+                let stat = stat_key(&checkout.tree.join(OsStr::from_bytes(&path)));
+                (path, Staged { mode, oid, stat })
+            })
+            .collect();
+        checkout.snapshot = std::sync::Arc::new(snapshot);
         Ok(checkout)
+    }
+
+    /// (path, mode, blob id) of every stage-0 entry of the checkout's private index.
+    fn index_entries(
+        &self,
+        checkout: &Checkout,
+    ) -> Result<Vec<(Vec<u8>, String, String)>, StagingError> {
+        let mut cmd = self.git_worktree(checkout, &checkout.empty_tree);
+        cmd.args(["ls-files", "-s", "-z"]);
+        let (_, out) = run_git(cmd, &[0])?;
+        let mut entries = Vec::new();
+        for rec in out.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+            let Some(tab) = rec.iter().position(|b| *b == b'\t') else {
+                continue;
+            };
+            let meta = String::from_utf8_lossy(&rec[..tab]);
+            let mut parts = meta.split(' ');
+            if let (Some(mode), Some(oid)) = (parts.next(), parts.next()) {
+                entries.push((rec[tab + 1..].to_vec(), mode.to_string(), oid.to_string()));
+            }
+        }
+        Ok(entries)
+    }
+
+    /// Blob ids of regular files, as git would store them (no filters), read from `tree`.
+    fn hash_files(&self, tree: &Path, paths: &[&[u8]]) -> Result<Vec<String>, StagingError> {
+        let mut oids = Vec::with_capacity(paths.len());
+        let (batch, single): (Vec<&[u8]>, Vec<&[u8]>) =
+            paths.iter().partition(|p| !p.contains(&b'\n'));
+        if !batch.is_empty() {
+            let mut input = Vec::new();
+            for p in &batch {
+                input.extend_from_slice(p);
+                input.push(b'\n');
+            }
+            let mut cmd = self.git();
+            cmd.current_dir(tree)
+                .args(["hash-object", "--no-filters", "--stdin-paths"]);
+            let (_, out) = self.run_with_input(cmd, &input, &[0])?;
+            oids.extend(String::from_utf8_lossy(&out).lines().map(str::to_string));
+        }
+        for p in &single {
+            let bytes =
+                std::fs::read(tree.join(OsStr::from_bytes(p))).map_err(io_err("read", tree))?;
+            oids.push(self.hash_bytes(&bytes)?);
+        }
+        if oids.len() != paths.len() {
+            return Err(StagingError::Git {
+                args: "hash-object".into(),
+                code: None,
+                stderr: format!("{} hashes for {} paths", oids.len(), paths.len()),
+            });
+        }
+        // Same order as `paths`: batch entries first, then the rest.
+        let mut by_path: std::collections::HashMap<&[u8], String> =
+            std::collections::HashMap::new();
+        for (p, o) in batch.iter().chain(single.iter()).zip(oids) {
+            by_path.insert(p, o);
+        }
+        Ok(paths.iter().map(|p| by_path[p].clone()).collect())
+    }
+
+    /// The blob id of `bytes` (not written).
+    fn hash_bytes(&self, bytes: &[u8]) -> Result<String, StagingError> {
+        let mut cmd = self.git();
+        cmd.args(["hash-object", "--no-filters", "--stdin"]);
+        let (_, out) = self.run_with_input(cmd, bytes, &[0])?;
+        Ok(String::from_utf8_lossy(&out).trim().to_string())
     }
 
     /// Tracked paths whose content, mode, type or presence differ from the staged revision,
@@ -265,9 +346,55 @@ impl Repo {
         let mut cmd = self.git_worktree(checkout, &checkout.empty_tree);
         cmd.args(["diff-files", "-z", "--name-only", "--ignore-submodules=all"]);
         let (_, out) = run_git(cmd, &[0])?;
-        let mut paths: Vec<String> = out
+        let mut changed: std::collections::BTreeSet<Vec<u8>> = out
             .split(|b| *b == 0)
             .filter(|p| !p.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect();
+        // Git trusted every other path's stat at one-second precision. Any path whose
+        // nanosecond stat moved since staging is re-hashed and compared with the index.
+        let mut suspect_files: Vec<(&[u8], &str)> = Vec::new();
+        for (path, staged) in checkout.snapshot.iter() {
+            if staged.mode == "160000" || changed.contains(path) {
+                continue;
+            }
+            let now = stat_key(&checkout.tree.join(OsStr::from_bytes(path)));
+            if now == staged.stat {
+                continue;
+            }
+            let Some(now) = now else {
+                changed.insert(path.clone());
+                continue;
+            };
+            let kind = now.mode & S_IFMT;
+            let exec = now.mode & 0o100 != 0;
+            match staged.mode.as_str() {
+                "100644" | "100755" if kind == S_IFREG && exec == (staged.mode == "100755") => {
+                    suspect_files.push((path, staged.oid.as_str()));
+                }
+                "120000" if kind == S_IFLNK => {
+                    let target = std::fs::read_link(checkout.tree.join(OsStr::from_bytes(path)))
+                        .map_err(io_err("readlink", &checkout.tree))?;
+                    if self.hash_bytes(target.as_os_str().as_bytes())? != staged.oid {
+                        changed.insert(path.clone());
+                    }
+                }
+                _ => {
+                    changed.insert(path.clone());
+                }
+            }
+        }
+        if !suspect_files.is_empty() {
+            let paths: Vec<&[u8]> = suspect_files.iter().map(|(p, _)| *p).collect();
+            let oids = self.hash_files(&checkout.tree, &paths)?;
+            for ((path, staged_oid), oid) in suspect_files.iter().zip(oids) {
+                if oid != *staged_oid {
+                    changed.insert(path.to_vec());
+                }
+            }
+        }
+        let mut paths: Vec<String> = changed
+            .iter()
             .map(|p| String::from_utf8_lossy(p).into_owned())
             .collect();
         paths.sort();
@@ -289,6 +416,43 @@ pub struct Checkout {
     pub index: PathBuf,
     empty_tree: String,
     pub commit: String,
+    /// Every tracked path as staged: mode, blob id and nanosecond stat.
+    snapshot: std::sync::Arc<Vec<(Vec<u8>, Staged)>>,
+}
+
+/// One staged index entry.
+#[derive(Debug, Clone)]
+struct Staged {
+    mode: String,
+    oid: String,
+    stat: Option<StatKey>,
+}
+
+/// A path's stat at full precision. ctime cannot be set by the job, so an unchanged ctime to the
+/// nanosecond means the inode was not touched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct StatKey {
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+    mode: u32,
+}
+
+const S_IFMT: u32 = 0o170000;
+const S_IFREG: u32 = 0o100000;
+const S_IFLNK: u32 = 0o120000;
+
+fn stat_key(path: &Path) -> Option<StatKey> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(path).ok()?;
+    Some(StatKey {
+        ino: m.ino(),
+        size: m.size(),
+        mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+        ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
+        mode: m.mode(),
+    })
 }
 
 /// Gives the staged tree to the sandbox user without following any symlink.
@@ -358,5 +522,89 @@ pub fn remove_checkout(dir: &Path) -> Result<(), StagingError> {
                 _ => Ok(()),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn committed_repo(files: &[(&str, &str)]) -> (tempfile::TempDir, Repo, String) {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("src");
+        std::fs::create_dir(&src).unwrap();
+        let git = |args: &[&str]| {
+            let out = Command::new("git")
+                .current_dir(&src)
+                .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{args:?}");
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        git(&["init", "-q"]);
+        for (p, c) in files {
+            std::fs::write(src.join(p), c).unwrap();
+        }
+        git(&["add", "-A"]);
+        git(&["commit", "-qm", "c"]);
+        let head = git(&["rev-parse", "HEAD"]);
+        let repo = Repo::open(&src).unwrap();
+        (d, repo, head)
+    }
+
+    fn set_old_mtime(path: &Path) {
+        let status = Command::new("touch")
+            .args(["-h", "-d", "@946684800"])
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    #[test]
+    fn a_rewrite_keeping_size_and_mtime_within_the_second_is_still_a_change() {
+        let (d, repo, head) = committed_repo(&[("a.txt", "hello\n"), ("b.txt", "same\n")]);
+        let uid = nix::unistd::geteuid().as_raw();
+        let gid = nix::unistd::getegid().as_raw();
+        let co = repo
+            .stage_checkout(&head, &d.path().join("co"), uid, gid)
+            .unwrap();
+        let (a, b) = (co.tree.join("a.txt"), co.tree.join("b.txt"));
+        // Make git's cached entries non-racy (mtime far before the index was written), so git
+        // trusts their stat from now on, at one-second precision.
+        set_old_mtime(&a);
+        set_old_mtime(&b);
+        let mut cmd = repo.git_worktree(&co, &co.empty_tree);
+        cmd.args(["update-index", "-q", "--refresh"]);
+        run_git(cmd, &[0, 1]).unwrap();
+        // Rewrite a.txt with other bytes of the same size and put its mtime back; rewrite b.txt
+        // with identical bytes. Same inode, same size, same mtime, ctime in the same second.
+        std::fs::write(&a, "HELLO\n").unwrap();
+        set_old_mtime(&a);
+        std::fs::write(&b, "same\n").unwrap();
+        set_old_mtime(&b);
+        let (paths, total) = repo.changed_paths(&co, 20).unwrap();
+        assert_eq!(
+            paths,
+            vec!["a.txt".to_string()],
+            "identical bytes are not a change"
+        );
+        assert_eq!(total, 1);
+    }
+
+    #[test]
+    fn untouched_checkout_has_no_changes_and_a_new_file_is_not_one() {
+        let (d, repo, head) = committed_repo(&[("a.txt", "x\n")]);
+        let uid = nix::unistd::geteuid().as_raw();
+        let gid = nix::unistd::getegid().as_raw();
+        let co = repo
+            .stage_checkout(&head, &d.path().join("co"), uid, gid)
+            .unwrap();
+        std::fs::write(co.tree.join("build.out"), "artifact").unwrap();
+        assert_eq!(repo.changed_paths(&co, 20).unwrap(), (vec![], 0));
+        std::fs::remove_file(co.tree.join("a.txt")).unwrap();
+        assert_eq!(repo.changed_paths(&co, 20).unwrap().1, 1);
     }
 }

@@ -48,7 +48,7 @@ pub struct CommitStamp<'a> {
 }
 
 impl Repo {
-    fn run_with_input(
+    pub(super) fn run_with_input(
         &self,
         mut cmd: std::process::Command,
         input: &[u8],
