@@ -2,7 +2,6 @@
 
 use std::io::Read;
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 /// Returns `n` bytes from the kernel's CSPRNG, hex-encoded.
 fn random_hex(n: usize) -> String {
@@ -33,10 +32,21 @@ pub fn is_verification_id(id: &str) -> bool {
     id.strip_prefix("ver_").is_some_and(is_creation_key)
 }
 
-/// Formats a time as RFC 3339 in UTC.
+/// Formats a time as RFC 3339 in UTC with exactly nine fraction digits
+/// (`2026-12-01T07:40:44.123456789Z`). The fixed shape makes text order equal time order, which
+/// the store relies on when it compares expiry times in SQL.
 pub fn rfc3339(t: OffsetDateTime) -> String {
-    t.format(&Rfc3339)
-        .expect("every UTC OffsetDateTime formats as RFC 3339")
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.nanosecond()
+    )
 }
 
 /// Current wall-clock time in UTC.
@@ -47,6 +57,7 @@ pub fn now() -> OffsetDateTime {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use time::format_description::well_known::Rfc3339;
 
     #[test]
     fn ids_have_their_shape() {
@@ -56,5 +67,20 @@ mod tests {
         assert!(!is_creation_key("../../etc"));
         assert!(!is_verification_id("ver_../x"));
         assert_ne!(new_creation_key(), new_creation_key());
+    }
+
+    #[test]
+    fn timestamps_have_one_shape_and_sort_as_text() {
+        let a = OffsetDateTime::from_unix_timestamp_nanos(1_700_000_000_900_000_000).unwrap();
+        let b = OffsetDateTime::from_unix_timestamp_nanos(1_700_000_000_900_000_001).unwrap();
+        let c = OffsetDateTime::from_unix_timestamp(1_700_000_001).unwrap();
+        let (sa, sb, sc) = (rfc3339(a), rfc3339(b), rfc3339(c));
+        assert_eq!(sa, "2023-11-14T22:13:20.900000000Z");
+        assert_eq!(sc, "2023-11-14T22:13:21.000000000Z");
+        assert!(sa < sb && sb < sc);
+        // Still RFC 3339, and a time in another offset is written in UTC.
+        assert_eq!(OffsetDateTime::parse(&sb, &Rfc3339).unwrap(), b);
+        let shifted = b.to_offset(time::UtcOffset::from_hms(2, 0, 0).unwrap());
+        assert_eq!(rfc3339(shifted), sb);
     }
 }
