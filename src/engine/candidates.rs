@@ -1037,11 +1037,9 @@ impl Service {
             });
             self.save(&mut l, None, None).await?;
         }
-        drop(_guard);
         // Running verifications are cancelled (container destroyed, settled) before cleanup.
+        // Workers never take the candidate lock, so holding it here cannot deadlock.
         self.cancel_candidate_verifications(&p.candidate_id).await?;
-        let _guard = lock.lock().await;
-        let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
         self.clean_up_fenced(&mut l).await
     }
 
@@ -1078,21 +1076,24 @@ impl Service {
             .candidates_due(crate::ids::rfc3339(now))
             .await?;
         let (mut expired, mut purged) = (0, 0);
-        for (cid, _) in due {
-            let lock = self.candidate_lock(&cid);
-            let _guard = lock.lock().await;
-            let Some(stored) = self.data.store.candidate(&cid).await? else {
-                continue;
-            };
-            let c: Candidate = serde_json::from_str(&stored.record)
-                .map_err(|e| ServiceError::Internal(format!("candidate {cid} record: {e}")))?;
-            if !self.config.workspaces.contains_key(&c.workspace_id) {
+        for (cid, ws, purge_after) in due {
+            if !self.config.workspaces.contains_key(&ws) {
                 continue;
             }
-            let mut l = self.load(&c.workspace_id, &cid).await?;
+            let lock = self.candidate_lock(&cid);
+            let _guard = lock.lock().await;
+            let mut l = match self.load(&ws, &cid).await {
+                Ok(l) => l,
+                Err(ServiceError::NotFound(_)) => continue, // purged meanwhile
+                Err(e) => return Err(e),
+            };
             if l.c.state.is_fenced() {
-                // A fenced candidate is either awaiting cleanup (no purge time yet) or a tombstone.
-                if self.tombstone_due(&cid, now).await? {
+                // Fenced: either awaiting cleanup (no purge time yet) or a tombstone.
+                if purge_after
+                    .as_deref()
+                    .and_then(parse_time)
+                    .is_some_and(|t| t <= now)
+                {
                     self.data.store.purge_candidate(&cid).await?;
                     purged += 1;
                 } else {
@@ -1107,17 +1108,6 @@ impl Service {
             expired += 1;
         }
         Ok((expired, purged))
-    }
-
-    async fn tombstone_due(
-        &self,
-        cid: &str,
-        now: time::OffsetDateTime,
-    ) -> Result<bool, ServiceError> {
-        let purge_after = self.data.store.candidate_purge_after(cid).await?;
-        Ok(purge_after
-            .and_then(|p| parse_time(&p))
-            .is_some_and(|t| t <= now))
     }
 }
 

@@ -235,35 +235,21 @@ impl Store {
         .await
     }
 
-    /// Candidates needing maintenance at `now`: (id, state) of those past expiry that are not yet
-    /// fenced, plus fenced ones whose cleanup is unfinished, plus tombstones past `purge_after`.
-    pub async fn candidates_due(&self, now: String) -> Result<Vec<(String, String)>, StoreError> {
+    /// Candidates needing maintenance at `now`, as (id, workspace id, purge_after): those past
+    /// expiry that are not yet fenced, fenced ones whose cleanup is unfinished (no purge time),
+    /// and tombstones past their purge time.
+    pub async fn candidates_due(
+        &self,
+        now: String,
+    ) -> Result<Vec<(String, String, Option<String>)>, StoreError> {
         self.call(move |c| {
             let mut st = c.prepare(
-                "SELECT candidate_id, state FROM candidates
+                "SELECT candidate_id, workspace_id, purge_after FROM candidates
                  WHERE (expires_at <= ?1 AND state NOT IN ('deleting', 'expired'))
                     OR (state IN ('deleting', 'expired') AND (purge_after IS NULL OR purge_after <= ?1))",
             )?;
-            let rows = st.query_map(params![now], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            let rows = st.query_map(params![now], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })
-        .await
-    }
-
-    /// When a fenced candidate's tombstone may be purged (None while cleanup is unfinished).
-    pub async fn candidate_purge_after(
-        &self,
-        candidate_id: &str,
-    ) -> Result<Option<String>, StoreError> {
-        let id = candidate_id.to_string();
-        self.call(move |c| {
-            Ok(c.query_row(
-                "SELECT purge_after FROM candidates WHERE candidate_id = ?1",
-                params![id],
-                |r| r.get::<_, Option<String>>(0),
-            )
-            .optional()?
-            .flatten())
         })
         .await
     }
