@@ -221,6 +221,20 @@ impl Artifacts {
         Ok(to)
     }
 
+    /// Removes the artifacts of settled verifications whose retention ended, then fsyncs the
+    /// directory. A missing artifact is not an error (a pass interrupted after it).
+    pub fn remove(&self, verification_ids: &[String]) -> Result<(), ArtifactIoError> {
+        for id in verification_ids {
+            let path = self.path(id);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io("remove", &path)(e)),
+            }
+        }
+        fsync_dir(&self.dir)
+    }
+
     /// Removes leftover temp files from interrupted writes. Returns the removed paths.
     pub fn sweep_temp(&self) -> Result<Vec<PathBuf>, ArtifactIoError> {
         let mut removed = Vec::new();

@@ -297,7 +297,8 @@ pub fn digest<T: Serialize>(params: &T) -> String {
 }
 
 /// Checks a repository-relative path: not empty, not absolute, no empty, `.` or `..` component,
-/// no `.git` component (any case), no NUL or control characters, bounded length.
+/// no component git would treat as `.git` on any filesystem it protects (see
+/// [`is_dotgit_alias`]), no NUL or control characters, bounded length.
 pub fn check_relative_path(path: &str) -> Result<(), String> {
     if path.is_empty() || path.len() > MAX_PATH_BYTES {
         return Err(format!("must be 1..={MAX_PATH_BYTES} bytes"));
@@ -315,8 +316,10 @@ pub fn check_relative_path(path: &str) -> Result<(), String> {
         match comp {
             "" => return Err("must not contain empty components ('//' or a trailing '/')".into()),
             "." | ".." => return Err("must not contain '.' or '..' components".into()),
-            c if c.eq_ignore_ascii_case(".git") => {
-                return Err("must not contain a .git component".into());
+            c if is_dotgit_alias(c) => {
+                return Err(format!(
+                    "must not contain {c:?}, which git treats as .git on some filesystem"
+                ));
             }
             _ => {}
         }
@@ -324,21 +327,62 @@ pub fn check_relative_path(path: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Code points HFS+ ignores when it compares names (git's `utf8.c` list), so `.g\u{200c}it`
+/// is `.git` there.
+const HFS_IGNORABLE: [char; 16] = [
+    '\u{200c}', '\u{200d}', '\u{200e}', '\u{200f}', '\u{202a}', '\u{202b}', '\u{202c}', '\u{202d}',
+    '\u{202e}', '\u{206a}', '\u{206b}', '\u{206c}', '\u{206d}', '\u{206e}', '\u{206f}', '\u{feff}',
+];
+
+/// True when a path component names `.git` on a filesystem git protects: any case (`.GIT`),
+/// HFS+ with ignorable code points removed, NTFS with trailing dots or spaces (`.git.`, `.git `),
+/// an alternate data stream (`.git::$INDEX_ALLOCATION`) or the 8.3 short name (`git~1`).
+pub fn is_dotgit_alias(comp: &str) -> bool {
+    let hfs: String = comp
+        .chars()
+        .filter(|c| !HFS_IGNORABLE.contains(c))
+        .collect();
+    if hfs.eq_ignore_ascii_case(".git") {
+        return true;
+    }
+    let lower = comp.to_ascii_lowercase();
+    [".git", "git~1"].iter().any(|prefix| {
+        lower.strip_prefix(prefix).is_some_and(|rest| {
+            let rest = rest.trim_start_matches([' ', '.']);
+            rest.is_empty() || rest.starts_with(':')
+        })
+    })
+}
+
 /// The parent directories of a path, shortest first (`a/b/c` -> `a`, `a/b`).
 pub fn parents(path: &str) -> Vec<&str> {
     path.match_indices('/').map(|(i, _)| &path[..i]).collect()
 }
 
-/// True when `content` still holds an unresolved conflict marker line.
+/// True when `content` still holds a real conflict: an opening `<<<<<<<` line, later a
+/// `=======` line (after an optional diff3 `|||||||` base section), and later a closing
+/// `>>>>>>>` line. A lone `=======` (a reStructuredText heading underline, say) is not one.
 pub fn has_conflict_markers(content: &str) -> bool {
-    content.lines().any(|l| {
-        l.starts_with("<<<<<<< ")
-            || l == "<<<<<<<"
-            || l.starts_with(">>>>>>> ")
-            || l == ">>>>>>>"
-            || l == "======="
-            || l.starts_with("||||||| ")
-    })
+    let marker = |l: &str, m: &str| l == m || l.strip_prefix(m).is_some_and(|r| r.starts_with(' '));
+    #[derive(PartialEq)]
+    enum Seen {
+        Nothing,
+        Open,
+        Separator,
+    }
+    let mut seen = Seen::Nothing;
+    for line in content.lines() {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        seen = match seen {
+            Seen::Nothing if marker(line, "<<<<<<<") => Seen::Open,
+            Seen::Open if line == "=======" => Seen::Separator,
+            Seen::Separator if marker(line, ">>>>>>>") => return true,
+            // A new opening marker before the structure closed starts over from it.
+            Seen::Open | Seen::Separator if marker(line, "<<<<<<<") => Seen::Open,
+            other => other,
+        };
+    }
+    false
 }
 
 /// True for a full lowercase hex object id (SHA-1 or SHA-256).
@@ -359,7 +403,10 @@ pub fn check_idempotency_key(key: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks a target ref: a full `refs/heads/<branch>` name with safe components.
+/// Checks a target ref: a full `refs/heads/<branch>` name that `git check-ref-format` accepts
+/// (no component starting with `.` or ending with `.lock`, no `..`, `@{`, `~^:?*[\\`, space or
+/// control character, not ending with `.` or `/`), outside Airlock's own namespace. The branch
+/// `@` is refused too: it is git's shorthand for HEAD.
 pub fn check_target_ref(r: &str) -> Result<(), String> {
     let Some(branch) = r.strip_prefix("refs/heads/") else {
         return Err(format!(
@@ -372,12 +419,19 @@ pub fn check_target_ref(r: &str) -> Result<(), String> {
             "target_ref must not be under refs/heads/airlock/ (Airlock's proposal refs)".into(),
         );
     }
-    if branch.contains(['~', '^', ':', '?', '*', '[', ' '])
-        || branch.ends_with(".lock")
+    let bad_component = branch
+        .split('/')
+        .any(|c| c.starts_with('.') || c.ends_with(".lock"));
+    if bad_component
+        || branch.contains(['~', '^', ':', '?', '*', '[', ' ', '\x7f'])
         || branch.contains("@{")
         || branch.contains("..")
+        || branch.ends_with('.')
+        || branch == "@"
     {
-        return Err(format!("target_ref {r:?} is not a valid branch name"));
+        return Err(format!(
+            "target_ref {r:?} is not a valid branch name (git check-ref-format)"
+        ));
     }
     Ok(())
 }
@@ -400,6 +454,15 @@ mod tests {
             ".git/config",
             "sub/.git/hooks/x",
             "sub/.GIT/x",
+            ".git.",
+            ".git ",
+            ".git. .",
+            "a/.git::$INDEX_ALLOCATION/x",
+            "git~1/config",
+            "GIT~1",
+            ".g\u{200c}it/config",
+            "\u{feff}.git",
+            ".Git",
             "a\0b",
             "a\nb",
             "a\\b",
@@ -413,6 +476,12 @@ mod tests {
             "dir/.github/x",
             "sp ace.txt",
             "ünï.txt",
+            ".gitx",
+            "git~2",
+            ".git-rewrite",
+            "x.git",
+            ":(glob)x",
+            ":!x",
         ] {
             assert!(check_relative_path(good).is_ok(), "{good:?}");
         }
@@ -430,8 +499,99 @@ mod tests {
         assert!(has_conflict_markers(
             "a\n<<<<<<< ours\nx\n=======\ny\n>>>>>>> theirs\n"
         ));
-        assert!(has_conflict_markers("x\n=======\n"));
+        assert!(has_conflict_markers(
+            "<<<<<<< ours\r\nx\r\n||||||| base\r\nb\r\n=======\r\ny\r\n>>>>>>> theirs\r\n"
+        ));
+        assert!(has_conflict_markers("<<<<<<<\n=======\n>>>>>>>\n"));
+        assert!(!has_conflict_markers("x\n=======\n"));
         assert!(!has_conflict_markers("a == b\n<<<< not a marker\n"));
+        assert!(
+            !has_conflict_markers("<<<<<<< x\n>>>>>>> y\n"),
+            "no separator"
+        );
+        assert!(
+            !has_conflict_markers("=======\n<<<<<<< x\n>>>>>>> y\n"),
+            "out of order"
+        );
+        assert!(!has_conflict_markers(
+            "<<<<<<<< eight\n=======\n>>>>>>> y\n"
+        ));
+    }
+
+    /// Real reStructuredText files on this machine (Python's own documentation, shipped with
+    /// python3, which the test script installs) underline headings with `=======`: none of them
+    /// is a conflict.
+    #[test]
+    fn real_documentation_files_are_not_conflicts() {
+        let mut checked = 0;
+        for root in ["/usr/lib", "/usr/share/doc"] {
+            let out = std::process::Command::new("find")
+                .args([root, "-name", "*.rst", "-size", "-512k"])
+                .output()
+                .unwrap();
+            for path in String::from_utf8_lossy(&out.stdout).lines() {
+                let Ok(text) = std::fs::read_to_string(path) else {
+                    continue;
+                };
+                if text.lines().any(|l| l == "=======") {
+                    assert!(
+                        !has_conflict_markers(&text),
+                        "{path} was taken for a conflict"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(
+            checked > 0,
+            "no .rst file with a ======= line found under /usr/lib or /usr/share/doc"
+        );
+    }
+
+    /// Every name git's own `check-ref-format` refuses is refused here too, and every name
+    /// accepted here git accepts.
+    #[test]
+    fn target_refs_agree_with_git_check_ref_format() {
+        let names = [
+            "main",
+            "feature/x",
+            "x.",
+            ".hidden",
+            "a/.b",
+            "a.lock/b",
+            "a.lock",
+            "@",
+            "a@{b",
+            "a..b",
+            "a//b",
+            "a/",
+            "a b",
+            "a~b",
+            "a^b",
+            "a:b",
+            "a?b",
+            "a*b",
+            "a[b",
+            "a\\b",
+            "a\x7fb",
+            "ok-1.2",
+            "v@1",
+            "a/b.c/d",
+        ];
+        for n in names {
+            let full = format!("refs/heads/{n}");
+            let git_ok = std::process::Command::new("git")
+                .args(["check-ref-format", &full])
+                .status()
+                .unwrap()
+                .success();
+            let ours = check_target_ref(&full).is_ok();
+            assert!(!ours || git_ok, "{full:?} accepted here but refused by git");
+            // Stricter than git only on purpose: `@` alone is git's shorthand for HEAD, which
+            // `git check-ref-format --branch @` refuses as a branch name.
+            let stricter = n == "@";
+            assert_eq!(ours, git_ok && !stricter, "{full:?}: git says {git_ok}");
+        }
     }
 
     #[test]
@@ -455,6 +615,13 @@ mod tests {
             "refs/heads/x.lock",
             "refs/heads/airlock/proposal-1",
             "refs/heads/a b",
+            "refs/heads/x.",
+            "refs/heads/.hidden",
+            "refs/heads/a/.b",
+            "refs/heads/a.lock/b",
+            "refs/heads/@",
+            "refs/heads/a@{b",
+            "refs/heads/a\x7fb",
         ] {
             assert!(check_target_ref(bad).is_err(), "{bad}");
         }

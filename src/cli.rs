@@ -221,7 +221,7 @@ async fn dispatch(cmd: Command) -> ExitCode {
             build_images(name, &images_dir, images::BuildOptions { with_rust }).await
         }
         Command::Recover { common } => {
-            let (_, dir) = match load(&common) {
+            let (config, dir) = match load(&common) {
                 Ok(x) => x,
                 Err(e) => return refuse(e),
             };
@@ -233,7 +233,11 @@ async fn dispatch(cmd: Command) -> ExitCode {
                 Ok(s) => s,
                 Err(e) => return fail(e),
             };
-            let report = recovery::recover(&data, &sandbox).await;
+            let retention = recovery::Retention {
+                keep: config.run_retention,
+                now: crate::engine::service::Clock::from_env().now(),
+            };
+            let report = recovery::recover(&data, &sandbox, retention).await;
             print_json(&report);
             if report.failures.is_empty() {
                 ExitCode::SUCCESS
@@ -280,6 +284,9 @@ async fn run(common: &Common, req: RunRequest) -> ExitCode {
         Ok(p) => p,
         Err(e) => return refuse(e),
     };
+    if let Err(e) = engine.check_checkout_support() {
+        return refuse(e);
+    }
     let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
@@ -301,7 +308,7 @@ async fn run(common: &Common, req: RunRequest) -> ExitCode {
                 ExitCode::from(1)
             }
         }
-        Err(RunError::Refused(e)) => refuse(e),
+        Err(RunError::Refused(e) | RunError::Exhausted(e)) => refuse(e),
         Err(RunError::Internal(e)) => fail(format!("{e}; run `airlock recover` to settle it")),
     }
 }
@@ -427,6 +434,9 @@ async fn serve(common: &Common) -> ExitCode {
         sandbox: sandbox.clone(),
         seccomp,
     };
+    if let Err(e) = engine.check_checkout_support() {
+        return refuse(e);
+    }
     let config = Arc::new(config);
     let service = match Service::new(
         config.clone(),
@@ -437,6 +447,10 @@ async fn serve(common: &Common) -> ExitCode {
         Ok(s) => Arc::new(s),
         Err(e) => return refuse(e),
     };
+    match crate::api::server::raise_fd_limit(config.max_connections) {
+        Ok(n) => tracing::info!(open_files = n, "RLIMIT_NOFILE raised to its hard limit"),
+        Err(e) => return refuse(e),
+    }
     // Recovery runs before the listener opens.
     for ws in config.workspaces.keys() {
         match service.repo(ws).remove_stale_airlock_locks() {
@@ -485,9 +499,12 @@ async fn serve(common: &Common) -> ExitCode {
         }
         tracing::info!("shutting down: no new connections; finishing in-flight calls");
     };
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let limits = crate::api::server::ConnLimits {
+        max_connections: config.max_connections,
+        header_read_timeout: config.header_read_timeout,
+        keep_alive_idle: config.keep_alive_idle,
+    };
+    crate::api::server::serve(listener, app, limits, shutdown).await;
     ready.store(false, Ordering::SeqCst);
     ticker.abort();
     // In-flight verifications: cancel them, and wait until each has destroyed its container and
@@ -501,16 +518,17 @@ async fn serve(common: &Common) -> ExitCode {
             "verifications still running at exit; recovery will settle them"
         );
     }
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(format!("server: {e}")),
-    }
+    ExitCode::SUCCESS
 }
 
 /// One maintenance pass: verification recovery, evidence expiry, candidate expiry. Failures are
 /// logged and retried on the next pass.
 async fn maintenance(service: &crate::engine::service::Service, sandbox: &Sandbox) {
-    let report = recovery::recover(&service.data, sandbox).await;
+    let retention = recovery::Retention {
+        keep: service.config.run_retention,
+        now: service.clock.now(),
+    };
+    let report = recovery::recover(&service.data, sandbox, retention).await;
     if !report.is_empty() {
         tracing::info!(report = %serde_json::to_string(&report).unwrap_or_default(), "recovery pass");
     }

@@ -40,6 +40,10 @@ pub enum ConfigError {
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
 /// Lifetime of an evidence packet when the config names none.
 pub const DEFAULT_EVIDENCE_TTL_DAYS: u64 = 7;
+/// Days one-shot `airlock run` results are kept when the config names none.
+pub const DEFAULT_RUN_RETENTION_DAYS: u64 = 30;
+/// Concurrent HTTP connections `airlock serve` keeps when the config names none.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 /// Seconds between periodic recovery and expiry passes of the daemon.
 pub const DEFAULT_MAINTENANCE_INTERVAL_SECONDS: u64 = 60;
 
@@ -51,6 +55,13 @@ struct RawConfig {
     evidence_ttl_days: Option<u64>,
     maintenance_interval_seconds: Option<u64>,
     max_concurrent_verifications: Option<usize>,
+    checkout_filesystem: Option<CheckoutFilesystem>,
+    min_free_bytes: Option<u64>,
+    run_retention_days: Option<u64>,
+    max_connections: Option<usize>,
+    header_read_timeout_seconds: Option<u64>,
+    body_read_timeout_seconds: Option<u64>,
+    keep_alive_idle_seconds: Option<u64>,
     #[serde(default)]
     profiles: BTreeMap<String, RawProfile>,
     #[serde(default)]
@@ -66,6 +77,19 @@ struct RawWorkspace {
     profile: Option<String>,
     #[serde(default)]
     members: BTreeMap<String, Vec<Permission>>,
+    distinct_approver: Option<bool>,
+}
+
+/// Where job checkouts live (`checkout_filesystem`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckoutFilesystem {
+    /// A loop-mounted ext4 image per job, sized by the profile's `disk_bytes` and `inodes`.
+    #[default]
+    Loop,
+    /// A plain directory on the data dir's filesystem: no per-job disk or inode quota. For
+    /// hosts without loop devices or without root.
+    Directory,
 }
 
 #[derive(Debug, Deserialize)]
@@ -107,6 +131,8 @@ pub struct Workspace {
     pub repo: PathBuf,
     pub profile: String,
     pub members: BTreeMap<String, Vec<Permission>>,
+    /// The member who requested a delivery may not decide it (default `true`).
+    pub distinct_approver: bool,
 }
 
 /// Who a bearer token authenticates.
@@ -138,6 +164,8 @@ struct RawProfile {
     cpus: Option<f64>,
     pids: Option<i64>,
     tmp_bytes: Option<i64>,
+    disk_bytes: Option<u64>,
+    inodes: Option<u64>,
     env: Option<BTreeMap<String, String>>,
     setup_script: Option<String>,
 }
@@ -154,6 +182,10 @@ pub struct Profile {
     pub cpus: f64,
     pub pids: i64,
     pub tmp_bytes: i64,
+    /// Size of the job's own checkout filesystem.
+    pub disk_bytes: u64,
+    /// Inodes of the job's own checkout filesystem (at least this many).
+    pub inodes: u64,
     pub env: BTreeMap<String, String>,
     pub setup_script: String,
 }
@@ -173,6 +205,20 @@ pub struct Config {
     pub evidence_ttl: std::time::Duration,
     pub maintenance_interval: std::time::Duration,
     pub max_concurrent_verifications: usize,
+    pub checkout_filesystem: CheckoutFilesystem,
+    /// New work is refused while the data dir's filesystem has less free space than this
+    /// (plus the job's own `disk_bytes`).
+    pub min_free_bytes: u64,
+    /// How long one-shot `airlock run` results are kept.
+    pub run_retention: std::time::Duration,
+    /// Most concurrent HTTP connections `airlock serve` keeps open.
+    pub max_connections: usize,
+    /// Time a client has to send a request's headers.
+    pub header_read_timeout: std::time::Duration,
+    /// Time a client has to send a request's body once its headers arrived.
+    pub body_read_timeout: std::time::Duration,
+    /// A keep-alive connection with no request in progress for this long is closed.
+    pub keep_alive_idle: std::time::Duration,
     pub profiles: BTreeMap<String, Profile>,
     pub workspaces: BTreeMap<String, Workspace>,
     pub tokens: Vec<Token>,
@@ -190,6 +236,8 @@ fn builtin_profiles() -> BTreeMap<String, RawProfile> {
             cpus: None,
             pids: None,
             tmp_bytes: None,
+            disk_bytes: None,
+            inodes: None,
             env: None,
             setup_script: None,
         },
@@ -206,6 +254,8 @@ fn builtin_profiles() -> BTreeMap<String, RawProfile> {
             cpus: Some(2.0),
             pids: Some(1024),
             tmp_bytes: Some(1 << 30),
+            disk_bytes: None,
+            inodes: None,
             env: Some(BTreeMap::from(
                 [
                     ("LANG", "C.UTF-8"),
@@ -296,6 +346,7 @@ impl Config {
                     repo: w.repo,
                     profile,
                     members: w.members,
+                    distinct_approver: w.distinct_approver.unwrap_or(true),
                 },
             );
         }
@@ -333,6 +384,14 @@ impl Config {
             };
             let mut sha256 = [0u8; 32];
             sha256.copy_from_slice(&bytes);
+            if let Some(j) = tokens.iter().position(|t: &Token| t.sha256 == sha256) {
+                return Err(ConfigError::Invalid {
+                    field: field("sha256"),
+                    message: format!(
+                        "is the same hash as tokens[{j}].sha256; one bearer token must name exactly one subject"
+                    ),
+                });
+            }
             tokens.push(Token { sha256, subject });
         }
         let days = raw.evidence_ttl_days.unwrap_or(DEFAULT_EVIDENCE_TTL_DAYS);
@@ -358,7 +417,60 @@ impl Config {
                 message: format!("{max_concurrent} must be between 1 and 64"),
             });
         }
+        let retention_days = raw.run_retention_days.unwrap_or(DEFAULT_RUN_RETENTION_DAYS);
+        if !(1..=3650).contains(&retention_days) {
+            return Err(ConfigError::Invalid {
+                field: "run_retention_days".into(),
+                message: format!("{retention_days} must be between 1 and 3650"),
+            });
+        }
+        let max_connections = raw.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
+        if !(1..=limits::MAX_CONNECTIONS_BOUND).contains(&max_connections) {
+            return Err(ConfigError::Invalid {
+                field: "max_connections".into(),
+                message: format!(
+                    "{max_connections} must be between 1 and {}",
+                    limits::MAX_CONNECTIONS_BOUND
+                ),
+            });
+        }
+        let seconds = |field: &str, v: Option<u64>, default: u64| {
+            let v = v.unwrap_or(default);
+            if (1..=limits::MAX_HTTP_TIMEOUT_SECONDS).contains(&v) {
+                Ok(std::time::Duration::from_secs(v))
+            } else {
+                Err(ConfigError::Invalid {
+                    field: field.into(),
+                    message: format!(
+                        "{v} must be between 1 and {}",
+                        limits::MAX_HTTP_TIMEOUT_SECONDS
+                    ),
+                })
+            }
+        };
+        let header_read_timeout = seconds(
+            "header_read_timeout_seconds",
+            raw.header_read_timeout_seconds,
+            limits::DEFAULT_HEADER_READ_TIMEOUT_SECONDS,
+        )?;
+        let body_read_timeout = seconds(
+            "body_read_timeout_seconds",
+            raw.body_read_timeout_seconds,
+            limits::DEFAULT_BODY_READ_TIMEOUT_SECONDS,
+        )?;
+        let keep_alive_idle = seconds(
+            "keep_alive_idle_seconds",
+            raw.keep_alive_idle_seconds,
+            limits::DEFAULT_KEEP_ALIVE_IDLE_SECONDS,
+        )?;
         Ok(Config {
+            header_read_timeout,
+            body_read_timeout,
+            keep_alive_idle,
+            checkout_filesystem: raw.checkout_filesystem.unwrap_or_default(),
+            min_free_bytes: raw.min_free_bytes.unwrap_or(limits::DEFAULT_MIN_FREE_BYTES),
+            run_retention: std::time::Duration::from_secs(retention_days * 86_400),
+            max_connections,
             max_concurrent_verifications: max_concurrent,
             data_dir: raw
                 .data_dir
@@ -488,6 +600,31 @@ fn resolve_profile(name: &str, p: RawProfile) -> Result<Profile, ConfigError> {
             ),
         ));
     }
+    let disk_bytes = p.disk_bytes.unwrap_or(limits::DEFAULT_DISK_BYTES);
+    if !(limits::MIN_DISK_BYTES..=limits::MAX_DISK_BYTES).contains(&disk_bytes) {
+        return Err(invalid(
+            name,
+            "disk_bytes",
+            format!(
+                "{disk_bytes} must be between {} and {}",
+                limits::MIN_DISK_BYTES,
+                limits::MAX_DISK_BYTES
+            ),
+        ));
+    }
+    let inodes = p.inodes.unwrap_or(limits::DEFAULT_INODES);
+    let max_inodes = disk_bytes / limits::BYTES_PER_INODE_MIN;
+    if !(limits::MIN_INODES..=max_inodes).contains(&inodes) {
+        return Err(invalid(
+            name,
+            "inodes",
+            format!(
+                "{inodes} must be between {} and {max_inodes} (disk_bytes / {}: ext4 holds at most one inode per block)",
+                limits::MIN_INODES,
+                limits::BYTES_PER_INODE_MIN
+            ),
+        ));
+    }
     let env = p
         .env
         .unwrap_or_else(|| BTreeMap::from([("LANG".to_string(), "C.UTF-8".to_string())]));
@@ -535,6 +672,8 @@ fn resolve_profile(name: &str, p: RawProfile) -> Result<Profile, ConfigError> {
         cpus,
         pids,
         tmp_bytes,
+        disk_bytes,
+        inodes,
         env,
         setup_script,
     })
@@ -557,7 +696,13 @@ mod tests {
         assert_eq!(p.tmp_bytes, 268435456);
         assert_eq!(p.env.get("LANG").map(String::as_str), Some("C.UTF-8"));
         assert_eq!(p.setup_script, "");
+        assert_eq!(p.disk_bytes, 4 << 30);
+        assert_eq!(p.inodes, 1_000_000);
         assert_eq!(c.data_dir, PathBuf::from(".airlock"));
+        assert_eq!(c.checkout_filesystem, CheckoutFilesystem::Loop);
+        assert_eq!(c.min_free_bytes, 2 << 30);
+        assert_eq!(c.max_connections, 512);
+        assert_eq!(c.run_retention, std::time::Duration::from_secs(30 * 86_400));
     }
 
     #[test]
@@ -614,6 +759,10 @@ mod tests {
             ("working_dir = \"rel\"", "profiles.a.working_dir"),
             ("working_dir = \"/tmp/x\"", "profiles.a.working_dir"),
             ("env = { \"A=B\" = \"c\" }", "profiles.a.env"),
+            ("disk_bytes = 1024", "profiles.a.disk_bytes"),
+            ("disk_bytes = 1099511627777", "profiles.a.disk_bytes"),
+            ("inodes = 10", "profiles.a.inodes"),
+            ("disk_bytes = 16777216\ninodes = 5000", "profiles.a.inodes"),
         ];
         for (line, field) in cases {
             let e = Config::parse(&format!("[profiles.a]\nimage = \"x\"\n{line}\n"))
@@ -636,6 +785,7 @@ mod tests {
         assert_eq!(c.listen, "127.0.0.1:1");
         let ws = &c.workspaces["ws_1"];
         assert_eq!(ws.profile, "default");
+        assert!(ws.distinct_approver, "separation of duties is the default");
         assert_eq!(
             ws.members["alice"],
             vec![Permission::View, Permission::Push]
@@ -666,6 +816,23 @@ mod tests {
                 "workspaces.w.profile",
             ),
             ("evidence_ttl_days = 0\n", "evidence_ttl_days"),
+            ("max_connections = 0\n", "max_connections"),
+            ("run_retention_days = 0\n", "run_retention_days"),
+            (
+                "header_read_timeout_seconds = 0\n",
+                "header_read_timeout_seconds",
+            ),
+            (
+                "body_read_timeout_seconds = 3601\n",
+                "body_read_timeout_seconds",
+            ),
+            ("keep_alive_idle_seconds = 0\n", "keep_alive_idle_seconds"),
+            ("checkout_filesystem = \"tmpfs\"\n", "checkout_filesystem"),
+            (
+                "[[tokens]]\nsha256 = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nmember_id = \"a\"\n\
+                 [[tokens]]\nsha256 = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nmember_id = \"b\"\n",
+                "tokens[1].sha256",
+            ),
         ];
         for (text, needle) in bad {
             let e = Config::parse(text).unwrap_err().to_string();

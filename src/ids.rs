@@ -17,6 +17,11 @@ pub fn new_verification_id() -> String {
     format!("ver_{}", random_hex(16))
 }
 
+/// A new error id, `err_<16 hex>`: the client gets it, the log has the details under it.
+pub fn new_error_id() -> String {
+    format!("err_{}", random_hex(8))
+}
+
 /// A new creation key: 32 lowercase hex characters, safe in container names, labels and paths.
 pub fn new_creation_key() -> String {
     random_hex(16)

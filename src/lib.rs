@@ -2,16 +2,18 @@
 //! Docker containers, records every result durably, and recovers interrupted runs without ever
 //! rerunning a command or inventing a result. See ARCHITECTURE.md for the code map.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod api;
 pub mod artifacts;
+pub mod beneath;
 pub mod candidate;
 pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod ids;
 pub mod limits;
+pub mod process;
 pub mod sandbox;
 pub mod staging;
 pub mod store;

@@ -62,3 +62,40 @@ pub const DEFAULT_LIST_LIMIT: u32 = 50;
 
 /// Most bytes of git output Airlock reads into memory for one plumbing call.
 pub const MAX_GIT_OUTPUT_BYTES: usize = 64 * 1024 * 1024;
+
+/// How many times a busy job filesystem is unmounted before the attempt is reported as failed.
+pub const UNMOUNT_ATTEMPTS: u32 = 10;
+/// Pause between unmount attempts (multiplied by the attempt number).
+pub const UNMOUNT_RETRY_DELAY: Duration = Duration::from_millis(50);
+/// How many times removal of a checkout directory is tried.
+pub const CHECKOUT_REMOVE_ATTEMPTS: u32 = 5;
+/// Pause between checkout removal attempts (multiplied by the attempt number).
+pub const CHECKOUT_REMOVE_RETRY_DELAY: Duration = Duration::from_millis(50);
+
+/// Default per-job disk quota (`disk_bytes`): the size of the job's own checkout filesystem.
+pub const DEFAULT_DISK_BYTES: u64 = 4 << 30;
+/// Smallest `disk_bytes` a profile may set.
+pub const MIN_DISK_BYTES: u64 = 16 << 20;
+/// Largest `disk_bytes` a profile may set (1 TiB).
+pub const MAX_DISK_BYTES: u64 = 1 << 40;
+/// Default per-job inode quota (`inodes`).
+pub const DEFAULT_INODES: u64 = 1_000_000;
+/// Smallest `inodes` a profile may set.
+pub const MIN_INODES: u64 = 1024;
+/// Bytes per inode at the densest: ext4 holds at most one inode per 4 KiB block.
+pub const BYTES_PER_INODE_MIN: u64 = 4096;
+/// Default free space the data dir's filesystem must keep (`min_free_bytes`): new work is
+/// refused with `resource_exhausted` below it.
+pub const DEFAULT_MIN_FREE_BYTES: u64 = 2 << 30;
+
+/// Largest `max_connections` the config accepts.
+pub const MAX_CONNECTIONS_BOUND: usize = 65_536;
+/// Default time a client has to send a request's headers (`header_read_timeout_seconds`),
+/// from the connection's start or the end of its previous response.
+pub const DEFAULT_HEADER_READ_TIMEOUT_SECONDS: u64 = 10;
+/// Default time a client has to send a request's body (`body_read_timeout_seconds`).
+pub const DEFAULT_BODY_READ_TIMEOUT_SECONDS: u64 = 30;
+/// Default idle time after which a keep-alive connection is closed (`keep_alive_idle_seconds`).
+pub const DEFAULT_KEEP_ALIVE_IDLE_SECONDS: u64 = 30;
+/// Largest value of any of the three HTTP timeouts above.
+pub const MAX_HTTP_TIMEOUT_SECONDS: u64 = 3600;

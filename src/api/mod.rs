@@ -2,6 +2,8 @@
 //! `GET /healthz`, `GET /readyz`. Identity comes from `Authorization: Bearer <token>` only.
 //! Errors are `{"error":{"code","message"}}` with a stable code and an HTTP status.
 
+pub mod server;
+
 use crate::engine::service::{Actor, Service, ServiceError, authenticate};
 use axum::Router;
 use axum::body::Body;
@@ -69,11 +71,21 @@ impl IntoResponse for ApiError {
             ServiceError::ResourceExhausted(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ServiceError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ServiceError::DeadlineExceeded(_) => StatusCode::REQUEST_TIMEOUT,
         };
-        if matches!(self.0, ServiceError::Internal(_)) {
-            tracing::error!(error = %self.0, "internal error");
-        }
-        let body = json!({"error": {"code": self.0.code(), "message": self.0.to_string()}});
+        // An internal error's text can hold host paths, git argv or environment: it goes to the
+        // log under an id, and the client gets the code, a short message and that id.
+        let body = if let ServiceError::Internal(detail) = &self.0 {
+            let error_id = crate::ids::new_error_id();
+            tracing::error!(%error_id, error = %detail, "internal error");
+            json!({"error": {
+                "code": self.0.code(),
+                "message": format!("internal error; the server log has the details under error id {error_id}"),
+                "error_id": error_id,
+            }})
+        } else {
+            json!({"error": {"code": self.0.code(), "message": self.0.to_string()}})
+        };
         (status, axum::Json(body)).into_response()
     }
 }
@@ -102,11 +114,16 @@ async fn readyz(State(st): State<AppState>) -> Response {
 }
 
 fn bearer(headers: &HeaderMap) -> Result<&str, ServiceError> {
-    let h = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .ok_or_else(|| {
-            ServiceError::Unauthenticated("missing Authorization: Bearer <token>".into())
-        })?
+    let mut all = headers.get_all(axum::http::header::AUTHORIZATION).iter();
+    let h = all.next().ok_or_else(|| {
+        ServiceError::Unauthenticated("missing Authorization: Bearer <token>".into())
+    })?;
+    if all.next().is_some() {
+        return Err(ServiceError::Unauthenticated(
+            "more than one Authorization header; send exactly one".into(),
+        ));
+    }
+    let h = h
         .to_str()
         .map_err(|_| ServiceError::Unauthenticated("Authorization header is not ASCII".into()))?;
     h.strip_prefix("Bearer ")
@@ -116,18 +133,41 @@ fn bearer(headers: &HeaderMap) -> Result<&str, ServiceError> {
         })
 }
 
-fn parse<T: DeserializeOwned>(method: &str, body: &[u8]) -> Result<T, ServiceError> {
-    serde_json::from_slice(body)
-        .map_err(|e| ServiceError::InvalidArgument(format!("{method}: invalid request body: {e}")))
+/// Parses a request body. It must be one JSON object (an array would bind fields by position,
+/// bypassing names and the refusal of unknown fields); errors name the field path
+/// (`files[0].path`) as well as the position.
+pub fn parse<T: DeserializeOwned>(method: &str, body: &[u8]) -> Result<T, ServiceError> {
+    let first = body
+        .iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    if first != Some(&b'{') {
+        return Err(ServiceError::InvalidArgument(format!(
+            "{method}: the request body must be a JSON object"
+        )));
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." {
+            "body".to_string()
+        } else {
+            path
+        };
+        ServiceError::InvalidArgument(format!("{method}: {field}: {}", e.into_inner()))
+    })?;
+    de.end()
+        .map_err(|e| ServiceError::InvalidArgument(format!("{method}: body: {e}")))?;
+    Ok(value)
 }
 
 async fn call(
     State(st): State<AppState>,
     Path(method): Path<String>,
-    headers: HeaderMap,
-    body: Body,
+    req: axum::extract::Request,
 ) -> Response {
-    match handle(st, &method, headers, body).await {
+    let conn = req.extensions().get::<server::ConnHandle>().cloned();
+    let (parts, body) = req.into_parts();
+    match handle(st, &method, parts.headers, body, conn).await {
         Ok(v) => axum::Json(v).into_response(),
         Err(e) => ApiError(e).into_response(),
     }
@@ -138,6 +178,7 @@ async fn handle(
     method: &str,
     headers: HeaderMap,
     body: Body,
+    conn: Option<server::ConnHandle>,
 ) -> Result<Value, ServiceError> {
     if !st.ready.load(Ordering::SeqCst) {
         return Err(ServiceError::Unavailable(
@@ -149,9 +190,20 @@ async fn handle(
         .ok_or_else(|| ServiceError::Unauthenticated("unknown bearer token".into()))?;
     let limit = body_limit(method)
         .ok_or_else(|| ServiceError::NotFound(format!("unknown method {method:?}")))?;
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
-        ServiceError::ResourceExhausted(format!("{method}: request body exceeds {limit} bytes"))
-    })?;
+    let body_timeout = st.service.config.body_read_timeout;
+    let bytes = tokio::time::timeout(body_timeout, axum::body::to_bytes(body, limit))
+        .await
+        .map_err(|_| {
+            ServiceError::DeadlineExceeded(format!(
+                "{method}: the request body did not arrive within body_read_timeout_seconds {}",
+                body_timeout.as_secs()
+            ))
+        })?
+        .map_err(|_| {
+            ServiceError::ResourceExhausted(format!("{method}: request body exceeds {limit} bytes"))
+        })?;
+    // From here on the request is being served: its connection is not closed to make room.
+    let _dispatching = conn.as_ref().map(server::ConnHandle::dispatching);
     let svc = st.service.clone();
     let method_owned = method.to_string();
     // The work runs in its own task so a client that disconnects cannot cancel a half-done

@@ -271,17 +271,19 @@ impl Service {
                     s.workspace_id, p.workspace_id
                 )));
             }
-            let packet = self.load_packet(&s.evidence_ref).await?.ok_or_else(|| {
+            // Another workspace's packet gets the same answer as a missing one, so a caller
+            // cannot probe which evidence refs exist elsewhere.
+            let missing = || {
                 ServiceError::FailedPrecondition(format!(
                     "{field}.evidence_ref {:?} does not exist",
                     s.evidence_ref
                 ))
-            })?;
-            if packet.workspace_id != s.workspace_id {
-                return Err(ServiceError::FailedPrecondition(format!(
-                    "{field}: the packet belongs to another workspace"
-                )));
-            }
+            };
+            let packet = self
+                .load_packet(&s.evidence_ref)
+                .await?
+                .filter(|packet| packet.workspace_id == s.workspace_id)
+                .ok_or_else(missing)?;
             if packet.run_id != s.run_id {
                 return Err(ServiceError::FailedPrecondition(format!(
                     "{field}: the packet belongs to run {:?}, not {:?}",
@@ -543,7 +545,16 @@ impl Service {
             let theirs = owned
                 .get(&input_ref(&cid, i))
                 .ok_or_else(|| ServiceError::Internal(format!("owned input ref {i} vanished")))?;
-            let merged = repo.merge_tree(&input.base_revision, &l.a.acc_commit, theirs)?;
+            // When the input's base is already part of the accumulated history, git picks the
+            // merge bases itself, exactly as `git merge` would: in a criss-cross history an
+            // explicit base that is only one of several merge bases reports conflicts git's
+            // own merge does not. Otherwise the input's declared base is the only one we have.
+            let base = if repo.is_ancestor(&input.base_revision, &l.a.acc_commit)? {
+                None
+            } else {
+                Some(input.base_revision.as_str())
+            };
+            let merged = repo.merge_tree(base, &l.a.acc_commit, theirs)?;
             if merged.conflicts.is_empty() {
                 let stamp = CommitStamp {
                     message: &format!("airlock: apply input {i} of {cid}"),
@@ -779,6 +790,12 @@ impl Service {
             candidate::check_relative_path(&f.path).map_err(|e| {
                 ServiceError::InvalidArgument(format!("files[{i}].path {:?} {e}", f.path))
             })?;
+            if f.path.starts_with(':') {
+                return Err(ServiceError::InvalidArgument(format!(
+                    "files[{i}].path {:?} starts with ':', which git reads as pathspec magic",
+                    f.path
+                )));
+            }
             if !seen.insert(f.path.as_str()) {
                 return Err(ServiceError::InvalidArgument(format!(
                     "files[{i}].path {:?} is listed twice",
@@ -798,6 +815,18 @@ impl Service {
                     )));
                 }
                 _ => {}
+            }
+        }
+        // One path may not be a file while another lies beneath it: the tree cannot hold both.
+        for (i, f) in p.files.iter().enumerate() {
+            if let Some(parent) = candidate::parents(&f.path)
+                .into_iter()
+                .find(|d| seen.contains(d))
+            {
+                return Err(ServiceError::InvalidArgument(format!(
+                    "files[{i}].path {:?} lies beneath {parent:?}, which the same batch writes or deletes as a file",
+                    f.path
+                )));
             }
         }
         #[derive(Serialize)]
@@ -876,7 +905,15 @@ impl Service {
                 super::crash::point("resolve_after_intent");
             }
         }
-        self.apply_pending_resolution(&mut l)?;
+        if let Err(e) = self.apply_pending_resolution(&mut l) {
+            if matches!(e, ServiceError::InvalidArgument(_)) {
+                // The resolution itself cannot be applied: withdraw the intent so the
+                // candidate is exactly as it was, and say why.
+                l.a.pending_resolution = None;
+                self.save(&mut l, None, None).await?;
+            }
+            return Err(e);
+        }
         l.c.record_mutation(Mutation {
             actor_key: actor_key.clone(),
             operation: "integration.resolve".into(),
@@ -970,6 +1007,23 @@ impl Service {
                 "the resolution does not fit the candidate tree: {e}"
             ))
         })?;
+        // Postcondition: the new tree holds exactly what was asked for, so a path git dropped
+        // or rewrote silently can never be reported as resolved.
+        for (path, edit) in &edits {
+            let found = repo.tree_entry(&new_tree, path)?;
+            let exact = match (edit, &found) {
+                (Some((blob, mode)), Some(e)) => {
+                    e.kind == "blob" && &e.oid == blob && &e.mode == mode
+                }
+                (None, None) => true,
+                _ => false,
+            };
+            if !exact {
+                return Err(ServiceError::InvalidArgument(format!(
+                    "the resolution of {path:?} did not produce that file in the candidate tree (found {found:?}); nothing was saved"
+                )));
+            }
+        }
         let resolved: std::collections::BTreeSet<&str> =
             pending.files.iter().map(|f| f.path.as_str()).collect();
         let remaining: Vec<String> =
@@ -1060,6 +1114,25 @@ impl Service {
                     "remove candidate files: {e}"
                 )));
             }
+        }
+        // Verification artifacts share the candidate's retention and deletion boundary (seed
+        // 001): artifacts first, then rows. A pass interrupted in between runs again (no purge
+        // time is saved until this finished) and removes what is left.
+        let verifications = self
+            .data
+            .store
+            .verifications_of_candidate(&l.c.candidate_id)
+            .await?;
+        if !verifications.is_empty() {
+            let artifacts = self.data.artifacts.clone();
+            let ids = verifications.clone();
+            tokio::task::spawn_blocking(move || artifacts.remove(&ids))
+                .await
+                .expect("artifact removal does not panic")
+                .map_err(|e| {
+                    ServiceError::Internal(format!("remove verification artifacts: {e}"))
+                })?;
+            self.data.store.delete_settled(verifications).await?;
         }
         let purge_after = crate::ids::rfc3339(self.clock.now() + TOMBSTONE_RETENTION);
         l.a = Assembly::default();

@@ -180,6 +180,7 @@ impl Service {
             .await
             .map_err(|e| match e {
                 RunError::Refused(m) => ServiceError::FailedPrecondition(m),
+                RunError::Exhausted(m) => ServiceError::ResourceExhausted(m),
                 RunError::Internal(m) => ServiceError::Internal(m),
             })?;
         let started = self
@@ -202,6 +203,7 @@ impl Service {
             .await
             .map_err(|e| match e {
                 RunError::Refused(m) if m.contains("conflict") => ServiceError::Conflict(m),
+                RunError::Exhausted(m) => ServiceError::ResourceExhausted(m),
                 RunError::Refused(m) | RunError::Internal(m) => ServiceError::Internal(m),
             })?;
         self.spawn_worker(started);
@@ -568,6 +570,20 @@ impl Service {
             return Err(ServiceError::FailedPrecondition(format!(
                 "request {} expired at {}",
                 p.request_id, req.expires_at
+            )));
+        }
+        // Separation of duties: whoever asked for a delivery does not also approve or deny it.
+        let distinct = self
+            .config
+            .workspaces
+            .get(&p.workspace_id)
+            .is_some_and(|w| w.distinct_approver);
+        if distinct && req.requested_by == actor.key() {
+            return Err(ServiceError::PermissionDenied(format!(
+                "{} requested delivery {}; workspace {} has distinct_approver = true, so another member with decide must decide it",
+                actor.key(),
+                p.request_id,
+                p.workspace_id
             )));
         }
         req.state = wanted;

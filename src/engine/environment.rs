@@ -1,9 +1,10 @@
 //! The environment builder: maps a server-side profile to the full runtime spec and its hashes.
 //! The caller only ever names the profile.
 
-use crate::config::Profile;
+use crate::config::{CheckoutFilesystem, Profile};
 use crate::limits;
 use crate::sandbox::seccomp::SeccompProfile;
+use crate::staging::CheckoutFs;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -36,6 +37,8 @@ pub struct EnvironmentSpec {
     pub log_driver: &'static str,
     pub seccomp_sha256: String,
     pub mounts: Vec<MountSpec>,
+    /// The job's checkout filesystem and its disk and inode quota.
+    pub checkout_fs: CheckoutFs,
     pub setup_script_sha256: String,
 }
 
@@ -55,8 +58,21 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 impl EnvironmentSpec {
     /// Resolves `profile` with the image id the engine reported for its image.
-    pub fn resolve(profile: &Profile, image_id: &str, seccomp: &SeccompProfile) -> EnvironmentSpec {
+    pub fn resolve(
+        profile: &Profile,
+        image_id: &str,
+        seccomp: &SeccompProfile,
+        fs: CheckoutFilesystem,
+    ) -> EnvironmentSpec {
+        let checkout_fs = match fs {
+            CheckoutFilesystem::Loop => CheckoutFs::Loop {
+                disk_bytes: profile.disk_bytes,
+                inodes: profile.inodes,
+            },
+            CheckoutFilesystem::Directory => CheckoutFs::Directory,
+        };
         EnvironmentSpec {
+            checkout_fs,
             profile: profile.name.clone(),
             image: profile.image.clone(),
             image_id: image_id.to_string(),
@@ -83,7 +99,14 @@ impl EnvironmentSpec {
             seccomp_sha256: seccomp.sha256.clone(),
             mounts: vec![MountSpec {
                 kind: "bind",
-                source: "disposable checkout of the candidate revision",
+                source: match fs {
+                    CheckoutFilesystem::Loop => {
+                        "disposable checkout of the candidate revision on its own nosuid,nodev ext4 filesystem"
+                    }
+                    CheckoutFilesystem::Directory => {
+                        "disposable checkout of the candidate revision in a directory"
+                    }
+                },
                 target: profile.working_dir.clone(),
                 read_only: false,
             }],
@@ -123,49 +146,70 @@ impl EnvironmentSpec {
 mod tests {
     use super::*;
     use crate::config::Config;
+    const L: CheckoutFilesystem = CheckoutFilesystem::Loop;
 
     #[test]
     fn hash_covers_every_input_and_is_stable() {
         let seccomp = crate::sandbox::seccomp::load().unwrap();
         let c = Config::builtin();
         let p = c.profile("default").unwrap().clone();
-        let base = EnvironmentSpec::resolve(&p, "sha256:1", &seccomp).sha256();
+        let base = EnvironmentSpec::resolve(&p, "sha256:1", &seccomp, L).sha256();
         assert_eq!(
             base,
-            EnvironmentSpec::resolve(&p, "sha256:1", &seccomp).sha256()
+            EnvironmentSpec::resolve(&p, "sha256:1", &seccomp, L).sha256()
         );
         assert_ne!(
             base,
-            EnvironmentSpec::resolve(&p, "sha256:2", &seccomp).sha256()
+            EnvironmentSpec::resolve(&p, "sha256:2", &seccomp, L).sha256()
         );
         let mut q = p.clone();
         q.memory_bytes += 1;
         assert_ne!(
             base,
-            EnvironmentSpec::resolve(&q, "sha256:1", &seccomp).sha256()
+            EnvironmentSpec::resolve(&q, "sha256:1", &seccomp, L).sha256()
         );
         let mut q = p.clone();
         q.env.insert("X".into(), "1".into());
         assert_ne!(
             base,
-            EnvironmentSpec::resolve(&q, "sha256:1", &seccomp).sha256()
+            EnvironmentSpec::resolve(&q, "sha256:1", &seccomp, L).sha256()
         );
         let mut q = p.clone();
         q.setup_script = "echo hi".into();
         assert_ne!(
             base,
-            EnvironmentSpec::resolve(&q, "sha256:1", &seccomp).sha256()
+            EnvironmentSpec::resolve(&q, "sha256:1", &seccomp, L).sha256()
+        );
+        let mut q = p.clone();
+        q.disk_bytes += 4096;
+        assert_ne!(
+            base,
+            EnvironmentSpec::resolve(&q, "sha256:1", &seccomp, L).sha256()
+        );
+        let mut q = p.clone();
+        q.inodes += 1;
+        assert_ne!(
+            base,
+            EnvironmentSpec::resolve(&q, "sha256:1", &seccomp, L).sha256()
+        );
+        let dir = CheckoutFilesystem::Directory;
+        assert_ne!(
+            base,
+            EnvironmentSpec::resolve(&p, "sha256:1", &seccomp, dir).sha256()
         );
         let mut s2 = seccomp.clone();
         s2.sha256 = "0".repeat(64);
-        assert_ne!(base, EnvironmentSpec::resolve(&p, "sha256:1", &s2).sha256());
+        assert_ne!(
+            base,
+            EnvironmentSpec::resolve(&p, "sha256:1", &s2, L).sha256()
+        );
     }
 
     #[test]
     fn setup_script_wraps_argv() {
         let seccomp = crate::sandbox::seccomp::load().unwrap();
         let p = Config::builtin().profile("default").unwrap().clone();
-        let spec = EnvironmentSpec::resolve(&p, "x", &seccomp);
+        let spec = EnvironmentSpec::resolve(&p, "x", &seccomp, L);
         let argv = vec!["make".to_string(), "test".to_string()];
         assert_eq!(spec.command("", &argv), argv);
         let cmd = spec.command("export A=1", &argv);

@@ -25,11 +25,32 @@ pub enum OpenError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The data dir, or something in it, could be changed by someone other than Airlock.
+    #[error(
+        "data dir {path} is {what} owned by uid {owner} with mode {mode:04o}; Airlock runs as uid {uid} and needs every directory of its data dir (and the database files) owned by uid {uid} and not writable by group or others: {fix}"
+    )]
+    Unsafe {
+        path: PathBuf,
+        what: &'static str,
+        owner: u32,
+        mode: u32,
+        uid: u32,
+        fix: String,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
     Artifacts(#[from] ArtifactIoError),
 }
+
+/// Directories Airlock keeps beneath its data dir, created in this order.
+pub const DATA_SUBDIRS: [&str; 5] = [
+    "checkouts",
+    "locks",
+    "artifacts",
+    "artifacts/verifications",
+    "artifacts/quarantine",
+];
 
 /// A data directory: database, artifacts, checkouts and worker locks.
 #[derive(Clone)]
@@ -41,7 +62,9 @@ pub struct DataDir {
 }
 
 impl DataDir {
-    /// Opens (creating) `root` with mode 0700 and its database.
+    /// Opens (creating) `root` with mode 0700 and its database. Refuses a data dir that anyone
+    /// but Airlock's own uid could change (see [`audit`]); every directory beneath it is created
+    /// without following symlinks.
     pub async fn open(root: &Path) -> Result<DataDir, OpenError> {
         use std::os::unix::fs::DirBuilderExt;
         let dd = |source| OpenError::DataDir {
@@ -54,12 +77,15 @@ impl DataDir {
             .create(root)
             .map_err(dd)?;
         let root = std::fs::canonicalize(root).map_err(dd)?;
-        for sub in ["checkouts", "locks"] {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(root.join(sub))
-                .map_err(dd)?;
+        audit(&root)?;
+        let beneath = crate::beneath::Root::open(&root).map_err(dd)?;
+        for sub in DATA_SUBDIRS {
+            beneath
+                .mkdir(Path::new(sub), 0o700)
+                .map_err(|source| OpenError::DataDir {
+                    path: root.join(sub),
+                    source,
+                })?;
         }
         let store = Store::open(&root.join("airlock.db"))?;
         let artifacts = Artifacts::open(&root)?;
@@ -70,6 +96,11 @@ impl DataDir {
             artifacts,
             instance_id,
         })
+    }
+
+    /// The data dir as a [`crate::beneath::Root`], for creating paths beneath it.
+    pub fn beneath(&self) -> std::io::Result<crate::beneath::Root> {
+        crate::beneath::Root::open(&self.root)
     }
 
     pub fn checkouts(&self) -> PathBuf {
@@ -85,6 +116,102 @@ impl DataDir {
     }
 }
 
+/// Refuses a data dir that another local user could change: the data dir itself, every
+/// directory in it (except the insides of per-job checkouts, which belong to the sandbox user),
+/// and the files at its top (the database and its journals) must be owned by Airlock's uid and
+/// not writable by group or others, and none of them may be a symlink. Every ancestor of the
+/// data dir must be owned by root or by Airlock and be either not writable by others or sticky
+/// (like `/tmp`), so nobody can swap the data dir itself.
+pub fn audit(root: &Path) -> Result<(), OpenError> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = nix::unistd::geteuid().as_raw();
+    let dd = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| OpenError::DataDir { path, source }
+    };
+    let unsafe_entry = |path: &Path, what: &'static str, m: &std::fs::Metadata| {
+        let fix = if what == "a symlink" {
+            format!(
+                "remove {} (Airlock never creates symlinks there)",
+                path.display()
+            )
+        } else {
+            format!("chown {uid} {p} && chmod go-w {p}", p = path.display())
+        };
+        OpenError::Unsafe {
+            path: path.to_path_buf(),
+            what,
+            owner: m.uid(),
+            mode: m.mode() & 0o7777,
+            uid,
+            fix,
+        }
+    };
+    for anc in root.ancestors().skip(1) {
+        let m = std::fs::metadata(anc).map_err(dd(anc))?;
+        let writable = m.mode() & 0o022 != 0;
+        let sticky = m.mode() & 0o1000 != 0;
+        if (m.uid() != 0 && m.uid() != uid) || (writable && !sticky) {
+            return Err(OpenError::Unsafe {
+                path: anc.to_path_buf(),
+                what: "an ancestor directory",
+                owner: m.uid(),
+                mode: m.mode() & 0o7777,
+                uid,
+                fix: format!(
+                    "make {} owned by root or uid {uid} and not writable by group or others (or sticky), or choose another data dir",
+                    anc.display()
+                ),
+            });
+        }
+    }
+    fn walk(
+        dir: &Path,
+        depth: usize,
+        check: &mut dyn FnMut(&Path, &std::fs::Metadata, usize) -> Result<bool, OpenError>,
+    ) -> Result<(), OpenError> {
+        let rd = std::fs::read_dir(dir).map_err(|source| OpenError::DataDir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        for entry in rd {
+            let entry = entry.map_err(|source| OpenError::DataDir {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+            let path = entry.path();
+            let m = std::fs::symlink_metadata(&path).map_err(|source| OpenError::DataDir {
+                path: path.clone(),
+                source,
+            })?;
+            if check(&path, &m, depth)? && m.is_dir() {
+                walk(&path, depth + 1, check)?;
+            }
+        }
+        Ok(())
+    }
+    let top = std::fs::symlink_metadata(root).map_err(dd(root))?;
+    let mut check = |path: &Path, m: &std::fs::Metadata, depth: usize| {
+        let ft = m.file_type();
+        if ft.is_symlink() {
+            return Err(unsafe_entry(path, "a symlink", m));
+        }
+        let checked = ft.is_dir() || depth == 0;
+        if checked && (m.uid() != uid || m.mode() & 0o022 != 0) {
+            let what = if ft.is_dir() { "a directory" } else { "a file" };
+            return Err(unsafe_entry(path, what, m));
+        }
+        // `checkouts/<key>/`: the key directory is Airlock's; what is inside belongs to a job.
+        let in_checkouts =
+            path.parent().and_then(Path::file_name) == Some("checkouts".as_ref()) && depth == 1;
+        Ok(ft.is_dir() && !in_checkouts)
+    };
+    if top.uid() != uid || top.mode() & 0o022 != 0 {
+        return Err(unsafe_entry(root, "a directory", &top));
+    }
+    walk(root, 0, &mut check)
+}
+
 /// Everything a verification needs.
 #[derive(Clone)]
 pub struct Engine {
@@ -92,6 +219,22 @@ pub struct Engine {
     pub data: DataDir,
     pub sandbox: Sandbox,
     pub seccomp: SeccompProfile,
+}
+
+impl Engine {
+    /// Start-up check: when checkouts get their own loop-mounted filesystem, this host must
+    /// support it. The message says what to install or configure.
+    pub fn check_checkout_support(&self) -> Result<(), String> {
+        match self.config.checkout_filesystem {
+            crate::config::CheckoutFilesystem::Loop => {
+                match crate::staging::space::loop_support_problem() {
+                    Some(p) => Err(format!("checkout_filesystem = \"loop\": {p}")),
+                    None => Ok(()),
+                }
+            }
+            crate::config::CheckoutFilesystem::Directory => Ok(()),
+        }
+    }
 }
 
 /// Proof that a worker (in any process) owns a creation key: an exclusive `flock` on

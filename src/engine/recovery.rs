@@ -27,6 +27,8 @@ pub struct Report {
     pub checkouts_removed: Vec<String>,
     pub temp_files_removed: Vec<String>,
     pub lock_files_removed: Vec<String>,
+    /// One-shot results removed because their retention (`run_retention_days`) ended.
+    pub results_expired: Vec<String>,
     /// Steps that failed; they stay for the next pass.
     pub failures: Vec<String>,
 }
@@ -42,6 +44,7 @@ impl Report {
             && self.checkouts_removed.is_empty()
             && self.temp_files_removed.is_empty()
             && self.lock_files_removed.is_empty()
+            && self.results_expired.is_empty()
             && self.failures.is_empty()
     }
 }
@@ -54,8 +57,18 @@ pub struct Settled {
     pub error: Option<String>,
 }
 
-/// Runs one recovery pass over `data`.
-pub async fn recover(data: &DataDir, sandbox: &Sandbox) -> Report {
+/// Most expired one-shot results one pass removes (the next pass takes the rest).
+pub const RETENTION_BATCH: u32 = 1000;
+
+/// How long one-shot results are kept, and the time to measure it from.
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    pub keep: std::time::Duration,
+    pub now: time::OffsetDateTime,
+}
+
+/// Runs one recovery pass over `data`, then removes one-shot results older than the retention.
+pub async fn recover(data: &DataDir, sandbox: &Sandbox, retention: Retention) -> Report {
     let mut report = Report::default();
     let running = match data.store.running().await {
         Ok(r) => r,
@@ -88,7 +101,41 @@ pub async fn recover(data: &DataDir, sandbox: &Sandbox) -> Report {
         drop(lock);
     }
     sweep(data, sandbox, &mut report).await;
+    expire_results(data, retention, &mut report).await;
     report
+}
+
+/// Removes settled one-shot verifications (artifact first, then row) created before
+/// now - retention. Candidate verifications follow their candidate instead.
+async fn expire_results(data: &DataDir, retention: Retention, report: &mut Report) {
+    let cutoff = ids::rfc3339(retention.now - retention.keep);
+    let expired = match data
+        .store
+        .runs_created_before(cutoff, RETENTION_BATCH)
+        .await
+    {
+        Ok(ids) if ids.is_empty() => return,
+        Ok(ids) => ids,
+        Err(e) => {
+            report.failures.push(format!("list expired results: {e}"));
+            return;
+        }
+    };
+    let artifacts = data.artifacts.clone();
+    let to_remove = expired.clone();
+    let removed = tokio::task::spawn_blocking(move || artifacts.remove(&to_remove))
+        .await
+        .expect("artifact removal does not panic");
+    if let Err(e) = removed {
+        report
+            .failures
+            .push(format!("remove expired artifacts: {e}"));
+        return;
+    }
+    match data.store.delete_settled(expired.clone()).await {
+        Ok(_) => report.results_expired.extend(expired),
+        Err(e) => report.failures.push(format!("delete expired results: {e}")),
+    }
 }
 
 async fn recover_one(data: &DataDir, sandbox: &Sandbox, v: Verification, report: &mut Report) {

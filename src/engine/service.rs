@@ -32,6 +32,9 @@ pub enum ServiceError {
     Internal(String),
     #[error("{0}")]
     Unavailable(String),
+    /// The client did not send its request in time.
+    #[error("{0}")]
+    DeadlineExceeded(String),
 }
 
 impl ServiceError {
@@ -46,6 +49,7 @@ impl ServiceError {
             ServiceError::ResourceExhausted(_) => "resource_exhausted",
             ServiceError::Internal(_) => "internal",
             ServiceError::Unavailable(_) => "unavailable",
+            ServiceError::DeadlineExceeded(_) => "deadline_exceeded",
         }
     }
 }

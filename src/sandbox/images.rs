@@ -60,7 +60,7 @@ fn load_manifest(dir: &Path) -> Result<Manifest, SandboxError> {
 /// The host's Rust sysroot (`rustc --print sysroot`) and `rustc -vV`, if rustc is installed.
 fn host_rust() -> Option<(PathBuf, String)> {
     let run = |args: &[&str]| {
-        std::process::Command::new("rustc")
+        crate::process::command("rustc")
             .args(args)
             .output()
             .ok()
@@ -398,7 +398,7 @@ impl Sandbox {
             .map_err(|e| SandboxError::Build(format!("[{name}] temp dir: {e}")))?;
         let tar_path = tmp.path().join("rootfs.tar");
         let _ = writeln!(progress, "[{name}] running {}", script.display());
-        let mut cmd = std::process::Command::new("bash");
+        let mut cmd = crate::process::command("bash");
         cmd.arg(&script)
             .env("AIRLOCK_ROOTFS_TAR", &tar_path)
             .env(

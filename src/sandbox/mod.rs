@@ -624,7 +624,8 @@ fn container_body(spec: &ContainerSpec) -> ContainerCreateBody {
         attach_stdin: Some(false),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
-        network_disabled: Some(true),
+        // Not `network_disabled`: it would leave /etc/hosts empty, so `localhost` would not
+        // resolve. `network_mode = none` is what isolates the job (loopback only).
         labels: Some(labels),
         host_config: Some(host),
         ..Default::default()

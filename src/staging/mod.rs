@@ -30,6 +30,10 @@ pub enum StagingError {
     },
     #[error("git output exceeded {limit} bytes")]
     OutputTooLarge { limit: usize },
+    #[error("checkout filesystem: {0}")]
+    Space(String),
+    #[error("checkout tree {path} is not the directory Airlock created for it")]
+    TreeReplaced { path: PathBuf },
     #[error("{op} {path}: {source}")]
     Io {
         op: &'static str,
@@ -78,11 +82,14 @@ const FORCED_CONFIG: &[&str] = &[
 ];
 
 pub mod plumbing;
+pub mod space;
+
+pub use space::CheckoutFs;
 
 /// A git command with a clean environment: no inherited GIT_* variables, no system or global
 /// config, and the forced settings above.
 pub(crate) fn git_command() -> Command {
-    let mut cmd = Command::new("git");
+    let mut cmd = crate::process::command("git");
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("GIT_") {
             cmd.env_remove(k);
@@ -91,11 +98,13 @@ pub(crate) fn git_command() -> Command {
     cmd.env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_TERMINAL_PROMPT", "0")
-        .env("LC_ALL", "C");
+        .env("LC_ALL", "C")
+        // Paths Airlock passes are always literal: `:(glob)x` or `:!x` is a file name, never
+        // pathspec magic.
+        .env("GIT_LITERAL_PATHSPECS", "1");
     for c in FORCED_CONFIG {
         cmd.arg("-c").arg(c);
     }
-    cmd.stdin(Stdio::null());
     cmd
 }
 
@@ -212,33 +221,35 @@ impl Repo {
         cmd
     }
 
-    /// Stages a disposable checkout of `commit` into `dir` (which must not exist): every tracked
-    /// path with its mode, symlinks as symlinks, no `.git`. Files are owned by `uid:gid` when
-    /// Airlock runs as root; otherwise they are made group- and world-writable.
+    /// Stages a disposable checkout of `commit` into `checkouts/<key>/` (which must not exist),
+    /// on the filesystem `fs` chooses: every tracked path with its mode, symlinks as symlinks,
+    /// no `.git`. Every directory is created beneath `checkouts` without following symlinks.
+    /// Files are owned by `uid:gid` when Airlock runs as root; otherwise they are made group-
+    /// and world-writable.
     pub fn stage_checkout(
         &self,
         commit: &str,
-        dir: &Path,
+        checkouts: &std::sync::Arc<crate::beneath::Root>,
+        key: &str,
+        fs: CheckoutFs,
         uid: u32,
         gid: u32,
     ) -> Result<Checkout, StagingError> {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(dir)
-            .map_err(io_err("create checkout dir", dir))?;
+        let dir = checkouts.path().join(key);
+        let (tree, tree_identity) = space::allocate(checkouts, key, fs)?;
         let mut checkout = Checkout {
-            dir: dir.to_path_buf(),
-            tree: dir.join("tree"),
             index: dir.join("index"),
+            dir,
+            tree,
+            tree_rel: Path::new(key).join(space::tree_rel(fs)),
+            tree_identity,
+            checkouts: checkouts.clone(),
             empty_tree: self.empty_tree()?,
             commit: commit.to_string(),
             snapshot: std::sync::Arc::new(Vec::new()),
         };
-        std::fs::DirBuilder::new()
-            .mode(0o755)
-            .create(&checkout.tree)
-            .map_err(io_err("create checkout tree", &checkout.tree))?;
+        // Git writes by path: make sure the path still names the tree created above.
+        checkout.verify_tree()?;
         let mut cmd = self.git_worktree(&checkout, &checkout.empty_tree);
         cmd.args(["read-tree", "--end-of-options"]).arg(commit);
         run_git(cmd, &[0])?;
@@ -412,12 +423,29 @@ pub struct Checkout {
     pub dir: PathBuf,
     /// The working tree mounted into the container.
     pub tree: PathBuf,
+    /// The tree relative to `checkouts`, and its identity when it was created.
+    tree_rel: PathBuf,
+    tree_identity: crate::beneath::Identity,
+    checkouts: std::sync::Arc<crate::beneath::Root>,
     /// Private index; never visible to the job.
     pub index: PathBuf,
     empty_tree: String,
     pub commit: String,
     /// Every tracked path as staged: mode, blob id and nanosecond stat.
     snapshot: std::sync::Arc<Vec<(Vec<u8>, Staged)>>,
+}
+
+impl Checkout {
+    /// Checks that the tree path still names, without any symlink, the directory created for
+    /// it. Called before git writes into it and before it is handed to Docker as a mount source.
+    pub fn verify_tree(&self) -> Result<(), StagingError> {
+        match self.checkouts.identity(Some(&self.tree_rel)) {
+            Ok(id) if id == self.tree_identity => Ok(()),
+            _ => Err(StagingError::TreeReplaced {
+                path: self.tree.clone(),
+            }),
+        }
+    }
 }
 
 /// One staged index entry.
@@ -498,31 +526,37 @@ fn walk_no_follow(
     Ok(())
 }
 
-/// Removes a checkout directory, including files a job made unwritable.
+/// Removes a checkout directory, including files a job made unwritable: unmounts its job
+/// filesystem first, then removes the directory, retrying while something is still writing
+/// into it. Succeeds only when the directory is gone.
 pub fn remove_checkout(dir: &Path) -> Result<(), StagingError> {
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(_) => {
-            // A job may have removed write permission from its own directories; restore it
-            // (without following symlinks) and try once more.
-            let _ = walk_no_follow(dir, &mut |p, m| {
-                use std::os::unix::fs::PermissionsExt;
-                if m.is_dir() {
-                    let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700));
-                }
-                Ok(())
-            });
-            match std::fs::remove_dir_all(dir) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StagingError::Io {
-                    op: "remove checkout",
-                    path: dir.to_path_buf(),
-                    source: e,
-                }),
-                _ => Ok(()),
-            }
+    space::unmount(dir)?;
+    let mut last = None;
+    for attempt in 1..=limits::CHECKOUT_REMOVE_ATTEMPTS {
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => last = Some(e),
         }
+        // A job may have removed write permission from its own directories; restore it
+        // (without following symlinks) and try again after a pause.
+        let _ = walk_no_follow(dir, &mut |p, m| {
+            use std::os::unix::fs::PermissionsExt;
+            if m.is_dir() {
+                let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700));
+            }
+            Ok(())
+        });
+        std::thread::sleep(limits::CHECKOUT_REMOVE_RETRY_DELAY * attempt);
     }
+    if !dir.exists() {
+        return Ok(());
+    }
+    Err(StagingError::Io {
+        op: "remove checkout",
+        path: dir.to_path_buf(),
+        source: last.unwrap_or_else(|| std::io::Error::other("still present")),
+    })
 }
 
 #[cfg(test)]
@@ -568,8 +602,9 @@ mod tests {
         let (d, repo, head) = committed_repo(&[("a.txt", "hello\n"), ("b.txt", "same\n")]);
         let uid = nix::unistd::geteuid().as_raw();
         let gid = nix::unistd::getegid().as_raw();
+        let root = std::sync::Arc::new(crate::beneath::Root::open(d.path()).unwrap());
         let co = repo
-            .stage_checkout(&head, &d.path().join("co"), uid, gid)
+            .stage_checkout(&head, &root, "co", CheckoutFs::Directory, uid, gid)
             .unwrap();
         let (a, b) = (co.tree.join("a.txt"), co.tree.join("b.txt"));
         // Make git's cached entries non-racy (mtime far before the index was written), so git
@@ -595,12 +630,44 @@ mod tests {
     }
 
     #[test]
+    fn a_symlink_in_place_of_the_checkout_dir_or_tree_is_refused() {
+        let (d, repo, head) = committed_repo(&[("a.txt", "x\n")]);
+        let outside = tempfile::tempdir().unwrap();
+        let uid = nix::unistd::geteuid().as_raw();
+        let gid = nix::unistd::getegid().as_raw();
+        let root = std::sync::Arc::new(crate::beneath::Root::open(d.path()).unwrap());
+        // Another user planted `co` as a symlink before staging: nothing is written through it.
+        std::os::unix::fs::symlink(outside.path(), d.path().join("co")).unwrap();
+        let e = repo
+            .stage_checkout(&head, &root, "co", CheckoutFs::Directory, uid, gid)
+            .unwrap_err();
+        assert!(e.to_string().contains("co"), "{e}");
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+        // The tree swapped for a symlink after staging: the mount source check refuses it.
+        let co = repo
+            .stage_checkout(&head, &root, "co2", CheckoutFs::Directory, uid, gid)
+            .unwrap();
+        co.verify_tree().unwrap();
+        std::fs::rename(&co.tree, d.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), &co.tree).unwrap();
+        assert!(matches!(
+            co.verify_tree(),
+            Err(StagingError::TreeReplaced { .. })
+        ));
+        // A real directory of the same name is not the one staged either.
+        std::fs::remove_file(&co.tree).unwrap();
+        std::fs::create_dir(&co.tree).unwrap();
+        assert!(co.verify_tree().is_err());
+    }
+
+    #[test]
     fn untouched_checkout_has_no_changes_and_a_new_file_is_not_one() {
         let (d, repo, head) = committed_repo(&[("a.txt", "x\n")]);
         let uid = nix::unistd::geteuid().as_raw();
         let gid = nix::unistd::getegid().as_raw();
+        let root = std::sync::Arc::new(crate::beneath::Root::open(d.path()).unwrap());
         let co = repo
-            .stage_checkout(&head, &d.path().join("co"), uid, gid)
+            .stage_checkout(&head, &root, "co", CheckoutFs::Directory, uid, gid)
             .unwrap();
         std::fs::write(co.tree.join("build.out"), "artifact").unwrap();
         assert_eq!(repo.changed_paths(&co, 20).unwrap(), (vec![], 0));

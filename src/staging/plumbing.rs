@@ -153,17 +153,28 @@ impl Repo {
         Ok(())
     }
 
-    /// `git merge-tree --write-tree` of `theirs` into `ours` from `base`.
+    /// True when `ancestor` is an ancestor of (or equal to) `descendant`.
+    pub fn is_ancestor(&self, ancestor: &str, descendant: &str) -> Result<bool, StagingError> {
+        let mut cmd = self.git();
+        cmd.args(["merge-base", "--is-ancestor", ancestor, descendant]);
+        let (code, _) = run_git(cmd, &[0, 1])?;
+        Ok(code == 0)
+    }
+
+    /// `git merge-tree --write-tree` of `theirs` into `ours`, from `base` when given, otherwise
+    /// from the merge bases git computes (as `git merge` does).
     pub fn merge_tree(
         &self,
-        base: &str,
+        base: Option<&str>,
         ours: &str,
         theirs: &str,
     ) -> Result<MergeOutcome, StagingError> {
         let mut cmd = self.git();
-        cmd.args(["merge-tree", "--write-tree", "-z", "--no-messages"])
-            .arg(format!("--merge-base={base}"))
-            .args([ours, theirs]);
+        cmd.args(["merge-tree", "--write-tree", "-z", "--no-messages"]);
+        if let Some(base) = base {
+            cmd.arg(format!("--merge-base={base}"));
+        }
+        cmd.args([ours, theirs]);
         let (code, out) = run_git(cmd, &[0, 1])?;
         let mut fields = out.split(|b| *b == 0);
         let tree = String::from_utf8_lossy(fields.next().unwrap_or_default()).to_string();

@@ -315,6 +315,64 @@ impl Store {
         self.list(Some(Status::Running), u32::MAX).await
     }
 
+    /// Ids of every settled verification of a candidate (none is `running` once the candidate's
+    /// verifications were cancelled).
+    pub async fn verifications_of_candidate(
+        &self,
+        candidate_id: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let cid = candidate_id.to_string();
+        self.call(move |c| {
+            let mut st = c.prepare(
+                "SELECT verification_id FROM verifications WHERE candidate_id = ?1 AND status != 'running'",
+            )?;
+            let ids = st
+                .query_map(params![cid], |r| r.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(ids)
+        })
+        .await
+    }
+
+    /// Ids of settled one-shot verifications (no candidate) created before `before`, at most
+    /// `limit`, oldest first.
+    pub async fn runs_created_before(
+        &self,
+        before: String,
+        limit: u32,
+    ) -> Result<Vec<String>, StoreError> {
+        self.call(move |c| {
+            let mut st = c.prepare(
+                "SELECT verification_id FROM verifications
+                 WHERE candidate_id IS NULL AND status != 'running' AND created_at < ?1
+                 ORDER BY created_at LIMIT ?2",
+            )?;
+            let ids = st
+                .query_map(params![before, limit], |r| r.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(ids)
+        })
+        .await
+    }
+
+    /// Deletes settled verification rows, in one transaction; a `running` row is never
+    /// deleted. Returns how many were deleted.
+    pub async fn delete_settled(&self, ids: Vec<String>) -> Result<usize, StoreError> {
+        self.call(move |c| {
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let mut n = 0;
+            for id in &ids {
+                n += tx.execute(
+                    "DELETE FROM verifications WHERE verification_id = ?1 AND status != 'running'",
+                    params![id],
+                )?;
+            }
+            tx.commit()?;
+            Ok(n)
+        })
+        .await
+    }
+
     /// Status of the verification with `creation_key`, if any.
     pub async fn status_by_creation_key(&self, key: &str) -> Result<Option<Status>, StoreError> {
         let key = key.to_string();

@@ -1,6 +1,6 @@
 //! Candidate verification and delivery through the daemon: real HTTP, real Docker, real git.
 
-use crate::serve::{ALICE, RUN_A, Server, cand, wait_for};
+use crate::serve::{ALICE, DAVE, RUN_A, Server, cand, wait_for};
 use crate::support::*;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -83,8 +83,9 @@ fn approved_request(s: &Server, cid: &str, rev: &str, action: &str) -> (String, 
         req["request_id"].as_str().unwrap().to_string(),
         req["request_version"].as_u64().unwrap(),
     );
+    // alice requested it; distinct_approver (the default) makes another member decide.
     s.ok(
-        ALICE,
+        DAVE,
         "integration.decide",
         json!({"workspace_id": "ws1", "candidate_id": cid,
         "request_id": id, "request_version": version, "approve": true}),
@@ -274,7 +275,26 @@ fn expired_pass_is_refused_and_decide_is_human_only() {
             .contains("human-only"),
         "{e}"
     );
-    let (st, _) = decide(ALICE, &json!(99));
+    // Separation of duties: the member who requested the delivery cannot decide it.
+    let (st, e) = decide(ALICE, &req["request_version"]);
+    assert_eq!(st, 403, "{e}");
+    assert_eq!(e["error"]["code"], "permission_denied");
+    let m = e["error"]["message"].as_str().unwrap();
+    assert!(
+        m.contains("requested delivery") && m.contains("distinct_approver"),
+        "{m}"
+    );
+    let after = s.ok(
+        ALICE,
+        "integration.show",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    assert_eq!(
+        cand(&after)["delivery_request"]["state"],
+        "requested",
+        "nothing changed"
+    );
+    let (st, _) = decide(DAVE, &json!(99));
     assert_eq!(st, 409, "a different request_version is fenced out");
     // Twenty-five hours later the pass has expired: a new request is refused.
     s.set_clock(time::OffsetDateTime::now_utc() + Duration::from_secs(25 * 3600));
@@ -284,7 +304,7 @@ fn expired_pass_is_refused_and_decide_is_human_only() {
         e["error"]["message"].as_str().unwrap().contains("expired"),
         "{e}"
     );
-    let (st, e) = decide(ALICE, &req["request_version"]);
+    let (st, e) = decide(DAVE, &req["request_version"]);
     assert_eq!(st, 412, "the request expired with its evidence: {e}");
 }
 
@@ -503,7 +523,28 @@ fn cancel_delete_and_shutdown_settle_running_verifications() {
         json!({"workspace_id": "ws1", "candidate_id": cid}),
     );
     assert!(containers_with_key(&key4).is_empty());
-    assert_eq!(verification(&s, &cid, &v4)["status"], "cancelled");
+    // Verification artifacts and rows share the candidate's deletion boundary (seed 001): after
+    // the fence and the cancellation, every one of them is gone with the candidate.
+    let shown = s.ok(
+        ALICE,
+        "integration.show",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    assert_eq!(cand(&shown)["verifications"], json!([]), "{shown}");
+    let artifacts = s.dir.path().join("data/artifacts/verifications");
+    for v in [&v3, &v4] {
+        assert!(
+            !artifacts.join(format!("{v}.json")).exists(),
+            "{v} artifact left"
+        );
+        let out = std::process::Command::new(BIN)
+            .args(["verification", "show", v, "--data-dir"])
+            .arg(s.dir.path().join("data"))
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{v} row left");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("not found"));
+    }
 }
 
 #[test]

@@ -14,6 +14,8 @@ pub const ALICE: &str = "alice-token";
 pub const BOB: &str = "bob-token-view-only";
 const CAROL: &str = "carol-token-other-workspace";
 pub const RUN_A: &str = "run-a-token";
+/// A second decider in ws1: deliveries alice requests are decided by dave (distinct_approver).
+pub const DAVE: &str = "dave-token-decider";
 
 fn sha(s: &str) -> String {
     hex::encode(Sha256::digest(s.as_bytes()))
@@ -51,11 +53,12 @@ impl Server {
             format!(
                 "listen = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\n{extra}\n\
                  [workspaces.ws1]\nrepo = \"{repo}\"\n\
-                 members = {{ alice = [\"view\", \"integrate\", \"verify\", \"decide\", \"push\"], bob = [\"view\"] }}\n\
+                 members = {{ alice = [\"view\", \"integrate\", \"verify\", \"decide\", \"push\"], bob = [\"view\"], dave = [\"view\", \"decide\"] }}\n\
                  [workspaces.ws2]\nrepo = \"{repo2}\"\nmembers = {{ carol = [\"view\", \"integrate\"] }}\n\
                  [[tokens]]\nsha256 = \"{a}\"\nmember_id = \"alice\"\n\
                  [[tokens]]\nsha256 = \"{b}\"\nmember_id = \"bob\"\n\
                  [[tokens]]\nsha256 = \"{c}\"\nmember_id = \"carol\"\n\
+                 [[tokens]]\nsha256 = \"{d}\"\nmember_id = \"dave\"\n\
                  [[tokens]]\nsha256 = \"{r}\"\nrun_id = \"run_a\"\nworkspace_id = \"ws1\"\n",
                 data = dir.path().join("data").display(),
                 repo = repo.display(),
@@ -64,6 +67,7 @@ impl Server {
                 b = sha(BOB),
                 c = sha(CAROL),
                 r = sha(RUN_A),
+                d = sha(DAVE),
             ),
         )
         .unwrap();

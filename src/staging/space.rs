@@ -1,0 +1,201 @@
+//! The filesystem a checkout lives on. By default every job gets its own: a sparse ext4 image
+//! without a journal under `checkouts/<key>/disk.img`, sized by the profile's `disk_bytes` and
+//! `inodes`, loop-mounted `nosuid,nodev` at `checkouts/<key>/mnt`; the tree is `mnt/tree`. A job
+//! that fills it gets `ENOSPC` inside its own filesystem and never touches the host's. The
+//! image is unmounted (which detaches the loop device) and deleted with the checkout.
+//!
+//! `checkout_filesystem = "directory"` keeps the older layout (a plain directory on the data
+//! dir's filesystem, no quota) for hosts without loop devices or without root.
+
+use super::StagingError;
+use crate::beneath::{Identity, Root};
+use crate::limits;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// How checkouts get their filesystem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum CheckoutFs {
+    /// A loop-mounted ext4 image per job with these limits.
+    Loop { disk_bytes: u64, inodes: u64 },
+    /// A directory on the data dir's filesystem; no disk or inode quota.
+    Directory,
+}
+
+/// The layout of one checkout directory (`checkouts/<key>/`).
+pub const DISK_IMAGE: &str = "disk.img";
+/// Mount point of the job's filesystem inside the checkout directory.
+pub const MOUNT_POINT: &str = "mnt";
+
+/// Why loop-mounted checkouts cannot work on this host, or `None` when they can.
+pub fn loop_support_problem() -> Option<String> {
+    let fix =
+        "set checkout_filesystem = \"directory\" in the config to run without per-job disk quotas";
+    if !nix::unistd::geteuid().is_root() {
+        return Some(format!(
+            "per-job checkout filesystems need root (loop devices and mount); Airlock runs as uid {}: run it as root, or {fix}",
+            nix::unistd::geteuid()
+        ));
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        return Some(format!(
+            "per-job checkout filesystems need loop devices, and /dev/loop-control does not exist: load the loop module (modprobe loop) or, in a container, pass the loop devices through; or {fix}"
+        ));
+    }
+    for tool in ["mkfs.ext4", "mount"] {
+        let found = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+            .unwrap_or(false);
+        if !found {
+            return Some(format!(
+                "per-job checkout filesystems need {tool} on PATH (apt-get install e2fsprogs mount); or {fix}"
+            ));
+        }
+    }
+    None
+}
+
+fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StagingError + 'a {
+    move |source| StagingError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn run_tool(mut cmd: std::process::Command, what: &str) -> Result<(), StagingError> {
+    let out = cmd.output().map_err(|e| StagingError::Io {
+        op: "run",
+        path: PathBuf::from(what),
+        source: e,
+    })?;
+    if !out.status.success() {
+        return Err(StagingError::Space(format!(
+            "{what} failed (exit {:?}): {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// A checkout directory with its tree ready for git to fill: `(tree path, tree identity)`.
+pub(super) fn allocate(
+    checkouts: &Root,
+    key: &str,
+    fs: CheckoutFs,
+) -> Result<(PathBuf, Identity), StagingError> {
+    let dir = checkouts.path().join(key);
+    checkouts
+        .mkdir(Path::new(key), 0o700)
+        .map_err(io("create checkout dir", &dir))
+        .and_then(|created| {
+            if created {
+                Ok(())
+            } else {
+                Err(StagingError::Space(format!(
+                    "checkout dir {} already exists",
+                    dir.display()
+                )))
+            }
+        })?;
+    let co = checkouts
+        .open_dir(Path::new(key))
+        .map_err(io("open checkout dir", &dir))?;
+    let tree_parent = match fs {
+        CheckoutFs::Directory => co,
+        CheckoutFs::Loop { disk_bytes, inodes } => {
+            let img = dir.join(DISK_IMAGE);
+            let f = co
+                .create_file(Path::new(DISK_IMAGE), 0o600)
+                .map_err(io("create disk image", &img))?;
+            // Sparse: blocks are only used on the data dir's filesystem as the job writes.
+            f.set_len(disk_bytes).map_err(io("size disk image", &img))?;
+            drop(f);
+            let mnt = dir.join(MOUNT_POINT);
+            co.mkdir(Path::new(MOUNT_POINT), 0o755)
+                .map_err(io("create mount point", &mnt))?;
+            let before = co
+                .identity(Some(Path::new(MOUNT_POINT)))
+                .map_err(io("stat mount point", &mnt))?;
+            let mut mkfs = crate::process::command("mkfs.ext4");
+            mkfs.args(["-q", "-F", "-O", "^has_journal", "-m", "0", "-b", "4096"])
+                .arg("-N")
+                .arg(inodes.to_string())
+                .args(["-E", "nodiscard,lazy_itable_init=1,root_owner=0:0"])
+                .arg(&img);
+            run_tool(mkfs, "mkfs.ext4")?;
+            let mut mount = crate::process::command("mount");
+            mount
+                .args(["-t", "ext4", "-o", "loop,nosuid,nodev,noatime"])
+                .arg(&img)
+                .arg(&mnt);
+            run_tool(mount, "mount")?;
+            // The mount must sit exactly on the directory created above: a new filesystem's
+            // root in place of that directory, reached without any symlink.
+            let root = co
+                .open_dir(Path::new(MOUNT_POINT))
+                .map_err(io("open mount", &mnt))?;
+            let after = root.identity(None).map_err(io("stat mount", &mnt))?;
+            if after.dev == before.dev {
+                return Err(StagingError::Space(format!(
+                    "{} is not the mounted job filesystem after mount",
+                    mnt.display()
+                )));
+            }
+            root
+        }
+    };
+    tree_parent
+        .mkdir(Path::new("tree"), 0o755)
+        .map_err(io("create checkout tree", tree_parent.path()))?;
+    let identity = tree_parent
+        .identity(Some(Path::new("tree")))
+        .map_err(io("stat checkout tree", tree_parent.path()))?;
+    Ok((tree_parent.path().join("tree"), identity))
+}
+
+/// The tree path of a checkout directory for this kind of filesystem.
+pub fn tree_rel(fs: CheckoutFs) -> PathBuf {
+    match fs {
+        CheckoutFs::Directory => PathBuf::from("tree"),
+        CheckoutFs::Loop { .. } => Path::new(MOUNT_POINT).join("tree"),
+    }
+}
+
+/// True when `mnt` is a mount point (its device differs from its parent's).
+fn is_mounted(mnt: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (
+        std::fs::symlink_metadata(mnt),
+        mnt.parent().map(std::fs::symlink_metadata),
+    ) {
+        (Ok(m), Some(Ok(p))) => m.is_dir() && m.dev() != p.dev(),
+        _ => false,
+    }
+}
+
+/// Unmounts a checkout's job filesystem if it is mounted, retrying while it is busy (a process
+/// that outlived its job, or a git child that has not died yet). Unmounting detaches the loop
+/// device. Fails, leaving everything in place for the next pass, if it stays busy.
+pub(super) fn unmount(dir: &Path) -> Result<(), StagingError> {
+    let mnt = dir.join(MOUNT_POINT);
+    let mut attempt = 0;
+    while is_mounted(&mnt) {
+        attempt += 1;
+        match nix::mount::umount2(&mnt, nix::mount::MntFlags::empty()) {
+            Ok(()) => continue,
+            Err(nix::errno::Errno::EBUSY) if attempt < limits::UNMOUNT_ATTEMPTS => {
+                std::thread::sleep(limits::UNMOUNT_RETRY_DELAY * attempt);
+            }
+            Err(e) => {
+                return Err(StagingError::Space(format!(
+                    "cannot unmount the job filesystem at {} after {attempt} attempt(s): {e}",
+                    mnt.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
