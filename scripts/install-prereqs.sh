@@ -2,7 +2,9 @@
 # Installs what Airlock's build, tests and scripts need on a fresh Debian machine that has only the
 # Rust toolchain and a running Docker engine: busybox-static (copied into the minimal sandbox
 # image), mmdebstrap (builds the toolchain image's root filesystem), git, a C compiler and static
-# libc (for the syscall probe fixture), GNU time (peak RSS in the benchmark). Idempotent: installs only what is missing.
+# libc (for the syscall probe fixture), GNU time (peak RSS in the benchmark), e2fsprogs and mount
+# (per-job checkout filesystems), python3-pip (real documentation files the tests read).
+# Idempotent: installs only what is missing.
 set -euo pipefail
 
 need=()
@@ -13,6 +15,11 @@ command -v cc >/dev/null 2>&1 || need+=(gcc)
 [ -x /usr/bin/time ] || need+=(time)
 command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+# Real reStructuredText documentation (pip's) for the conflict-marker tests.
+dpkg -s python3-pip >/dev/null 2>&1 || need+=(python3-pip)
+# Per-job checkout filesystems: mkfs.ext4 and losetup/mount (present on most hosts).
+command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
+command -v losetup >/dev/null 2>&1 || need+=(mount)
 
 if [ ${#need[@]} -gt 0 ]; then
   # Deduplicate.

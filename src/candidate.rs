@@ -518,9 +518,9 @@ mod tests {
         ));
     }
 
-    /// Real reStructuredText files on this machine (Python's own documentation, shipped with
-    /// python3, which the test script installs) underline headings with `=======`: none of them
-    /// is a conflict.
+    /// Real reStructuredText files on this machine (pip's and Python's documentation; the test
+    /// script installs python3-pip) underline headings with `=======`: none of them is a
+    /// conflict.
     #[test]
     fn real_documentation_files_are_not_conflicts() {
         let mut checked = 0;

@@ -608,3 +608,62 @@ fn a_daemon_killed_mid_verification_recovers_it_as_error_without_rerunning() {
     let (st, _) = request(&s, &cid, &rev, &[&vid], "update_ref", "r");
     assert_eq!(st, 412, "an interrupted verification is not evidence");
 }
+
+#[test]
+fn a_positional_array_body_cannot_decide_a_request() {
+    if !docker() {
+        return;
+    }
+    let s = Server::start();
+    let (cid, rev, _) = frozen(&s);
+    let vid = verify(&s, &cid, &rev, &["true"], 60, "v");
+    assert_eq!(settled(&s, &cid, &vid)["status"], "passed");
+    let (st, v) = request(&s, &cid, &rev, &[&vid], "update_ref", "r");
+    assert_eq!(st, 200, "{v}");
+    let req = cand(&v)["delivery_request"].clone();
+    // The shape that used to approve: fields bound by position, names never checked.
+    let (st, e) = s.call(
+        DAVE,
+        "integration.decide",
+        json!(["ws1", cid, req["request_id"], req["request_version"], true]),
+    );
+    assert_eq!(st, 400, "{e}");
+    assert_eq!(e["error"]["code"], "invalid_argument");
+    let after = s.ok(
+        ALICE,
+        "integration.show",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    assert_eq!(cand(&after)["delivery_request"]["state"], "requested");
+}
+
+#[test]
+fn verification_is_refused_with_resource_exhausted_when_the_data_dir_is_short_of_space() {
+    if !docker() {
+        return;
+    }
+    let s = Server::start_with("min_free_bytes = 1000000000000000000\n");
+    let (cid, rev, _) = frozen(&s);
+    let m = s.err(
+        ALICE,
+        "integration.verify",
+        json!({"workspace_id": "ws1", "candidate_id": cid, "candidate_revision": rev,
+               "argv": ["true"], "timeout_seconds": 60, "idempotency_key": "v"}),
+        "resource_exhausted",
+    );
+    assert!(m.contains("min_free_bytes"), "{m}");
+    assert!(
+        !m.contains(&*s.dir.path().to_string_lossy()),
+        "no host path: {m}"
+    );
+    let shown = s.ok(
+        ALICE,
+        "integration.show",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    assert_eq!(
+        cand(&shown)["verifications"],
+        json!([]),
+        "nothing was recorded"
+    );
+}

@@ -2,7 +2,9 @@
 //! Docker tests fail with a clear message when no engine is reachable, unless
 //! AIRLOCK_SKIP_DOCKER=1 is set explicitly.
 
+mod clients;
 mod delivery;
+mod hardening;
 mod http;
 mod recovery;
 mod refusals;

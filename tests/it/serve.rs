@@ -128,6 +128,11 @@ impl Server {
         }
     }
 
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the daemon is running").id()
+    }
+
     /// Waits for a daemon that is expected to die (a crash point).
     pub fn wait_dead(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -389,7 +394,7 @@ fn conflict_then_resolution_in_two_batches() {
     assert!(m.contains("frozen"), "{m}");
 }
 
-fn conflicted(s: &Server) -> (String, u64, String) {
+pub fn conflicted(s: &Server) -> (String, u64, String) {
     let base = s.head();
     std::fs::create_dir_all(s.repo.join("real")).unwrap();
     // A tree with a directory symlink, to prove resolution never writes through it.

@@ -210,3 +210,69 @@ fn unreachable_package_source_fails_the_build_clearly() {
     );
     assert!(err.contains("build-rootfs.sh failed"), "{err}");
 }
+
+/// Real suites bind and connect on `localhost` (a well-known Python web framework's own tests
+/// fail without it): the job resolves it through a normal hosts file, binds a real socket on it
+/// and connects to it, while any other address stays unreachable (network_mode none).
+#[test]
+fn localhost_resolves_and_a_real_socket_binds_on_it_with_the_network_still_off() {
+    if !toolchain() {
+        return;
+    }
+    let script = r#"
+import socket
+addrs = sorted({a[4][0] for a in socket.getaddrinfo("localhost", 0, type=socket.SOCK_STREAM)})
+print("addrs=" + ",".join(addrs))
+srv = socket.socket()
+srv.bind(("localhost", 0))
+srv.listen(1)
+cli = socket.create_connection(("localhost", srv.getsockname()[1]), timeout=5)
+conn, _ = srv.accept()
+cli.sendall(b"ping")
+print("echo=" + conn.recv(4).decode())
+try:
+    socket.create_connection(("192.0.2.1", 80), timeout=2)
+    print("outside=reachable")
+except OSError as e:
+    print("outside=unreachable")
+"#;
+    let f = Fixture::new(&[("t.py", script, false)]);
+    let v = run_toolchain(&f, &["python3", "t.py"]);
+    assert_eq!(v["status"], "passed", "{v}");
+    let out = kv(v["output"].as_str().unwrap());
+    assert!(out["addrs"].contains("127.0.0.1"), "{out:?}");
+    assert_eq!(out["echo"], "ping");
+    assert_eq!(out["outside"], "unreachable");
+}
+
+/// The image carries the tools real suites expect beyond a compiler: a pager, pkg-config and
+/// CMake (a CMake project configures out of tree and runs its tests with ctest).
+#[test]
+fn cmake_pkg_config_and_less_are_in_the_toolchain_image() {
+    if !toolchain() {
+        return;
+    }
+    let f = Fixture::new(&[
+        (
+            "CMakeLists.txt",
+            "cmake_minimum_required(VERSION 3.10)\nproject(t C)\nenable_testing()\nadd_executable(t t.c)\nadd_test(NAME t COMMAND t)\n",
+            false,
+        ),
+        ("t.c", "int main(void) { return 0; }\n", false),
+    ]);
+    let v = run_toolchain(
+        &f,
+        &[
+            "sh",
+            "-c",
+            "less --version | head -n 1 && pkg-config --version && mkdir /tmp/build && cd /tmp/build \
+             && cmake -S /workspace -B . >/dev/null && make >/dev/null && ctest 2>&1 | tail -n 3",
+        ],
+    );
+    assert_eq!(v["status"], "passed", "{v}");
+    assert!(
+        v["output"].as_str().unwrap().contains("100% tests passed"),
+        "{v}"
+    );
+    f.assert_clean(&v);
+}
