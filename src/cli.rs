@@ -266,6 +266,9 @@ async fn run(common: &Common, req: RunRequest) -> ExitCode {
         Ok(s) => s,
         Err(e) => return refuse(e),
     };
+    if let Err(e) = crate::engine::check_checkout_support(&config) {
+        return refuse(e);
+    }
     let sandbox = match Sandbox::connect().await {
         Ok(s) => s,
         Err(e) => return refuse(e),
@@ -284,9 +287,6 @@ async fn run(common: &Common, req: RunRequest) -> ExitCode {
         Ok(p) => p,
         Err(e) => return refuse(e),
     };
-    if let Err(e) = engine.check_checkout_support() {
-        return refuse(e);
-    }
     let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
@@ -420,6 +420,9 @@ async fn serve(common: &Common) -> ExitCode {
         Ok(s) => s,
         Err(e) => return refuse(e),
     };
+    if let Err(e) = crate::engine::check_checkout_support(&config) {
+        return refuse(e);
+    }
     let sandbox = match Sandbox::connect().await {
         Ok(s) => s,
         Err(e) => return fail(e),
@@ -434,9 +437,6 @@ async fn serve(common: &Common) -> ExitCode {
         sandbox: sandbox.clone(),
         seccomp,
     };
-    if let Err(e) = engine.check_checkout_support() {
-        return refuse(e);
-    }
     let config = Arc::new(config);
     let service = match Service::new(
         config.clone(),

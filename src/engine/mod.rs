@@ -221,19 +221,17 @@ pub struct Engine {
     pub seccomp: SeccompProfile,
 }
 
-impl Engine {
-    /// Start-up check: when checkouts get their own loop-mounted filesystem, this host must
-    /// support it. The message says what to install or configure.
-    pub fn check_checkout_support(&self) -> Result<(), String> {
-        match self.config.checkout_filesystem {
-            crate::config::CheckoutFilesystem::Loop => {
-                match crate::staging::space::loop_support_problem() {
-                    Some(p) => Err(format!("checkout_filesystem = \"loop\": {p}")),
-                    None => Ok(()),
-                }
+/// Start-up check: when checkouts get their own loop-mounted filesystem, this host must support
+/// it. The message says what to install or configure.
+pub fn check_checkout_support(config: &Config) -> Result<(), String> {
+    match config.checkout_filesystem {
+        crate::config::CheckoutFilesystem::Loop => {
+            match crate::staging::space::loop_support_problem() {
+                Some(p) => Err(format!("checkout_filesystem = \"loop\": {p}")),
+                None => Ok(()),
             }
-            crate::config::CheckoutFilesystem::Directory => Ok(()),
         }
+        crate::config::CheckoutFilesystem::Directory => Ok(()),
     }
 }
 

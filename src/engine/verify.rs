@@ -133,10 +133,7 @@ impl Engine {
     /// `min_free_bytes` free even after this job fills its whole checkout filesystem.
     fn check_free_space(&self, spec: &EnvironmentSpec) -> Result<(), RunError> {
         let st = nix::sys::statvfs::statvfs(&self.data.root).map_err(|e| {
-            RunError::Refused(format!(
-                "cannot read free space of {}: {e}",
-                self.data.root.display()
-            ))
+            RunError::Refused(format!("cannot read the data dir's free space: {e}"))
         })?;
         let free = st.blocks_available() as u64 * st.fragment_size() as u64;
         let job = match spec.checkout_fs {

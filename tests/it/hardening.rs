@@ -358,3 +358,47 @@ fn one_shot_results_are_removed_after_their_retention() {
         "nothing twice: {r}"
     );
 }
+
+#[test]
+fn a_host_that_cannot_loop_mount_is_refused_with_what_to_configure() {
+    if !docker() {
+        return;
+    }
+    let f = Fixture::new(&[("a.txt", "x\n", false)]);
+    // A PATH with git but without mkfs.ext4 and mount.
+    let bin = f.dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let git_path = String::from_utf8(
+        Command::new("sh")
+            .args(["-c", "command -v git"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(git_path.trim(), bin.join("git")).unwrap();
+    let r = RunResult::from(
+        f.run_cmd(&[], &["true"])
+            .env("PATH", &bin)
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("mkfs.ext4"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("checkout_filesystem = \"directory\""),
+        "{}",
+        r.stderr
+    );
+    assert!(!f.data.exists(), "refused before the data dir was touched");
+    // With the directory layout the same host runs the job.
+    let d = Fixture::new(&[("a.txt", "x\n", false)])
+        .with_config("checkout_filesystem = \"directory\"\n");
+    let r = RunResult::from(
+        d.run_cmd(&[], &["true"])
+            .env("PATH", &bin)
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+}
