@@ -402,3 +402,47 @@ fn a_host_that_cannot_loop_mount_is_refused_with_what_to_configure() {
     );
     assert_eq!(r.code, Some(0), "{}", r.stderr);
 }
+
+#[test]
+fn recovery_that_meets_a_busy_checkout_retries_and_never_reports_it_removed() {
+    if !docker() {
+        return;
+    }
+    let f = Fixture::new(&[("a.txt", "x\n", false)]);
+    let mut c = f.run_cmd(&[], &["sleep", "60"]);
+    c.env("AIRLOCK_CRASH_AT", "after_start");
+    let out = c.output().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(9));
+    let v = f.list(&[]).remove(0);
+    let key = v["creation_key"].as_str().unwrap();
+    let tree = f.data.join("checkouts").join(key).join("mnt/tree");
+    assert!(tree.join("a.txt").exists(), "the checkout is still mounted");
+    // Something on the host still uses the job's filesystem.
+    let mut busy = Command::new("sleep")
+        .arg("60")
+        .current_dir(&tree)
+        .spawn()
+        .unwrap();
+    let report = f.recover();
+    assert_eq!(
+        report["marked_error"][0]["verification_id"],
+        v["verification_id"]
+    );
+    let failures = report["failures"].to_string();
+    assert!(failures.contains("cannot unmount"), "{report}");
+    assert!(
+        !report["checkouts_removed"].to_string().contains(key),
+        "a busy checkout was reported removed: {report}"
+    );
+    assert!(tree.join("a.txt").exists(), "nothing half-removed");
+    busy.kill().unwrap();
+    busy.wait().unwrap();
+    let report = f.recover();
+    assert_eq!(report["failures"], serde_json::json!([]), "{report}");
+    assert!(
+        report["checkouts_removed"].to_string().contains(key),
+        "{report}"
+    );
+    assert_no_job_filesystems(&f);
+}
