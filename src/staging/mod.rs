@@ -256,19 +256,16 @@ impl Repo {
         let mut cmd = self.git_worktree(&checkout, &checkout.empty_tree);
         cmd.args(["checkout-index", "--all", "--force"]);
         run_git(cmd, &[0])?;
-        hand_over(&checkout.tree, uid, gid)?;
-        // Ownership changes moved every ctime: refresh the stat cache once, now, so the check
-        // after the run only re-reads files whose stat changed.
-        let mut cmd = self.git_worktree(&checkout, &checkout.empty_tree);
-        cmd.args(["update-index", "-q", "--refresh"]);
-        run_git(cmd, &[0, 1])?;
-        // Git's stat check compares times in whole seconds; this snapshot keeps them to the
-        // nanosecond, so a rewrite inside the staging second is still noticed.
+        // One walk gives the tree to the sandbox user and records every path's stat as it is
+        // after that (ownership changes move ctime), to the nanosecond. The check after the run
+        // compares against this snapshot, so neither git's one-second stat cache nor a refresh
+        // pass over the whole tree is needed.
+        let mut stats = hand_over(&checkout.tree, uid, gid)?;
         let snapshot = self
             .index_entries(&checkout)?
             .into_iter()
             .map(|(path, mode, oid)| {
-                let stat = stat_key(&checkout.tree.join(OsStr::from_bytes(&path)));
+                let stat = stats.remove(&path);
                 (path, Staged { mode, oid, stat })
             })
             .collect();
@@ -345,32 +342,28 @@ impl Repo {
     }
 
     /// Tracked paths whose content, mode, type or presence differ from the staged revision,
-    /// sorted, at most `limit` (plus the total count). Untracked files are ignored.
+    /// sorted, at most `limit` (plus the total count). Untracked files are ignored, and so are
+    /// submodules (gitlinks).
+    ///
+    /// Every tracked path is `lstat`ed and compared with the nanosecond snapshot taken at
+    /// staging. A path whose inode, size, mode, mtime and ctime are all unchanged was not touched
+    /// (ctime cannot be set by the job). Any other path is changed, except a regular file or
+    /// symlink of the same type and executable bit, whose bytes are re-hashed and compared with
+    /// the staged blob id (a job may rewrite a file with identical bytes). The cost is one
+    /// `lstat` per tracked path plus a hash of each file whose stat moved.
     pub fn changed_paths(
         &self,
         checkout: &Checkout,
         limit: usize,
     ) -> Result<(Vec<String>, usize), StagingError> {
-        let mut cmd = self.git_worktree(checkout, &checkout.empty_tree);
-        cmd.args(["update-index", "-q", "--refresh"]);
-        run_git(cmd, &[0, 1])?;
-        let mut cmd = self.git_worktree(checkout, &checkout.empty_tree);
-        cmd.args(["diff-files", "-z", "--name-only", "--ignore-submodules=all"]);
-        let (_, out) = run_git(cmd, &[0])?;
-        let mut changed: std::collections::BTreeSet<Vec<u8>> = out
-            .split(|b| *b == 0)
-            .filter(|p| !p.is_empty())
-            .map(<[u8]>::to_vec)
-            .collect();
-        // Git trusted every other path's stat at one-second precision. Any path whose
-        // nanosecond stat moved since staging is re-hashed and compared with the index.
+        let mut changed: std::collections::BTreeSet<Vec<u8>> = std::collections::BTreeSet::new();
         let mut suspect_files: Vec<(&[u8], &str)> = Vec::new();
         for (path, staged) in checkout.snapshot.iter() {
-            if staged.mode == "160000" || changed.contains(path) {
+            if staged.mode == "160000" {
                 continue;
             }
             let now = stat_key(&checkout.tree.join(OsStr::from_bytes(path)));
-            if now == staged.stat {
+            if now.is_some() && now == staged.stat {
                 continue;
             }
             let Some(now) = now else {
@@ -483,9 +476,15 @@ fn stat_key(path: &Path) -> Option<StatKey> {
     })
 }
 
-/// Gives the staged tree to the sandbox user without following any symlink.
-fn hand_over(tree: &Path, uid: u32, gid: u32) -> Result<(), StagingError> {
+/// Gives the staged tree to the sandbox user without following any symlink, and returns every
+/// path's stat (relative path -> stat after the change).
+fn hand_over(
+    tree: &Path,
+    uid: u32,
+    gid: u32,
+) -> Result<std::collections::HashMap<Vec<u8>, StatKey>, StagingError> {
     let root = nix::unistd::geteuid().is_root();
+    let mut stats = std::collections::HashMap::new();
     walk_no_follow(tree, &mut |path, meta| {
         use std::os::unix::fs::PermissionsExt;
         if root {
@@ -500,15 +499,20 @@ fn hand_over(tree: &Path, uid: u32, gid: u32) -> Result<(), StagingError> {
                 op: "chown",
                 path: path.to_path_buf(),
                 source: e.into(),
-            })
+            })?;
         } else if !meta.file_type().is_symlink() {
             let mode = meta.permissions().mode();
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode | 0o666))
-                .map_err(io_err("chmod", path))
-        } else {
-            Ok(())
+                .map_err(io_err("chmod", path))?;
         }
-    })
+        if !meta.is_dir()
+            && let (Ok(rel), Some(stat)) = (path.strip_prefix(tree), stat_key(path))
+        {
+            stats.insert(rel.as_os_str().as_bytes().to_vec(), stat);
+        }
+        Ok(())
+    })?;
+    Ok(stats)
 }
 
 fn walk_no_follow(
