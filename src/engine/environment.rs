@@ -2,53 +2,24 @@
 //! The caller only ever names the profile.
 
 use crate::config::{CheckoutFilesystem, Profile};
-use crate::limits;
+use crate::sandbox::RuntimeSpec;
 use crate::sandbox::seccomp::SeccompProfile;
 use crate::staging::CheckoutFs;
-use serde::Serialize;
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
 
 /// The resolved environment: everything that decides how a job runs, except its argv.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct EnvironmentSpec {
     pub profile: String,
+    /// The image reference the profile names (its resolved id is in `runtime`).
     pub image: String,
-    pub image_id: String,
-    pub user: String,
-    pub working_dir: String,
-    pub env: BTreeMap<String, String>,
-    pub memory_bytes: i64,
-    pub memory_swap_bytes: i64,
+    /// The container as the sandbox renders it.
+    pub runtime: RuntimeSpec,
+    /// CPUs as configured (the container gets `runtime.nano_cpus`).
     pub cpus: f64,
-    pub nano_cpus: i64,
-    pub pids: i64,
-    pub tmp_bytes: i64,
-    pub tmp_options: &'static str,
-    pub ulimit_nofile: i64,
-    pub ulimit_core: i64,
-    pub ulimit_fsize: i64,
-    pub oom_score_adj: i64,
-    pub network_mode: &'static str,
-    pub cap_drop: &'static str,
-    pub no_new_privileges: bool,
-    pub readonly_rootfs: bool,
-    pub init: bool,
-    pub log_driver: &'static str,
-    pub seccomp_sha256: String,
-    pub mounts: Vec<MountSpec>,
     /// The job's checkout filesystem and its disk and inode quota.
     pub checkout_fs: CheckoutFs,
     pub setup_script_sha256: String,
-}
-
-/// One mount of the job container.
-#[derive(Debug, Clone, Serialize)]
-pub struct MountSpec {
-    pub kind: &'static str,
-    pub source: &'static str,
-    pub target: String,
-    pub read_only: bool,
 }
 
 /// SHA-256 hex of bytes.
@@ -72,51 +43,36 @@ impl EnvironmentSpec {
             CheckoutFilesystem::Directory => CheckoutFs::Directory,
         };
         EnvironmentSpec {
-            checkout_fs,
             profile: profile.name.clone(),
             image: profile.image.clone(),
-            image_id: image_id.to_string(),
-            user: profile.user(),
-            working_dir: profile.working_dir.clone(),
-            env: profile.env.clone(),
-            memory_bytes: profile.memory_bytes,
-            memory_swap_bytes: profile.memory_bytes,
+            runtime: RuntimeSpec {
+                image_id: image_id.to_string(),
+                user: profile.user(),
+                working_dir: profile.working_dir.clone(),
+                env: profile.env.clone(),
+                memory_bytes: profile.memory_bytes,
+                nano_cpus: (profile.cpus * 1e9).round() as i64,
+                pids: profile.pids,
+                tmp_bytes: profile.tmp_bytes,
+                seccomp_json: seccomp.compact_json.clone(),
+            },
             cpus: profile.cpus,
-            nano_cpus: (profile.cpus * 1e9).round() as i64,
-            pids: profile.pids,
-            tmp_bytes: profile.tmp_bytes,
-            tmp_options: "rw,exec,nosuid,nodev,mode=1777",
-            ulimit_nofile: limits::SANDBOX_NOFILE,
-            ulimit_core: 0,
-            ulimit_fsize: limits::SANDBOX_MAX_FILE_BYTES,
-            oom_score_adj: limits::SANDBOX_OOM_SCORE_ADJ,
-            network_mode: "none",
-            cap_drop: "ALL",
-            no_new_privileges: true,
-            readonly_rootfs: true,
-            init: true,
-            log_driver: "none",
-            seccomp_sha256: seccomp.sha256.clone(),
-            mounts: vec![MountSpec {
-                kind: "bind",
-                source: match fs {
-                    CheckoutFilesystem::Loop => {
-                        "disposable checkout of the candidate revision on its own nosuid,nodev ext4 filesystem"
-                    }
-                    CheckoutFilesystem::Directory => {
-                        "disposable checkout of the candidate revision in a directory"
-                    }
-                },
-                target: profile.working_dir.clone(),
-                read_only: false,
-            }],
+            checkout_fs,
             setup_script_sha256: sha256_hex(profile.setup_script.as_bytes()),
         }
     }
 
-    /// Canonical serialization: compact JSON with sorted keys.
+    /// Canonical serialization: compact JSON with sorted keys, holding the container exactly as
+    /// the sandbox renders it (minus per-run fields) and what decides the job outside it (the
+    /// profile and image names, the checkout filesystem, the setup script's digest).
     pub fn canonical_json(&self) -> String {
-        let v = serde_json::to_value(self).expect("an environment spec serializes");
+        let v = serde_json::json!({
+            "profile": self.profile,
+            "image": self.image,
+            "checkout_fs": self.checkout_fs,
+            "setup_script_sha256": self.setup_script_sha256,
+            "container": crate::sandbox::hashed_form(&self.runtime),
+        });
         serde_json::to_string(&v).expect("a JSON value serializes")
     }
 
@@ -198,7 +154,7 @@ mod tests {
             EnvironmentSpec::resolve(&p, "sha256:1", &seccomp, dir).sha256()
         );
         let mut s2 = seccomp.clone();
-        s2.sha256 = "0".repeat(64);
+        s2.compact_json.push(' ');
         assert_ne!(
             base,
             EnvironmentSpec::resolve(&p, "sha256:1", &s2, L).sha256()

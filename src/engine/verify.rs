@@ -6,7 +6,7 @@ use super::{Engine, WorkerLock, crash};
 use crate::config::Profile;
 use crate::ids;
 use crate::limits;
-use crate::sandbox::{ContainerSpec, JobEnd, Phase, SandboxError};
+use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity, SandboxError};
 use crate::staging::{self, Repo};
 use crate::verification::{self, Status, Verification};
 use std::path::PathBuf;
@@ -183,11 +183,11 @@ impl Engine {
             argv: p.argv.clone(),
             image: p.spec.image.clone(),
             observed_image: None,
-            user: p.spec.user.clone(),
-            working_dir: p.spec.working_dir.clone(),
+            user: p.spec.runtime.user.clone(),
+            working_dir: p.spec.runtime.working_dir.clone(),
             timeout_seconds: p.timeout_seconds,
             cpu_limit: p.spec.cpus,
-            memory_limit_bytes: p.spec.memory_bytes,
+            memory_limit_bytes: p.spec.runtime.memory_bytes,
             environment_sha256: p.spec.sha256(),
             setup_script_sha256: p.spec.setup_script_sha256.clone(),
             status: Status::Running,
@@ -335,20 +335,14 @@ impl Engine {
             return timings;
         }
         let spec = ContainerSpec {
-            creation_key: v.creation_key.clone(),
-            verification_id: v.verification_id.clone(),
-            instance_id: self.data.instance_id.clone(),
-            image_id: p.spec.image_id.clone(),
-            argv: p.spec.command(&p.profile.setup_script, &p.argv),
-            user: p.spec.user.clone(),
-            working_dir: p.spec.working_dir.clone(),
-            env: p.spec.env.clone(),
-            memory_bytes: p.spec.memory_bytes,
-            nano_cpus: p.spec.nano_cpus,
-            pids: p.spec.pids,
-            tmp_bytes: p.spec.tmp_bytes,
-            workspace: checkout.tree.clone(),
-            seccomp_json: self.seccomp.compact_json.clone(),
+            runtime: p.spec.runtime.clone(),
+            run: RunIdentity {
+                creation_key: v.creation_key.clone(),
+                verification_id: v.verification_id.clone(),
+                instance_id: self.data.instance_id.clone(),
+                argv: p.spec.command(&p.profile.setup_script, &p.argv),
+                workspace: checkout.tree.clone(),
+            },
         };
         let mut on_phase = |ph: Phase| match ph {
             Phase::Created { .. } => crash::point("after_create"),
@@ -384,7 +378,7 @@ impl Engine {
                 v.status = Status::Error;
                 v.error = Some(format!(
                     "out of memory: a process was killed at memory_limit_bytes {}",
-                    p.spec.memory_bytes
+                    p.spec.runtime.memory_bytes
                 ));
             }
             JobEnd::Exited {

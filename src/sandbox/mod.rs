@@ -22,6 +22,7 @@ use bollard::query_parameters::{
 };
 use capture::{CapturedOutput, OutputCapture};
 use futures_util::StreamExt;
+use sha2::Digest;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -76,16 +77,15 @@ fn is_status(e: &DockerError, codes: &[u16]) -> bool {
     matches!(e, DockerError::DockerResponseServerError { status_code, .. } if codes.contains(status_code))
 }
 
-/// Everything needed to create one hardened job container. Built by the environment builder
-/// from server-side configuration only.
-#[derive(Debug, Clone)]
-pub struct ContainerSpec {
-    pub creation_key: String,
-    pub verification_id: String,
-    pub instance_id: String,
+/// What the environment decides about a job container: image, user, environment, limits and
+/// the seccomp profile. Built by the environment builder from server-side configuration only;
+/// [`render`] turns it (with a [`RunIdentity`]) into the create body, and [`hashed_form`] is the
+/// same rendering without the per-run fields, which `environment_sha256` hashes. So the hash
+/// describes exactly what is applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuntimeSpec {
     /// The resolved image id (not the tag), so the image that was hashed is the one that runs.
     pub image_id: String,
-    pub argv: Vec<String>,
     pub user: String,
     pub working_dir: String,
     pub env: BTreeMap<String, String>,
@@ -93,15 +93,93 @@ pub struct ContainerSpec {
     pub nano_cpus: i64,
     pub pids: i64,
     pub tmp_bytes: i64,
+    pub seccomp_json: String,
+}
+
+/// What differs between two runs of the same environment: never part of the hash.
+#[derive(Debug, Clone)]
+pub struct RunIdentity {
+    pub creation_key: String,
+    pub verification_id: String,
+    pub instance_id: String,
+    /// The command (the setup script wrapper plus the verification's argv).
+    pub argv: Vec<String>,
     /// Host directory bind-mounted read-write at `working_dir`: the job's disposable checkout.
     pub workspace: PathBuf,
-    pub seccomp_json: String,
+}
+
+/// Everything needed to create one hardened job container.
+#[derive(Debug, Clone)]
+pub struct ContainerSpec {
+    pub runtime: RuntimeSpec,
+    pub run: RunIdentity,
 }
 
 impl ContainerSpec {
     /// Deterministic container name for a creation key.
     pub fn name(&self) -> String {
-        container_name(&self.creation_key)
+        container_name(&self.run.creation_key)
+    }
+}
+
+/// Fields of the rendered create body that belong to one run, not to the environment (JSON
+/// paths of the body as the Docker API names them; `[]` means every element of an array).
+pub const PER_RUN_FIELDS: [&str; 3] = ["Labels", "Entrypoint", "HostConfig.Mounts[].Source"];
+
+/// The create body for `spec` with per-run fields removed: what `environment_sha256` hashes.
+pub fn hashed_form(spec: &RuntimeSpec) -> serde_json::Value {
+    let placeholder = RunIdentity {
+        creation_key: String::new(),
+        verification_id: String::new(),
+        instance_id: String::new(),
+        argv: Vec::new(),
+        workspace: PathBuf::new(),
+    };
+    let mut v = serde_json::to_value(render(spec, &placeholder)).expect("a create body serializes");
+    for field in PER_RUN_FIELDS {
+        remove_path(&mut v, field);
+    }
+    // The seccomp profile is applied inline (tens of KiB); its digest stands for it here, so the
+    // recorded spec stays small while any change to the profile still changes the hash.
+    if let Some(opts) = v
+        .pointer_mut("/HostConfig/SecurityOpt")
+        .and_then(|o| o.as_array_mut())
+    {
+        for o in opts {
+            if let Some(json) = o.as_str().and_then(|s| s.strip_prefix("seccomp=")) {
+                let digest = hex::encode(sha2::Sha256::digest(json.as_bytes()));
+                *o = serde_json::Value::String(format!("seccomp=sha256:{digest}"));
+            }
+        }
+    }
+    v
+}
+
+/// Removes `path` (dot-separated keys, `name[]` for every element of an array) from `v`.
+fn remove_path(v: &mut serde_json::Value, path: &str) {
+    let (head, rest) = match path.split_once('.') {
+        Some((h, r)) => (h, Some(r)),
+        None => (path, None),
+    };
+    let Some(obj) = v.as_object_mut() else {
+        return;
+    };
+    match (head.strip_suffix("[]"), rest) {
+        (Some(key), Some(rest)) => {
+            if let Some(items) = obj.get_mut(key).and_then(|a| a.as_array_mut()) {
+                for item in items {
+                    remove_path(item, rest);
+                }
+            }
+        }
+        (None, Some(rest)) => {
+            if let Some(child) = obj.get_mut(head) {
+                remove_path(child, rest);
+            }
+        }
+        (_, None) => {
+            obj.remove(head.trim_end_matches("[]"));
+        }
     }
 }
 
@@ -214,7 +292,7 @@ impl Sandbox {
             armed: true,
         };
         let result = self.run_inner(spec, timeout, phase, cancel).await;
-        let removed = self.destroy(&name, &spec.creation_key).await;
+        let removed = self.destroy(&name, &spec.run.creation_key).await;
         guard.armed = false;
         let outcome = result?;
         removed?;
@@ -234,7 +312,7 @@ impl Sandbox {
             .docker
             .create_container(
                 Some(CreateContainerOptionsBuilder::default().name(&name).build()),
-                container_body(spec),
+                render(&spec.runtime, &spec.run),
             )
             .await
             .map_err(docker_err("create container"))?;
@@ -552,16 +630,17 @@ impl Drop for RemovalGuard {
     }
 }
 
-/// The hardened container definition. Every value comes from the server-side spec.
-fn container_body(spec: &ContainerSpec) -> ContainerCreateBody {
+/// The hardened container definition: the one place the hardening baseline is written. Every
+/// value comes from the server-side spec or the run's identity.
+pub fn render(spec: &RuntimeSpec, run: &RunIdentity) -> ContainerCreateBody {
     let labels = HashMap::from([
         (LABEL_MANAGED.to_string(), "true".to_string()),
-        (LABEL_CREATION_KEY.to_string(), spec.creation_key.clone()),
+        (LABEL_CREATION_KEY.to_string(), run.creation_key.clone()),
         (
             LABEL_VERIFICATION_ID.to_string(),
-            spec.verification_id.clone(),
+            run.verification_id.clone(),
         ),
-        (LABEL_INSTANCE.to_string(), spec.instance_id.clone()),
+        (LABEL_INSTANCE.to_string(), run.instance_id.clone()),
     ]);
     let ulimit = |name: &str, v: i64| ResourcesUlimits {
         name: Some(name.to_string()),
@@ -583,7 +662,7 @@ fn container_body(spec: &ContainerSpec) -> ContainerCreateBody {
         )])),
         mounts: Some(vec![Mount {
             target: Some(spec.working_dir.clone()),
-            source: Some(spec.workspace.to_string_lossy().into_owned()),
+            source: Some(run.workspace.to_string_lossy().into_owned()),
             typ: Some(MountType::BIND),
             read_only: Some(false),
             bind_options: Some(MountBindOptions {
@@ -613,7 +692,7 @@ fn container_body(spec: &ContainerSpec) -> ContainerCreateBody {
     };
     ContainerCreateBody {
         image: Some(spec.image_id.clone()),
-        entrypoint: Some(spec.argv.clone()),
+        entrypoint: Some(run.argv.clone()),
         cmd: None,
         user: Some(spec.user.clone()),
         working_dir: Some(spec.working_dir.clone()),
@@ -629,5 +708,108 @@ fn container_body(spec: &ContainerSpec) -> ContainerCreateBody {
         labels: Some(labels),
         host_config: Some(host),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> (RuntimeSpec, RunIdentity) {
+        (
+            RuntimeSpec {
+                image_id: "sha256:abc".into(),
+                user: "65532:65532".into(),
+                working_dir: "/workspace".into(),
+                env: BTreeMap::from([("LANG".into(), "C.UTF-8".into())]),
+                memory_bytes: 1 << 30,
+                nano_cpus: 1_000_000_000,
+                pids: 256,
+                tmp_bytes: 1 << 28,
+                seccomp_json: "{}".into(),
+            },
+            RunIdentity {
+                creation_key: "k".into(),
+                verification_id: "v".into(),
+                instance_id: "i".into(),
+                argv: vec!["true".into()],
+                workspace: PathBuf::from("/data/checkouts/k/mnt/tree"),
+            },
+        )
+    }
+
+    /// Every leaf the renderer sets, as a JSON path (`a.b[].c`).
+    fn leaves(v: &serde_json::Value, prefix: &str, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, x) in m {
+                    let p = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    leaves(x, &p, out);
+                }
+            }
+            serde_json::Value::Array(a) if a.iter().any(|x| x.is_object()) => {
+                for x in a {
+                    leaves(x, &format!("{prefix}[]"), out);
+                }
+            }
+            serde_json::Value::Null => {}
+            _ => out.push(prefix.to_string()),
+        }
+    }
+
+    #[test]
+    fn every_field_the_renderer_sets_is_hashed_except_the_per_run_ones() {
+        let (spec, run) = sample();
+        let rendered = serde_json::to_value(render(&spec, &run)).unwrap();
+        let mut set = Vec::new();
+        leaves(&rendered, "", &mut set);
+        let mut hashed = Vec::new();
+        leaves(&hashed_form(&spec), "", &mut hashed);
+        let per_run = |p: &str| {
+            PER_RUN_FIELDS
+                .iter()
+                .any(|f| p == *f || p.starts_with(&format!("{f}.")))
+        };
+        for p in &set {
+            assert_eq!(
+                hashed.contains(p),
+                !per_run(p),
+                "{p}: hashed {} but per-run {}",
+                hashed.contains(p),
+                per_run(p)
+            );
+        }
+        // The hardening flags that were once applied without being hashed are in it now.
+        for p in [
+            "HostConfig.IpcMode",
+            "HostConfig.Privileged",
+            "HostConfig.NetworkMode",
+            "HostConfig.SecurityOpt",
+            "HostConfig.CapDrop",
+            "HostConfig.ReadonlyRootfs",
+            "HostConfig.Mounts[].Target",
+            "HostConfig.Ulimits[].Hard",
+        ] {
+            assert!(
+                hashed.contains(&p.to_string()),
+                "{p} missing from {hashed:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_hashed_form_ignores_the_run_and_follows_the_spec() {
+        let (spec, _) = sample();
+        let a = hashed_form(&spec);
+        let mut other = spec.clone();
+        other.pids += 1;
+        assert_ne!(a, hashed_form(&other));
+        let mut other = spec.clone();
+        other.seccomp_json = "{\"x\":1}".into();
+        assert_ne!(a, hashed_form(&other));
     }
 }
