@@ -409,7 +409,7 @@ impl Service {
             .await?;
         match inserted {
             Inserted::New => {
-                super::crash::point("prepare_after_insert");
+                super::crash::point(super::crash::CrashPoint::PrepareAfterInsert);
                 self.continue_preparing(&p.workspace_id, &cid).await
             }
             Inserted::Existing {
@@ -454,7 +454,7 @@ impl Service {
             self.save(&mut l, None, None).await?;
             return Ok(l.c);
         }
-        super::crash::point("prepare_after_retain");
+        super::crash::point(super::crash::CrashPoint::PrepareAfterRetain);
         let retained = started.elapsed();
         self.assemble(&repo, &mut l)?;
         let assembled = started.elapsed() - retained;
@@ -902,7 +902,7 @@ impl Service {
                     files: p.files.clone(),
                 });
                 self.save(&mut l, None, None).await?;
-                super::crash::point("resolve_after_intent");
+                super::crash::point(super::crash::CrashPoint::ResolveAfterIntent);
             }
         }
         if let Err(e) = self.apply_pending_resolution(&mut l) {

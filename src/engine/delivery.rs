@@ -747,7 +747,7 @@ impl Service {
                 "the delivery ref transaction failed and changed nothing: {e}"
             )));
         }
-        super::crash::point("deliver_after_refs");
+        super::crash::point(super::crash::CrashPoint::DeliverAfterRefs);
         self.settle_delivery(&mut l, receipt, actor).await?;
         self.hydrate(l.c).await
     }

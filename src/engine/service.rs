@@ -155,7 +155,8 @@ pub fn default_admission() -> AdmissionFn {
     })
 }
 
-/// The clock. Tests may point `AIRLOCK_TEST_CLOCK_FILE` at a file holding an RFC 3339 time.
+/// The clock. In builds with the `test-hooks` feature, tests may point `AIRLOCK_TEST_CLOCK_FILE`
+/// at a file holding an RFC 3339 time; other builds always use the system clock.
 #[derive(Debug, Clone)]
 pub enum Clock {
     System,
@@ -167,6 +168,9 @@ pub const TEST_CLOCK_ENV: &str = "AIRLOCK_TEST_CLOCK_FILE";
 
 impl Clock {
     pub fn from_env() -> Clock {
+        if !cfg!(feature = "test-hooks") {
+            return Clock::System;
+        }
         match std::env::var_os(TEST_CLOCK_ENV) {
             Some(p) if !p.is_empty() => Clock::File(PathBuf::from(p)),
             _ => Clock::System,

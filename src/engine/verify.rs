@@ -212,7 +212,7 @@ impl Engine {
             .await
             .map_err(|e| RunError::Refused(format!("cannot record the verification: {e}")))?;
         let insert_us = t_insert.elapsed().as_micros() as u64;
-        crash::point("after_insert");
+        crash::point(crash::CrashPoint::AfterInsert);
         tracing::info!(%verification_id, %creation_key, commit = %p.commit, "verification recorded");
         Ok(Started {
             p,
@@ -258,7 +258,7 @@ impl Engine {
             v.error = Some(format!("recovery artifact could not be written: {e}"));
         }
         let artifact_us = t_artifact.elapsed().as_micros() as u64;
-        crash::point("after_artifact");
+        crash::point(crash::CrashPoint::AfterArtifact);
         let t_settle = Instant::now();
         self.data
             .store
@@ -266,7 +266,7 @@ impl Engine {
             .await
             .map_err(|e| RunError::Internal(format!("cannot settle {verification_id}: {e}")))?;
         let settle_us = t_settle.elapsed().as_micros() as u64;
-        crash::point("after_settle");
+        crash::point(crash::CrashPoint::AfterSettle);
         let removed = tokio::task::spawn_blocking(move || staging::remove_checkout(&checkout_dir))
             .await
             .expect("checkout removal does not panic");
@@ -345,9 +345,9 @@ impl Engine {
             },
         };
         let mut on_phase = |ph: Phase| match ph {
-            Phase::Created { .. } => crash::point("after_create"),
-            Phase::Started => crash::point("after_start"),
-            Phase::Destroyed => crash::point("after_destroy"),
+            Phase::Created { .. } => crash::point(crash::CrashPoint::AfterCreate),
+            Phase::Started => crash::point(crash::CrashPoint::AfterStart),
+            Phase::Destroyed => crash::point(crash::CrashPoint::AfterDestroy),
         };
         let timeout = Duration::from_secs(p.timeout_seconds);
         let outcome = match self

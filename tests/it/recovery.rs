@@ -5,14 +5,44 @@ use crate::support::*;
 use serde_json::Value;
 use std::time::Duration;
 
-const CRASH_POINTS: [&str; 6] = [
-    "after_insert",
-    "after_create",
-    "after_start",
-    "after_destroy",
-    "after_artifact",
-    "after_settle",
-];
+use airlock::engine::crash::CrashPoint;
+
+/// The test that drives each crash point. The match is exhaustive, so a new crash point does not
+/// compile until a test covers it.
+fn covered_by(p: CrashPoint) -> &'static str {
+    match p {
+        CrashPoint::AfterInsert
+        | CrashPoint::AfterCreate
+        | CrashPoint::AfterStart
+        | CrashPoint::AfterDestroy
+        | CrashPoint::AfterArtifact
+        | CrashPoint::AfterSettle => {
+            "recovery::every_crash_point_recovers_without_rerun_or_invention"
+        }
+        CrashPoint::PrepareAfterInsert
+        | CrashPoint::PrepareAfterRetain
+        | CrashPoint::ResolveAfterIntent => {
+            "serve::exact_retries_after_crashes_mid_prepare_and_mid_resolve"
+        }
+        CrashPoint::DeliverAfterRefs => {
+            "delivery::a_crash_between_the_ref_transaction_and_the_save_is_reconciled_from_the_receipt"
+        }
+    }
+}
+
+#[test]
+fn every_crash_point_is_driven_by_a_test() {
+    for p in CrashPoint::ALL {
+        assert!(!covered_by(p).is_empty());
+        assert_eq!(
+            covered_by(p) == "recovery::every_crash_point_recovers_without_rerun_or_invention",
+            p.is_pipeline(),
+            "{p:?}"
+        );
+    }
+    // The binary under test has the hooks: refusals::unknown_crash_point_is_refused shows it
+    // reads AIRLOCK_CRASH_AT, and scripts/test.sh shows a build without them ignores it.
+}
 
 fn fixture() -> Fixture {
     Fixture::new(&[("README", "hello\n", false)])
@@ -50,7 +80,8 @@ fn every_crash_point_recovers_without_rerun_or_invention() {
     if !docker() {
         return;
     }
-    for point in CRASH_POINTS {
+    for point in CrashPoint::ALL.into_iter().filter(|p| p.is_pipeline()) {
+        let point = point.as_str();
         let f = fixture();
         let since = unix_now();
         let before = crash_run(&f, point, &["sh", "-c", "cat README"]);
