@@ -22,9 +22,6 @@ pub const CANDIDATE_LIFETIME: std::time::Duration = std::time::Duration::from_se
 pub const TOMBSTONE_RETENTION: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
 /// Largest rendered `integration.patch`.
 pub const MAX_PATCH_BYTES: usize = 1024 * 1024;
-/// `integration.list` bounds.
-pub const MAX_LIST_LIMIT: u32 = 100;
-pub const DEFAULT_LIST_LIMIT: u32 = 50;
 /// Longest idempotency key.
 pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 128;
 /// Longest repository-relative path in a resolution.

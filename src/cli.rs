@@ -308,7 +308,7 @@ async fn run(common: &Common, req: RunRequest) -> ExitCode {
                 ExitCode::from(1)
             }
         }
-        Err(RunError::Refused(e) | RunError::Exhausted(e)) => refuse(e),
+        Err(RunError::Refused(e) | RunError::Exhausted(e) | RunError::Conflict(e)) => refuse(e),
         Err(RunError::Internal(e)) => fail(format!("{e}; run `airlock recover` to settle it")),
     }
 }
@@ -391,10 +391,10 @@ async fn verification(cmd: VerificationCommand) -> ExitCode {
                     ));
                 }
             };
-            if limit == 0 || limit > limits::MAX_LIST_LIMIT {
+            if limit == 0 || limit > limits::MAX_VERIFICATION_LIST_LIMIT {
                 return refuse(format!(
                     "limit is {limit}; it must be between 1 and {}",
-                    limits::MAX_LIST_LIMIT
+                    limits::MAX_VERIFICATION_LIST_LIMIT
                 ));
             }
             match data.store.list(status, limit).await {
@@ -510,7 +510,7 @@ async fn serve(common: &Common) -> ExitCode {
     // In-flight verifications: cancel them, and wait until each has destroyed its container and
     // settled with its artifact.
     let unsettled = service
-        .cancel_all_workers(std::time::Duration::from_secs(60))
+        .cancel_all_workers(limits::SHUTDOWN_SETTLE_WAIT)
         .await;
     if unsettled > 0 {
         tracing::error!(

@@ -395,34 +395,34 @@ impl Config {
             tokens.push(Token { sha256, subject });
         }
         let days = raw.evidence_ttl_days.unwrap_or(DEFAULT_EVIDENCE_TTL_DAYS);
-        if !(1..=365).contains(&days) {
-            return Err(ConfigError::Invalid {
-                field: "evidence_ttl_days".into(),
-                message: format!("{days} must be between 1 and 365"),
-            });
+        if !limits::EVIDENCE_TTL_DAYS.contains(&days) {
+            return Err(bound("evidence_ttl_days", days, &limits::EVIDENCE_TTL_DAYS));
         }
         let interval = raw
             .maintenance_interval_seconds
             .unwrap_or(DEFAULT_MAINTENANCE_INTERVAL_SECONDS);
-        if !(1..=86_400).contains(&interval) {
-            return Err(ConfigError::Invalid {
-                field: "maintenance_interval_seconds".into(),
-                message: format!("{interval} must be between 1 and 86400"),
-            });
+        if !limits::MAINTENANCE_INTERVAL_SECONDS.contains(&interval) {
+            return Err(bound(
+                "maintenance_interval_seconds",
+                interval,
+                &limits::MAINTENANCE_INTERVAL_SECONDS,
+            ));
         }
         let max_concurrent = raw.max_concurrent_verifications.unwrap_or(2);
-        if !(1..=64).contains(&max_concurrent) {
-            return Err(ConfigError::Invalid {
-                field: "max_concurrent_verifications".into(),
-                message: format!("{max_concurrent} must be between 1 and 64"),
-            });
+        if !limits::MAX_CONCURRENT_VERIFICATIONS.contains(&max_concurrent) {
+            return Err(bound(
+                "max_concurrent_verifications",
+                max_concurrent,
+                &limits::MAX_CONCURRENT_VERIFICATIONS,
+            ));
         }
         let retention_days = raw.run_retention_days.unwrap_or(DEFAULT_RUN_RETENTION_DAYS);
-        if !(1..=3650).contains(&retention_days) {
-            return Err(ConfigError::Invalid {
-                field: "run_retention_days".into(),
-                message: format!("{retention_days} must be between 1 and 3650"),
-            });
+        if !limits::RUN_RETENTION_DAYS.contains(&retention_days) {
+            return Err(bound(
+                "run_retention_days",
+                retention_days,
+                &limits::RUN_RETENTION_DAYS,
+            ));
         }
         let max_connections = raw.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
         if !(1..=limits::MAX_CONNECTIONS_BOUND).contains(&max_connections) {
@@ -505,6 +505,18 @@ pub fn is_identifier(s: &str) -> bool {
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
         && !s.contains("..")
+}
+
+/// `field: <v> must be between <lo> and <hi>`.
+fn bound<T: std::fmt::Display>(
+    field: &str,
+    v: T,
+    range: &std::ops::RangeInclusive<T>,
+) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        message: format!("{v} must be between {} and {}", range.start(), range.end()),
+    }
 }
 
 fn invalid(profile: &str, key: &str, message: String) -> ConfigError {

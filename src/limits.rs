@@ -48,6 +48,29 @@ pub const MAX_SETUP_SCRIPT_BYTES: usize = 64 * 1024;
 /// Most environment variables a profile may set.
 pub const MAX_PROFILE_ENV_VARS: usize = 256;
 
+/// How long connecting to Docker waits for the engine to answer the version negotiation.
+pub const DOCKER_NEGOTIATE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How often a job's container state is polled after its output closed (a very fast exit can
+/// beat the wait request to the engine).
+pub const EXIT_POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// How long a non-zero exit waits for the engine's `oom` event, which arrives around the exit.
+pub const OOM_EVENT_GRACE: Duration = Duration::from_millis(100);
+/// Pause between container removal attempts (multiplied by the attempt number).
+pub const CONTAINER_REMOVE_RETRY_DELAY: Duration = Duration::from_millis(200);
+/// SQLite busy timeout: how long a statement waits for another connection's lock.
+pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often taking a worker lock is retried when its file keeps being replaced under it.
+pub const WORKER_LOCK_ATTEMPTS: u32 = 8;
+/// How long daemon shutdown waits for in-flight verifications to destroy their containers and
+/// settle.
+pub const SHUTDOWN_SETTLE_WAIT: Duration = Duration::from_secs(60);
+
+/// Bounds of the configuration keys.
+pub const EVIDENCE_TTL_DAYS: std::ops::RangeInclusive<u64> = 1..=365;
+pub const MAINTENANCE_INTERVAL_SECONDS: std::ops::RangeInclusive<u64> = 1..=86_400;
+pub const MAX_CONCURRENT_VERIFICATIONS: std::ops::RangeInclusive<usize> = 1..=64;
+pub const RUN_RETENTION_DAYS: std::ops::RangeInclusive<u64> = 1..=3650;
+
 /// Timeout for Docker API requests (until response headers arrive; streams are not timed).
 pub const DOCKER_REQUEST_TIMEOUT_SECS: u64 = 120;
 /// How long removal of a container is retried before Airlock reports it as left behind.
@@ -56,8 +79,10 @@ pub const CONTAINER_REMOVE_ATTEMPTS: u32 = 5;
 /// Largest recovery artifact Airlock will read back (the output cap keeps real ones far smaller).
 pub const MAX_ARTIFACT_BYTES: u64 = 1024 * 1024;
 /// Most rows `verification list` returns.
-pub const MAX_LIST_LIMIT: u32 = 1000;
-/// Rows `verification list` returns when no limit is given.
+pub const MAX_VERIFICATION_LIST_LIMIT: u32 = 1000;
+/// Most candidates `integration.list` returns.
+pub const MAX_CANDIDATE_LIST_LIMIT: u32 = 100;
+/// Rows a list returns when no limit is given (`verification list`, `integration.list`).
 pub const DEFAULT_LIST_LIMIT: u32 = 50;
 
 /// Most bytes of git output Airlock reads into memory for one plumbing call.

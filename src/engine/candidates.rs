@@ -12,9 +12,9 @@ use crate::artifacts::write_atomic;
 use crate::candidate::MAX_TRANSCRIPT_BYTES;
 use crate::candidate::{
     self, Assembly, CANDIDATE_LIFETIME, Candidate, CandidateInput, CandidateState,
-    CandidateSummary, MAX_AGGREGATE_BYTES, MAX_LIST_LIMIT, MAX_PATCH_BYTES, MAX_RESOLVE_FILES,
-    MAX_SNAPSHOT_BYTES, MAX_SUBMISSIONS, Mutation, PendingResolution, ResolveFile, SOURCE_GIT,
-    SOURCE_TRANSCRIPT, SubmissionRef, TOMBSTONE_RETENTION,
+    CandidateSummary, MAX_AGGREGATE_BYTES, MAX_PATCH_BYTES, MAX_RESOLVE_FILES, MAX_SNAPSHOT_BYTES,
+    MAX_SUBMISSIONS, Mutation, PendingResolution, ResolveFile, SOURCE_GIT, SOURCE_TRANSCRIPT,
+    SubmissionRef, TOMBSTONE_RETENTION,
 };
 use crate::config::Permission;
 use crate::staging::Repo;
@@ -702,10 +702,11 @@ impl Service {
         p: ListParams,
     ) -> Result<Vec<CandidateSummary>, ServiceError> {
         self.authorize(actor, &p.workspace_id, Permission::View)?;
-        let limit = p.limit.unwrap_or(candidate::DEFAULT_LIST_LIMIT);
-        if !(1..=MAX_LIST_LIMIT).contains(&limit) {
+        let limit = p.limit.unwrap_or(crate::limits::DEFAULT_LIST_LIMIT);
+        if !(1..=crate::limits::MAX_CANDIDATE_LIST_LIMIT).contains(&limit) {
             return Err(ServiceError::InvalidArgument(format!(
-                "limit is {limit}; it must be between 1 and {MAX_LIST_LIMIT}"
+                "limit is {limit}; it must be between 1 and {}",
+                crate::limits::MAX_CANDIDATE_LIST_LIMIT
             )));
         }
         let rows = self

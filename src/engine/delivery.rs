@@ -181,6 +181,7 @@ impl Service {
             .map_err(|e| match e {
                 RunError::Refused(m) => ServiceError::FailedPrecondition(m),
                 RunError::Exhausted(m) => ServiceError::ResourceExhausted(m),
+                RunError::Conflict(m) => ServiceError::Conflict(m),
                 RunError::Internal(m) => ServiceError::Internal(m),
             })?;
         let started = self
@@ -202,7 +203,7 @@ impl Service {
             )
             .await
             .map_err(|e| match e {
-                RunError::Refused(m) if m.contains("conflict") => ServiceError::Conflict(m),
+                RunError::Conflict(m) => ServiceError::Conflict(m),
                 RunError::Exhausted(m) => ServiceError::ResourceExhausted(m),
                 RunError::Refused(m) | RunError::Internal(m) => ServiceError::Internal(m),
             })?;

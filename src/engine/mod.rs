@@ -249,7 +249,7 @@ impl WorkerLock {
         use std::os::unix::fs::MetadataExt;
         // A lock taken on a file that another holder unlinked meanwhile protects nothing, so
         // the lock only counts when the path still names the locked inode.
-        for _ in 0..8 {
+        for _ in 0..crate::limits::WORKER_LOCK_ATTEMPTS {
             let file = std::fs::OpenOptions::new()
                 .create(true)
                 .truncate(false)

@@ -63,6 +63,9 @@ pub enum RunError {
     /// Refused because the host is short of a resource (disk space); nothing ran.
     #[error("{0}")]
     Exhausted(String),
+    /// Recording conflicted with a durable idempotency binding; nothing new was recorded.
+    #[error("{0}")]
+    Conflict(String),
     /// Airlock itself failed after the `running` row existed; recovery will settle it.
     #[error("{0}")]
     Internal(String),
@@ -210,7 +213,11 @@ impl Engine {
             .store
             .insert_running_linked(&v, p.spec.canonical_json(), link)
             .await
-            .map_err(|e| RunError::Refused(format!("cannot record the verification: {e}")))?;
+            .map_err(|e| match e {
+                // Another request already holds this idempotency binding: a value, not a fault.
+                crate::store::StoreError::Conflict(m) => RunError::Conflict(m),
+                e => RunError::Refused(format!("cannot record the verification: {e}")),
+            })?;
         let insert_us = t_insert.elapsed().as_micros() as u64;
         crash::point(crash::CrashPoint::AfterInsert);
         tracing::info!(%verification_id, %creation_key, commit = %p.commit, "verification recorded");

@@ -249,10 +249,16 @@ impl Sandbox {
             ),
         }
         .map_err(|e| unreachable(e.to_string()))?;
-        let docker = tokio::time::timeout(Duration::from_secs(20), docker.negotiate_version())
-            .await
-            .map_err(|_| unreachable("no answer within 20 s".into()))?
-            .map_err(|e| unreachable(e.to_string()))?;
+        let docker =
+            tokio::time::timeout(limits::DOCKER_NEGOTIATE_TIMEOUT, docker.negotiate_version())
+                .await
+                .map_err(|_| {
+                    unreachable(format!(
+                        "no answer within {} s",
+                        limits::DOCKER_NEGOTIATE_TIMEOUT.as_secs()
+                    ))
+                })?
+                .map_err(|e| unreachable(e.to_string()))?;
         Ok(Sandbox { docker })
     }
 
@@ -415,7 +421,7 @@ impl Sandbox {
         // after a very fast exit, so the state is also polled.
         let mut exit_code: Option<i64> = None;
         if end.is_none() {
-            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            let mut tick = tokio::time::interval(limits::EXIT_POLL_INTERVAL);
             loop {
                 tokio::select! {
                     code = &mut wait_rx => { exit_code = code.ok().flatten(); break; }
@@ -450,7 +456,7 @@ impl Sandbox {
                 let code = exit_code.or(st.exit_code).unwrap_or(-1);
                 // Give the event stream a moment: the engine emits "oom" around the exit.
                 if !st.oom_killed.unwrap_or(false) && code != 0 {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    tokio::time::sleep(limits::OOM_EVENT_GRACE).await;
                 }
                 let oom_killed = st.oom_killed.unwrap_or(false) || oom_seen.load(Ordering::SeqCst);
                 JobEnd::Exited { code, oom_killed }
@@ -576,7 +582,7 @@ impl Sandbox {
             if self.list_by_creation_key(creation_key).await?.is_empty() {
                 return Ok(removed);
             }
-            tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+            tokio::time::sleep(limits::CONTAINER_REMOVE_RETRY_DELAY * attempt).await;
         }
         Err(SandboxError::NotRemoved {
             name: name.to_string(),

@@ -64,7 +64,7 @@ pub fn open_connection(path: &Path) -> Result<Connection, StoreError> {
         source,
     };
     let conn = Connection::open(path).map_err(open_err)?;
-    conn.busy_timeout(std::time::Duration::from_secs(10))
+    conn.busy_timeout(crate::limits::SQLITE_BUSY_TIMEOUT)
         .map_err(open_err)?;
     conn.pragma_update(None, "journal_mode", "WAL")
         .map_err(open_err)?;
