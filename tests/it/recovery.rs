@@ -218,7 +218,15 @@ fn random_sigkills_leave_every_row_terminal_and_nothing_behind() {
         return;
     }
     let f = fixture();
-    let mut seed = unix_now() ^ 0x9e37_79b9_7f4a_7c15;
+    // AIRLOCK_TEST_SEED=<n> replays a failing run; the seed in use is always printed.
+    let initial = match std::env::var("AIRLOCK_TEST_SEED") {
+        Ok(v) => v
+            .parse::<u64>()
+            .expect("AIRLOCK_TEST_SEED is an unsigned integer"),
+        Err(_) => (unix_now() ^ 0x9e37_79b9_7f4a_7c15) | 1,
+    };
+    eprintln!("random_sigkills: AIRLOCK_TEST_SEED={initial}");
+    let mut seed = initial;
     for _ in 0..30 {
         // xorshift: a random kill moment between 0 and 1.5 s into the run.
         seed ^= seed << 13;
@@ -236,11 +244,15 @@ fn random_sigkills_leave_every_row_terminal_and_nothing_behind() {
         child.wait().unwrap();
     }
     let report = f.recover();
-    assert_eq!(report["failures"], Value::Array(vec![]), "{report}");
+    assert_eq!(
+        report["failures"],
+        Value::Array(vec![]),
+        "AIRLOCK_TEST_SEED={initial}: {report}"
+    );
     let rows = f.list(&["--limit", "100"]);
     assert!(!rows.is_empty());
     for v in &rows {
-        assert_ne!(v["status"], "running", "{v}");
+        assert_ne!(v["status"], "running", "AIRLOCK_TEST_SEED={initial}: {v}");
         if v["status"] == "passed" {
             assert_eq!(
                 v["output"], "start\nend\n",

@@ -97,7 +97,10 @@ impl Server {
         if let Some(c) = crash_at {
             cmd.env("AIRLOCK_CRASH_AT", c);
         }
+        // The daemon dies with the test's thread, and a watchdog kills it if the test hangs.
+        airlock::process::dies_with_parent(&mut cmd);
         let mut child = cmd.spawn().expect("airlock serve starts");
+        watchdog(child.id(), &self.config);
         let mut line = String::new();
         use std::io::BufRead;
         std::io::BufReader::new(child.stdout.take().unwrap())
@@ -222,6 +225,25 @@ impl Drop for Server {
 
 fn file_at(repo: &Path, rev: &str, path: &str) -> String {
     git(repo, &["show", &format!("{rev}:{path}")])
+}
+
+/// How long a test daemon may live before the watchdog kills it.
+pub const DAEMON_WATCHDOG: Duration = Duration::from_secs(600);
+
+/// Kills daemon `pid` after [`DAEMON_WATCHDOG`] if it is still the daemon started with
+/// `config` (so a reused pid is never touched).
+fn watchdog(pid: u32, config: &Path) {
+    let config = config.to_string_lossy().into_owned();
+    std::thread::spawn(move || {
+        std::thread::sleep(DAEMON_WATCHDOG);
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(&config) {
+            eprintln!("watchdog: daemon {pid} outlived {DAEMON_WATCHDOG:?}; killing it");
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    });
 }
 
 pub fn cand(v: &Value) -> &Value {
