@@ -35,40 +35,7 @@ pub const SOURCE_GIT: &str = "git";
 pub const SOURCE_TRANSCRIPT: &str = "transcript";
 
 /// Candidate states (seed 001).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CandidateState {
-    Preparing,
-    Conflicted,
-    Frozen,
-    Unavailable,
-    Deleting,
-    Expired,
-}
-
-impl CandidateState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CandidateState::Preparing => "preparing",
-            CandidateState::Conflicted => "conflicted",
-            CandidateState::Frozen => "frozen",
-            CandidateState::Unavailable => "unavailable",
-            CandidateState::Deleting => "deleting",
-            CandidateState::Expired => "expired",
-        }
-    }
-
-    /// True once the candidate is fenced: no further action except reads and deletion cleanup.
-    pub fn is_fenced(self) -> bool {
-        match self {
-            CandidateState::Deleting | CandidateState::Expired => true,
-            CandidateState::Preparing
-            | CandidateState::Conflicted
-            | CandidateState::Frozen
-            | CandidateState::Unavailable => false,
-        }
-    }
-}
+pub use crate::domain::candidate::{CandidateEvent, CandidateState};
 
 /// The ordered four-tuple identifying one submission.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -169,17 +136,7 @@ pub enum DeliveryAction {
     Proposal,
 }
 
-/// State of a delivery request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RequestState {
-    Requested,
-    Approved,
-    Denied,
-    /// A deliver call has claimed the request; its receipt decides the outcome.
-    Delivering,
-    Delivered,
-}
+pub use crate::domain::delivery::{RequestEvent, RequestState};
 
 /// A request binding a frozen revision to passed verifications and an action.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -10,6 +10,7 @@ pub mod beneath;
 pub mod candidate;
 pub mod cli;
 pub mod config;
+pub mod domain;
 pub mod engine;
 pub mod ids;
 pub mod limits;

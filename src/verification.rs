@@ -4,60 +4,7 @@
 use crate::limits;
 use serde::{Deserialize, Serialize};
 
-/// Status of a verification. `Running` is the only non-terminal state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    Running,
-    Passed,
-    Failed,
-    TimedOut,
-    Cancelled,
-    Error,
-    SourceChanged,
-}
-
-impl Status {
-    /// Every status, for parsing and tests.
-    pub const ALL: [Status; 7] = [
-        Status::Running,
-        Status::Passed,
-        Status::Failed,
-        Status::TimedOut,
-        Status::Cancelled,
-        Status::Error,
-        Status::SourceChanged,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Running => "running",
-            Status::Passed => "passed",
-            Status::Failed => "failed",
-            Status::TimedOut => "timed_out",
-            Status::Cancelled => "cancelled",
-            Status::Error => "error",
-            Status::SourceChanged => "source_changed",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Status> {
-        Status::ALL.into_iter().find(|st| st.as_str() == s)
-    }
-
-    /// True for every state a verification can end in.
-    pub fn is_terminal(self) -> bool {
-        match self {
-            Status::Running => false,
-            Status::Passed
-            | Status::Failed
-            | Status::TimedOut
-            | Status::Cancelled
-            | Status::Error
-            | Status::SourceChanged => true,
-        }
-    }
-}
+pub use crate::domain::verification::Status;
 
 /// One verification, with exactly the fields of the wire object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

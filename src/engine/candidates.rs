@@ -11,7 +11,7 @@ use super::service::{Actor, Admission, Service, ServiceError, parse_time};
 use crate::artifacts::write_atomic;
 use crate::candidate::MAX_TRANSCRIPT_BYTES;
 use crate::candidate::{
-    self, Assembly, CANDIDATE_LIFETIME, Candidate, CandidateInput, CandidateState,
+    self, Assembly, CANDIDATE_LIFETIME, Candidate, CandidateEvent, CandidateInput, CandidateState,
     CandidateSummary, MAX_AGGREGATE_BYTES, MAX_PATCH_BYTES, MAX_RESOLVE_FILES, MAX_SNAPSHOT_BYTES,
     MAX_SUBMISSIONS, Mutation, PendingResolution, ResolveFile, SOURCE_GIT, SOURCE_TRANSCRIPT,
     SubmissionRef, TOMBSTONE_RETENTION,
@@ -164,7 +164,8 @@ impl Service {
                 &l.c.candidate_id,
                 l.stored_version,
                 new_version,
-                l.c.state.as_str(),
+                l.c.state,
+                l.c.delivery_request.as_ref().map(|r| r.state),
                 record,
                 assembly,
                 purge_after,
@@ -449,7 +450,7 @@ impl Service {
         let repo = self.repo(ws).clone();
         let started = std::time::Instant::now();
         if let Err(reason) = self.retain_inputs(&repo, &l.c) {
-            l.c.state = CandidateState::Unavailable;
+            l.c.state = l.c.state.on(CandidateEvent::LoseEvidence)?;
             l.c.error = Some(reason);
             self.save(&mut l, None, None).await?;
             return Ok(l.c);
@@ -577,7 +578,7 @@ impl Service {
                 self.set_ref(repo, &conflict_ref(&cid), &held)?;
                 l.a.conflict_tree = Some(merged.tree);
                 l.c.conflicts = Some(merged.conflicts);
-                l.c.state = CandidateState::Conflicted;
+                l.c.state = l.c.state.on(CandidateEvent::Conflict)?;
                 return Ok(());
             }
         }
@@ -613,7 +614,7 @@ impl Service {
             }])?;
         }
         l.c.candidate_revision = Some(frozen);
-        l.c.state = CandidateState::Frozen;
+        l.c.state = l.c.state.on(CandidateEvent::Freeze)?;
         l.c.conflicts = None;
         l.a.conflict_tree = None;
         Ok(())
@@ -647,7 +648,7 @@ impl Service {
         let _guard = lock.lock().await;
         let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
         if let Some(reason) = self.owned_evidence_problem(&l.c, false)? {
-            l.c.state = CandidateState::Unavailable;
+            l.c.state = l.c.state.on(CandidateEvent::LoseEvidence)?;
             l.c.error = Some(reason);
             self.save(&mut l, None, None).await?;
         }
@@ -1065,7 +1066,7 @@ impl Service {
         l.c.applied_inputs = l.a.next_input;
         l.a.conflict_tree = None;
         l.c.conflicts = None;
-        l.c.state = CandidateState::Preparing;
+        l.c.state = l.c.state.on(CandidateEvent::Resolve)?;
         self.assemble(&repo, l)
     }
 
@@ -1082,7 +1083,7 @@ impl Service {
         let _guard = lock.lock().await;
         let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
         if !l.c.state.is_fenced() {
-            l.c.state = CandidateState::Deleting;
+            l.c.state = l.c.state.on(CandidateEvent::Delete)?;
             l.c.record_mutation(Mutation {
                 actor_key: actor.key(),
                 operation: "integration.delete".into(),
@@ -1175,7 +1176,7 @@ impl Service {
                 }
                 continue;
             }
-            l.c.state = CandidateState::Expired;
+            l.c.state = l.c.state.on(CandidateEvent::Expire)?;
             self.save(&mut l, None, None).await?;
             self.cancel_candidate_verifications(&cid).await?;
             self.clean_up_fenced(&mut l).await?;

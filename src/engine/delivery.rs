@@ -11,7 +11,8 @@ use super::service::{Actor, Admission, Service, ServiceError, Worker, parse_time
 use super::verify::{CandidateLink, RunError};
 use crate::candidate::{
     self, Candidate, CandidateState, DeliveryAction, DeliveryReceipt, DeliveryRequest,
-    MAX_REQUEST_VERIFICATIONS, MAX_VERIFICATIONS_PER_CANDIDATE, Mutation, RequestState,
+    MAX_REQUEST_VERIFICATIONS, MAX_VERIFICATIONS_PER_CANDIDATE, Mutation, RequestEvent,
+    RequestState,
 };
 use crate::config::Permission;
 use crate::limits;
@@ -546,27 +547,27 @@ impl Service {
         }
         let now = self.clock.now();
         let req = current_request(&mut l.c, &p.request_id, p.request_version)?;
-        let wanted = if p.approve {
-            RequestState::Approved
+        let event = if p.approve {
+            RequestEvent::Approve
         } else {
-            RequestState::Denied
+            RequestEvent::Deny
         };
-        match req.state {
-            RequestState::Requested => {}
-            s if s == wanted && req.decided_by.as_deref() == Some(actor.key().as_str()) => {
-                return self.hydrate(l.c).await; // the same decision again
-            }
-            s => {
+        let wanted = match req.state.on(event) {
+            Ok(next) => next,
+            Err(illegal) => {
+                // The same member repeating the same decision gets the current candidate.
+                let same = req.decided_by.as_deref() == Some(actor.key().as_str())
+                    && RequestState::Requested.on(event) == Ok(req.state);
+                if same {
+                    return self.hydrate(l.c).await;
+                }
                 return Err(ServiceError::Conflict(format!(
-                    "request {} is already {}",
+                    "request {} is already {} ({illegal})",
                     p.request_id,
-                    serde_json::to_value(s)
-                        .expect("state serializes")
-                        .as_str()
-                        .unwrap_or("")
+                    req.state.as_str()
                 )));
             }
-        }
+        };
         if parse_time(&req.expires_at).is_none_or(|t| t <= now) {
             return Err(ServiceError::FailedPrecondition(format!(
                 "request {} expired at {}",
@@ -638,16 +639,18 @@ impl Service {
                 l.c.state.as_str()
             )));
         }
-        if !matches!(req.state, RequestState::Approved | RequestState::Delivering) {
-            return Err(ServiceError::FailedPrecondition(format!(
-                "request {} is {}, not approved",
-                req.request_id,
-                serde_json::to_value(req.state)
-                    .expect("state serializes")
-                    .as_str()
-                    .unwrap_or("")
-            )));
-        }
+        // A claimed request (delivering) is resumed: its receipt decides what happened.
+        let claim = if req.state == RequestState::Delivering {
+            None
+        } else {
+            Some(req.state.on(RequestEvent::Claim).map_err(|_| {
+                ServiceError::FailedPrecondition(format!(
+                    "request {} is {}, not approved",
+                    req.request_id,
+                    req.state.as_str()
+                ))
+            })?)
+        };
         let now = self.clock.now();
         if parse_time(&req.expires_at).is_none_or(|t| t <= now) {
             return Err(ServiceError::FailedPrecondition(format!(
@@ -681,9 +684,8 @@ impl Service {
             )));
         }
         // Durable claim before any ref moves.
-        if req.state != RequestState::Delivering {
-            current_request(&mut l.c, &p.request_id, p.request_version)?.state =
-                RequestState::Delivering;
+        if let Some(claimed) = claim {
+            current_request(&mut l.c, &p.request_id, p.request_version)?.state = claimed;
             self.save(&mut l, None, None).await?;
         }
         let (result, proposal, previous) = match req.action {
@@ -786,7 +788,7 @@ impl Service {
                 .as_mut()
                 .filter(|r| r.request_id == receipt.request_id)
         {
-            req.state = RequestState::Delivered;
+            req.state = req.state.on(RequestEvent::Complete)?;
         }
         l.c.record_mutation(Mutation {
             actor_key: actor.key(),

@@ -10,8 +10,8 @@ use crate::staging;
 use crate::verification::{Status, Verification};
 use serde::Serialize;
 
-/// Error recorded when a run was interrupted before its result was durable.
-pub const INTERRUPTED: &str = "interrupted before a result was recorded";
+pub use crate::domain::verification::INTERRUPTED;
+use crate::domain::verification::Unfinished;
 
 /// What one recovery pass found and did. Printed as JSON by `airlock recover`.
 #[derive(Debug, Default, Serialize)]
@@ -176,14 +176,14 @@ async fn recover_one(data: &DataDir, sandbox: &Sandbox, v: Verification, report:
                 }
             }
         }
-        Ok(None) => mark_error(data, &v, INTERRUPTED.to_string(), report).await,
+        Ok(None) => mark_error(data, &v, Unfinished::Interrupted, report).await,
         Err(rejected) => match data.artifacts.quarantine(&id) {
             Ok(path) => {
                 report.quarantined.push(path.display().to_string());
                 mark_error(
                     data,
                     &v,
-                    format!("recovery artifact rejected: {rejected}"),
+                    Unfinished::ArtifactRejected(rejected.to_string()),
                     report,
                 )
                 .await
@@ -201,16 +201,22 @@ async fn recover_one(data: &DataDir, sandbox: &Sandbox, v: Verification, report:
     }
 }
 
-async fn mark_error(data: &DataDir, v: &Verification, error: String, report: &mut Report) -> bool {
+async fn mark_error(
+    data: &DataDir,
+    v: &Verification,
+    why: Unfinished,
+    report: &mut Report,
+) -> bool {
+    let (status, error) = why.settle();
     let mut e = v.clone();
-    e.status = Status::Error;
+    e.status = status;
     e.error = Some(error.clone());
     e.finished_at = Some(ids::rfc3339(ids::now()));
     match data.store.settle(&e).await {
         Ok(()) => {
             report.marked_error.push(Settled {
                 verification_id: v.verification_id.clone(),
-                status: Status::Error.as_str(),
+                status: status.as_str(),
                 error: Some(error),
             });
             true

@@ -63,6 +63,12 @@ impl From<StoreError> for ServiceError {
     }
 }
 
+impl From<crate::domain::IllegalTransition> for ServiceError {
+    fn from(e: crate::domain::IllegalTransition) -> Self {
+        ServiceError::FailedPrecondition(e.to_string())
+    }
+}
+
 impl From<StagingError> for ServiceError {
     fn from(e: StagingError) -> Self {
         ServiceError::Internal(e.to_string())

@@ -4,9 +4,10 @@
 use super::environment::EnvironmentSpec;
 use super::{Engine, WorkerLock, crash};
 use crate::config::Profile;
+use crate::domain::verification::{Context, SourceCheck, Unfinished, classify};
 use crate::ids;
 use crate::limits;
-use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity, SandboxError};
+use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity};
 use crate::staging::{self, Repo};
 use crate::verification::{self, Status, Verification};
 use std::path::PathBuf;
@@ -248,8 +249,7 @@ impl Engine {
         let cancelled_early = *cancel.borrow();
         let mut timings = StageTimings::default();
         if cancelled_early {
-            v.status = Status::Cancelled;
-            v.error = Some("cancelled before the command started".into());
+            unfinished(&mut v, Unfinished::CancelledBeforeStart);
         } else {
             timings = self.run_staged(&p, &mut v, cancel).await;
         }
@@ -261,8 +261,7 @@ impl Engine {
         // Durability before acknowledgement: the artifact, then the row.
         let t_artifact = Instant::now();
         if let Err(e) = self.data.artifacts.write(&v) {
-            v.status = Status::Error;
-            v.error = Some(format!("recovery artifact could not be written: {e}"));
+            unfinished(&mut v, Unfinished::ArtifactWrite(e.to_string()));
         }
         let artifact_us = t_artifact.elapsed().as_micros() as u64;
         crash::point(crash::CrashPoint::AfterArtifact);
@@ -328,8 +327,7 @@ impl Engine {
             {
                 Ok(c) => c,
                 Err(e) => {
-                    v.status = Status::Error;
-                    v.error = Some(format!("staging failed: {e}"));
+                    unfinished(v, Unfinished::Staging(e.to_string()));
                     return timings;
                 }
             }
@@ -337,8 +335,7 @@ impl Engine {
         timings.stage_us = t_stage.elapsed().as_micros() as u64;
         // Docker mounts by path: the path must still name the tree staged above.
         if let Err(e) = checkout.verify_tree() {
-            v.status = Status::Error;
-            v.error = Some(format!("staging failed: {e}"));
+            unfinished(v, Unfinished::Staging(e.to_string()));
             return timings;
         }
         let spec = ContainerSpec {
@@ -364,8 +361,7 @@ impl Engine {
         {
             Ok(o) => o,
             Err(e) => {
-                v.status = Status::Error;
-                v.error = Some(sandbox_failure(&e));
+                unfinished(v, Unfinished::Sandbox(e.to_string()));
                 return timings;
             }
         };
@@ -375,41 +371,12 @@ impl Engine {
         v.output_truncated = outcome.output.truncated;
         v.output_bytes_total = outcome.output.total_bytes;
         v.duration_ms = Some(outcome.duration.as_millis() as u64);
-        match outcome.end {
-            JobEnd::Exited {
-                code,
-                oom_killed: true,
-            } => {
-                v.exit_code = Some(code);
-                v.oom_killed = true;
-                v.status = Status::Error;
-                v.error = Some(format!(
-                    "out of memory: a process was killed at memory_limit_bytes {}",
-                    p.spec.runtime.memory_bytes
-                ));
-            }
-            JobEnd::Exited {
-                code,
-                oom_killed: false,
-            } => {
-                v.exit_code = Some(code);
-                v.status = if code == 0 {
-                    Status::Passed
-                } else {
-                    Status::Failed
-                };
-            }
-            JobEnd::TimedOut => {
-                v.status = Status::TimedOut;
-                v.error = Some(format!("timed out after {} s", p.timeout_seconds));
-            }
-            JobEnd::Cancelled => {
-                v.status = Status::Cancelled;
-                v.error = Some("cancelled before the command finished".into());
-            }
+        if let JobEnd::Exited { code, oom_killed } = outcome.end {
+            v.exit_code = Some(code);
+            v.oom_killed = oom_killed;
         }
         // The container is gone; trusted code now compares the tree with the revision.
-        if matches!(v.status, Status::Passed | Status::Failed) {
+        let check = if outcome.end.needs_source_check() {
             let repo = p.repo.clone();
             let co = checkout.clone();
             let t_check = Instant::now();
@@ -420,32 +387,27 @@ impl Engine {
             .expect("the source check does not panic");
             timings.check_us = t_check.elapsed().as_micros() as u64;
             match checked {
-                Ok((paths, 0)) => {
-                    debug_assert!(paths.is_empty());
-                    if let Some(reason) = p.extra_check.as_ref().and_then(|check| check()) {
-                        v.status = Status::SourceChanged;
-                        v.error = Some(reason);
-                    }
-                }
-                Ok((paths, total)) => {
-                    v.status = Status::SourceChanged;
-                    let more = if total > paths.len() {
-                        format!(" (and {} more)", total - paths.len())
-                    } else {
-                        String::new()
-                    };
-                    v.error = Some(format!(
-                        "{total} tracked path(s) differ from {}: {}{more}",
-                        p.commit,
-                        paths.join(", ")
-                    ));
-                }
-                Err(e) => {
-                    v.status = Status::Error;
-                    v.error = Some(format!("source check failed: {e}"));
-                }
+                Ok((_, 0)) => match p.extra_check.as_ref().and_then(|check| check()) {
+                    Some(reason) => SourceCheck::ExtraChanged(reason),
+                    None => SourceCheck::Unchanged,
+                },
+                Ok((listed, total)) => SourceCheck::Changed { listed, total },
+                Err(e) => SourceCheck::Failed(e.to_string()),
             }
-        }
+        } else {
+            SourceCheck::NotRun
+        };
+        let (status, reason) = classify(
+            &outcome.end,
+            &check,
+            Context {
+                commit: &p.commit,
+                memory_bytes: p.spec.runtime.memory_bytes,
+                timeout_seconds: p.timeout_seconds,
+            },
+        );
+        v.status = status;
+        v.error = reason;
         timings
     }
 }
@@ -457,6 +419,9 @@ struct StageTimings {
     check_us: u64,
 }
 
-fn sandbox_failure(e: &SandboxError) -> String {
-    format!("sandbox failure: {e}")
+/// Settles `v` for a run that never reached a job end Airlock could classify.
+fn unfinished(v: &mut Verification, why: Unfinished) {
+    let (status, reason) = why.settle();
+    v.status = status;
+    v.error = Some(reason);
 }

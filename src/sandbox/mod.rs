@@ -196,13 +196,7 @@ pub enum Phase {
     Destroyed,
 }
 
-/// How the job ended. Outcomes, not errors.
-#[derive(Debug, Clone, PartialEq)]
-pub enum JobEnd {
-    Exited { code: i64, oom_killed: bool },
-    TimedOut,
-    Cancelled,
-}
+pub use crate::domain::verification::JobEnd;
 
 /// The result of one job.
 #[derive(Debug, Clone)]

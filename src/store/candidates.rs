@@ -4,6 +4,8 @@
 //! compare-and-set on that version inside one transaction.
 
 use super::{Store, StoreError};
+use crate::domain::candidate::CandidateState;
+use crate::domain::delivery::RequestState;
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 /// An idempotency binding: who asked what, under which key, with which request digest.
@@ -183,7 +185,8 @@ impl Store {
         candidate_id: &str,
         old_version: u64,
         new_version: u64,
-        state: &'static str,
+        state: CandidateState,
+        request_state: Option<RequestState>,
         record: String,
         assembly: String,
         purge_after: Option<String>,
@@ -193,9 +196,19 @@ impl Store {
         self.call(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let n = tx.execute(
-                "UPDATE candidates SET version = ?1, state = ?2, record = ?3, assembly = ?4, purge_after = ?5
-                 WHERE candidate_id = ?6 AND version = ?7",
-                params![new_version as i64, state, record, assembly, purge_after, id, old_version as i64],
+                "UPDATE candidates SET version = ?1, state = ?2, request_state = ?3, record = ?4,
+                        assembly = ?5, purge_after = ?6
+                 WHERE candidate_id = ?7 AND version = ?8",
+                params![
+                    new_version as i64,
+                    state.as_str(),
+                    request_state.map(RequestState::as_str),
+                    record,
+                    assembly,
+                    purge_after,
+                    id,
+                    old_version as i64
+                ],
             )?;
             if n != 1 {
                 return Err(StoreError::Conflict(format!(
@@ -242,12 +255,14 @@ impl Store {
         &self,
         now: String,
     ) -> Result<Vec<(String, String, Option<String>)>, StoreError> {
+        // The fenced states come from the state machine, so this query cannot drift from it.
+        let fenced = CandidateState::fenced_sql_list();
         self.call(move |c| {
-            let mut st = c.prepare(
+            let mut st = c.prepare(&format!(
                 "SELECT candidate_id, workspace_id, purge_after FROM candidates
-                 WHERE (expires_at <= ?1 AND state NOT IN ('deleting', 'expired'))
-                    OR (state IN ('deleting', 'expired') AND (purge_after IS NULL OR purge_after <= ?1))",
-            )?;
+                 WHERE (expires_at <= ?1 AND state NOT IN ({fenced}))
+                    OR (state IN ({fenced}) AND (purge_after IS NULL OR purge_after <= ?1))"
+            ))?;
             let rows = st.query_map(params![now], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })
@@ -258,10 +273,11 @@ impl Store {
     pub async fn candidates_delivering(&self) -> Result<Vec<(String, String)>, StoreError> {
         self.call(|c| {
             let mut st = c.prepare(
-                "SELECT candidate_id, workspace_id FROM candidates
-                 WHERE json_extract(record, '$.delivery_request.state') = 'delivering'",
+                "SELECT candidate_id, workspace_id FROM candidates WHERE request_state = ?1",
             )?;
-            let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            let rows = st.query_map(params![RequestState::Delivering.as_str()], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })
         .await

@@ -70,6 +70,13 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         ALTER TABLE verifications ADD COLUMN queued INTEGER NOT NULL DEFAULT 0;
         CREATE INDEX verifications_by_candidate ON verifications (candidate_id, created_at);",
     ),
+    (
+        5,
+        "candidate_request_state",
+        "ALTER TABLE candidates ADD COLUMN request_state TEXT;
+        UPDATE candidates SET request_state = json_extract(record, '$.delivery_request.state');
+        CREATE INDEX candidates_by_request_state ON candidates (request_state);",
+    ),
 ];
 
 /// The newest schema version this binary knows.

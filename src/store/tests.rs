@@ -159,3 +159,49 @@ async fn list_is_newest_first_filtered_and_bounded() {
     let a = store.instance_id().await.unwrap();
     assert_eq!(a, store.instance_id().await.unwrap());
 }
+
+/// A database written before the request_state column existed: the migration fills the column
+/// from each record's delivery request, so reconciliation finds a delivering one.
+#[tokio::test]
+async fn the_request_state_column_is_backfilled_from_existing_records() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("airlock.db");
+    {
+        let mut c = Connection::open(&path).unwrap();
+        c.execute_batch(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL);",
+        )
+        .unwrap();
+        let tx = c.transaction().unwrap();
+        for &(version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 <= 4) {
+            tx.execute_batch(sql).unwrap();
+            tx.execute(
+                "INSERT INTO schema_migrations VALUES (?1, ?2, 'then')",
+                rusqlite::params![version, name],
+            )
+            .unwrap();
+        }
+        for (id, state) in [
+            ("c1", Some("delivering")),
+            ("c2", Some("approved")),
+            ("c3", None),
+        ] {
+            let record = match state {
+                Some(s) => format!(r#"{{"delivery_request":{{"state":"{s}"}}}}"#),
+                None => r#"{"delivery_request":null}"#.to_string(),
+            };
+            tx.execute(
+                "INSERT INTO candidates (candidate_id, workspace_id, state, version, created_at, expires_at, record, assembly)
+                 VALUES (?1, 'ws', 'frozen', 1, 't', 'z', ?2, '{}')",
+                rusqlite::params![id, record],
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    assert_eq!(
+        store.candidates_delivering().await.unwrap(),
+        vec![("c1".to_string(), "ws".to_string())]
+    );
+}

@@ -1,0 +1,18 @@
+//! Pure types and state machines: no I/O, no clock reads, no external crates beyond serde.
+//!
+//! Every state machine here has exhaustive transition functions (no `_ =>` arm in a transition
+//! or predicate), so a new state or event does not compile until it is classified; an illegal
+//! transition is a typed [`IllegalTransition`] value, never a silent field assignment.
+
+pub mod candidate;
+pub mod delivery;
+pub mod verification;
+
+/// A transition the state machine does not allow from the current state.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{machine}: cannot {event} from {from}")]
+pub struct IllegalTransition {
+    pub machine: &'static str,
+    pub from: &'static str,
+    pub event: &'static str,
+}

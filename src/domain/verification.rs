@@ -1,0 +1,290 @@
+//! A verification's status and how a finished job is classified.
+
+use serde::{Deserialize, Serialize};
+
+/// Status of a verification. `Running` is the only non-terminal state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Running,
+    Passed,
+    Failed,
+    TimedOut,
+    Cancelled,
+    Error,
+    SourceChanged,
+}
+
+impl Status {
+    /// Every status, for parsing, SQL state lists and tests.
+    pub const ALL: [Status; 7] = [
+        Status::Running,
+        Status::Passed,
+        Status::Failed,
+        Status::TimedOut,
+        Status::Cancelled,
+        Status::Error,
+        Status::SourceChanged,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Running => "running",
+            Status::Passed => "passed",
+            Status::Failed => "failed",
+            Status::TimedOut => "timed_out",
+            Status::Cancelled => "cancelled",
+            Status::Error => "error",
+            Status::SourceChanged => "source_changed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Status> {
+        Status::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// True for every state a verification can end in.
+    pub fn is_terminal(self) -> bool {
+        match self {
+            Status::Running => false,
+            Status::Passed
+            | Status::Failed
+            | Status::TimedOut
+            | Status::Cancelled
+            | Status::Error
+            | Status::SourceChanged => true,
+        }
+    }
+}
+
+/// How the job ended, as the container runtime observed it. Outcomes, not errors.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobEnd {
+    Exited { code: i64, oom_killed: bool },
+    TimedOut,
+    Cancelled,
+}
+
+impl JobEnd {
+    /// True when the trusted source check decides the status: only an exit that was not killed
+    /// for memory can still pass (or fail on its own terms).
+    pub fn needs_source_check(&self) -> bool {
+        match self {
+            JobEnd::Exited {
+                oom_killed: false, ..
+            } => true,
+            JobEnd::Exited {
+                oom_killed: true, ..
+            }
+            | JobEnd::TimedOut
+            | JobEnd::Cancelled => false,
+        }
+    }
+}
+
+/// What the trusted source check, run on the host after the container was destroyed, found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SourceCheck {
+    /// Not run, because the job end decides the status on its own.
+    NotRun,
+    /// Every tracked path is exactly as staged, and every extra check agreed.
+    Unchanged,
+    /// Tracked paths differ: the first ones (sorted) and how many in all.
+    Changed { listed: Vec<String>, total: usize },
+    /// An extra check (such as candidate-owned evidence) says the sources changed.
+    ExtraChanged(String),
+    /// The check itself could not be done.
+    Failed(String),
+}
+
+/// Why a verification ended without a classified job: the command never ran to an end that
+/// Airlock could judge.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Unfinished {
+    /// Cancelled while queued, before the command started.
+    CancelledBeforeStart,
+    /// The checkout could not be staged (or its tree was replaced before the run).
+    Staging(String),
+    /// The container runtime failed.
+    Sandbox(String),
+    /// The recovery artifact could not be written, so the result is not durable.
+    ArtifactWrite(String),
+    /// Recovery found the run interrupted before its result was durable.
+    Interrupted,
+    /// Recovery found an artifact it cannot trust (corrupt, truncated, mismatched).
+    ArtifactRejected(String),
+}
+
+/// The error recorded when a run was interrupted before its result was durable.
+pub const INTERRUPTED: &str = "interrupted before a result was recorded";
+
+impl Unfinished {
+    /// The status and reason it settles with.
+    pub fn settle(&self) -> (Status, String) {
+        match self {
+            Unfinished::CancelledBeforeStart => (
+                Status::Cancelled,
+                "cancelled before the command started".into(),
+            ),
+            Unfinished::Staging(e) => (Status::Error, format!("staging failed: {e}")),
+            Unfinished::Sandbox(e) => (Status::Error, format!("sandbox failure: {e}")),
+            Unfinished::ArtifactWrite(e) => (
+                Status::Error,
+                format!("recovery artifact could not be written: {e}"),
+            ),
+            Unfinished::Interrupted => (Status::Error, INTERRUPTED.into()),
+            Unfinished::ArtifactRejected(e) => {
+                (Status::Error, format!("recovery artifact rejected: {e}"))
+            }
+        }
+    }
+}
+
+/// What the classification needs to word its reasons.
+#[derive(Debug, Clone, Copy)]
+pub struct Context<'a> {
+    pub commit: &'a str,
+    pub memory_bytes: i64,
+    pub timeout_seconds: u64,
+}
+
+/// The status and the reason (the verification's `error`) for a finished job.
+pub fn classify(end: &JobEnd, check: &SourceCheck, cx: Context) -> (Status, Option<String>) {
+    let from_exit = match end {
+        JobEnd::Exited {
+            oom_killed: true, ..
+        } => {
+            return (
+                Status::Error,
+                Some(format!(
+                    "out of memory: a process was killed at memory_limit_bytes {}",
+                    cx.memory_bytes
+                )),
+            );
+        }
+        JobEnd::TimedOut => {
+            return (
+                Status::TimedOut,
+                Some(format!("timed out after {} s", cx.timeout_seconds)),
+            );
+        }
+        JobEnd::Cancelled => {
+            return (
+                Status::Cancelled,
+                Some("cancelled before the command finished".into()),
+            );
+        }
+        JobEnd::Exited {
+            code: 0,
+            oom_killed: false,
+        } => Status::Passed,
+        JobEnd::Exited {
+            oom_killed: false, ..
+        } => Status::Failed,
+    };
+    match check {
+        SourceCheck::Unchanged => (from_exit, None),
+        SourceCheck::Changed { listed, total } => {
+            let more = if *total > listed.len() {
+                format!(" (and {} more)", total - listed.len())
+            } else {
+                String::new()
+            };
+            (
+                Status::SourceChanged,
+                Some(format!(
+                    "{total} tracked path(s) differ from {}: {}{more}",
+                    cx.commit,
+                    listed.join(", ")
+                )),
+            )
+        }
+        SourceCheck::ExtraChanged(reason) => (Status::SourceChanged, Some(reason.clone())),
+        SourceCheck::Failed(e) => (Status::Error, Some(format!("source check failed: {e}"))),
+        // A job that may pass is never classified without its check: absent evidence is an
+        // error, not a pass.
+        SourceCheck::NotRun => (
+            Status::Error,
+            Some("the source check did not run".to_string()),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CX: Context = Context {
+        commit: "abc",
+        memory_bytes: 64,
+        timeout_seconds: 5,
+    };
+
+    fn exited(code: i64) -> JobEnd {
+        JobEnd::Exited {
+            code,
+            oom_killed: false,
+        }
+    }
+
+    #[test]
+    fn only_an_unchanged_zero_exit_passes() {
+        let changed = SourceCheck::Changed {
+            listed: vec!["a".into()],
+            total: 3,
+        };
+        let cases = [
+            (exited(0), SourceCheck::Unchanged, Status::Passed),
+            (exited(1), SourceCheck::Unchanged, Status::Failed),
+            (exited(0), changed.clone(), Status::SourceChanged),
+            (exited(7), changed, Status::SourceChanged),
+            (
+                exited(0),
+                SourceCheck::ExtraChanged("refs moved".into()),
+                Status::SourceChanged,
+            ),
+            (exited(0), SourceCheck::Failed("io".into()), Status::Error),
+            (exited(0), SourceCheck::NotRun, Status::Error),
+            (
+                JobEnd::Exited {
+                    code: 0,
+                    oom_killed: true,
+                },
+                SourceCheck::NotRun,
+                Status::Error,
+            ),
+            (JobEnd::TimedOut, SourceCheck::NotRun, Status::TimedOut),
+            (JobEnd::Cancelled, SourceCheck::NotRun, Status::Cancelled),
+        ];
+        for (end, check, want) in cases {
+            assert_eq!(classify(&end, &check, CX).0, want, "{end:?} {check:?}");
+        }
+    }
+
+    #[test]
+    fn reasons_name_the_bound_and_the_paths() {
+        let (_, r) = classify(
+            &exited(0),
+            &SourceCheck::Changed {
+                listed: vec!["a".into(), "b".into()],
+                total: 5,
+            },
+            CX,
+        );
+        assert_eq!(
+            r.unwrap(),
+            "5 tracked path(s) differ from abc: a, b (and 3 more)"
+        );
+        let (_, r) = classify(
+            &JobEnd::Exited {
+                code: 137,
+                oom_killed: true,
+            },
+            &SourceCheck::NotRun,
+            CX,
+        );
+        assert!(r.unwrap().contains("memory_limit_bytes 64"));
+        assert!(!JobEnd::TimedOut.needs_source_check());
+        assert!(exited(3).needs_source_check());
+    }
+}
