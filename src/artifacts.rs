@@ -66,8 +66,7 @@ fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Ar
 
 /// Canonical bytes of a body: compact JSON with sorted keys.
 fn canonical(body: &serde_json::Value) -> String {
-    // serde_json's Map is ordered by key (no preserve_order feature), so this is canonical.
-    serde_json::to_string(body).expect("a JSON value serializes")
+    crate::canonical::to_string(body)
 }
 
 /// Writes `bytes` to `dir/name` atomically and durably.

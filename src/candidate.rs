@@ -244,9 +244,8 @@ pub struct PendingResolution {
 
 /// SHA-256 over the canonical JSON of request parameters (sorted keys).
 pub fn digest<T: Serialize>(params: &T) -> String {
-    let v = serde_json::to_value(params).expect("request parameters serialize");
     hex::encode(Sha256::digest(
-        serde_json::to_string(&v).expect("JSON").as_bytes(),
+        crate::canonical::to_string(params).as_bytes(),
     ))
 }
 

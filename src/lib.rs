@@ -8,6 +8,7 @@ pub mod api;
 pub mod artifacts;
 pub mod beneath;
 pub mod candidate;
+pub mod canonical;
 pub mod cli;
 pub mod config;
 pub mod domain;

@@ -73,7 +73,7 @@ impl EnvironmentSpec {
             "setup_script_sha256": self.setup_script_sha256,
             "container": crate::sandbox::hashed_form(&self.runtime),
         });
-        serde_json::to_string(&v).expect("a JSON value serializes")
+        crate::canonical::to_string(&v)
     }
 
     /// SHA-256 of the canonical serialization.
