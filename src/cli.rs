@@ -409,84 +409,25 @@ async fn verification(cmd: VerificationCommand) -> ExitCode {
 }
 
 async fn serve(common: &Common) -> ExitCode {
-    use crate::engine::service::{Clock, Service, default_admission};
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use crate::daemon::{Daemon, StartError};
     let (config, dir) = match load(common) {
         Ok(x) => x,
         Err(e) => return refuse(e),
     };
-    let seccomp = match crate::sandbox::seccomp::load() {
-        Ok(s) => s,
-        Err(e) => return refuse(e),
+    let started = async {
+        let daemon = Daemon::start(config, &dir).await?;
+        let listener = daemon.bind().await?;
+        Ok::<_, StartError>((daemon, listener))
     };
-    if let Err(e) = crate::engine::check_checkout_support(&config) {
-        return refuse(e);
-    }
-    let sandbox = match Sandbox::connect().await {
-        Ok(s) => s,
-        Err(e) => return fail(e),
-    };
-    let data = match open_data(&dir).await {
-        Ok(d) => d,
-        Err(e) => return fail(e),
-    };
-    let engine = Engine {
-        config: config.clone(),
-        data,
-        sandbox: sandbox.clone(),
-        seccomp,
-    };
-    let config = Arc::new(config);
-    let service = match Service::new(
-        config.clone(),
-        engine,
-        Clock::from_env(),
-        default_admission(),
-    ) {
-        Ok(s) => Arc::new(s),
-        Err(e) => return refuse(e),
-    };
-    match crate::api::server::raise_fd_limit(config.max_connections) {
-        Ok(n) => tracing::info!(open_files = n, "RLIMIT_NOFILE raised to its hard limit"),
-        Err(e) => return refuse(e),
-    }
-    // Recovery runs before the listener opens.
-    for ws in config.workspaces.keys() {
-        match service.repo(ws).remove_stale_airlock_locks() {
-            Ok(removed) if !removed.is_empty() => {
-                tracing::warn!(workspace = %ws, ?removed, "removed stale git lock files");
-            }
-            Ok(_) => {}
-            Err(e) => return fail(format!("workspace {ws}: {e}")),
-        }
-    }
-    maintenance(&service, &sandbox).await;
-    let listener = match tokio::net::TcpListener::bind(&config.listen).await {
-        Ok(l) => l,
-        Err(e) => return fail(format!("listen: cannot bind {}: {e}", config.listen)),
+    let (daemon, listener) = match started.await {
+        Ok(x) => x,
+        Err(StartError::Refused(e)) => return refuse(e),
+        Err(StartError::Failed(e)) => return fail(e),
     };
     let addr = listener
         .local_addr()
         .map(|a| a.to_string())
-        .unwrap_or_else(|_| config.listen.clone());
-    let ready = Arc::new(AtomicBool::new(true));
-    let app = crate::api::router(crate::api::AppState {
-        service: service.clone(),
-        ready: ready.clone(),
-    });
-    let ticker = {
-        let service = service.clone();
-        let interval = config.maintenance_interval;
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(interval);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                maintenance(&service, &sandbox).await;
-            }
-        })
-    };
+        .unwrap_or_default();
     println!("{}", serde_json::json!({ "listening": addr }));
     tracing::info!(%addr, "airlock serve is listening");
     let shutdown = async {
@@ -499,48 +440,10 @@ async fn serve(common: &Common) -> ExitCode {
         }
         tracing::info!("shutting down: no new connections; finishing in-flight calls");
     };
-    let limits = crate::api::server::ConnLimits {
-        max_connections: config.max_connections,
-        header_read_timeout: config.header_read_timeout,
-        keep_alive_idle: config.keep_alive_idle,
-    };
-    crate::api::server::serve(listener, app, limits, shutdown).await;
-    ready.store(false, Ordering::SeqCst);
-    ticker.abort();
-    // In-flight verifications: cancel them, and wait until each has destroyed its container and
-    // settled with its artifact.
-    let unsettled = service
-        .cancel_all_workers(limits::SHUTDOWN_SETTLE_WAIT)
-        .await;
-    if unsettled > 0 {
-        tracing::error!(
-            unsettled,
-            "verifications still running at exit; recovery will settle them"
-        );
-    }
-    ExitCode::SUCCESS
-}
-
-/// One maintenance pass: verification recovery, evidence expiry, candidate expiry. Failures are
-/// logged and retried on the next pass.
-async fn maintenance(service: &crate::engine::service::Service, sandbox: &Sandbox) {
-    let retention = recovery::Retention {
-        keep: service.config.run_retention,
-        now: service.clock.now(),
-    };
-    let report = recovery::recover(&service.data, sandbox, retention).await;
-    if !report.is_empty() {
-        tracing::info!(report = %serde_json::to_string(&report).unwrap_or_default(), "recovery pass");
-    }
-    if let Err(e) = service.reconcile_deliveries().await {
-        tracing::error!(error = %e, "delivery reconciliation failed; will retry");
-    }
-    if let Err(e) = service.expire_evidence().await {
-        tracing::error!(error = %e, "evidence expiry failed; will retry");
-    }
-    match service.expire_candidates().await {
-        Ok((0, 0)) => {}
-        Ok((expired, purged)) => tracing::info!(expired, purged, "candidate expiry pass"),
-        Err(e) => tracing::error!(error = %e, "candidate expiry failed; will retry"),
+    match daemon.run(listener, shutdown).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => fail(format!(
+            "an asynchronous result could not be made durable: {failure}"
+        )),
     }
 }

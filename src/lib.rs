@@ -11,6 +11,7 @@ pub mod candidate;
 pub mod canonical;
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod domain;
 pub mod engine;
 pub mod ids;

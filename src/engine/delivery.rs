@@ -230,6 +230,7 @@ impl Service {
         let engine = self.engine.clone();
         let permits = self.permits.clone();
         let workers = self.workers.clone();
+        let failures = self.persistence_failure.clone();
         tokio::spawn(async move {
             let mut cancelled = cancel_rx.clone();
             // Queued until a permit frees up; a cancel while queued settles without running.
@@ -248,7 +249,11 @@ impl Service {
                     tracing::info!(verification_id = %vid, status = v.status.as_str(), "candidate verification settled")
                 }
                 Err(e) => {
-                    tracing::error!(verification_id = %vid, error = %e, "candidate verification left for recovery")
+                    tracing::error!(verification_id = %vid, error = %e, "candidate verification left for recovery");
+                    Service::record_persistence_failure(
+                        &failures,
+                        format!("verification {vid} could not be settled: {e}"),
+                    );
                 }
             }
             drop(permit);

@@ -5,6 +5,7 @@ pub mod crash;
 pub mod delivery;
 pub mod environment;
 pub mod evidence;
+pub mod maintenance;
 pub mod recovery;
 pub mod service;
 pub mod verify;

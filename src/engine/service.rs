@@ -217,6 +217,9 @@ pub struct Service {
     pub workers: Arc<Mutex<HashMap<String, Worker>>>,
     repos: HashMap<String, Repo>,
     candidate_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The first failure to make an asynchronous result durable (a worker that could not settle
+    /// its verification); `airlock serve` exits non-zero when there was one.
+    pub persistence_failure: Arc<Mutex<Option<String>>>,
 }
 
 impl Service {
@@ -245,7 +248,36 @@ impl Service {
             engine,
             repos,
             candidate_locks: Mutex::new(HashMap::new()),
+            persistence_failure: Arc::new(Mutex::new(None)),
         })
+    }
+
+    /// Records an asynchronous persistence failure; only the first is kept.
+    pub fn record_persistence_failure(slot: &Mutex<Option<String>>, failure: String) {
+        let mut first = slot.lock().expect("the failure slot is never poisoned");
+        if first.is_none() {
+            *first = Some(failure);
+        }
+    }
+
+    /// The first asynchronous persistence failure, if there was one.
+    pub fn persistence_failure(&self) -> Option<String> {
+        self.persistence_failure
+            .lock()
+            .expect("the failure slot is never poisoned")
+            .clone()
+    }
+
+    /// Drops per-candidate locks nobody holds or waits for; returns how many.
+    pub fn prune_candidate_locks(&self) -> usize {
+        let mut locks = self
+            .candidate_locks
+            .lock()
+            .expect("candidate lock map is never poisoned");
+        let before = locks.len();
+        // Only the map holds an idle lock; a holder or waiter has its own clone.
+        locks.retain(|_, l| Arc::strong_count(l) > 1);
+        before - locks.len()
     }
 
     pub fn repo(&self, workspace_id: &str) -> &Repo {

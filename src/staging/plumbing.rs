@@ -153,6 +153,15 @@ impl Repo {
         Ok(())
     }
 
+    /// Packs every loose ref under `refs/airlock/` into `packed-refs` (and removes the loose
+    /// files), leaving the repository's other refs as they are.
+    pub fn pack_airlock_refs(&self) -> Result<(), StagingError> {
+        let mut cmd = self.git();
+        cmd.args(["pack-refs", "--include", "refs/airlock/*"]);
+        run_git(cmd, &[0])?;
+        Ok(())
+    }
+
     /// True when `ancestor` is an ancestor of (or equal to) `descendant`.
     pub fn is_ancestor(&self, ancestor: &str, descendant: &str) -> Result<bool, StagingError> {
         let mut cmd = self.git();

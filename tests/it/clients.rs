@@ -500,3 +500,54 @@ fn criss_cross_inputs_merge_as_git_merge_does() {
     );
     let _: Value = v;
 }
+
+#[test]
+fn the_maintenance_pass_packs_airlocks_refs_and_leaves_others_loose() {
+    if !docker() {
+        return;
+    }
+    let s = Server::start_with("maintenance_interval_seconds = 1\n");
+    let base = s.head();
+    let a = s.agent_commit("a", &base, &[("a.txt", "a\n")]);
+    let sub = s.evidence("run_a", &base, &a, None);
+    let v = s.ok(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(vec![sub], &base, "p"),
+    );
+    assert_eq!(cand(&v)["state"], "frozen");
+    let refs_before = s.git_refs("refs/airlock/");
+    assert!(refs_before.len() >= 3, "{refs_before:?}");
+    let loose = |dir: &str| {
+        let out = std::process::Command::new("find")
+            .arg(s.repo.join(".git").join(dir))
+            .args(["-type", "f"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    };
+    let start = Instant::now();
+    while loose("refs/airlock") > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "refs never packed"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        s.git_refs("refs/airlock/"),
+        refs_before,
+        "every ref survives packing"
+    );
+    assert!(
+        loose("refs/heads") > 0,
+        "the repository's own branches are left alone"
+    );
+    // Shown and assembled as before.
+    let shown = s.ok(
+        ALICE,
+        "integration.show",
+        json!({"workspace_id": "ws1", "candidate_id": cand(&v)["candidate_id"]}),
+    );
+    assert_eq!(cand(&shown)["state"], "frozen");
+}

@@ -667,3 +667,33 @@ fn verification_is_refused_with_resource_exhausted_when_the_data_dir_is_short_of
         "nothing was recorded"
     );
 }
+
+#[test]
+fn serve_exits_non_zero_when_a_worker_could_not_settle_its_result() {
+    if !docker() {
+        return;
+    }
+    let mut s = Server::start();
+    let (cid, rev, _) = frozen(&s);
+    let vid = verify(&s, &cid, &rev, &["sleep", "3"], 60, "v");
+    wait_container_of(&s, &cid, &vid);
+    // Someone else settles the row under the worker: its compare-and-set from running fails,
+    // so its result cannot be made durable as its own.
+    let db = rusqlite::Connection::open(s.dir.path().join("data/airlock.db")).unwrap();
+    db.busy_timeout(Duration::from_secs(10)).unwrap();
+    let n = db
+        .execute(
+            "UPDATE verifications SET status = 'error' WHERE verification_id = ?1",
+            [&vid],
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+    drop(db);
+    // The worker finishes (and fails to settle) within the sleep; then the daemon is stopped.
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(
+        s.stop(),
+        Some(1),
+        "the persistence failure is reported by the exit code"
+    );
+}

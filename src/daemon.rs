@@ -1,0 +1,146 @@
+//! `airlock serve`: the start-up order, the listener and the shutdown.
+//!
+//! Start-up: validate the config, the seccomp profile and the host's checkout filesystem
+//! support; connect to Docker; open (and audit) the data dir; open every workspace repository;
+//! raise the open-file limit; clear stale git lock files; run one maintenance pass (recovery
+//! first); only then bind the listener. [`Daemon::run`] serves until `shutdown` resolves, then
+//! stops accepting, cancels and settles in-flight verifications, and reports the first
+//! asynchronous persistence failure, if any.
+
+use crate::config::Config;
+use crate::engine::service::{Clock, Service, default_admission};
+use crate::engine::{DataDir, Engine, maintenance};
+use crate::limits;
+use crate::sandbox::Sandbox;
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::net::TcpListener;
+
+/// Why the daemon did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration or this host cannot run Airlock as configured; nothing was changed.
+    #[error("{0}")]
+    Refused(String),
+    /// Something Airlock needs failed (Docker, the data dir, a repository, the listener).
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// A started daemon: recovery has run, the listener is not open yet.
+pub struct Daemon {
+    service: Arc<Service>,
+    sandbox: Sandbox,
+    config: Arc<Config>,
+}
+
+impl Daemon {
+    /// Runs the start-up order up to (not including) the listener.
+    pub async fn start(config: Config, data_dir: &Path) -> Result<Daemon, StartError> {
+        let seccomp =
+            crate::sandbox::seccomp::load().map_err(|e| StartError::Refused(e.to_string()))?;
+        crate::engine::check_checkout_support(&config).map_err(StartError::Refused)?;
+        let sandbox = Sandbox::connect()
+            .await
+            .map_err(|e| StartError::Failed(e.to_string()))?;
+        let data = DataDir::open(data_dir)
+            .await
+            .map_err(|e| StartError::Failed(e.to_string()))?;
+        let engine = Engine {
+            config: config.clone(),
+            data,
+            sandbox: sandbox.clone(),
+            seccomp,
+        };
+        let config = Arc::new(config);
+        let service = Service::new(
+            config.clone(),
+            engine,
+            Clock::from_env(),
+            default_admission(),
+        )
+        .map(Arc::new)
+        .map_err(StartError::Refused)?;
+        let open_files = crate::api::server::raise_fd_limit(config.max_connections)
+            .map_err(StartError::Refused)?;
+        tracing::info!(open_files, "RLIMIT_NOFILE raised to its hard limit");
+        for ws in config.workspaces.keys() {
+            match service.repo(ws).remove_stale_airlock_locks() {
+                Ok(removed) if !removed.is_empty() => {
+                    tracing::warn!(workspace = %ws, ?removed, "removed stale git lock files");
+                }
+                Ok(_) => {}
+                Err(e) => return Err(StartError::Failed(format!("workspace {ws}: {e}"))),
+            }
+        }
+        maintenance::pass(&service, &sandbox).await;
+        Ok(Daemon {
+            service,
+            sandbox,
+            config,
+        })
+    }
+
+    /// Binds the configured listen address.
+    pub async fn bind(&self) -> Result<TcpListener, StartError> {
+        TcpListener::bind(&self.config.listen).await.map_err(|e| {
+            StartError::Failed(format!("listen: cannot bind {}: {e}", self.config.listen))
+        })
+    }
+
+    /// Serves on `listener` until `shutdown` resolves. Returns the first asynchronous
+    /// persistence failure as an error, so the process can exit non-zero after logging it.
+    pub async fn run(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), String> {
+        let ready = Arc::new(AtomicBool::new(true));
+        let app = crate::api::router(crate::api::AppState {
+            service: self.service.clone(),
+            ready: ready.clone(),
+        });
+        let ticker = {
+            let service = self.service.clone();
+            let sandbox = self.sandbox.clone();
+            let interval = self.config.maintenance_interval;
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(interval);
+                tick.tick().await;
+                loop {
+                    tick.tick().await;
+                    maintenance::pass(&service, &sandbox).await;
+                }
+            })
+        };
+        let conn_limits = crate::api::server::ConnLimits {
+            max_connections: self.config.max_connections,
+            header_read_timeout: self.config.header_read_timeout,
+            keep_alive_idle: self.config.keep_alive_idle,
+        };
+        crate::api::server::serve(listener, app, conn_limits, shutdown).await;
+        ready.store(false, Ordering::SeqCst);
+        ticker.abort();
+        // In-flight verifications: cancel them, and wait until each has destroyed its container
+        // and settled with its artifact.
+        let unsettled = self
+            .service
+            .cancel_all_workers(limits::SHUTDOWN_SETTLE_WAIT)
+            .await;
+        if unsettled > 0 {
+            tracing::error!(
+                unsettled,
+                "verifications still running at exit; recovery will settle them"
+            );
+        }
+        match self.service.persistence_failure() {
+            Some(failure) => {
+                tracing::error!(%failure, "an asynchronous result could not be made durable");
+                Err(failure)
+            }
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! The daemon's periodic work, in a fixed order: recovery of interrupted verifications (and
+//! retention of one-shot results), delivery reconciliation from receipts, evidence expiry,
+//! candidate expiry, packing Airlock's private refs, pruning idle per-candidate locks.
+//! Every step's failure is logged and retried on the next pass; no step depends on an earlier
+//! one having succeeded.
+
+use super::recovery;
+use super::service::Service;
+use crate::sandbox::Sandbox;
+
+/// One maintenance pass. Runs before the listener opens and then every
+/// `maintenance_interval_seconds`.
+pub async fn pass(service: &Service, sandbox: &Sandbox) {
+    let retention = recovery::Retention {
+        keep: service.config.run_retention,
+        now: service.clock.now(),
+    };
+    let report = recovery::recover(&service.data, sandbox, retention).await;
+    if !report.is_empty() {
+        tracing::info!(report = %serde_json::to_string(&report).unwrap_or_default(), "recovery pass");
+    }
+    if let Err(e) = service.reconcile_deliveries().await {
+        tracing::error!(error = %e, "delivery reconciliation failed; will retry");
+    }
+    if let Err(e) = service.expire_evidence().await {
+        tracing::error!(error = %e, "evidence expiry failed; will retry");
+    }
+    match service.expire_candidates().await {
+        Ok((0, 0)) => {}
+        Ok((expired, purged)) => tracing::info!(expired, purged, "candidate expiry pass"),
+        Err(e) => tracing::error!(error = %e, "candidate expiry failed; will retry"),
+    }
+    pack_refs(service).await;
+    let pruned = service.prune_candidate_locks();
+    if pruned > 0 {
+        tracing::debug!(pruned, "idle candidate locks pruned");
+    }
+}
+
+/// Packs `refs/airlock/*` of every workspace repository, so ref lookups stay flat as candidates
+/// accumulate. `git pack-refs` takes the same locks as any ref update, so it is safe beside the
+/// daemon's own concurrent ref transactions.
+async fn pack_refs(service: &Service) {
+    for ws in service.config.workspaces.keys() {
+        let repo = service.repo(ws).clone();
+        let packed = tokio::task::spawn_blocking(move || repo.pack_airlock_refs())
+            .await
+            .expect("pack-refs does not panic");
+        if let Err(e) = packed {
+            tracing::warn!(workspace = %ws, error = %e, "packing Airlock's refs failed; will retry");
+        }
+    }
+}
