@@ -280,7 +280,7 @@ async fn run(common: &Common, req: RunRequest) -> ExitCode {
     let engine = Engine {
         config,
         data,
-        sandbox,
+        runtime: std::sync::Arc::new(sandbox),
         seccomp,
     };
     let prepared = match engine.prepare(req).await {

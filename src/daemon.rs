@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::engine::service::{Clock, Service, default_admission};
 use crate::engine::{DataDir, Engine, maintenance};
 use crate::limits;
-use crate::sandbox::Sandbox;
+use crate::sandbox::{Runtime, Sandbox};
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
@@ -32,26 +32,48 @@ pub enum StartError {
 /// A started daemon: recovery has run, the listener is not open yet.
 pub struct Daemon {
     service: Arc<Service>,
-    sandbox: Sandbox,
+    runtime: Runtime,
     config: Arc<Config>,
 }
 
+/// Environment variable that, in builds with the `test-hooks` feature only, runs the daemon on
+/// the scripted fake runtime instead of Docker (workflow tests without an engine).
+pub const TEST_FAKE_RUNTIME_ENV: &str = "AIRLOCK_TEST_FAKE_RUNTIME";
+
 impl Daemon {
-    /// Runs the start-up order up to (not including) the listener.
+    /// Runs the start-up order up to (not including) the listener, on Docker.
     pub async fn start(config: Config, data_dir: &Path) -> Result<Daemon, StartError> {
+        let fake = cfg!(feature = "test-hooks")
+            && std::env::var(TEST_FAKE_RUNTIME_ENV).as_deref() == Ok("1");
+        let runtime: Runtime = if fake {
+            tracing::warn!("{TEST_FAKE_RUNTIME_ENV}=1: jobs run on the scripted fake runtime");
+            Arc::new(crate::sandbox::fake::FakeRuntime::new())
+        } else {
+            Arc::new(
+                Sandbox::connect()
+                    .await
+                    .map_err(|e| StartError::Failed(e.to_string()))?,
+            )
+        };
+        Self::start_with(config, data_dir, runtime).await
+    }
+
+    /// Runs the start-up order on the given container runtime (in-process tests pass the fake).
+    pub async fn start_with(
+        config: Config,
+        data_dir: &Path,
+        runtime: Runtime,
+    ) -> Result<Daemon, StartError> {
         let seccomp =
             crate::sandbox::seccomp::load().map_err(|e| StartError::Refused(e.to_string()))?;
         crate::engine::check_checkout_support(&config).map_err(StartError::Refused)?;
-        let sandbox = Sandbox::connect()
-            .await
-            .map_err(|e| StartError::Failed(e.to_string()))?;
         let data = DataDir::open(data_dir)
             .await
             .map_err(|e| StartError::Failed(e.to_string()))?;
         let engine = Engine {
             config: config.clone(),
             data,
-            sandbox: sandbox.clone(),
+            runtime: runtime.clone(),
             seccomp,
         };
         let config = Arc::new(config);
@@ -75,10 +97,10 @@ impl Daemon {
                 Err(e) => return Err(StartError::Failed(format!("workspace {ws}: {e}"))),
             }
         }
-        maintenance::pass(&service, &sandbox).await;
+        maintenance::pass(&service, runtime.as_ref()).await;
         Ok(Daemon {
             service,
-            sandbox,
+            runtime,
             config,
         })
     }
@@ -104,14 +126,14 @@ impl Daemon {
         });
         let ticker = {
             let service = self.service.clone();
-            let sandbox = self.sandbox.clone();
+            let runtime = self.runtime.clone();
             let interval = self.config.maintenance_interval;
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(interval);
                 tick.tick().await;
                 loop {
                     tick.tick().await;
-                    maintenance::pass(&service, &sandbox).await;
+                    maintenance::pass(&service, runtime.as_ref()).await;
                 }
             })
         };

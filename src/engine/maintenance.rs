@@ -6,16 +6,16 @@
 
 use super::recovery;
 use super::service::Service;
-use crate::sandbox::Sandbox;
+use crate::sandbox::ContainerRuntime;
 
 /// One maintenance pass. Runs before the listener opens and then every
 /// `maintenance_interval_seconds`.
-pub async fn pass(service: &Service, sandbox: &Sandbox) {
+pub async fn pass(service: &Service, runtime: &dyn ContainerRuntime) {
     let retention = recovery::Retention {
         keep: service.config.run_retention,
         now: service.clock.now(),
     };
-    let report = recovery::recover(&service.data, sandbox, retention).await;
+    let report = recovery::recover(&service.data, runtime, retention).await;
     if !report.is_empty() {
         tracing::info!(report = %serde_json::to_string(&report).unwrap_or_default(), "recovery pass");
     }

@@ -12,7 +12,6 @@ pub mod verify;
 
 use crate::artifacts::{ArtifactIoError, Artifacts};
 use crate::config::Config;
-use crate::sandbox::Sandbox;
 use crate::sandbox::seccomp::SeccompProfile;
 use crate::store::{Store, StoreError};
 use std::fs::File;
@@ -218,7 +217,8 @@ pub fn audit(root: &Path) -> Result<(), OpenError> {
 pub struct Engine {
     pub config: Config,
     pub data: DataDir,
-    pub sandbox: Sandbox,
+    /// The container runtime: Docker in production, a scripted fake in workflow tests.
+    pub runtime: crate::sandbox::Runtime,
     pub seccomp: SeccompProfile,
 }
 

@@ -5,7 +5,7 @@
 
 use super::{DataDir, WorkerLock};
 use crate::ids;
-use crate::sandbox::{Sandbox, container_name};
+use crate::sandbox::{ContainerRuntime, container_name};
 use crate::staging;
 use crate::verification::{Status, Verification};
 use serde::Serialize;
@@ -68,7 +68,11 @@ pub struct Retention {
 }
 
 /// Runs one recovery pass over `data`, then removes one-shot results older than the retention.
-pub async fn recover(data: &DataDir, sandbox: &Sandbox, retention: Retention) -> Report {
+pub async fn recover(
+    data: &DataDir,
+    runtime: &dyn ContainerRuntime,
+    retention: Retention,
+) -> Report {
     let mut report = Report::default();
     let running = match data.store.running().await {
         Ok(r) => r,
@@ -97,10 +101,10 @@ pub async fn recover(data: &DataDir, sandbox: &Sandbox, retention: Retention) ->
             }
         };
         report.interrupted.push(v.verification_id.clone());
-        recover_one(data, sandbox, v, &mut report).await;
+        recover_one(data, runtime, v, &mut report).await;
         drop(lock);
     }
-    sweep(data, sandbox, &mut report).await;
+    sweep(data, runtime, &mut report).await;
     expire_results(data, retention, &mut report).await;
     report
 }
@@ -138,10 +142,15 @@ async fn expire_results(data: &DataDir, retention: Retention, report: &mut Repor
     }
 }
 
-async fn recover_one(data: &DataDir, sandbox: &Sandbox, v: Verification, report: &mut Report) {
+async fn recover_one(
+    data: &DataDir,
+    runtime: &dyn ContainerRuntime,
+    v: Verification,
+    report: &mut Report,
+) {
     let id = v.verification_id.clone();
     // Destroy first: nothing is decided while a container of this run may still exist.
-    match sandbox
+    match runtime
         .destroy(&container_name(&v.creation_key), &v.creation_key)
         .await
     {
@@ -243,8 +252,8 @@ fn remove_checkout(data: &DataDir, key: &str, report: &mut Report) {
 
 /// Orphans: containers of this instance whose key is unknown or terminal, checkouts and lock
 /// files no live worker owns, and temp files of interrupted artifact writes.
-async fn sweep(data: &DataDir, sandbox: &Sandbox, report: &mut Report) {
-    match sandbox.list_managed(&data.instance_id).await {
+async fn sweep(data: &DataDir, runtime: &dyn ContainerRuntime, report: &mut Report) {
+    match runtime.list_managed(&data.instance_id).await {
         Ok(containers) => {
             for c in containers {
                 let key = c.creation_key.clone().unwrap_or_default();
@@ -264,7 +273,7 @@ async fn sweep(data: &DataDir, sandbox: &Sandbox, report: &mut Report) {
                 if !orphan {
                     continue;
                 }
-                match sandbox.destroy(&container_name(&key), &key).await {
+                match runtime.destroy(&container_name(&key), &key).await {
                     Ok(_) => report.containers_destroyed.push(c.id),
                     Err(e) => report
                         .failures

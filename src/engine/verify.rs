@@ -7,7 +7,7 @@ use crate::config::Profile;
 use crate::domain::verification::{Context, SourceCheck, Unfinished, classify};
 use crate::ids;
 use crate::limits;
-use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity};
+use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity, WorkspaceSource};
 use crate::staging::{self, Repo};
 use crate::verification::{self, Status, Verification};
 use std::path::PathBuf;
@@ -111,7 +111,7 @@ impl Engine {
             .map_err(|e| refuse(format!("profile: {e}")))?
             .clone();
         let image_id = self
-            .sandbox
+            .runtime
             .image_id(&profile.image)
             .await
             .map_err(|e| refuse(e.to_string()))?;
@@ -345,7 +345,7 @@ impl Engine {
                 verification_id: v.verification_id.clone(),
                 instance_id: self.data.instance_id.clone(),
                 argv: p.spec.command(&p.profile.setup_script, &p.argv),
-                workspace: checkout.tree.clone(),
+                workspace: WorkspaceSource::HostBind(checkout.tree.clone()),
             },
         };
         let mut on_phase = |ph: Phase| match ph {
@@ -355,7 +355,7 @@ impl Engine {
         };
         let timeout = Duration::from_secs(p.timeout_seconds);
         let outcome = match self
-            .sandbox
+            .runtime
             .run(&spec, timeout, &mut on_phase, cancel)
             .await
         {

@@ -5,8 +5,12 @@
 //! (explicit removal confirmed by listing by label, plus a guard for panics and dropped futures).
 
 pub mod capture;
+pub mod fake;
 pub mod images;
+pub mod runtime;
 pub mod seccomp;
+
+pub use runtime::{ContainerRuntime, Runtime};
 
 use crate::limits;
 use bollard::Docker;
@@ -67,6 +71,9 @@ pub enum SandboxError {
     },
     #[error("image build failed: {0}")]
     Build(String),
+    /// A runtime other than Docker (the scripted fake) failed.
+    #[error("container runtime failed: {0}")]
+    Runtime(String),
 }
 
 fn docker_err(op: &'static str) -> impl FnOnce(DockerError) -> SandboxError {
@@ -104,8 +111,16 @@ pub struct RunIdentity {
     pub instance_id: String,
     /// The command (the setup script wrapper plus the verification's argv).
     pub argv: Vec<String>,
-    /// Host directory bind-mounted read-write at `working_dir`: the job's disposable checkout.
-    pub workspace: PathBuf,
+    /// The job's disposable checkout, mounted read-write at `working_dir`.
+    pub workspace: WorkspaceSource,
+}
+
+/// How a job's checkout reaches its container. Today the engine shares this host's filesystem,
+/// so the checkout is bind-mounted; a remote engine or a Kubernetes backend would upload it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkspaceSource {
+    /// A host directory bind-mounted into the container.
+    HostBind(PathBuf),
 }
 
 /// Everything needed to create one hardened job container.
@@ -133,7 +148,7 @@ pub fn hashed_form(spec: &RuntimeSpec) -> serde_json::Value {
         verification_id: String::new(),
         instance_id: String::new(),
         argv: Vec::new(),
-        workspace: PathBuf::new(),
+        workspace: WorkspaceSource::HostBind(PathBuf::new()),
     };
     let mut v = serde_json::to_value(render(spec, &placeholder)).expect("a create body serializes");
     for field in PER_RUN_FIELDS {
@@ -662,7 +677,9 @@ pub fn render(spec: &RuntimeSpec, run: &RunIdentity) -> ContainerCreateBody {
         )])),
         mounts: Some(vec![Mount {
             target: Some(spec.working_dir.clone()),
-            source: Some(run.workspace.to_string_lossy().into_owned()),
+            source: Some(match &run.workspace {
+                WorkspaceSource::HostBind(dir) => dir.to_string_lossy().into_owned(),
+            }),
             typ: Some(MountType::BIND),
             read_only: Some(false),
             bind_options: Some(MountBindOptions {
@@ -733,7 +750,7 @@ mod tests {
                 verification_id: "v".into(),
                 instance_id: "i".into(),
                 argv: vec!["true".into()],
-                workspace: PathBuf::from("/data/checkouts/k/mnt/tree"),
+                workspace: WorkspaceSource::HostBind(PathBuf::from("/data/checkouts/k/mnt/tree")),
             },
         )
     }

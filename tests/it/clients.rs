@@ -4,7 +4,7 @@
 
 use crate::http::{call, call_raw, request};
 use crate::serve::{ALICE, Server, cand, conflicted};
-use crate::support::*;
+use crate::support::{BIN, git};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -24,12 +24,9 @@ fn open_fds(pid: u32) -> usize {
 
 #[test]
 fn a_thousand_idle_and_slow_connections_do_not_starve_the_daemon() {
-    if !docker() {
-        return;
-    }
     raise_own_fd_limit();
     // Default limits: max_connections 512, 10 s to send headers, 30 s for the body.
-    let s = Server::start();
+    let s = Server::fake();
     let mut held = Vec::new();
     for i in 0..1000 {
         let Ok(mut c) = TcpStream::connect(&s.addr) else {
@@ -85,10 +82,7 @@ fn read_until_closed(c: &mut TcpStream, limit: Duration) -> (Vec<u8>, Duration) 
 
 #[test]
 fn header_body_and_idle_timeouts_close_slow_clients() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start_with(
+    let s = Server::fake_with(
         "header_read_timeout_seconds = 2\nbody_read_timeout_seconds = 2\nkeep_alive_idle_seconds = 3\nmax_connections = 4\n",
     );
     // Slow headers: closed by the header timeout, no response.
@@ -130,10 +124,7 @@ fn header_body_and_idle_timeouts_close_slow_clients() {
 
 #[test]
 fn bodies_must_be_objects_and_errors_name_the_field() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start();
+    let s = Server::fake();
     let (cid, version, _) = conflicted(&s);
     // Positional arrays would bind fields by order and bypass unknown-field refusal.
     for (method, body) in [
@@ -201,10 +192,7 @@ fn bodies_must_be_objects_and_errors_name_the_field() {
 
 #[test]
 fn two_authorization_headers_are_refused() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start();
+    let s = Server::fake();
     let mut c = TcpStream::connect(&s.addr).unwrap();
     let body = br#"{"workspace_id":"ws1"}"#;
     write!(
@@ -248,10 +236,7 @@ fn duplicate_token_hashes_are_refused_at_start_up() {
 
 #[test]
 fn unsafe_and_ambiguous_resolution_paths_are_refused_and_real_docs_are_not_conflicts() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start();
+    let s = Server::fake();
     let (cid, version, _) = conflicted(&s);
     let batches = [
         json!([{"path": ":(glob)*", "content": "x"}]),
@@ -331,10 +316,7 @@ fn real_rst_with_seven_equals() -> String {
 
 #[test]
 fn target_refs_git_would_refuse_are_refused_at_prepare() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start();
+    let s = Server::fake();
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("a.txt", "a\n")]);
     let sub = s.evidence("run_a", &base, &a, None);
@@ -356,10 +338,7 @@ fn target_refs_git_would_refuse_are_refused_at_prepare() {
 
 #[test]
 fn another_workspaces_packet_looks_exactly_like_a_missing_one() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start();
+    let s = Server::fake();
     let base = s.head();
     // carol records a packet in ws2 (its own repository).
     let repo2 = s.dir.path().join("repo2");
@@ -399,10 +378,7 @@ fn another_workspaces_packet_looks_exactly_like_a_missing_one() {
 
 #[test]
 fn internal_errors_return_an_id_and_keep_host_details_in_the_log() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start();
+    let s = Server::fake();
     // Git cannot create refs under refs/airlock when a file stands there.
     std::fs::create_dir_all(s.repo.join(".git/refs")).unwrap();
     std::fs::write(s.repo.join(".git/refs/airlock"), "not a directory").unwrap();
@@ -434,10 +410,7 @@ fn internal_errors_return_an_id_and_keep_host_details_in_the_log() {
 
 #[test]
 fn criss_cross_inputs_merge_as_git_merge_does() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start();
+    let s = Server::fake();
     let r = &s.repo;
     let lines = |l1: &str, l5: &str, l9: &str| format!("{l1}\nb\nc\nd\n{l5}\nf\ng\nh\n{l9}\n");
     std::fs::write(r.join("f.txt"), lines("a", "e", "i")).unwrap();
@@ -503,10 +476,7 @@ fn criss_cross_inputs_merge_as_git_merge_does() {
 
 #[test]
 fn the_maintenance_pass_packs_airlocks_refs_and_leaves_others_loose() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start_with("maintenance_interval_seconds = 1\n");
+    let s = Server::fake_with("maintenance_interval_seconds = 1\n");
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("a.txt", "a\n")]);
     let sub = s.evidence("run_a", &base, &a, None);

@@ -1,4 +1,7 @@
-//! Candidate verification and delivery through the daemon: real HTTP, real Docker, real git.
+//! Candidate verification and delivery through the daemon: real HTTP, real git, real SQLite.
+//! Tests of workflow logic (validation, idempotency, the override rule's inputs, delivery,
+//! receipts, crash reconciliation) run jobs on the scripted fake runtime; tests of running work
+//! (cancellation, shutdown, a daemon killed mid-run, source changes during a run) on real Docker.
 
 use crate::serve::{ALICE, DAVE, RUN_A, Server, cand, wait_for};
 use crate::support::*;
@@ -112,10 +115,7 @@ fn wait_container_of(s: &Server, cid: &str, vid: &str) -> String {
 
 #[test]
 fn verify_refuses_wrong_revisions_and_bad_requests() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start();
+    let s = Server::fake();
     let (cid, rev, base) = frozen(&s);
     let body = |rev: &str, argv: Value, timeout: Value| {
         json!({"workspace_id": "ws1", "candidate_id": cid,
@@ -252,10 +252,7 @@ fn failing_then_passing_verifications_and_the_override_rule() {
 
 #[test]
 fn expired_pass_is_refused_and_decide_is_human_only() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start();
+    let s = Server::fake();
     let (cid, rev, _) = frozen(&s);
     let vid = verify(&s, &cid, &rev, &["true"], 60, "v");
     assert_eq!(settled(&s, &cid, &vid)["status"], "passed");
@@ -310,11 +307,8 @@ fn expired_pass_is_refused_and_decide_is_human_only() {
 
 #[test]
 fn deliver_lands_once_refuses_a_moved_target_and_proposals_leave_it_alone() {
-    if !docker() {
-        return;
-    }
     // update_ref: two concurrent delivers land exactly once.
-    let s = Server::start();
+    let s = Server::fake();
     let (cid, rev, base) = frozen(&s);
     let (id, version) = approved_request(&s, &cid, &rev, "update_ref");
     let (a, b) = std::thread::scope(|sc| {
@@ -364,7 +358,7 @@ fn deliver_lands_once_refuses_a_moved_target_and_proposals_leave_it_alone() {
     assert_eq!(&cand(&again)["delivery_receipt"], ra);
 
     // A moved target is refused with nothing changed.
-    let s = Server::start();
+    let s = Server::fake();
     let (cid, rev, base) = frozen(&s);
     let (id, version) = approved_request(&s, &cid, &rev, "update_ref");
     let moved = s.agent_commit("hotfix", &base, &[("hotfix.txt", "urgent\n")]);
@@ -388,7 +382,7 @@ fn deliver_lands_once_refuses_a_moved_target_and_proposals_leave_it_alone() {
     );
 
     // Proposal: the target is untouched; the public proposal ref points at the candidate.
-    let s = Server::start();
+    let s = Server::fake();
     let (cid, rev, base) = frozen(&s);
     let (id, version) = approved_request(&s, &cid, &rev, "proposal");
     let v = s.ok(
@@ -413,10 +407,7 @@ fn deliver_lands_once_refuses_a_moved_target_and_proposals_leave_it_alone() {
 
 #[test]
 fn a_crash_between_the_ref_transaction_and_the_save_is_reconciled_from_the_receipt() {
-    if !docker() {
-        return;
-    }
-    let mut s = Server::start();
+    let mut s = Server::fake();
     let (cid, rev, _) = frozen(&s);
     let (id, version) = approved_request(&s, &cid, &rev, "update_ref");
     s.restart(Some("deliver_after_refs"));
@@ -611,10 +602,7 @@ fn a_daemon_killed_mid_verification_recovers_it_as_error_without_rerunning() {
 
 #[test]
 fn a_positional_array_body_cannot_decide_a_request() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start();
+    let s = Server::fake();
     let (cid, rev, _) = frozen(&s);
     let vid = verify(&s, &cid, &rev, &["true"], 60, "v");
     assert_eq!(settled(&s, &cid, &vid)["status"], "passed");
@@ -639,10 +627,7 @@ fn a_positional_array_body_cannot_decide_a_request() {
 
 #[test]
 fn verification_is_refused_with_resource_exhausted_when_the_data_dir_is_short_of_space() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start_with("min_free_bytes = 1000000000000000000\n");
+    let s = Server::fake_with("min_free_bytes = 1000000000000000000\n");
     let (cid, rev, _) = frozen(&s);
     let m = s.err(
         ALICE,

@@ -6,6 +6,7 @@ mod clients;
 mod delivery;
 mod hardening;
 mod http;
+mod inprocess;
 mod recovery;
 mod refusals;
 mod runner;

@@ -29,14 +29,31 @@ pub struct Server {
     pub clock: PathBuf,
     pub addr: String,
     child: Option<Child>,
+    /// Jobs run on the scripted fake runtime (workflow tests need no Docker engine).
+    fake: bool,
 }
 
 impl Server {
+    /// A daemon on real Docker.
     pub fn start() -> Server {
         Self::start_with("")
     }
 
     pub fn start_with(extra: &str) -> Server {
+        Self::launch(extra, false)
+    }
+
+    /// A daemon whose jobs run on the scripted fake runtime (`airlock::sandbox::fake`): for
+    /// tests of workflow logic only, never of sandbox limits, lifecycle or recovery.
+    pub fn fake() -> Server {
+        Self::launch("", true)
+    }
+
+    pub fn fake_with(extra: &str) -> Server {
+        Self::launch(extra, true)
+    }
+
+    fn launch(extra: &str, fake: bool) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let repo = dir.path().join("repo");
         let repo2 = dir.path().join("repo2");
@@ -79,6 +96,7 @@ impl Server {
             clock,
             addr: String::new(),
             child: None,
+            fake,
         };
         s.restart(None);
         s
@@ -96,6 +114,11 @@ impl Server {
             .stderr(Stdio::null());
         if let Some(c) = crash_at {
             cmd.env("AIRLOCK_CRASH_AT", c);
+        }
+        if self.fake {
+            cmd.env("AIRLOCK_TEST_FAKE_RUNTIME", "1");
+        } else {
+            cmd.env_remove("AIRLOCK_TEST_FAKE_RUNTIME");
         }
         // The daemon dies with the test's thread, and a watchdog kills it if the test hangs.
         airlock::process::dies_with_parent(&mut cmd);
@@ -252,10 +275,7 @@ pub fn cand(v: &Value) -> &Value {
 
 #[test]
 fn clean_multi_input_assembly_freezes_on_the_target() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start();
+    let s = Server::fake();
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("a.txt", "from a\n")]);
     let b = s.agent_commit("b", &base, &[("b.txt", "from b\n")]);
@@ -321,10 +341,7 @@ fn clean_multi_input_assembly_freezes_on_the_target() {
 
 #[test]
 fn conflict_then_resolution_in_two_batches() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start();
+    let s = Server::fake();
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("x.txt", "A\n"), ("y.txt", "A\n")]);
     let b = s.agent_commit(
@@ -457,10 +474,7 @@ pub fn conflicted(s: &Server) -> (String, u64, String) {
 
 #[test]
 fn unsafe_resolutions_are_refused_and_change_nothing() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start();
+    let s = Server::fake();
     let (cid, version, _) = conflicted(&s);
     let bad_files = [
         json!({"path": "/etc/passwd", "content": "x"}),
@@ -525,10 +539,7 @@ fn unsafe_resolutions_are_refused_and_change_nothing() {
 
 #[test]
 fn exact_retries_after_crashes_mid_prepare_and_mid_resolve() {
-    if !docker() {
-        return;
-    }
-    let mut s = Server::start();
+    let mut s = Server::fake();
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("f.txt", "A\n")]);
     let b = s.agent_commit("b", &base, &[("f.txt", "B\n")]);
@@ -599,10 +610,7 @@ fn exact_retries_after_crashes_mid_prepare_and_mid_resolve() {
 
 #[test]
 fn authentication_membership_and_admission() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start();
+    let s = Server::fake();
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("a.txt", "a\n")]);
     let sub = s.evidence("run_a", &base, &a, None);
@@ -721,10 +729,7 @@ fn authentication_membership_and_admission() {
 
 #[test]
 fn submissions_are_validated_against_durable_packets() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start();
+    let s = Server::fake();
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("a.txt", "a\n")]);
     let b = s.agent_commit("b", &base, &[("b.txt", "b\n")]);
@@ -793,10 +798,7 @@ fn submissions_are_validated_against_durable_packets() {
 
 #[test]
 fn bodies_fields_list_bounds_and_health() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start();
+    let s = Server::fake();
     let base = s.head();
     // Unknown fields are refused, naming the field.
     let m = s.err(
@@ -912,10 +914,7 @@ fn bodies_fields_list_bounds_and_health() {
 
 #[test]
 fn evidence_idempotency_and_show() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start();
+    let s = Server::fake();
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("a.txt", "a\n")]);
     let body = json!({"workspace_id": "ws1", "run_id": "run_a", "base_revision": base, "revision": a,
@@ -968,10 +967,7 @@ fn evidence_idempotency_and_show() {
 
 #[test]
 fn patch_is_truncated_at_one_mebibyte() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start();
+    let s = Server::fake();
     let base = s.head();
     let big: String = (0..40_000)
         .map(|i| format!("line {i} of a large generated file\n"))
@@ -1002,10 +998,7 @@ fn patch_is_truncated_at_one_mebibyte() {
 
 #[test]
 fn delete_fences_first_then_removes_owned_state() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start();
+    let s = Server::fake();
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("a.txt", "a\n")]);
     let b = s.agent_commit("b", &base, &[("a.txt", "b\n")]);
@@ -1056,10 +1049,7 @@ fn delete_fences_first_then_removes_owned_state() {
 
 #[test]
 fn expiry_with_an_injectable_clock() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start_with("maintenance_interval_seconds = 1");
+    let s = Server::fake_with("maintenance_interval_seconds = 1");
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("a.txt", "a\n")]);
     let sub = s.evidence("run_a", &base, &a, None);
@@ -1142,10 +1132,7 @@ pub fn wait_for(mut f: impl FnMut() -> bool, what: &str) {
 
 #[test]
 fn graceful_shutdown_exits_cleanly_and_state_survives_a_restart() {
-    if !docker() {
-        return;
-    }
-    let mut s = Server::start();
+    let mut s = Server::fake();
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("a.txt", "a\n")]);
     let sub = s.evidence("run_a", &base, &a, None);
@@ -1167,10 +1154,7 @@ fn graceful_shutdown_exits_cleanly_and_state_survives_a_restart() {
 
 #[test]
 fn stale_git_locks_are_cleared_at_start_up_and_missing_owned_refs_make_a_candidate_unavailable() {
-    if !docker() {
-        return;
-    }
-    let mut s = Server::start();
+    let mut s = Server::fake();
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("a.txt", "a\n")]);
     let sub = s.evidence("run_a", &base, &a, None);
@@ -1225,10 +1209,7 @@ fn stale_git_locks_are_cleared_at_start_up_and_missing_owned_refs_make_a_candida
 
 #[test]
 fn owned_transcripts_are_capped_per_candidate() {
-    if !docker() {
-        return;
-    }
-    let s = Server::start();
+    let s = Server::fake();
     let base = s.head();
     // Two transcripts of 9 MiB each: each is allowed, together they exceed the 16 MiB cap.
     let big = "t".repeat(9 * 1024 * 1024);

@@ -1,0 +1,153 @@
+//! A scripted container runtime for workflow tests. A job's *argv* says what the fake does, so a
+//! test drives it through the real API exactly as it would drive Docker:
+//!
+//! - `fake-exit <code> [output]`: exits with `code`, printing `output`;
+//! - `fake-write <path> <content>`: writes `content` to `path` in the workspace, then exits 0
+//!   (so the real source check sees a changed tracked file);
+//! - `fake-oom`: killed for memory (exit 137, OOM);
+//! - `fake-hang`: runs until the deadline (timed out) or a cancel (cancelled);
+//! - `fake-fail <message>`: the runtime itself fails;
+//! - anything else: exits 0 with no output.
+//!
+//! Every image exists (its id is `sha256:fake:<reference>`). The fake never touches Docker, so a
+//! test on it proves workflow logic, never a sandbox limit.
+
+use super::capture::OutputCapture;
+use super::runtime::{BoxFuture, ContainerRuntime};
+use super::{
+    ContainerSpec, JobEnd, JobOutcome, ManagedContainer, Phase, SandboxError, WorkspaceSource,
+};
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// The scripted runtime.
+#[derive(Default)]
+pub struct FakeRuntime {
+    /// Creation keys of jobs "running" now.
+    live: Mutex<HashSet<String>>,
+}
+
+impl FakeRuntime {
+    pub fn new() -> FakeRuntime {
+        FakeRuntime::default()
+    }
+}
+
+/// The verification argv inside the container command (after a setup-script wrapper, if any).
+fn job_argv(spec: &ContainerSpec) -> &[String] {
+    let argv = &spec.run.argv;
+    match argv.iter().position(|a| a == "airlock-setup") {
+        Some(i) => &argv[i + 1..],
+        None => argv,
+    }
+}
+
+impl ContainerRuntime for FakeRuntime {
+    fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, SandboxError>> {
+        Box::pin(async move { Ok(format!("sha256:fake:{image}")) })
+    }
+
+    fn run<'a>(
+        &'a self,
+        spec: &'a ContainerSpec,
+        timeout: Duration,
+        phase: &'a mut (dyn FnMut(Phase) + Send),
+        mut cancel: watch::Receiver<bool>,
+    ) -> BoxFuture<'a, Result<JobOutcome, SandboxError>> {
+        Box::pin(async move {
+            let key = spec.run.creation_key.clone();
+            self.live
+                .lock()
+                .expect("the fake's set is never poisoned")
+                .insert(key.clone());
+            phase(Phase::Created {
+                container_id: format!("fake-{key}"),
+            });
+            phase(Phase::Started);
+            let started = Instant::now();
+            let argv = job_argv(spec);
+            let arg = |i: usize| argv.get(i).cloned().unwrap_or_default();
+            let mut output = OutputCapture::new();
+            let end = match argv.first().map(String::as_str) {
+                Some("fake-exit") => {
+                    output.push(arg(2).as_bytes());
+                    Ok(JobEnd::Exited {
+                        code: arg(1).parse().unwrap_or(1),
+                        oom_killed: false,
+                    })
+                }
+                Some("fake-write") => {
+                    let WorkspaceSource::HostBind(dir) = &spec.run.workspace;
+                    match std::fs::write(dir.join(arg(1)), arg(2)) {
+                        Ok(()) => Ok(JobEnd::Exited {
+                            code: 0,
+                            oom_killed: false,
+                        }),
+                        Err(e) => Err(SandboxError::Runtime(format!("fake-write: {e}"))),
+                    }
+                }
+                Some("fake-oom") => Ok(JobEnd::Exited {
+                    code: 137,
+                    oom_killed: true,
+                }),
+                Some("fake-hang") => Ok(tokio::select! {
+                    _ = tokio::time::sleep(timeout) => JobEnd::TimedOut,
+                    _ = cancel.wait_for(|c| *c) => JobEnd::Cancelled,
+                }),
+                Some("fake-fail") => Err(SandboxError::Runtime(arg(1))),
+                _ => Ok(JobEnd::Exited {
+                    code: 0,
+                    oom_killed: false,
+                }),
+            };
+            self.live
+                .lock()
+                .expect("the fake's set is never poisoned")
+                .remove(&key);
+            let end = end?;
+            phase(Phase::Destroyed);
+            Ok(JobOutcome {
+                end,
+                output: output.finish(),
+                container_id: format!("fake-{key}"),
+                observed_image: spec.runtime.image_id.clone(),
+                duration: started.elapsed(),
+            })
+        })
+    }
+
+    fn destroy<'a>(
+        &'a self,
+        _name: &'a str,
+        creation_key: &'a str,
+    ) -> BoxFuture<'a, Result<usize, SandboxError>> {
+        Box::pin(async move {
+            let removed = self
+                .live
+                .lock()
+                .expect("the fake's set is never poisoned")
+                .remove(creation_key);
+            Ok(usize::from(removed))
+        })
+    }
+
+    fn list_managed<'a>(
+        &'a self,
+        _instance_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<ManagedContainer>, SandboxError>> {
+        Box::pin(async move {
+            Ok(self
+                .live
+                .lock()
+                .expect("the fake's set is never poisoned")
+                .iter()
+                .map(|k| ManagedContainer {
+                    id: format!("fake-{k}"),
+                    creation_key: Some(k.clone()),
+                })
+                .collect())
+        })
+    }
+}

@@ -1,0 +1,78 @@
+//! The container runtime seam: the surface the engine uses to run jobs and recover from
+//! crashes. [`super::Sandbox`] implements it on real Docker; [`super::fake::FakeRuntime`] is a
+//! scripted stand-in for workflow tests (assembly, authorization, idempotency, expiry,
+//! delivery), never for sandbox limits, container lifecycle or recovery, which are proven on
+//! Docker.
+
+use super::{ContainerSpec, JobOutcome, ManagedContainer, Phase, SandboxError};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// A boxed future, so the trait can be used as `dyn ContainerRuntime`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Runs hardened jobs and finds what is left of them after a crash.
+pub trait ContainerRuntime: Send + Sync {
+    /// The id of an image reference, or [`SandboxError::ImageMissing`].
+    fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, SandboxError>>;
+
+    /// Runs one job to its end and destroys its container. `phase` is called as the job moves
+    /// on; `cancel` flipping to `true` ends it as cancelled.
+    fn run<'a>(
+        &'a self,
+        spec: &'a ContainerSpec,
+        timeout: Duration,
+        phase: &'a mut (dyn FnMut(Phase) + Send),
+        cancel: watch::Receiver<bool>,
+    ) -> BoxFuture<'a, Result<JobOutcome, SandboxError>>;
+
+    /// Removes every container of a creation key and confirms none remains; returns how many.
+    fn destroy<'a>(
+        &'a self,
+        name: &'a str,
+        creation_key: &'a str,
+    ) -> BoxFuture<'a, Result<usize, SandboxError>>;
+
+    /// The containers of one data dir's instance.
+    fn list_managed<'a>(
+        &'a self,
+        instance_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<ManagedContainer>, SandboxError>>;
+}
+
+/// The runtime as the engine holds it.
+pub type Runtime = Arc<dyn ContainerRuntime>;
+
+impl ContainerRuntime for super::Sandbox {
+    fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, SandboxError>> {
+        Box::pin(super::Sandbox::image_id(self, image))
+    }
+
+    fn run<'a>(
+        &'a self,
+        spec: &'a ContainerSpec,
+        timeout: Duration,
+        phase: &'a mut (dyn FnMut(Phase) + Send),
+        cancel: watch::Receiver<bool>,
+    ) -> BoxFuture<'a, Result<JobOutcome, SandboxError>> {
+        Box::pin(super::Sandbox::run(self, spec, timeout, phase, cancel))
+    }
+
+    fn destroy<'a>(
+        &'a self,
+        name: &'a str,
+        creation_key: &'a str,
+    ) -> BoxFuture<'a, Result<usize, SandboxError>> {
+        Box::pin(super::Sandbox::destroy(self, name, creation_key))
+    }
+
+    fn list_managed<'a>(
+        &'a self,
+        instance_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<ManagedContainer>, SandboxError>> {
+        Box::pin(super::Sandbox::list_managed(self, instance_id))
+    }
+}
