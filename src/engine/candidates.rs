@@ -7,7 +7,7 @@
 //! changes. Deletion and expiry persist their fence before removing anything.
 
 use super::evidence::evidence_ref_name;
-use super::service::{Actor, Admission, Service, ServiceError, parse_time};
+use super::service::{Actor, Admission, Service, ServiceError, blocking, parse_time};
 use crate::artifacts::write_atomic;
 use crate::candidate::MAX_TRANSCRIPT_BYTES;
 use crate::candidate::{
@@ -250,7 +250,7 @@ impl Service {
             ));
         }
         let repo = self.repo(&p.workspace_id);
-        if !repo.is_commit(&p.expected_target_revision) {
+        if !blocking(|| repo.is_commit(&p.expected_target_revision)) {
             return Err(ServiceError::FailedPrecondition(format!(
                 "expected_target_revision {} is not a commit in workspace {:?}",
                 p.expected_target_revision, p.workspace_id
@@ -449,7 +449,7 @@ impl Service {
         }
         let repo = self.repo(ws).clone();
         let started = std::time::Instant::now();
-        if let Err(reason) = self.retain_inputs(&repo, &l.c) {
+        if let Err(reason) = blocking(|| self.retain_inputs(&repo, &l.c)) {
             l.c.state = l.c.state.on(CandidateEvent::LoseEvidence)?;
             l.c.error = Some(reason);
             self.save(&mut l, None, None).await?;
@@ -457,7 +457,7 @@ impl Service {
         }
         super::crash::point(super::crash::CrashPoint::PrepareAfterRetain);
         let retained = started.elapsed();
-        self.assemble(&repo, &mut l)?;
+        blocking(|| self.assemble(&repo, &mut l))?;
         let assembled = started.elapsed() - retained;
         self.save(&mut l, None, None).await?;
         tracing::info!(
@@ -641,13 +641,13 @@ impl Service {
     pub async fn show(&self, actor: &Actor, p: CandidateParams) -> Result<Candidate, ServiceError> {
         self.authorize(actor, &p.workspace_id, Permission::View)?;
         let l = self.load(&p.workspace_id, &p.candidate_id).await?;
-        if self.owned_evidence_problem(&l.c, false)?.is_none() {
+        if blocking(|| self.owned_evidence_problem(&l.c, false))?.is_none() {
             return Ok(l.c);
         }
         let lock = self.candidate_lock(&p.candidate_id);
         let _guard = lock.lock().await;
         let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
-        if let Some(reason) = self.owned_evidence_problem(&l.c, false)? {
+        if let Some(reason) = blocking(|| self.owned_evidence_problem(&l.c, false))? {
             l.c.state = l.c.state.on(CandidateEvent::LoseEvidence)?;
             l.c.error = Some(reason);
             self.save(&mut l, None, None).await?;
@@ -744,12 +744,12 @@ impl Service {
                 l.c.state.as_str()
             )));
         };
-        self.require_owned_evidence(&l.c)?;
-        let (patch, truncated) = self.repo(&p.workspace_id).diff_bounded(
-            &l.c.expected_target_revision,
-            rev,
-            MAX_PATCH_BYTES,
-        )?;
+        let (patch, truncated) = blocking(|| {
+            self.require_owned_evidence(&l.c)?;
+            self.repo(&p.workspace_id)
+                .diff_bounded(&l.c.expected_target_revision, rev, MAX_PATCH_BYTES)
+                .map_err(ServiceError::from)
+        })?;
         Ok(PatchResult { patch, truncated })
     }
 
@@ -894,7 +894,7 @@ impl Service {
                     l.a.conflict_tree.clone().ok_or_else(|| {
                         ServiceError::Internal("conflicted without a tree".into())
                     })?;
-                self.check_resolution_paths(&p.workspace_id, &tree, &p.files)?;
+                blocking(|| self.check_resolution_paths(&p.workspace_id, &tree, &p.files))?;
                 // Durable intent before any Git change.
                 l.a.pending_resolution = Some(PendingResolution {
                     actor_key: actor_key.clone(),
@@ -907,7 +907,7 @@ impl Service {
                 super::crash::point(super::crash::CrashPoint::ResolveAfterIntent);
             }
         }
-        if let Err(e) = self.apply_pending_resolution(&mut l) {
+        if let Err(e) = blocking(|| self.apply_pending_resolution(&mut l)) {
             if matches!(e, ServiceError::InvalidArgument(_)) {
                 // The resolution itself cannot be applied: withdraw the intent so the
                 // candidate is exactly as it was, and say why.
@@ -1102,13 +1102,15 @@ impl Service {
     /// Removes everything a fenced candidate owns, then starts its tombstone retention.
     async fn clean_up_fenced(&self, l: &mut Loaded) -> Result<(), ServiceError> {
         let repo = self.repo(&l.c.workspace_id);
-        let refs = repo.refs_under(&candidate_refs_prefix(&l.c.candidate_id))?;
-        let deletes: Vec<RefOp> = refs
-            .into_iter()
-            .map(|(name, old)| RefOp::Delete { name, old })
-            .collect();
-        repo.update_refs(&deletes)?;
-        match std::fs::remove_dir_all(self.candidate_dir(&l.c.candidate_id)) {
+        blocking(|| {
+            let refs = repo.refs_under(&candidate_refs_prefix(&l.c.candidate_id))?;
+            let deletes: Vec<RefOp> = refs
+                .into_iter()
+                .map(|(name, old)| RefOp::Delete { name, old })
+                .collect();
+            repo.update_refs(&deletes)
+        })?;
+        match blocking(|| std::fs::remove_dir_all(self.candidate_dir(&l.c.candidate_id))) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {

@@ -7,7 +7,7 @@
 //! also creates the receipt ref, then saves the aggregate. A retry or a restart reconciles from the
 //! receipt in Git and never infers success from the target's current value.
 
-use super::service::{Actor, Admission, Service, ServiceError, Worker, parse_time};
+use super::service::{Actor, Admission, Service, ServiceError, Worker, blocking, parse_time};
 use super::verify::{CandidateLink, RunError};
 use crate::candidate::{
     self, Candidate, CandidateState, DeliveryAction, DeliveryReceipt, DeliveryRequest,
@@ -156,7 +156,7 @@ impl Service {
                 p.candidate_revision
             )));
         }
-        self.require_owned_evidence(&c)?;
+        blocking(|| self.require_owned_evidence(&c))?;
         let existing = self.data.store.verifications_of(&c.candidate_id).await?;
         if existing.len() >= MAX_VERIFICATIONS_PER_CANDIDATE {
             return Err(ServiceError::ResourceExhausted(format!(
@@ -481,7 +481,7 @@ impl Service {
                 "a delivery of the current request is in progress".into(),
             ));
         }
-        self.require_owned_evidence(&l.c)?;
+        blocking(|| self.require_owned_evidence(&l.c))?;
         let rows = self.data.store.verifications_of(&l.c.candidate_id).await?;
         let mut expires = parse_time(&l.c.expires_at).unwrap_or_else(|| self.clock.now());
         for (i, id) in p.verification_ids.iter().enumerate() {
@@ -634,7 +634,7 @@ impl Service {
         {
             return self.hydrate(l.c).await;
         }
-        if let Some(receipt) = self.read_receipt(&repo, &req.request_id)? {
+        if let Some(receipt) = blocking(|| self.read_receipt(&repo, &req.request_id))? {
             self.settle_delivery(&mut l, receipt, actor).await?;
             return self.hydrate(l.c).await;
         }
@@ -672,12 +672,12 @@ impl Service {
                 "the request no longer matches the candidate".into(),
             ));
         }
-        self.require_owned_evidence(&l.c)?;
+        blocking(|| self.require_owned_evidence(&l.c))?;
         let rows = self.data.store.verifications_of(&l.c.candidate_id).await?;
         for (i, id) in req.verification_ids.iter().enumerate() {
             self.check_selected(i, id, &rows, &rev)?;
         }
-        let current_target = repo.ref_value(&req.target_ref)?;
+        let current_target = blocking(|| repo.ref_value(&req.target_ref))?;
         if req.action == DeliveryAction::UpdateRef
             && current_target.as_deref() != Some(req.expected_target_revision.as_str())
         {
@@ -714,11 +714,8 @@ impl Service {
             proposal_ref: proposal.clone(),
             created_at: crate::ids::rfc3339(now),
         };
-        let blob = repo.write_blob(
-            serde_json::to_string(&receipt)
-                .expect("a receipt serializes")
-                .as_bytes(),
-        )?;
+        let receipt_json = serde_json::to_string(&receipt).expect("a receipt serializes");
+        let blob = blocking(|| repo.write_blob(receipt_json.as_bytes()))?;
         let mut ops = Vec::new();
         match (&req.action, &proposal) {
             (DeliveryAction::UpdateRef, _) => ops.push(RefOp::Update {
@@ -736,13 +733,13 @@ impl Service {
             name: receipt_ref(&req.request_id),
             new: blob,
         });
-        if let Err(e) = repo.update_refs(&ops) {
+        if let Err(e) = blocking(|| repo.update_refs(&ops)) {
             // Nothing moved (the transaction is atomic). Say why.
-            if let Some(r) = self.read_receipt(&repo, &req.request_id)? {
+            if let Some(r) = blocking(|| self.read_receipt(&repo, &req.request_id))? {
                 self.settle_delivery(&mut l, r, actor).await?;
                 return self.hydrate(l.c).await;
             }
-            let now_target = repo.ref_value(&req.target_ref)?;
+            let now_target = blocking(|| repo.ref_value(&req.target_ref))?;
             if req.action == DeliveryAction::UpdateRef
                 && now_target.as_deref() != Some(req.expected_target_revision.as_str())
             {
@@ -822,7 +819,7 @@ impl Service {
             if req.state != RequestState::Delivering || l.c.delivery_receipt.is_some() {
                 continue;
             }
-            if let Some(r) = self.read_receipt(self.repo(&ws), &req.request_id)? {
+            if let Some(r) = blocking(|| self.read_receipt(self.repo(&ws), &req.request_id))? {
                 let system = Actor::Member {
                     member_id: "airlock-recovery".into(),
                 };

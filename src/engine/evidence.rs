@@ -1,7 +1,7 @@
 //! Evidence packets: a run's retained revision (private ref) and optional transcript
 //! (checksummed artifact), with a bounded lifetime.
 
-use super::service::{Actor, Service, ServiceError, parse_time};
+use super::service::{Actor, Service, ServiceError, blocking, parse_time};
 use crate::artifacts::write_atomic;
 use crate::candidate::{self, EvidencePacket, MAX_TRANSCRIPT_BYTES, SOURCE_GIT, SOURCE_TRANSCRIPT};
 use crate::config::{Permission, is_identifier};
@@ -89,7 +89,7 @@ impl Service {
                     "{field} must be a full lowercase commit id (40 or 64 hex digits)"
                 )));
             }
-            if !repo.is_commit(rev) {
+            if !blocking(|| repo.is_commit(rev)) {
                 return Err(ServiceError::FailedPrecondition(format!(
                     "{field} {rev} is not a commit in workspace {:?}",
                     p.workspace_id
@@ -104,10 +104,12 @@ impl Service {
                 t.len()
             )));
         }
-        let transcript_sha256 = p
-            .transcript
-            .as_ref()
-            .map(|t| hex::encode(Sha256::digest(t.as_bytes())));
+        // Up to 16 MiB: hashed off the async workers' clock.
+        let transcript_sha256 = blocking(|| {
+            p.transcript
+                .as_ref()
+                .map(|t| hex::encode(Sha256::digest(t.as_bytes())))
+        });
         let digest = candidate::digest(&RecordDigest {
             workspace_id: &p.workspace_id,
             run_id: &p.run_id,
@@ -147,20 +149,23 @@ impl Service {
             expires_at: crate::ids::rfc3339(now + self.config.evidence_ttl),
         };
         // Durable retention first; the row that references them last.
-        if let Some(t) = &p.transcript {
-            std::fs::create_dir_all(self.evidence_dir())
-                .map_err(|e| ServiceError::Internal(format!("evidence dir: {e}")))?;
-            write_atomic(
-                &self.evidence_dir(),
-                &format!("{evidence_ref}.transcript"),
-                t.as_bytes(),
-            )
-            .map_err(|e| ServiceError::Internal(format!("transcript: {e}")))?;
-        }
-        repo.update_refs(&[RefOp::Create {
-            name: evidence_ref_name(&evidence_ref),
-            new: p.revision.clone(),
-        }])?;
+        blocking(|| {
+            if let Some(t) = &p.transcript {
+                std::fs::create_dir_all(self.evidence_dir())
+                    .map_err(|e| ServiceError::Internal(format!("evidence dir: {e}")))?;
+                write_atomic(
+                    &self.evidence_dir(),
+                    &format!("{evidence_ref}.transcript"),
+                    t.as_bytes(),
+                )
+                .map_err(|e| ServiceError::Internal(format!("transcript: {e}")))?;
+            }
+            repo.update_refs(&[RefOp::Create {
+                name: evidence_ref_name(&evidence_ref),
+                new: p.revision.clone(),
+            }])
+            .map_err(ServiceError::from)
+        })?;
         let inserted = self
             .data
             .store
@@ -186,11 +191,13 @@ impl Service {
                 result_id,
             } => {
                 // Lost a race with an identical request: drop what we retained, answer theirs.
-                let _ = repo.update_refs(&[RefOp::Delete {
-                    name: evidence_ref_name(&evidence_ref),
-                    old: p.revision.clone(),
-                }]);
-                let _ = std::fs::remove_file(self.transcript_path(&evidence_ref));
+                blocking(|| {
+                    let _ = repo.update_refs(&[RefOp::Delete {
+                        name: evidence_ref_name(&evidence_ref),
+                        old: p.revision.clone(),
+                    }]);
+                    let _ = std::fs::remove_file(self.transcript_path(&evidence_ref));
+                });
                 self.replay_evidence(&d, &digest, &result_id).await
             }
         }
@@ -265,9 +272,10 @@ impl Service {
             }
             let repo = self.repo(&ws);
             let name = evidence_ref_name(&evidence_ref);
-            if let Some(old) = repo.ref_value(&name)? {
-                repo.update_refs(&[RefOp::Delete { name, old }])?;
-            }
+            blocking(|| match repo.ref_value(&name)? {
+                Some(old) => repo.update_refs(&[RefOp::Delete { name, old }]),
+                None => Ok(()),
+            })?;
             match std::fs::remove_file(self.transcript_path(&evidence_ref)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -12,6 +12,7 @@ use serde::Serialize;
 
 pub use crate::domain::verification::INTERRUPTED;
 use crate::domain::verification::Unfinished;
+use crate::engine::service::blocking;
 
 /// What one recovery pass found and did. Printed as JSON by `airlock recover`.
 #[derive(Debug, Default, Serialize)]
@@ -165,7 +166,7 @@ async fn recover_one(
             return;
         }
     }
-    let settled = match data.artifacts.read(&id, &v.creation_key) {
+    let settled = match blocking(|| data.artifacts.read(&id, &v.creation_key)) {
         Ok(Some(body)) => {
             let result = body.result;
             match data.store.settle(&result).await {
@@ -186,7 +187,7 @@ async fn recover_one(
             }
         }
         Ok(None) => mark_error(data, &v, Unfinished::Interrupted, report).await,
-        Err(rejected) => match data.artifacts.quarantine(&id) {
+        Err(rejected) => match blocking(|| data.artifacts.quarantine(&id)) {
             Ok(path) => {
                 report.quarantined.push(path.display().to_string());
                 mark_error(
@@ -244,7 +245,7 @@ fn remove_checkout(data: &DataDir, key: &str, report: &mut Report) {
     if !dir.exists() {
         return;
     }
-    match staging::remove_checkout(&dir) {
+    match blocking(|| staging::remove_checkout(&dir)) {
         Ok(()) => report.checkouts_removed.push(dir.display().to_string()),
         Err(e) => report.failures.push(format!("remove checkout: {e}")),
     }
@@ -296,7 +297,7 @@ async fn sweep(data: &DataDir, runtime: &dyn ContainerRuntime, report: &mut Repo
                         drop(lock);
                         continue;
                     }
-                    match staging::remove_checkout(&entry.path()) {
+                    match blocking(|| staging::remove_checkout(&entry.path())) {
                         Ok(()) => report
                             .checkouts_removed
                             .push(entry.path().display().to_string()),
@@ -319,7 +320,7 @@ async fn sweep(data: &DataDir, runtime: &dyn ContainerRuntime, report: &mut Repo
             }
         }
     }
-    match data.artifacts.sweep_temp() {
+    match blocking(|| data.artifacts.sweep_temp()) {
         Ok(removed) => report
             .temp_files_removed
             .extend(removed.into_iter().map(|p| p.display().to_string())),

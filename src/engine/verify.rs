@@ -260,7 +260,7 @@ impl Engine {
 
         // Durability before acknowledgement: the artifact, then the row.
         let t_artifact = Instant::now();
-        if let Err(e) = self.data.artifacts.write(&v) {
+        if let Err(e) = crate::engine::service::blocking(|| self.data.artifacts.write(&v)) {
             unfinished(&mut v, Unfinished::ArtifactWrite(e.to_string()));
         }
         let artifact_us = t_artifact.elapsed().as_micros() as u64;
