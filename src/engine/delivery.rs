@@ -7,7 +7,9 @@
 //! also creates the receipt ref, then saves the aggregate. A retry or a restart reconciles from the
 //! receipt in Git and never infers success from the target's current value.
 
-use super::service::{Actor, Admission, Service, ServiceError, Worker, blocking, parse_time};
+use super::service::{
+    Actor, Admission, Service, ServiceError, SystemTask, Worker, blocking, parse_time,
+};
 use super::verify::{CandidateLink, RunError};
 use crate::candidate::{
     self, Candidate, CandidateState, DeliveryAction, DeliveryReceipt, DeliveryRequest,
@@ -820,8 +822,8 @@ impl Service {
                 continue;
             }
             if let Some(r) = blocking(|| self.read_receipt(self.repo(&ws), &req.request_id))? {
-                let system = Actor::Member {
-                    member_id: "airlock-recovery".into(),
+                let system = Actor::System {
+                    task: SystemTask::Recovery,
                 };
                 self.settle_delivery(&mut l, r, &system).await?;
                 n += 1;

@@ -93,6 +93,27 @@ pub enum Actor {
         run_id: String,
         workspace_id: String,
     },
+    /// Airlock itself (recovery settling a delivery from its receipt). Never authenticated by a
+    /// token; its key `system:<task>` cannot equal any member's or run's, because configured
+    /// ids never contain ':'.
+    System {
+        task: SystemTask,
+    },
+}
+
+/// What Airlock does on its own behalf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SystemTask {
+    /// The maintenance pass reconciling interrupted deliveries.
+    Recovery,
+}
+
+impl SystemTask {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SystemTask::Recovery => "recovery",
+        }
+    }
 }
 
 impl Actor {
@@ -100,6 +121,7 @@ impl Actor {
     pub fn key(&self) -> String {
         match self {
             Actor::Member { member_id } => format!("member:{member_id}"),
+            Actor::System { task } => format!("system:{}", task.as_str()),
             Actor::Run {
                 run_id,
                 workspace_id,
@@ -346,6 +368,12 @@ impl Service {
                     )));
                 }
             }
+            // Airlock's own passes never go through the API's authorization.
+            Actor::System { .. } => {
+                return Err(ServiceError::PermissionDenied(
+                    "the system actor does not act through the API".into(),
+                ));
+            }
         }
         Ok(ws)
     }
@@ -444,6 +472,24 @@ mod tests {
         );
         assert_eq!(authenticate(&c, "alice-secreT"), None);
         assert_eq!(authenticate(&c, ""), None);
+    }
+
+    #[test]
+    fn the_system_actor_can_never_be_a_configured_member() {
+        let system = Actor::System {
+            task: SystemTask::Recovery,
+        };
+        assert_eq!(system.key(), "system:recovery");
+        // The old stand-in was an ordinary member id anyone could configure.
+        assert!(crate::config::is_identifier("airlock-recovery"));
+        // A member id that would produce a system key is refused by the config.
+        for id in ["system:recovery", "recovery:x"] {
+            assert!(!crate::config::is_identifier(id), "{id}");
+        }
+        let member = Actor::Member {
+            member_id: "system".into(),
+        };
+        assert_ne!(member.key(), system.key());
     }
 
     #[test]
