@@ -105,10 +105,11 @@ pub fn fsync_dir(dir: &Path) -> Result<(), ArtifactIoError> {
 
 impl Artifacts {
     /// Artifacts under `data_dir/artifacts`, creating the directories.
-    pub fn open(data_dir: &Path) -> Result<Artifacts, ArtifactIoError> {
+    /// Artifacts in `dir`, rejected ones moved to `quarantine` (both created if missing).
+    pub fn open(dir: &Path, quarantine: &Path) -> Result<Artifacts, ArtifactIoError> {
         let a = Artifacts {
-            dir: data_dir.join("artifacts").join("verifications"),
-            quarantine: data_dir.join("artifacts").join("quarantine"),
+            dir: dir.to_path_buf(),
+            quarantine: quarantine.to_path_buf(),
         };
         for d in [&a.dir, &a.quarantine] {
             std::fs::create_dir_all(d).map_err(io("create dir", d))?;
@@ -287,7 +288,7 @@ mod tests {
     #[test]
     fn round_trip() {
         let d = tempfile::tempdir().unwrap();
-        let a = Artifacts::open(d.path()).unwrap();
+        let a = Artifacts::open(&d.path().join("v"), &d.path().join("q")).unwrap();
         let v = sample("ver_1", "k1");
         a.write(&v).unwrap();
         assert_eq!(a.read("ver_1", "k1").unwrap().unwrap().result, v);
@@ -298,7 +299,7 @@ mod tests {
     #[test]
     fn every_corruption_is_rejected() {
         let d = tempfile::tempdir().unwrap();
-        let a = Artifacts::open(d.path()).unwrap();
+        let a = Artifacts::open(&d.path().join("v"), &d.path().join("q")).unwrap();
         a.write(&sample("ver_1", "k1")).unwrap();
         let good = std::fs::read(a.path("ver_1")).unwrap();
         // Flip each byte of the output text in turn: any change must be detected.
@@ -330,7 +331,7 @@ mod tests {
     #[test]
     fn temp_leftovers_are_swept() {
         let d = tempfile::tempdir().unwrap();
-        let a = Artifacts::open(d.path()).unwrap();
+        let a = Artifacts::open(&d.path().join("v"), &d.path().join("q")).unwrap();
         let leftover = a.dir.join(format!(".ver_1.json{TEMP_MARKER}abc"));
         std::fs::write(&leftover, b"partial").unwrap();
         assert_eq!(a.sweep_temp().unwrap(), vec![leftover]);

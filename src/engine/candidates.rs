@@ -100,7 +100,7 @@ pub(crate) struct Loaded {
 
 impl Service {
     fn candidate_dir(&self, cid: &str) -> PathBuf {
-        self.data.root.join("candidates").join(cid)
+        self.data.layout.candidate_dir(cid)
     }
 
     /// The candidate, if it belongs to `workspace_id` (otherwise `not_found`).
@@ -511,7 +511,7 @@ impl Service {
             }
         }
         repo.update_refs(&creates).map_err(|e| e.to_string())?;
-        let dir = self.candidate_dir(&c.candidate_id).join("transcripts");
+        let dir = self.data.layout.candidate_transcripts(&c.candidate_id);
         for input in &c.inputs {
             let (Some(tid), Some(sum)) = (&input.transcript_id, &input.transcript_checksum) else {
                 continue;

@@ -48,13 +48,12 @@ pub fn evidence_ref_name(evidence_ref: &str) -> String {
 
 impl Service {
     fn evidence_dir(&self) -> PathBuf {
-        self.data.root.join("evidence")
+        self.data.layout.evidence()
     }
 
     /// Path of a packet's transcript artifact.
     pub fn transcript_path(&self, evidence_ref: &str) -> PathBuf {
-        self.evidence_dir()
-            .join(format!("{evidence_ref}.transcript"))
+        self.data.layout.transcript(evidence_ref)
     }
 
     /// Records an evidence packet (idempotent per actor and key).

@@ -5,6 +5,7 @@ pub mod crash;
 pub mod delivery;
 pub mod environment;
 pub mod evidence;
+pub mod layout;
 pub mod maintenance;
 pub mod recovery;
 pub mod service;
@@ -43,19 +44,12 @@ pub enum OpenError {
     Artifacts(#[from] ArtifactIoError),
 }
 
-/// Directories Airlock keeps beneath its data dir, created in this order.
-pub const DATA_SUBDIRS: [&str; 5] = [
-    "checkouts",
-    "locks",
-    "artifacts",
-    "artifacts/verifications",
-    "artifacts/quarantine",
-];
-
 /// A data directory: database, artifacts, checkouts and worker locks.
 #[derive(Clone)]
 pub struct DataDir {
     pub root: PathBuf,
+    /// Every path beneath `root`.
+    pub layout: layout::DataLayout,
     pub store: Store,
     pub artifacts: Artifacts,
     pub instance_id: String,
@@ -79,7 +73,7 @@ impl DataDir {
         let root = std::fs::canonicalize(root).map_err(dd)?;
         audit(&root)?;
         let beneath = crate::beneath::Root::open(&root).map_err(dd)?;
-        for sub in DATA_SUBDIRS {
+        for sub in layout::SUBDIRS {
             beneath
                 .mkdir(Path::new(sub), 0o700)
                 .map_err(|source| OpenError::DataDir {
@@ -87,11 +81,13 @@ impl DataDir {
                     source,
                 })?;
         }
-        let store = Store::open(&root.join("airlock.db"))?;
-        let artifacts = Artifacts::open(&root)?;
+        let layout = layout::DataLayout::new(&root);
+        let store = Store::open(&layout.database())?;
+        let artifacts = Artifacts::open(&layout.verification_artifacts(), &layout.quarantine())?;
         let instance_id = store.instance_id().await?;
         Ok(DataDir {
             root,
+            layout,
             store,
             artifacts,
             instance_id,
@@ -104,15 +100,15 @@ impl DataDir {
     }
 
     pub fn checkouts(&self) -> PathBuf {
-        self.root.join("checkouts")
+        self.layout.checkouts()
     }
 
     pub fn checkout_dir(&self, creation_key: &str) -> PathBuf {
-        self.checkouts().join(creation_key)
+        self.layout.checkout_dir(creation_key)
     }
 
     pub fn lock_path(&self, creation_key: &str) -> PathBuf {
-        self.root.join("locks").join(format!("{creation_key}.lock"))
+        self.layout.lock_path(creation_key)
     }
 }
 

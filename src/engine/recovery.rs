@@ -311,7 +311,7 @@ async fn sweep(data: &DataDir, runtime: &dyn ContainerRuntime, report: &mut Repo
         }
     }
     // Lock files whose worker died (the kernel released the flock; the file remained).
-    if let Ok(rd) = std::fs::read_dir(data.root.join("locks")) {
+    if let Ok(rd) = std::fs::read_dir(data.layout.locks()) {
         for entry in rd.flatten() {
             let path = entry.path();
             if let Ok(Some(lock)) = WorkerLock::try_acquire(&path) {

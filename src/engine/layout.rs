@@ -1,0 +1,113 @@
+//! Every path beneath the data dir, in one place.
+//!
+//! ```text
+//! <data_dir>/airlock.db                          SQLite (WAL)
+//! <data_dir>/artifacts/verifications/<id>.json   terminal results
+//! <data_dir>/artifacts/quarantine/               rejected artifacts
+//! <data_dir>/checkouts/<key>/                    a job's checkout (disk.img, mnt/tree, index)
+//! <data_dir>/locks/<key>.lock                    a live worker's flock
+//! <data_dir>/evidence/<ref>.transcript           evidence packet transcripts
+//! <data_dir>/candidates/<id>/transcripts/<i>     candidate-owned transcript copies
+//! ```
+
+use std::path::{Path, PathBuf};
+
+/// Directories Airlock keeps beneath its data dir, created (without following symlinks) in
+/// this order when the data dir is opened.
+pub const SUBDIRS: [&str; 7] = [
+    "checkouts",
+    "locks",
+    "artifacts",
+    "artifacts/verifications",
+    "artifacts/quarantine",
+    "evidence",
+    "candidates",
+];
+
+/// The paths of one data dir.
+#[derive(Debug, Clone)]
+pub struct DataLayout {
+    root: PathBuf,
+}
+
+impl DataLayout {
+    /// The layout of the (canonical) data dir `root`.
+    pub fn new(root: &Path) -> DataLayout {
+        DataLayout {
+            root: root.to_path_buf(),
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn database(&self) -> PathBuf {
+        self.root.join("airlock.db")
+    }
+
+    pub fn checkouts(&self) -> PathBuf {
+        self.root.join("checkouts")
+    }
+
+    pub fn checkout_dir(&self, creation_key: &str) -> PathBuf {
+        self.checkouts().join(creation_key)
+    }
+
+    pub fn locks(&self) -> PathBuf {
+        self.root.join("locks")
+    }
+
+    pub fn lock_path(&self, creation_key: &str) -> PathBuf {
+        self.locks().join(format!("{creation_key}.lock"))
+    }
+
+    pub fn verification_artifacts(&self) -> PathBuf {
+        self.root.join("artifacts").join("verifications")
+    }
+
+    pub fn quarantine(&self) -> PathBuf {
+        self.root.join("artifacts").join("quarantine")
+    }
+
+    pub fn evidence(&self) -> PathBuf {
+        self.root.join("evidence")
+    }
+
+    pub fn transcript(&self, evidence_ref: &str) -> PathBuf {
+        self.evidence().join(format!("{evidence_ref}.transcript"))
+    }
+
+    pub fn candidate_dir(&self, candidate_id: &str) -> PathBuf {
+        self.root.join("candidates").join(candidate_id)
+    }
+
+    pub fn candidate_transcripts(&self, candidate_id: &str) -> PathBuf {
+        self.candidate_dir(candidate_id).join("transcripts")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_path_lies_beneath_the_root_in_a_known_subdir() {
+        let l = DataLayout::new(Path::new("/d"));
+        for p in [
+            l.checkout_dir("k"),
+            l.lock_path("k"),
+            l.verification_artifacts(),
+            l.quarantine(),
+            l.transcript("e"),
+            l.candidate_transcripts("c"),
+        ] {
+            let rel = p.strip_prefix("/d").unwrap().to_string_lossy().into_owned();
+            assert!(
+                SUBDIRS.iter().any(|s| rel.starts_with(s)),
+                "{rel} is not under a listed subdir"
+            );
+        }
+        assert_eq!(l.database(), Path::new("/d/airlock.db"));
+    }
+}
