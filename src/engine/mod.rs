@@ -1,10 +1,8 @@
 //! Workflows: where configuration, git, the sandbox, artifacts and the store meet.
 
-pub mod candidates;
 pub mod crash;
-pub mod delivery;
 pub mod environment;
-pub mod evidence;
+pub mod integration;
 pub mod layout;
 pub mod maintenance;
 pub mod recovery;

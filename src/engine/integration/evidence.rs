@@ -1,10 +1,10 @@
 //! Evidence packets: a run's retained revision (private ref) and optional transcript
 //! (checksummed artifact), with a bounded lifetime.
 
-use super::service::{Actor, Service, ServiceError, blocking, parse_time};
 use crate::artifacts::write_atomic;
 use crate::candidate::{self, EvidencePacket, MAX_TRANSCRIPT_BYTES, SOURCE_GIT, SOURCE_TRANSCRIPT};
 use crate::config::{Permission, is_identifier};
+use crate::engine::service::{Actor, Service, ServiceError, blocking, parse_time};
 use crate::staging::plumbing::RefOp;
 use crate::store::{Binding, Inserted};
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,362 @@
+//! Candidate integration (seed 001), one workflow per module over the shared [`Service`]:
+//! `evidence` (packets), `prepare` (validate, persist, retain), `assembly` (the merge loop),
+//! `read` (show, list, patch), `resolve`, `lifecycle` (delete, expiry, tombstones),
+//! `verification` (candidate verifications and their workers) and `delivery` (request, decide,
+//! deliver, receipts). This module holds what they share: the wire parameters, candidate-owned
+//! ref names, loading and compare-and-set saving of the aggregate, and the owned-evidence check.
+//!
+//! Durable order: the `preparing` aggregate (with its ordered inputs) is saved before any Git
+//! change; candidate-owned refs and transcript copies are made next, and every later step uses
+//! only those; assembly steps are deterministic (fixed commit identity and time), so a step
+//! repeated after a crash produces the same objects. A resolution's intent is saved before Git
+//! changes. Deletion and expiry persist their fence before removing anything.
+
+pub mod assembly;
+pub mod delivery;
+pub mod evidence;
+pub mod lifecycle;
+pub mod prepare;
+pub mod read;
+pub mod resolve;
+pub mod verification;
+
+use crate::artifacts::write_atomic;
+use crate::candidate::{
+    self, Assembly, CANDIDATE_LIFETIME, Candidate, CandidateEvent, CandidateInput, CandidateState,
+    CandidateSummary, DeliveryAction, DeliveryReceipt, DeliveryRequest, MAX_AGGREGATE_BYTES,
+    MAX_PATCH_BYTES, MAX_REQUEST_VERIFICATIONS, MAX_RESOLVE_FILES, MAX_SNAPSHOT_BYTES,
+    MAX_SUBMISSIONS, MAX_TRANSCRIPT_BYTES, MAX_VERIFICATIONS_PER_CANDIDATE, Mutation,
+    PendingResolution, RequestEvent, RequestState, ResolveFile, SOURCE_GIT, SOURCE_TRANSCRIPT,
+    SubmissionRef, TOMBSTONE_RETENTION,
+};
+use crate::config::Permission;
+use crate::engine::service::{
+    Actor, Admission, Service, ServiceError, SystemTask, Worker, blocking, parse_time,
+};
+use crate::engine::verify::{CandidateLink, RunError};
+use crate::limits;
+use crate::staging::Repo;
+use crate::staging::plumbing::{CommitStamp, RefOp};
+use crate::store::{Binding, Inserted};
+use crate::verification::{Status, Verification};
+use evidence::evidence_ref_name;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `integration.prepare` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrepareParams {
+    pub workspace_id: String,
+    pub submissions: Vec<SubmissionRef>,
+    pub target_ref: String,
+    pub expected_target_revision: String,
+    #[serde(default)]
+    pub required_sources: Option<Vec<String>>,
+    #[serde(default)]
+    pub mission_id: Option<String>,
+    pub idempotency_key: String,
+}
+
+/// `integration.show`, `integration.patch` and `integration.delete` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CandidateParams {
+    pub workspace_id: String,
+    pub candidate_id: String,
+}
+
+/// `integration.list` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    pub workspace_id: String,
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
+
+/// `integration.resolve` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveParams {
+    pub workspace_id: String,
+    pub candidate_id: String,
+    #[serde(default)]
+    pub expected_version: Option<i64>,
+    pub files: Vec<ResolveFile>,
+    pub idempotency_key: String,
+}
+
+/// `integration.patch` result.
+#[derive(Debug, Clone, Serialize)]
+pub struct PatchResult {
+    pub patch: String,
+    pub truncated: bool,
+}
+
+/// A loaded candidate with its private journal and stored version.
+pub(crate) struct Loaded {
+    pub(crate) c: Candidate,
+    pub(crate) a: Assembly,
+    pub(super) stored_version: u64,
+}
+
+/// `integration.verify` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyParams {
+    pub workspace_id: String,
+    pub candidate_id: String,
+    pub candidate_revision: String,
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
+    pub idempotency_key: String,
+}
+
+/// `integration.cancel_verification` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelParams {
+    pub workspace_id: String,
+    pub candidate_id: String,
+    pub verification_id: String,
+}
+
+/// `integration.request_delivery` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestParams {
+    pub workspace_id: String,
+    pub candidate_id: String,
+    pub candidate_revision: String,
+    pub verification_ids: Vec<String>,
+    pub action: DeliveryAction,
+    pub idempotency_key: String,
+}
+
+/// `integration.decide` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecideParams {
+    pub workspace_id: String,
+    pub candidate_id: String,
+    pub request_id: String,
+    pub request_version: u64,
+    pub approve: bool,
+}
+
+/// `integration.deliver` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliverParams {
+    pub workspace_id: String,
+    pub candidate_id: String,
+    pub request_id: String,
+    pub request_version: u64,
+}
+
+/// How long cancel and delete wait for a worker to destroy its container and settle.
+pub const SETTLE_WAIT: Duration = Duration::from_secs(50);
+
+impl Service {
+    pub(super) fn candidate_dir(&self, cid: &str) -> PathBuf {
+        self.data.layout.candidate_dir(cid)
+    }
+
+    /// The candidate, if it belongs to `workspace_id` (otherwise `not_found`).
+    pub async fn load_candidate(
+        &self,
+        workspace_id: &str,
+        cid: &str,
+    ) -> Result<Candidate, ServiceError> {
+        Ok(self.load(workspace_id, cid).await?.c)
+    }
+
+    pub(crate) async fn load(&self, workspace_id: &str, cid: &str) -> Result<Loaded, ServiceError> {
+        let not_found = || {
+            ServiceError::NotFound(format!(
+                "candidate {cid:?} not found in workspace {workspace_id:?}"
+            ))
+        };
+        if !cid.starts_with("cand_") || !crate::ids::is_creation_key(&cid[5..]) {
+            return Err(not_found());
+        }
+        let stored = self
+            .data
+            .store
+            .candidate(cid)
+            .await?
+            .ok_or_else(not_found)?;
+        let c: Candidate = serde_json::from_str(&stored.record)
+            .map_err(|e| ServiceError::Internal(format!("candidate {cid} record: {e}")))?;
+        if c.workspace_id != workspace_id {
+            return Err(not_found());
+        }
+        let a: Assembly = serde_json::from_str(&stored.assembly)
+            .map_err(|e| ServiceError::Internal(format!("candidate {cid} journal: {e}")))?;
+        Ok(Loaded {
+            c,
+            a,
+            stored_version: stored.version,
+        })
+    }
+
+    /// Saves `l` as the next version (compare-and-set on the stored one).
+    pub(crate) async fn save(
+        &self,
+        l: &mut Loaded,
+        binding: Option<Binding>,
+        purge_after: Option<String>,
+    ) -> Result<(), ServiceError> {
+        let new_version = l.stored_version + 1;
+        l.c.version = new_version;
+        let record = serde_json::to_string(&l.c).expect("a candidate serializes");
+        if record.len() > MAX_AGGREGATE_BYTES {
+            return Err(ServiceError::ResourceExhausted(format!(
+                "candidate aggregate would be {} bytes; the limit is {MAX_AGGREGATE_BYTES}",
+                record.len()
+            )));
+        }
+        let assembly = serde_json::to_string(&l.a).expect("a journal serializes");
+        self.data
+            .store
+            .save_candidate(
+                &l.c.candidate_id,
+                l.stored_version,
+                new_version,
+                l.c.state,
+                l.c.delivery_request.as_ref().map(|r| r.state),
+                record,
+                assembly,
+                purge_after,
+                binding,
+            )
+            .await?;
+        l.stored_version = new_version;
+        Ok(())
+    }
+
+    pub(super) fn stamp_time(&self, c: &Candidate) -> i64 {
+        parse_time(&c.created_at)
+            .map(|t| t.unix_timestamp())
+            .unwrap_or(0)
+    }
+
+    /// Why a conflicted or frozen candidate's owned evidence cannot be validated, if it cannot.
+    /// `verify_checksums` re-hashes owned transcripts; otherwise only their presence is checked
+    /// (cheap enough for every read).
+    pub(super) fn owned_evidence_problem(
+        &self,
+        c: &Candidate,
+        verify_checksums: bool,
+    ) -> Result<Option<String>, ServiceError> {
+        owned_problem_of(
+            self.repo(&c.workspace_id),
+            &self.candidate_dir(&c.candidate_id),
+            c,
+            verify_checksums,
+        )
+    }
+
+    /// `failed_precondition` unless every owned ref and transcript copy (checksummed) is intact.
+    pub(crate) fn require_owned_evidence(&self, c: &Candidate) -> Result<(), ServiceError> {
+        match self.owned_evidence_problem(c, true)? {
+            None => Ok(()),
+            Some(reason) => Err(ServiceError::FailedPrecondition(format!(
+                "candidate is unavailable: {reason}"
+            ))),
+        }
+    }
+
+    /// The host-side check run after a candidate verification's container is destroyed: the
+    /// candidate-owned refs and transcript copies must be exactly as before.
+    pub(crate) fn owned_evidence_check(
+        &self,
+        c: &Candidate,
+    ) -> crate::engine::verify::ExtraSourceCheck {
+        let repo = self.repo(&c.workspace_id).clone();
+        let dir = self.candidate_dir(&c.candidate_id);
+        let c = c.clone();
+        std::sync::Arc::new(move || match owned_problem_of(&repo, &dir, &c, true) {
+            Ok(None) => None,
+            Ok(Some(reason)) => Some(format!("candidate-owned evidence changed: {reason}")),
+            Err(e) => Some(format!(
+                "candidate-owned evidence could not be checked: {e}"
+            )),
+        })
+    }
+}
+pub(super) fn input_ref(cid: &str, i: usize) -> String {
+    format!("refs/airlock/candidates/{cid}/inputs/{i}")
+}
+
+pub(super) fn revision_ref(cid: &str) -> String {
+    format!("refs/airlock/candidates/{cid}/revision")
+}
+
+pub(super) fn work_ref(cid: &str) -> String {
+    format!("refs/airlock/candidates/{cid}/work")
+}
+
+pub(super) fn conflict_ref(cid: &str) -> String {
+    format!("refs/airlock/candidates/{cid}/conflict")
+}
+
+pub(super) fn candidate_refs_prefix(cid: &str) -> String {
+    format!("refs/airlock/candidates/{cid}/")
+}
+
+/// Why `c`'s owned refs or transcript copies cannot be validated, if they cannot.
+pub(super) fn owned_problem_of(
+    repo: &Repo,
+    candidate_dir: &std::path::Path,
+    c: &Candidate,
+    verify_checksums: bool,
+) -> Result<Option<String>, ServiceError> {
+    if !matches!(c.state, CandidateState::Frozen | CandidateState::Conflicted) {
+        return Ok(None);
+    }
+    let owned: std::collections::HashMap<String, String> = repo
+        .refs_under(&candidate_refs_prefix(&c.candidate_id))?
+        .into_iter()
+        .collect();
+    for (i, input) in c.inputs.iter().enumerate() {
+        if owned.get(&input_ref(&c.candidate_id, i)) != Some(&input.submission.retained_revision) {
+            return Ok(Some(format!("owned input {i} is missing or changed")));
+        }
+        if let (Some(tid), Some(sum)) = (&input.transcript_id, &input.transcript_checksum) {
+            let path = candidate_dir.join("transcripts").join(tid);
+            let ok = if verify_checksums {
+                std::fs::read(&path).is_ok_and(|b| hex::encode(Sha256::digest(&b)) == *sum)
+            } else {
+                std::fs::metadata(&path).is_ok_and(|m| m.is_file())
+            };
+            if !ok {
+                return Ok(Some(format!(
+                    "owned transcript {tid} is missing or fails its checksum"
+                )));
+            }
+        }
+    }
+    if c.state == CandidateState::Frozen
+        && owned.get(&revision_ref(&c.candidate_id)) != c.candidate_revision.as_ref()
+    {
+        return Ok(Some(
+            "the candidate-owned revision ref is missing or changed".into(),
+        ));
+    }
+    Ok(None)
+}
+
+pub(super) fn frozen_revision(c: &Candidate) -> Result<String, ServiceError> {
+    match (c.state, &c.candidate_revision) {
+        (CandidateState::Frozen, Some(rev)) => Ok(rev.clone()),
+        (state, _) => Err(ServiceError::FailedPrecondition(format!(
+            "candidate is {}; this needs a frozen candidate",
+            state.as_str()
+        ))),
+    }
+}

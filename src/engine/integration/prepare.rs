@@ -1,0 +1,359 @@
+//! `integration.prepare`: validate every submission against its durable packet, persist the
+//! `preparing` aggregate, retain inputs as candidate-owned refs and transcript copies, assemble.
+
+use super::*;
+
+impl Service {
+    /// `integration.prepare`.
+    pub async fn prepare(
+        &self,
+        actor: &Actor,
+        p: PrepareParams,
+    ) -> Result<Candidate, ServiceError> {
+        self.authorize(actor, &p.workspace_id, Permission::Integrate)?;
+        candidate::check_idempotency_key(&p.idempotency_key)
+            .map_err(ServiceError::InvalidArgument)?;
+        let required_sources = p
+            .required_sources
+            .clone()
+            .unwrap_or_else(|| vec![SOURCE_GIT.to_string()]);
+        let key_params = PrepareParams {
+            idempotency_key: String::new(),
+            required_sources: Some(required_sources.clone()),
+            ..p.clone()
+        };
+        let digest = candidate::digest(&key_params);
+        let actor_key = actor.key();
+        if let Some((d, cid)) = self
+            .data
+            .store
+            .binding(
+                &p.workspace_id,
+                &actor_key,
+                "integration.prepare",
+                &p.idempotency_key,
+            )
+            .await?
+        {
+            return self
+                .replay_prepare(actor, &p.workspace_id, &d, &digest, &cid)
+                .await;
+        }
+        self.admit(Admission {
+            operation: "integration.prepare",
+            mutation: true,
+            actor,
+            workspace_id: &p.workspace_id,
+            mission_id: p.mission_id.as_deref(),
+            new_candidate: true,
+        })?;
+        if p.submissions.is_empty() || p.submissions.len() > MAX_SUBMISSIONS {
+            return Err(ServiceError::InvalidArgument(format!(
+                "submissions has {} entries; it needs 1..={MAX_SUBMISSIONS}",
+                p.submissions.len()
+            )));
+        }
+        candidate::check_target_ref(&p.target_ref).map_err(ServiceError::InvalidArgument)?;
+        if required_sources.is_empty() {
+            return Err(ServiceError::InvalidArgument(
+                "required_sources must not be empty".into(),
+            ));
+        }
+        for (i, s) in required_sources.iter().enumerate() {
+            if s != SOURCE_GIT && s != SOURCE_TRANSCRIPT {
+                return Err(ServiceError::InvalidArgument(format!(
+                    "required_sources[{i}] {s:?} is not one of \"git\", \"transcript\""
+                )));
+            }
+        }
+        if !candidate::is_full_oid(&p.expected_target_revision) {
+            return Err(ServiceError::InvalidArgument(
+                "expected_target_revision must be a full lowercase commit id".into(),
+            ));
+        }
+        let repo = self.repo(&p.workspace_id);
+        if !blocking(|| repo.is_commit(&p.expected_target_revision)) {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "expected_target_revision {} is not a commit in workspace {:?}",
+                p.expected_target_revision, p.workspace_id
+            )));
+        }
+        // Validate every submission, in order, against the durable packets.
+        let evidence_refs: std::collections::HashMap<String, String> = repo
+            .refs_under("refs/airlock/evidence/")?
+            .into_iter()
+            .collect();
+        let mut inputs = Vec::with_capacity(p.submissions.len());
+        let mut snapshot_bytes = 0;
+        let mut transcript_bytes = 0usize;
+        for (i, s) in p.submissions.iter().enumerate() {
+            let field = format!("submissions[{i}]");
+            if s.workspace_id != p.workspace_id {
+                return Err(ServiceError::FailedPrecondition(format!(
+                    "{field} is from workspace {:?}, not {:?}",
+                    s.workspace_id, p.workspace_id
+                )));
+            }
+            // Another workspace's packet gets the same answer as a missing one, so a caller
+            // cannot probe which evidence refs exist elsewhere.
+            let missing = || {
+                ServiceError::FailedPrecondition(format!(
+                    "{field}.evidence_ref {:?} does not exist",
+                    s.evidence_ref
+                ))
+            };
+            let packet = self
+                .load_packet(&s.evidence_ref)
+                .await?
+                .filter(|packet| packet.workspace_id == s.workspace_id)
+                .ok_or_else(missing)?;
+            if packet.run_id != s.run_id {
+                return Err(ServiceError::FailedPrecondition(format!(
+                    "{field}: the packet belongs to run {:?}, not {:?}",
+                    packet.run_id, s.run_id
+                )));
+            }
+            if packet.retained_revision != s.retained_revision {
+                return Err(ServiceError::FailedPrecondition(format!(
+                    "{field}.retained_revision {} is not the packet's retained revision",
+                    s.retained_revision
+                )));
+            }
+            if self.packet_expired(&packet) {
+                return Err(ServiceError::FailedPrecondition(format!(
+                    "{field}: evidence {} has expired",
+                    packet.evidence_ref
+                )));
+            }
+            for src in &required_sources {
+                let available = match src.as_str() {
+                    SOURCE_GIT => {
+                        evidence_refs.get(&evidence_ref_name(&packet.evidence_ref))
+                            == Some(&packet.retained_revision)
+                    }
+                    _ => packet.transcript_sha256.as_deref().is_some_and(|sum| {
+                        std::fs::read(self.transcript_path(&packet.evidence_ref))
+                            .is_ok_and(|b| hex::encode(Sha256::digest(&b)) == sum)
+                    }),
+                };
+                if !available {
+                    return Err(ServiceError::FailedPrecondition(format!(
+                        "{field}: required source {src:?} of evidence {} is missing or unavailable",
+                        packet.evidence_ref
+                    )));
+                }
+            }
+            snapshot_bytes += serde_json::to_string(&packet).map(|s| s.len()).unwrap_or(0);
+            if snapshot_bytes > MAX_SNAPSHOT_BYTES {
+                return Err(ServiceError::ResourceExhausted(format!(
+                    "evidence snapshots exceed {MAX_SNAPSHOT_BYTES} bytes"
+                )));
+            }
+            let has_transcript = packet.transcript_sha256.is_some();
+            if has_transcript {
+                transcript_bytes += std::fs::metadata(self.transcript_path(&packet.evidence_ref))
+                    .map(|m| m.len() as usize)
+                    .unwrap_or(0);
+                if transcript_bytes > MAX_TRANSCRIPT_BYTES {
+                    return Err(ServiceError::ResourceExhausted(format!(
+                        "{field}: the candidate's owned transcripts would total {transcript_bytes} bytes; the limit is {MAX_TRANSCRIPT_BYTES}"
+                    )));
+                }
+            }
+            inputs.push(CandidateInput {
+                submission: s.clone(),
+                base_revision: packet.base_revision.clone(),
+                transcript_id: has_transcript.then(|| i.to_string()),
+                transcript_checksum: if has_transcript {
+                    packet.transcript_sha256.clone()
+                } else {
+                    None
+                },
+                evidence: packet,
+            });
+        }
+        let cid = format!("cand_{}", crate::ids::new_creation_key());
+        let now = self.clock.now();
+        let c = Candidate {
+            candidate_id: cid.clone(),
+            workspace_id: p.workspace_id.clone(),
+            mission_id: None,
+            mission_accepted_set_version: None,
+            submissions: p.submissions.clone(),
+            required_sources,
+            inputs,
+            target_ref: p.target_ref.clone(),
+            expected_target_revision: p.expected_target_revision.clone(),
+            candidate_revision: None,
+            state: CandidateState::Preparing,
+            conflicts: None,
+            applied_inputs: 0,
+            verifications: vec![],
+            delivery_request: None,
+            delivery_receipt: None,
+            created_at: crate::ids::rfc3339(now),
+            expires_at: crate::ids::rfc3339(now + CANDIDATE_LIFETIME),
+            error: None,
+            version: 1,
+            mutations: vec![Mutation {
+                actor_key: actor_key.clone(),
+                operation: "integration.prepare".into(),
+                idempotency_key: p.idempotency_key.clone(),
+                digest: digest.clone(),
+                result_id: cid.clone(),
+            }],
+        };
+        let a = Assembly {
+            acc_commit: p.expected_target_revision.clone(),
+            next_input: 0,
+            prepare_actor_key: actor_key.clone(),
+            prepare_key: p.idempotency_key.clone(),
+            prepare_digest: digest.clone(),
+            ..Default::default()
+        };
+        let inserted = self
+            .data
+            .store
+            .insert_candidate(
+                Binding {
+                    workspace_id: p.workspace_id.clone(),
+                    actor_key,
+                    operation: "integration.prepare".into(),
+                    idempotency_key: p.idempotency_key.clone(),
+                    digest: digest.clone(),
+                    result_id: cid.clone(),
+                },
+                c.created_at.clone(),
+                c.expires_at.clone(),
+                CandidateState::Preparing.as_str(),
+                serde_json::to_string(&c).expect("a candidate serializes"),
+                serde_json::to_string(&a).expect("a journal serializes"),
+            )
+            .await?;
+        match inserted {
+            Inserted::New => {
+                crate::engine::crash::point(crate::engine::crash::CrashPoint::PrepareAfterInsert);
+                self.continue_preparing(&p.workspace_id, &cid).await
+            }
+            Inserted::Existing {
+                digest: d,
+                result_id,
+            } => {
+                self.replay_prepare(actor, &p.workspace_id, &d, &digest, &result_id)
+                    .await
+            }
+        }
+    }
+
+    pub(super) async fn replay_prepare(
+        &self,
+        _actor: &Actor,
+        ws: &str,
+        bound: &str,
+        digest: &str,
+        cid: &str,
+    ) -> Result<Candidate, ServiceError> {
+        if bound != digest {
+            return Err(ServiceError::Conflict(
+                "idempotency_key was already used with different parameters".into(),
+            ));
+        }
+        self.continue_preparing(ws, cid).await
+    }
+
+    /// Resumes a `preparing` candidate from its durable inputs; returns any other as it is.
+    pub(super) async fn continue_preparing(
+        &self,
+        ws: &str,
+        cid: &str,
+    ) -> Result<Candidate, ServiceError> {
+        let lock = self.candidate_lock(cid);
+        let _guard = lock.lock().await;
+        let mut l = self.load(ws, cid).await?;
+        if l.c.state != CandidateState::Preparing {
+            return Ok(l.c);
+        }
+        let repo = self.repo(ws).clone();
+        let started = std::time::Instant::now();
+        if let Err(reason) = blocking(|| self.retain_inputs(&repo, &l.c)) {
+            l.c.state = l.c.state.on(CandidateEvent::LoseEvidence)?;
+            l.c.error = Some(reason);
+            self.save(&mut l, None, None).await?;
+            return Ok(l.c);
+        }
+        crate::engine::crash::point(crate::engine::crash::CrashPoint::PrepareAfterRetain);
+        let retained = started.elapsed();
+        blocking(|| self.assemble(&repo, &mut l))?;
+        let assembled = started.elapsed() - retained;
+        self.save(&mut l, None, None).await?;
+        tracing::info!(
+            candidate_id = %cid,
+            inputs = l.c.inputs.len(),
+            state = l.c.state.as_str(),
+            retain_ms = retained.as_millis() as u64,
+            assemble_ms = assembled.as_millis() as u64,
+            save_ms = (started.elapsed() - retained - assembled).as_millis() as u64,
+            "candidate assembled"
+        );
+        Ok(l.c)
+    }
+
+    /// Copies every input into candidate-owned refs and transcript files (idempotent).
+    pub(super) fn retain_inputs(&self, repo: &Repo, c: &Candidate) -> Result<(), String> {
+        let owned: std::collections::HashMap<String, String> = repo
+            .refs_under(&candidate_refs_prefix(&c.candidate_id))
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .collect();
+        let evidence: std::collections::HashMap<String, String> = repo
+            .refs_under("refs/airlock/evidence/")
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .collect();
+        let mut creates = Vec::new();
+        for (i, input) in c.inputs.iter().enumerate() {
+            let name = input_ref(&c.candidate_id, i);
+            match owned.get(&name) {
+                Some(v) if *v == input.submission.retained_revision => {}
+                Some(v) => {
+                    return Err(format!(
+                        "owned input ref {name} is at {v}, not the retained revision"
+                    ));
+                }
+                None => {
+                    let source = evidence.get(&evidence_ref_name(&input.evidence.evidence_ref));
+                    if source != Some(&input.submission.retained_revision)
+                        && !repo.is_commit(&input.submission.retained_revision)
+                    {
+                        return Err(format!(
+                            "input {i}: the retained revision is no longer available"
+                        ));
+                    }
+                    creates.push(RefOp::Create {
+                        name,
+                        new: input.submission.retained_revision.clone(),
+                    });
+                }
+            }
+        }
+        repo.update_refs(&creates).map_err(|e| e.to_string())?;
+        let dir = self.data.layout.candidate_transcripts(&c.candidate_id);
+        for input in &c.inputs {
+            let (Some(tid), Some(sum)) = (&input.transcript_id, &input.transcript_checksum) else {
+                continue;
+            };
+            let dest = dir.join(tid);
+            if std::fs::read(&dest).is_ok_and(|b| hex::encode(Sha256::digest(&b)) == *sum) {
+                continue;
+            }
+            let bytes = std::fs::read(self.transcript_path(&input.evidence.evidence_ref))
+                .map_err(|e| format!("input {tid}: transcript unavailable: {e}"))?;
+            if hex::encode(Sha256::digest(&bytes)) != *sum {
+                return Err(format!("input {tid}: transcript checksum mismatch"));
+            }
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            write_atomic(&dir, tid, &bytes).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}

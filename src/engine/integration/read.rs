@@ -1,0 +1,81 @@
+//! `integration.show`, `integration.list` and `integration.patch`.
+
+use super::*;
+
+impl Service {
+    /// `integration.show`. A candidate whose owned evidence is gone becomes `unavailable`. The
+    /// common path takes no lock and one `for-each-ref`; only a state change takes the lock.
+    pub async fn show(&self, actor: &Actor, p: CandidateParams) -> Result<Candidate, ServiceError> {
+        self.authorize(actor, &p.workspace_id, Permission::View)?;
+        let l = self.load(&p.workspace_id, &p.candidate_id).await?;
+        if blocking(|| self.owned_evidence_problem(&l.c, false))?.is_none() {
+            return Ok(l.c);
+        }
+        let lock = self.candidate_lock(&p.candidate_id);
+        let _guard = lock.lock().await;
+        let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
+        if let Some(reason) = blocking(|| self.owned_evidence_problem(&l.c, false))? {
+            l.c.state = l.c.state.on(CandidateEvent::LoseEvidence)?;
+            l.c.error = Some(reason);
+            self.save(&mut l, None, None).await?;
+        }
+        Ok(l.c)
+    }
+
+    /// `integration.list`: bounded summaries, newest first.
+    pub async fn list(
+        &self,
+        actor: &Actor,
+        p: ListParams,
+    ) -> Result<Vec<CandidateSummary>, ServiceError> {
+        self.authorize(actor, &p.workspace_id, Permission::View)?;
+        let limit = p.limit.unwrap_or(crate::limits::DEFAULT_LIST_LIMIT);
+        if !(1..=crate::limits::MAX_CANDIDATE_LIST_LIMIT).contains(&limit) {
+            return Err(ServiceError::InvalidArgument(format!(
+                "limit is {limit}; it must be between 1 and {}",
+                crate::limits::MAX_CANDIDATE_LIST_LIMIT
+            )));
+        }
+        let rows = self
+            .data
+            .store
+            .list_candidates(&p.workspace_id, limit)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                serde_json::from_str::<Candidate>(r)
+                    .map(|c| c.summary())
+                    .map_err(|e| ServiceError::Internal(format!("candidate record: {e}")))
+            })
+            .collect()
+    }
+
+    /// `integration.patch`: the exact diff from the target to the frozen revision, capped.
+    pub async fn patch(
+        &self,
+        actor: &Actor,
+        p: CandidateParams,
+    ) -> Result<PatchResult, ServiceError> {
+        self.gate(
+            actor,
+            &p.workspace_id,
+            Permission::View,
+            "integration.patch",
+            false,
+        )?;
+        let l = self.load(&p.workspace_id, &p.candidate_id).await?;
+        let (CandidateState::Frozen, Some(rev)) = (l.c.state, &l.c.candidate_revision) else {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "candidate is {}; a patch needs a frozen candidate",
+                l.c.state.as_str()
+            )));
+        };
+        let (patch, truncated) = blocking(|| {
+            self.require_owned_evidence(&l.c)?;
+            self.repo(&p.workspace_id)
+                .diff_bounded(&l.c.expected_target_revision, rev, MAX_PATCH_BYTES)
+                .map_err(ServiceError::from)
+        })?;
+        Ok(PatchResult { patch, truncated })
+    }
+}

@@ -1,0 +1,276 @@
+//! `integration.verify` and `integration.cancel_verification`: candidate verifications run by
+//! bounded workers through the same pipeline as `airlock run`.
+
+use super::*;
+
+impl Service {
+    /// Fills `verifications` from the store (the source of truth), with `queued` flags.
+    pub async fn hydrate(&self, mut c: Candidate) -> Result<Candidate, ServiceError> {
+        let rows = self.data.store.verifications_of(&c.candidate_id).await?;
+        c.verifications = rows
+            .into_iter()
+            .map(|(v, queued)| {
+                let mut j = serde_json::to_value(&v).expect("a verification serializes");
+                j["queued"] = serde_json::Value::Bool(queued && v.status == Status::Running);
+                j
+            })
+            .collect();
+        Ok(c)
+    }
+
+    /// `integration.verify`: records a running verification durably and returns at once.
+    pub async fn verify(&self, actor: &Actor, p: VerifyParams) -> Result<Candidate, ServiceError> {
+        let ws = self
+            .authorize(actor, &p.workspace_id, Permission::Verify)?
+            .clone();
+        self.admit(Admission {
+            operation: "integration.verify",
+            mutation: true,
+            actor,
+            workspace_id: &p.workspace_id,
+            mission_id: None,
+            new_candidate: false,
+        })?;
+        candidate::check_idempotency_key(&p.idempotency_key)
+            .map_err(ServiceError::InvalidArgument)?;
+        crate::verification::validate_argv(&p.argv)
+            .map_err(|e| ServiceError::InvalidArgument(e.to_string()))?;
+        let timeout = p.timeout_seconds.unwrap_or(limits::DEFAULT_TIMEOUT_SECONDS);
+        crate::verification::validate_timeout(timeout)
+            .map_err(|e| ServiceError::InvalidArgument(e.to_string()))?;
+        let digest = candidate::digest(&VerifyParams {
+            idempotency_key: String::new(),
+            timeout_seconds: Some(timeout),
+            ..p.clone()
+        });
+        let actor_key = actor.key();
+        let operation = format!("integration.verify/{}", p.candidate_id);
+        let lock = self.candidate_lock(&p.candidate_id);
+        let _guard = lock.lock().await;
+        let c = self
+            .load_candidate(&p.workspace_id, &p.candidate_id)
+            .await?;
+        if self
+            .replayed(
+                &p.workspace_id,
+                &actor_key,
+                &operation,
+                &p.idempotency_key,
+                &digest,
+            )
+            .await?
+        {
+            return self.hydrate(c).await;
+        }
+        let rev = frozen_revision(&c)?;
+        if p.candidate_revision != rev {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "candidate_revision {} is not the candidate's frozen revision {rev}",
+                p.candidate_revision
+            )));
+        }
+        blocking(|| self.require_owned_evidence(&c))?;
+        let existing = self.data.store.verifications_of(&c.candidate_id).await?;
+        if existing.len() >= MAX_VERIFICATIONS_PER_CANDIDATE {
+            return Err(ServiceError::ResourceExhausted(format!(
+                "candidate has {} verifications; the limit is {MAX_VERIFICATIONS_PER_CANDIDATE}",
+                existing.len()
+            )));
+        }
+        let expires_cap = parse_time(&c.expires_at)
+            .ok_or_else(|| ServiceError::Internal("candidate expires_at is not RFC 3339".into()))?;
+        let extra = self.owned_evidence_check(&c);
+        let repo = self.repo(&p.workspace_id).clone();
+        let prepared = self
+            .engine
+            .prepare_commit(
+                repo,
+                rev.clone(),
+                &ws.profile,
+                p.argv.clone(),
+                timeout,
+                Some(extra),
+            )
+            .await
+            .map_err(|e| match e {
+                RunError::Refused(m) => ServiceError::FailedPrecondition(m),
+                RunError::Exhausted(m) => ServiceError::ResourceExhausted(m),
+                RunError::Conflict(m) => ServiceError::Conflict(m),
+                RunError::Internal(m) => ServiceError::Internal(m),
+            })?;
+        let started = self
+            .engine
+            .begin(
+                prepared,
+                Some(CandidateLink {
+                    candidate_id: c.candidate_id.clone(),
+                    binding: Binding {
+                        workspace_id: p.workspace_id.clone(),
+                        actor_key,
+                        operation,
+                        idempotency_key: p.idempotency_key.clone(),
+                        digest,
+                        result_id: String::new(),
+                    },
+                    expires_cap,
+                }),
+            )
+            .await
+            .map_err(|e| match e {
+                RunError::Conflict(m) => ServiceError::Conflict(m),
+                RunError::Exhausted(m) => ServiceError::ResourceExhausted(m),
+                RunError::Refused(m) | RunError::Internal(m) => ServiceError::Internal(m),
+            })?;
+        self.spawn_worker(started);
+        self.hydrate(c).await
+    }
+
+    /// Runs a recorded verification in the background, bounded by the concurrency permits.
+    pub(super) fn spawn_worker(&self, started: crate::engine::verify::Started) {
+        let vid = started.verification.verification_id.clone();
+        let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
+        let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+        self.workers
+            .lock()
+            .expect("worker map is never poisoned")
+            .insert(
+                vid.clone(),
+                Worker {
+                    cancel: cancel_tx,
+                    done: done_rx,
+                },
+            );
+        let engine = self.engine.clone();
+        let permits = self.permits.clone();
+        let workers = self.workers.clone();
+        let failures = self.persistence_failure.clone();
+        tokio::spawn(async move {
+            let mut cancelled = cancel_rx.clone();
+            // Queued until a permit frees up; a cancel while queued settles without running.
+            let permit = tokio::select! {
+                p = permits.acquire_owned() => p.ok(),
+                r = cancelled.wait_for(|c| *c) => {
+                    drop(r);
+                    None
+                }
+            };
+            if permit.is_some() {
+                let _ = engine.data.store.mark_started(&vid).await;
+            }
+            match engine.finish(started, cancel_rx).await {
+                Ok(v) => {
+                    tracing::info!(verification_id = %vid, status = v.status.as_str(), "candidate verification settled")
+                }
+                Err(e) => {
+                    tracing::error!(verification_id = %vid, error = %e, "candidate verification left for recovery");
+                    Service::record_persistence_failure(
+                        &failures,
+                        format!("verification {vid} could not be settled: {e}"),
+                    );
+                }
+            }
+            drop(permit);
+            workers
+                .lock()
+                .expect("worker map is never poisoned")
+                .remove(&vid);
+            let _ = done_tx.send(true);
+        });
+    }
+
+    /// Cancels one worker of this process and waits (bounded) until it has settled.
+    pub(super) async fn cancel_worker(&self, verification_id: &str) -> bool {
+        let done = {
+            let workers = self.workers.lock().expect("worker map is never poisoned");
+            match workers.get(verification_id) {
+                Some(w) => {
+                    let _ = w.cancel.send(true);
+                    w.done.clone()
+                }
+                None => return true,
+            }
+        };
+        let mut done = done;
+        tokio::time::timeout(SETTLE_WAIT, done.wait_for(|d| *d))
+            .await
+            .is_ok()
+    }
+
+    /// Cancels every worker of this process (daemon shutdown). Returns how many did not settle
+    /// within `wait`.
+    pub async fn cancel_all_workers(&self, wait: Duration) -> usize {
+        let dones: Vec<_> = {
+            let workers = self.workers.lock().expect("worker map is never poisoned");
+            workers
+                .values()
+                .map(|w| {
+                    let _ = w.cancel.send(true);
+                    w.done.clone()
+                })
+                .collect()
+        };
+        let mut unsettled = 0;
+        for mut d in dones {
+            if tokio::time::timeout(wait, d.wait_for(|x| *x))
+                .await
+                .is_err()
+            {
+                unsettled += 1;
+            }
+        }
+        unsettled
+    }
+
+    /// Cancels every running verification of a candidate (before deletion or expiry).
+    pub async fn cancel_candidate_verifications(
+        &self,
+        candidate_id: &str,
+    ) -> Result<(), ServiceError> {
+        for (v, _) in self.data.store.verifications_of(candidate_id).await? {
+            if v.status == Status::Running && !self.cancel_worker(&v.verification_id).await {
+                return Err(ServiceError::Unavailable(format!(
+                    "verification {} did not settle within {} s; retry",
+                    v.verification_id,
+                    SETTLE_WAIT.as_secs()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// `integration.cancel_verification`: destroys the container and settles `cancelled`.
+    pub async fn cancel_verification(
+        &self,
+        actor: &Actor,
+        p: CancelParams,
+    ) -> Result<Candidate, ServiceError> {
+        self.gate(
+            actor,
+            &p.workspace_id,
+            Permission::Verify,
+            "integration.cancel_verification",
+            true,
+        )?;
+        let c = self
+            .load_candidate(&p.workspace_id, &p.candidate_id)
+            .await?;
+        let rows = self.data.store.verifications_of(&c.candidate_id).await?;
+        let Some((v, _)) = rows
+            .iter()
+            .find(|(v, _)| v.verification_id == p.verification_id)
+        else {
+            return Err(ServiceError::NotFound(format!(
+                "verification {:?} not found on candidate {:?}",
+                p.verification_id, p.candidate_id
+            )));
+        };
+        if v.status == Status::Running && !self.cancel_worker(&v.verification_id).await {
+            return Err(ServiceError::Unavailable(format!(
+                "verification {} did not settle within {} s; retry",
+                v.verification_id,
+                SETTLE_WAIT.as_secs()
+            )));
+        }
+        self.hydrate(c).await
+    }
+}
