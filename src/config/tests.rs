@@ -1,0 +1,166 @@
+//! Configuration parsing, defaults and bounds.
+
+use super::*;
+
+#[test]
+fn builtin_default_profile_has_documented_values() {
+    let c = Config::builtin();
+    let p = c.profile("default").unwrap();
+    assert_eq!(p.image, DEFAULT_IMAGE);
+    assert_eq!((p.uid, p.gid), (65532, 65532));
+    assert_eq!(p.working_dir, "/workspace");
+    assert_eq!(p.memory_bytes, 1073741824);
+    assert_eq!(p.cpus, 1.0);
+    assert_eq!(p.pids, 256);
+    assert_eq!(p.tmp_bytes, 268435456);
+    assert_eq!(p.env.get("LANG").map(String::as_str), Some("C.UTF-8"));
+    assert_eq!(p.setup_script, "");
+    assert_eq!(p.disk_bytes, 4 << 30);
+    assert_eq!(p.inodes, 1_000_000);
+    assert_eq!(c.data_dir, PathBuf::from(".airlock"));
+    assert_eq!(c.checkout_filesystem, CheckoutFilesystem::Loop);
+    assert_eq!(c.min_free_bytes, 2 << 30);
+    assert_eq!(c.max_connections, 512);
+    assert_eq!(c.run_retention, std::time::Duration::from_secs(30 * 86_400));
+}
+
+#[test]
+fn builtin_toolchain_profile() {
+    let c = Config::builtin();
+    let p = c.profile("toolchain").unwrap();
+    assert_eq!(p.image, TOOLCHAIN_IMAGE);
+    assert_eq!(p.memory_bytes, 2 << 30);
+    assert_eq!(p.cpus, 2.0);
+    assert_eq!(p.pids, 1024);
+    assert_eq!(p.env["HOME"], "/tmp");
+    assert_eq!(p.env["CARGO_HOME"], "/tmp/cargo-home");
+}
+
+#[test]
+fn file_profiles_override_and_extend() {
+    let c = Config::parse(
+        "data_dir = \"/var/lib/airlock\"\n[profiles.big]\nimage = \"x:1\"\nmemory_bytes = 2147483648\ncpus = 2.5\n",
+    )
+    .unwrap();
+    assert_eq!(c.data_dir, PathBuf::from("/var/lib/airlock"));
+    assert_eq!(c.profile("big").unwrap().memory_bytes, 2147483648);
+    assert_eq!(c.profile("big").unwrap().pids, 256);
+    assert!(c.profile("default").is_ok());
+}
+
+#[test]
+fn unknown_keys_are_named() {
+    let e = Config::parse("data_dirr = \"x\"").unwrap_err().to_string();
+    assert!(e.contains("data_dirr"), "{e}");
+    let e = Config::parse("[profiles.a]\nimage = \"x\"\nprivileged = true\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("privileged"), "{e}");
+}
+
+#[test]
+fn image_is_required() {
+    let e = Config::parse("[profiles.a]\ncpus = 1.0\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("image"), "{e}");
+}
+
+#[test]
+fn bad_values_name_field_and_bound() {
+    let cases = [
+        ("memory_bytes = 1", "profiles.a.memory_bytes"),
+        ("cpus = 0.0", "profiles.a.cpus"),
+        ("pids = 0", "profiles.a.pids"),
+        ("tmp_bytes = 5", "profiles.a.tmp_bytes"),
+        ("user = \"0:0\"", "profiles.a.user"),
+        ("user = \"root\"", "profiles.a.user"),
+        ("working_dir = \"rel\"", "profiles.a.working_dir"),
+        ("working_dir = \"/tmp/x\"", "profiles.a.working_dir"),
+        ("env = { \"A=B\" = \"c\" }", "profiles.a.env"),
+        ("disk_bytes = 1024", "profiles.a.disk_bytes"),
+        ("disk_bytes = 1099511627777", "profiles.a.disk_bytes"),
+        ("inodes = 10", "profiles.a.inodes"),
+        ("disk_bytes = 16777216\ninodes = 5000", "profiles.a.inodes"),
+    ];
+    for (line, field) in cases {
+        let e = Config::parse(&format!("[profiles.a]\nimage = \"x\"\n{line}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(field), "{line}: {e}");
+    }
+}
+
+#[test]
+fn workspaces_and_tokens() {
+    let c = Config::parse(&format!(
+        "listen = \"127.0.0.1:1\"\n[workspaces.ws_1]\nrepo = \"/r\"\nmembers = {{ alice = [\"view\", \"push\"] }}\n\
+         [[tokens]]\nsha256 = \"{}\"\nmember_id = \"alice\"\n\
+         [[tokens]]\nsha256 = \"{}\"\nrun_id = \"run_1\"\nworkspace_id = \"ws_1\"\n",
+        "a".repeat(64),
+        "b".repeat(64)
+    ))
+    .unwrap();
+    assert_eq!(c.listen, "127.0.0.1:1");
+    let ws = &c.workspaces["ws_1"];
+    assert_eq!(ws.profile, "default");
+    assert!(ws.distinct_approver, "separation of duties is the default");
+    assert_eq!(
+        ws.members["alice"],
+        vec![Permission::View, Permission::Push]
+    );
+    assert_eq!(c.tokens.len(), 2);
+    assert_eq!(
+        c.tokens[1].subject,
+        TokenSubject::Run {
+            run_id: "run_1".into(),
+            workspace_id: "ws_1".into()
+        }
+    );
+    let bad = [
+        (
+            "[[tokens]]\nsha256 = \"zz\"\nmember_id = \"a\"\n",
+            "tokens[0].sha256",
+        ),
+        (
+            "[[tokens]]\nsha256 = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nmember_id = \"a\"\nrun_id = \"r\"\n",
+            "tokens[0]",
+        ),
+        (
+            "[workspaces.w]\nrepo = \"/r\"\nmembers = { a = [\"root\"] }\n",
+            "root",
+        ),
+        (
+            "[workspaces.w]\nrepo = \"/r\"\nprofile = \"nope\"\n",
+            "workspaces.w.profile",
+        ),
+        ("evidence_ttl_days = 0\n", "evidence_ttl_days"),
+        ("max_connections = 0\n", "max_connections"),
+        ("run_retention_days = 0\n", "run_retention_days"),
+        (
+            "header_read_timeout_seconds = 0\n",
+            "header_read_timeout_seconds",
+        ),
+        (
+            "body_read_timeout_seconds = 3601\n",
+            "body_read_timeout_seconds",
+        ),
+        ("keep_alive_idle_seconds = 0\n", "keep_alive_idle_seconds"),
+        ("checkout_filesystem = \"tmpfs\"\n", "checkout_filesystem"),
+        (
+            "[[tokens]]\nsha256 = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nmember_id = \"a\"\n\
+             [[tokens]]\nsha256 = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nmember_id = \"b\"\n",
+            "tokens[1].sha256",
+        ),
+    ];
+    for (text, needle) in bad {
+        let e = Config::parse(text).unwrap_err().to_string();
+        assert!(e.contains(needle), "{text}: {e}");
+    }
+}
+
+#[test]
+fn unknown_profile_lists_known_ones() {
+    let e = Config::builtin().profile("nope").unwrap_err().to_string();
+    assert!(e.contains("nope") && e.contains("default"), "{e}");
+}
