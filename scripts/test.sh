@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs Airlock's whole test suite: installs prerequisites, checks formatting and lints, builds the
-# sandbox images, and runs unit and integration tests against the real Docker engine.
+# sandbox images, and runs unit and integration tests against the real Docker engine. Ends with
+# one line: "N passed, N failed, N skipped" (a Docker test skipped with AIRLOCK_SKIP_DOCKER=1 is
+# counted as skipped, never as passed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,4 +24,23 @@ AIRLOCK_CRASH_AT=after_insert ./target/debug/airlock run --repo "$hooks" --rev m
   --data-dir "$hooks/data" -- true >/dev/null
 echo "ok: a build without test-hooks ignores AIRLOCK_CRASH_AT"
 
-cargo test --locked -- --test-threads 2
+skipped_list=target/tmp/airlock-skipped-docker-tests
+mkdir -p target/tmp
+rm -f "$skipped_list"
+set +e
+cargo test --locked -- --test-threads 2 2>&1 | tee "$hooks/test.log"
+status=${PIPESTATUS[0]}
+set -e
+count() { # the sum of "<n> <word>;" over every libtest summary line
+  awk -v w="$1;" '/^test result: /{for (i = 1; i < NF; i++) if ($(i + 1) == w) n += $i} END {print n + 0}' "$hooks/test.log"
+}
+passed=$(count passed)
+failed=$(count failed)
+skipped=0
+if [ -f "$skipped_list" ]; then
+  skipped=$(wc -l < "$skipped_list")
+  echo "AIRLOCK_SKIP_DOCKER=1: $skipped Docker test(s) skipped:"
+  sed 's/^/  /' "$skipped_list"
+fi
+echo "$((passed - skipped)) passed, $failed failed, $skipped skipped"
+exit "$status"

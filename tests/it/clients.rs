@@ -2,9 +2,9 @@
 //! bodies, header tricks, unsafe resolution paths, refs git would refuse, probing for other
 //! workspaces' packets, internal errors that must not leak host details, criss-cross merges.
 
-use crate::http::{call, call_raw, request};
-use crate::serve::{ALICE, Server, cand, conflicted};
+use crate::support::{ALICE, Server, cand, conflicted};
 use crate::support::{BIN, git};
+use crate::support::{call, call_raw, request};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -3,8 +3,8 @@
 //! receipts, crash reconciliation) run jobs on the scripted fake runtime; tests of running work
 //! (cancellation, shutdown, a daemon killed mid-run, source changes during a run) on real Docker.
 
-use crate::serve::{ALICE, DAVE, RUN_A, Server, cand, wait_for};
 use crate::support::*;
+use crate::support::{ALICE, DAVE, RUN_A, Server, cand, wait_for};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -411,7 +411,7 @@ fn a_crash_between_the_ref_transaction_and_the_save_is_reconciled_from_the_recei
     let (cid, rev, _) = frozen(&s);
     let (id, version) = approved_request(&s, &cid, &rev, "update_ref");
     s.restart(Some("deliver_after_refs"));
-    let resp = crate::http::request(
+    let resp = crate::support::request(
         &s.addr,
         "POST",
         "/api/v1/integration.deliver",

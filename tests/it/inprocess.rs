@@ -2,7 +2,7 @@
 //! (durable row, real staging, real source check, artifact, settle) classifies every kind of job
 //! end without a Docker engine.
 
-use crate::http::call;
+use crate::support::call;
 use crate::support::git;
 use airlock::config::Config;
 use airlock::daemon::Daemon;

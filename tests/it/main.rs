@@ -5,11 +5,12 @@
 mod clients;
 mod delivery;
 mod hardening;
-mod http;
 mod inprocess;
 mod recovery;
 mod refusals;
 mod runner;
-mod serve;
+mod serve_access;
+mod serve_assembly;
+mod serve_lifecycle;
 mod support;
 mod toolchain;

@@ -22,7 +22,7 @@ fn covered_by(p: CrashPoint) -> &'static str {
         CrashPoint::PrepareAfterInsert
         | CrashPoint::PrepareAfterRetain
         | CrashPoint::ResolveAfterIntent => {
-            "serve::exact_retries_after_crashes_mid_prepare_and_mid_resolve"
+            "serve_assembly::exact_retries_after_crashes_mid_prepare_and_mid_resolve"
         }
         CrashPoint::DeliverAfterRefs => {
             "delivery::a_crash_between_the_ref_transaction_and_the_save_is_reconciled_from_the_receipt"

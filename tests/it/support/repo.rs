@@ -1,56 +1,9 @@
-//! Shared helpers: real git repositories, the real `airlock` binary, real Docker.
+//! Real git repositories and the real `airlock run` on them.
 
+use super::{BIN, containers_with_key};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
-
-pub const BIN: &str = env!("CARGO_BIN_EXE_airlock");
-pub const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-/// True when Docker tests should run. Fails loudly when the engine is unreachable, unless
-/// AIRLOCK_SKIP_DOCKER=1 is set explicitly.
-pub fn docker() -> bool {
-    if std::env::var("AIRLOCK_SKIP_DOCKER").as_deref() == Ok("1") {
-        eprintln!("AIRLOCK_SKIP_DOCKER=1: skipping a Docker test");
-        return false;
-    }
-    static CHECK: OnceLock<Result<(), String>> = OnceLock::new();
-    let r = CHECK.get_or_init(|| {
-        let out = Command::new("docker")
-            .args(["version", "--format", "{{.Server.Version}}"])
-            .output()
-            .map_err(|e| format!("cannot run the docker CLI: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "no Docker engine is reachable (DOCKER_HOST={:?}): {}",
-                std::env::var("DOCKER_HOST").ok(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        build_image();
-        Ok(())
-    });
-    if let Err(e) = r {
-        panic!(
-            "Docker tests need a running Docker engine: {e}. Set AIRLOCK_SKIP_DOCKER=1 to skip them explicitly."
-        );
-    }
-    true
-}
-
-fn build_image() {
-    let out = Command::new(BIN)
-        .args(["images", "build", "minimal", "--images-dir"])
-        .arg(Path::new(ROOT).join("images"))
-        .output()
-        .expect("airlock images build runs");
-    assert!(
-        out.status.success(),
-        "airlock images build minimal failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// Runs git in `dir`, panicking on failure.
 pub fn git(dir: &Path, args: &[&str]) -> String {
@@ -212,74 +165,4 @@ impl From<Output> for RunResult {
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         }
     }
-}
-
-/// Ids of containers (any state) labelled with a creation key.
-pub fn containers_with_key(key: &str) -> Vec<String> {
-    let out = Command::new("docker")
-        .args(["ps", "-aq", "--filter"])
-        .arg(format!("label=airlock.creation_key={key}"))
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
-/// How many containers were created for a creation key since `since` (unix seconds).
-pub fn create_events(key: &str, since: u64) -> usize {
-    let until = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 1;
-    let out = Command::new("docker")
-        .args([
-            "events",
-            "--since",
-            &since.to_string(),
-            "--until",
-            &until.to_string(),
-        ])
-        .args(["--filter", "event=create", "--filter"])
-        .arg(format!("label=airlock.creation_key={key}"))
-        .args(["--format", "{{.ID}}"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).lines().count()
-}
-
-pub fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
-/// The probe binary (tests/fixtures/probe.c), compiled statically once per test run.
-pub fn probe_binary() -> Vec<u8> {
-    static BIN: OnceLock<Vec<u8>> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
-        let out = out_dir.join("airlock-probe");
-        let status = Command::new("cc")
-            .args(["-static", "-O2", "-pthread", "-o"])
-            .arg(&out)
-            .arg(Path::new(ROOT).join("tests/fixtures/probe.c"))
-            .status()
-            .expect("a C compiler (cc) is installed; scripts/test.sh installs gcc and libc6-dev");
-        assert!(status.success(), "compiling the probe failed");
-        std::fs::read(&out).unwrap()
-    })
-    .clone()
-}
-
-/// Parses `key=value` lines.
-pub fn kv(output: &str) -> std::collections::BTreeMap<String, String> {
-    output
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
 }

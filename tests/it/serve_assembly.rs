@@ -1,0 +1,364 @@
+//! `airlock serve`: candidate assembly and resolution, exact retries across crashes, the
+//! patch cap, the transcript cap.
+//! Real HTTP on loopback, real git, real SQLite; jobs on the scripted fake runtime.
+
+use crate::support::*;
+use serde_json::{Value, json};
+
+#[test]
+fn clean_multi_input_assembly_freezes_on_the_target() {
+    let s = Server::fake();
+    let base = s.head();
+    let a = s.agent_commit("a", &base, &[("a.txt", "from a\n")]);
+    let b = s.agent_commit("b", &base, &[("b.txt", "from b\n")]);
+    let c = s.agent_commit("c", &base, &[("dir/c.txt", "from c\n")]);
+    let subs = vec![
+        s.evidence("run_a", &base, &a, Some("transcript a")),
+        s.evidence("run_b", &base, &b, None),
+        s.evidence("run_c", &base, &c, None),
+    ];
+    let v = s.ok(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(subs, &base, "p1"),
+    );
+    let cd = cand(&v);
+    assert_eq!(cd["state"], "frozen", "{v}");
+    assert_eq!(cd["applied_inputs"], 3);
+    let rev = cd["candidate_revision"].as_str().unwrap();
+    assert_eq!(
+        git(&s.repo, &["rev-parse", &format!("{rev}^")]),
+        base,
+        "parent is the target"
+    );
+    assert_eq!(
+        git(&s.repo, &["rev-list", "--count", rev]),
+        "2",
+        "one commit on top of the target"
+    );
+    assert_eq!(file_at(&s.repo, rev, "a.txt"), "from a");
+    assert_eq!(file_at(&s.repo, rev, "dir/c.txt"), "from c");
+    let cid = cd["candidate_id"].as_str().unwrap();
+    assert_eq!(
+        git(
+            &s.repo,
+            &[
+                "rev-parse",
+                &format!("refs/airlock/candidates/{cid}/revision")
+            ]
+        ),
+        rev
+    );
+    assert_eq!(cd["inputs"][0]["transcript_id"], "0");
+    assert!(cd["inputs"][0]["transcript_checksum"].as_str().is_some());
+    let patch = s.ok(
+        BOB,
+        "integration.patch",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    assert_eq!(patch["truncated"], false);
+    let text = patch["patch"].as_str().unwrap();
+    for f in ["a/a.txt", "a/b.txt", "a/dir/c.txt"] {
+        assert!(text.contains(&format!("diff --git {f}")), "{text}");
+    }
+    // The target itself never moved.
+    assert_eq!(s.head(), base);
+    let shown = s.ok(
+        BOB,
+        "integration.show",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    assert_eq!(shown, v);
+}
+
+#[test]
+fn conflict_then_resolution_in_two_batches() {
+    let s = Server::fake();
+    let base = s.head();
+    let a = s.agent_commit("a", &base, &[("x.txt", "A\n"), ("y.txt", "A\n")]);
+    let b = s.agent_commit(
+        "b",
+        &base,
+        &[("x.txt", "B\n"), ("y.txt", "B\n"), ("z.txt", "B only\n")],
+    );
+    let subs = vec![
+        s.evidence("run_a", &base, &a, None),
+        s.evidence("run_b", &base, &b, None),
+    ];
+    let v = s.ok(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(subs, &base, "p1"),
+    );
+    let c = cand(&v);
+    assert_eq!(c["state"], "conflicted");
+    assert_eq!(c["conflicts"], json!(["x.txt", "y.txt"]));
+    assert_eq!(c["applied_inputs"], 1);
+    let cid = c["candidate_id"].as_str().unwrap().to_string();
+    let v1 = c["version"].as_u64().unwrap();
+    // Patch needs a frozen candidate.
+    s.err(
+        ALICE,
+        "integration.patch",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+        "failed_precondition",
+    );
+
+    // Batch 1: x.txt only.
+    let r1 = json!({"workspace_id": "ws1", "candidate_id": cid, "expected_version": v1,
+                    "files": [{"path": "x.txt", "content": "A and B\n"}], "idempotency_key": "r1"});
+    let v = s.ok(ALICE, "integration.resolve", r1.clone());
+    let c = cand(&v);
+    assert_eq!(c["state"], "conflicted");
+    assert_eq!(c["conflicts"], json!(["y.txt"]));
+    let v2 = c["version"].as_u64().unwrap();
+    assert!(v2 > v1);
+    // An exact retry of the completed batch returns the current candidate, changing nothing.
+    let again = s.ok(ALICE, "integration.resolve", r1);
+    assert_eq!(cand(&again)["version"], v2);
+    // A stale version with a new key is refused before anything is recorded.
+    let stale = json!({"workspace_id": "ws1", "candidate_id": cid, "expected_version": v1,
+                       "files": [{"path": "y.txt", "content": "stale\n"}], "idempotency_key": "r-stale"});
+    let m = s.err(ALICE, "integration.resolve", stale, "conflict");
+    assert!(m.contains("stale"), "{m}");
+    let now = s.ok(
+        ALICE,
+        "integration.show",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    assert_eq!(cand(&now)["version"], v2, "nothing recorded");
+
+    // Batch 2: delete y.txt.
+    let v = s.ok(ALICE, "integration.resolve", json!({"workspace_id": "ws1", "candidate_id": cid,
+        "expected_version": v2, "files": [{"path": "y.txt", "delete": true}], "idempotency_key": "r2"}));
+    let c = cand(&v);
+    assert_eq!(c["state"], "frozen", "{v}");
+    assert_eq!(c["applied_inputs"], 2);
+    let rev = c["candidate_revision"].as_str().unwrap();
+    assert_eq!(file_at(&s.repo, rev, "x.txt"), "A and B");
+    assert_eq!(file_at(&s.repo, rev, "z.txt"), "B only");
+    let tree = git(&s.repo, &["ls-tree", "--name-only", rev]);
+    assert!(!tree.contains("y.txt"));
+    let ops: Vec<&str> = c["mutations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["operation"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ops,
+        [
+            "integration.prepare",
+            "integration.resolve",
+            "integration.resolve"
+        ]
+    );
+    // Frozen is never edited again.
+    let m = s.err(
+        ALICE,
+        "integration.resolve",
+        json!({"workspace_id": "ws1", "candidate_id": cid,
+        "expected_version": c["version"], "files": [{"path": "x.txt", "content": "later\n"}],
+        "idempotency_key": "r3"}),
+        "failed_precondition",
+    );
+    assert!(m.contains("frozen"), "{m}");
+}
+
+#[test]
+fn unsafe_resolutions_are_refused_and_change_nothing() {
+    let s = Server::fake();
+    let (cid, version, _) = conflicted(&s);
+    let bad_files = [
+        json!({"path": "/etc/passwd", "content": "x"}),
+        json!({"path": "../outside.txt", "content": "x"}),
+        json!({"path": "a/../f.txt", "content": "x"}),
+        json!({"path": ".git/hooks/post-commit", "content": "x"}),
+        json!({"path": "sub/.GIT/config", "content": "x"}),
+        json!({"path": "f\u{0}.txt", "content": "x"}),
+        json!({"path": "", "content": "x"}),
+        json!({"path": "link/evil.txt", "content": "x"}),
+        json!({"path": "real", "content": "x"}),
+        json!({"path": "f.txt", "content": "<<<<<<< ours\nA\n=======\nB\n>>>>>>> theirs\n"}),
+        json!({"path": "f.txt"}),
+        json!({"path": "f.txt", "content": "x", "delete": true}),
+        json!({"path": "missing.txt", "delete": true}),
+    ];
+    for (i, f) in bad_files.iter().enumerate() {
+        let m = s.err(
+            ALICE,
+            "integration.resolve",
+            json!({"workspace_id": "ws1", "candidate_id": cid,
+            "expected_version": version, "files": [f], "idempotency_key": format!("bad-{i}")}),
+            "invalid_argument",
+        );
+        assert!(m.contains("files[0]"), "{f}: {m}");
+    }
+    let too_many: Vec<Value> = (0..33)
+        .map(|i| json!({"path": format!("f{i}.txt"), "content": "x"}))
+        .collect();
+    s.err(
+        ALICE,
+        "integration.resolve",
+        json!({"workspace_id": "ws1", "candidate_id": cid,
+        "expected_version": version, "files": too_many, "idempotency_key": "many"}),
+        "invalid_argument",
+    );
+    for v in [json!(0), json!(-1), Value::Null] {
+        let mut body = json!({"workspace_id": "ws1", "candidate_id": cid,
+            "files": [{"path": "f.txt", "content": "ok\n"}], "idempotency_key": "nov"});
+        if !v.is_null() {
+            body["expected_version"] = v;
+        }
+        let m = s.err(ALICE, "integration.resolve", body, "invalid_argument");
+        assert!(m.contains("expected_version"), "{m}");
+    }
+    let c = s.ok(
+        ALICE,
+        "integration.show",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    assert_eq!(
+        cand(&c)["version"],
+        version,
+        "no refused request recorded anything"
+    );
+    assert!(s.repo.join("real/keep.txt").exists());
+    // The safe resolution still works afterwards.
+    let v = s.ok(ALICE, "integration.resolve", json!({"workspace_id": "ws1", "candidate_id": cid,
+        "expected_version": version, "files": [{"path": "f.txt", "content": "A+B\n"}], "idempotency_key": "good"}));
+    assert_eq!(cand(&v)["state"], "frozen");
+}
+
+#[test]
+fn exact_retries_after_crashes_mid_prepare_and_mid_resolve() {
+    let mut s = Server::fake();
+    let base = s.head();
+    let a = s.agent_commit("a", &base, &[("f.txt", "A\n")]);
+    let b = s.agent_commit("b", &base, &[("f.txt", "B\n")]);
+    let subs = vec![
+        s.evidence("run_a", &base, &a, Some("t")),
+        s.evidence("run_b", &base, &b, None),
+    ];
+    let body = s.prepare_body(subs, &base, "crashy");
+    for point in ["prepare_after_insert", "prepare_after_retain"] {
+        s.restart(Some(point));
+        let resp = request(
+            &s.addr,
+            "POST",
+            "/api/v1/integration.prepare",
+            Some(ALICE),
+            body.to_string().as_bytes(),
+        );
+        assert!(
+            resp.is_none() || resp.unwrap().0 != 200,
+            "{point}: the daemon died mid-request"
+        );
+        s.wait_dead();
+    }
+    s.restart(None);
+    let v = s.ok(ALICE, "integration.prepare", body.clone());
+    let c = cand(&v).clone();
+    assert_eq!(c["state"], "conflicted", "{v}");
+    let cid = c["candidate_id"].as_str().unwrap().to_string();
+    let listed = s.ok(ALICE, "integration.list", json!({"workspace_id": "ws1"}));
+    assert_eq!(
+        listed["candidates"].as_array().unwrap().len(),
+        1,
+        "one candidate, however many retries"
+    );
+    // A retry never extends expiry; the same key with other parameters is a conflict.
+    let again = s.ok(ALICE, "integration.prepare", body.clone());
+    assert_eq!(cand(&again)["expires_at"], c["expires_at"]);
+    let mut other = body.clone();
+    other["target_ref"] = json!("refs/heads/other");
+    s.err(ALICE, "integration.prepare", other, "conflict");
+
+    // Crash after the resolution intent is durable, before Git changes.
+    let version = c["version"].as_u64().unwrap();
+    let resolve = json!({"workspace_id": "ws1", "candidate_id": cid, "expected_version": version,
+                         "files": [{"path": "f.txt", "content": "AB\n"}], "idempotency_key": "res"});
+    s.restart(Some("resolve_after_intent"));
+    let resp = request(
+        &s.addr,
+        "POST",
+        "/api/v1/integration.resolve",
+        Some(ALICE),
+        resolve.to_string().as_bytes(),
+    );
+    assert!(resp.is_none() || resp.unwrap().0 != 200);
+    s.wait_dead();
+    s.restart(None);
+    // While it is pending, a different new key is refused.
+    let mut different = resolve.clone();
+    different["idempotency_key"] = json!("res-2");
+    let m = s.err(ALICE, "integration.resolve", different, "conflict");
+    assert!(m.contains("pending"), "{m}");
+    // The exact retry reuses the original binding although the version advanced.
+    let v = s.ok(ALICE, "integration.resolve", resolve);
+    assert_eq!(cand(&v)["state"], "frozen", "{v}");
+    let rev = cand(&v)["candidate_revision"].as_str().unwrap();
+    assert_eq!(file_at(&s.repo, rev, "f.txt"), "AB");
+}
+
+#[test]
+fn patch_is_truncated_at_one_mebibyte() {
+    let s = Server::fake();
+    let base = s.head();
+    let big: String = (0..40_000)
+        .map(|i| format!("line {i} of a large generated file\n"))
+        .collect();
+    assert!(big.len() > 1024 * 1024);
+    let a = s.agent_commit("a", &base, &[("big.txt", &big)]);
+    let sub = s.evidence("run_a", &base, &a, None);
+    let v = s.ok(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(vec![sub], &base, "p"),
+    );
+    let cid = cand(&v)["candidate_id"].as_str().unwrap();
+    let p = s.ok(
+        ALICE,
+        "integration.patch",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    assert_eq!(p["truncated"], true);
+    let text = p["patch"].as_str().unwrap();
+    assert!(
+        text.len() <= 1024 * 1024 && text.len() > 1024 * 1024 - 100,
+        "{}",
+        text.len()
+    );
+    assert!(text.starts_with("diff --git a/big.txt b/big.txt"));
+}
+
+#[test]
+fn owned_transcripts_are_capped_per_candidate() {
+    let s = Server::fake();
+    let base = s.head();
+    // Two transcripts of 9 MiB each: each is allowed, together they exceed the 16 MiB cap.
+    let big = "t".repeat(9 * 1024 * 1024);
+    let a = s.agent_commit("a", &base, &[("a.txt", "a\n")]);
+    let b = s.agent_commit("b", &base, &[("b.txt", "b\n")]);
+    let subs = vec![
+        s.evidence("run_a", &base, &a, Some(&big)),
+        s.evidence("run_b", &base, &b, Some(&big)),
+    ];
+    let m = s.err(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(subs.clone(), &base, "p"),
+        "resource_exhausted",
+    );
+    assert!(
+        m.contains("submissions[1]") && m.contains("16777216"),
+        "{m}"
+    );
+    // One of them alone fits.
+    let v = s.ok(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(vec![subs[0].clone()], &base, "p1"),
+    );
+    assert_eq!(cand(&v)["state"], "frozen");
+}
