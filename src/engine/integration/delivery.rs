@@ -86,21 +86,23 @@ impl Service {
             idempotency_key: String::new(),
             ..p.clone()
         });
-        let actor_key = actor.key();
-        let operation = format!("integration.request_delivery/{}", p.candidate_id);
-        let lock = self.candidate_lock(&p.candidate_id);
-        let _guard = lock.lock().await;
-        let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
-        if self
-            .replayed(
+        let Begun {
+            mut l,
+            replayed,
+            actor_key,
+            operation,
+            guard: _guard,
+        } = self
+            .begin_mutation(
+                actor,
+                "integration.request_delivery",
                 &p.workspace_id,
-                &actor_key,
-                &operation,
+                &p.candidate_id,
                 &p.idempotency_key,
                 &digest,
             )
-            .await?
-        {
+            .await?;
+        if replayed {
             return self.hydrate(l.c).await;
         }
         let rev = frozen_revision(&l.c)?;

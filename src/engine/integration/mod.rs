@@ -103,6 +103,19 @@ pub(crate) struct Loaded {
     pub(super) stored_version: u64,
 }
 
+/// The start of an idempotent candidate mutation: the candidate locked (the guard is held for
+/// as long as this value lives) and loaded, and whether this exact request (same actor, key and
+/// parameters) already completed, in which case the caller answers with the current candidate.
+/// The same key with other parameters is `conflict` before anything is loaded for change.
+pub(crate) struct Begun {
+    pub(crate) l: Loaded,
+    pub(crate) replayed: bool,
+    pub(crate) actor_key: String,
+    /// `<method>/<candidate_id>`: the operation the idempotency binding is recorded under.
+    pub(crate) operation: String,
+    pub(crate) guard: tokio::sync::OwnedMutexGuard<()>,
+}
+
 /// `integration.verify` parameters.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -167,6 +180,38 @@ impl Service {
     }
 
     /// The candidate, if it belongs to `workspace_id` (otherwise `not_found`).
+    /// Locks and loads a candidate for an idempotent mutation and checks for a replay.
+    pub(super) async fn begin_mutation(
+        &self,
+        actor: &Actor,
+        method: &str,
+        workspace_id: &str,
+        candidate_id: &str,
+        idempotency_key: &str,
+        digest: &str,
+    ) -> Result<Begun, ServiceError> {
+        let actor_key = actor.key();
+        let operation = format!("{method}/{candidate_id}");
+        let guard = self.candidate_lock(candidate_id).lock_owned().await;
+        let l = self.load(workspace_id, candidate_id).await?;
+        let replayed = self
+            .replayed(
+                workspace_id,
+                &actor_key,
+                &operation,
+                idempotency_key,
+                digest,
+            )
+            .await?;
+        Ok(Begun {
+            l,
+            replayed,
+            actor_key,
+            operation,
+            guard,
+        })
+    }
+
     pub async fn load_candidate(
         &self,
         workspace_id: &str,

@@ -93,21 +93,23 @@ impl Service {
             expected_version,
             files: &p.files,
         });
-        let actor_key = actor.key();
-        let operation = format!("integration.resolve/{}", p.candidate_id);
-        let lock = self.candidate_lock(&p.candidate_id);
-        let _guard = lock.lock().await;
-        let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
-        if self
-            .replayed(
+        let Begun {
+            mut l,
+            replayed,
+            actor_key,
+            operation,
+            guard: _guard,
+        } = self
+            .begin_mutation(
+                actor,
+                "integration.resolve",
                 &p.workspace_id,
-                &actor_key,
-                &operation,
+                &p.candidate_id,
                 &p.idempotency_key,
                 &digest,
             )
-            .await?
-        {
+            .await?;
+        if replayed {
             return Ok(l.c); // completed earlier: the original binding stands
         }
         if l.c.state.is_fenced() {

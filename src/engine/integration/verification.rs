@@ -43,23 +43,24 @@ impl Service {
             timeout_seconds: Some(timeout),
             ..p.clone()
         });
-        let actor_key = actor.key();
-        let operation = format!("integration.verify/{}", p.candidate_id);
-        let lock = self.candidate_lock(&p.candidate_id);
-        let _guard = lock.lock().await;
-        let c = self
-            .load_candidate(&p.workspace_id, &p.candidate_id)
-            .await?;
-        if self
-            .replayed(
+        let Begun {
+            l,
+            replayed,
+            actor_key,
+            operation,
+            guard: _guard,
+        } = self
+            .begin_mutation(
+                actor,
+                "integration.verify",
                 &p.workspace_id,
-                &actor_key,
-                &operation,
+                &p.candidate_id,
                 &p.idempotency_key,
                 &digest,
             )
-            .await?
-        {
+            .await?;
+        let c = l.c;
+        if replayed {
             return self.hydrate(c).await;
         }
         let rev = frozen_revision(&c)?;
