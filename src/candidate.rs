@@ -30,12 +30,10 @@ pub const MAX_PATH_BYTES: usize = 4096;
 pub const MAX_VERIFICATIONS_PER_CANDIDATE: usize = 64;
 /// Most verification ids one delivery request may select.
 pub const MAX_REQUEST_VERIFICATIONS: usize = 64;
-/// Sources a packet can carry.
-pub const SOURCE_GIT: &str = "git";
-pub const SOURCE_TRANSCRIPT: &str = "transcript";
-
 /// Candidate states (seed 001).
-pub use crate::domain::candidate::{CandidateEvent, CandidateState};
+pub use crate::domain::candidate::{
+    CandidateEvent, CandidateState, EvidenceSource, MutationOperation,
+};
 
 /// The ordered four-tuple identifying one submission.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,7 +54,7 @@ pub struct EvidencePacket {
     pub run_id: String,
     pub base_revision: String,
     pub retained_revision: String,
-    pub sources: Vec<String>,
+    pub sources: Vec<EvidenceSource>,
     pub transcript_sha256: Option<String>,
     pub created_at: String,
     pub expires_at: String,
@@ -78,7 +76,7 @@ pub struct CandidateInput {
 #[serde(deny_unknown_fields)]
 pub struct Mutation {
     pub actor_key: String,
-    pub operation: String,
+    pub operation: MutationOperation,
     pub idempotency_key: String,
     pub digest: String,
     pub result_id: String,
@@ -93,7 +91,7 @@ pub struct Candidate {
     pub mission_id: Option<String>,
     pub mission_accepted_set_version: Option<u64>,
     pub submissions: Vec<SubmissionRef>,
-    pub required_sources: Vec<String>,
+    pub required_sources: Vec<EvidenceSource>,
     pub inputs: Vec<CandidateInput>,
     pub target_ref: String,
     pub expected_target_revision: String,
@@ -136,7 +134,7 @@ pub enum DeliveryAction {
     Proposal,
 }
 
-pub use crate::domain::delivery::{RequestEvent, RequestState};
+pub use crate::domain::delivery::{ReceiptResult, RequestEvent, RequestState};
 
 /// A request binding a frozen revision to passed verifications and an action.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -167,8 +165,7 @@ pub struct DeliveryReceipt {
     pub target_ref: String,
     pub previous_revision: Option<String>,
     pub action: DeliveryAction,
-    /// `landed` or `proposed`.
-    pub result: String,
+    pub result: ReceiptResult,
     pub proposal_ref: Option<String>,
     pub created_at: String,
 }
@@ -594,7 +591,7 @@ mod tests {
         for i in 0..200 {
             c.record_mutation(Mutation {
                 actor_key: "a".into(),
-                operation: "resolve".into(),
+                operation: MutationOperation::Resolve,
                 idempotency_key: i.to_string(),
                 digest: String::new(),
                 result_id: String::new(),

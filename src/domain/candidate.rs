@@ -16,6 +16,42 @@ pub enum CandidateState {
     Expired,
 }
 
+/// A kind of evidence a packet can carry and a candidate can require of every input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvidenceSource {
+    /// The retained revision under `refs/airlock/evidence/<ref>`.
+    Git,
+    /// The transcript artifact with its SHA-256.
+    Transcript,
+}
+
+impl EvidenceSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvidenceSource::Git => "git",
+            EvidenceSource::Transcript => "transcript",
+        }
+    }
+}
+
+/// The operations a candidate's mutation history records, by their API method names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MutationOperation {
+    #[serde(rename = "integration.prepare")]
+    Prepare,
+    #[serde(rename = "integration.resolve")]
+    Resolve,
+    #[serde(rename = "integration.delete")]
+    Delete,
+    #[serde(rename = "integration.request_delivery")]
+    RequestDelivery,
+    #[serde(rename = "integration.decide")]
+    Decide,
+    #[serde(rename = "integration.deliver")]
+    Deliver,
+}
+
 /// What moves a candidate from one state to another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CandidateEvent {
@@ -183,6 +219,23 @@ mod tests {
         }
         let err = S::Frozen.on(CandidateEvent::Freeze).unwrap_err();
         assert_eq!(err.to_string(), "candidate: cannot freeze from frozen");
+    }
+
+    #[test]
+    fn mutation_operations_are_named_by_their_methods() {
+        for (op, name) in [
+            (MutationOperation::Prepare, "integration.prepare"),
+            (MutationOperation::Resolve, "integration.resolve"),
+            (MutationOperation::Delete, "integration.delete"),
+            (
+                MutationOperation::RequestDelivery,
+                "integration.request_delivery",
+            ),
+            (MutationOperation::Decide, "integration.decide"),
+            (MutationOperation::Deliver, "integration.deliver"),
+        ] {
+            assert_eq!(serde_json::to_value(op).unwrap(), name);
+        }
     }
 
     #[test]

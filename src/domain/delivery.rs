@@ -17,6 +17,16 @@ pub enum RequestState {
     Delivered,
 }
 
+/// What a delivery did, as its receipt records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReceiptResult {
+    /// The target ref moved to the candidate (`update_ref`).
+    Landed,
+    /// A public proposal ref was created; the target is untouched (`proposal`).
+    Proposed,
+}
+
 /// What moves a delivery request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestEvent {

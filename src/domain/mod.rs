@@ -6,6 +6,7 @@
 
 pub mod candidate;
 pub mod delivery;
+pub mod git;
 pub mod verification;
 
 /// A transition the state machine does not allow from the current state.

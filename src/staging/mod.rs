@@ -4,6 +4,7 @@
 //! is bind-mounted into the job container; `index` is a private git index (never mounted) whose
 //! stat cache makes the after-run source check cost a `stat` per tracked path, not a re-hash.
 
+use crate::domain::git::FileMode;
 use crate::limits;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -277,7 +278,7 @@ impl Repo {
     fn index_entries(
         &self,
         checkout: &Checkout,
-    ) -> Result<Vec<(Vec<u8>, String, String)>, StagingError> {
+    ) -> Result<Vec<(Vec<u8>, FileMode, String)>, StagingError> {
         let mut cmd = self.git_worktree(checkout, &checkout.empty_tree);
         cmd.args(["ls-files", "-s", "-z"]);
         let (_, out) = run_git(cmd, &[0])?;
@@ -288,9 +289,15 @@ impl Repo {
             };
             let meta = String::from_utf8_lossy(&rec[..tab]);
             let mut parts = meta.split(' ');
-            if let (Some(mode), Some(oid)) = (parts.next(), parts.next()) {
-                entries.push((rec[tab + 1..].to_vec(), mode.to_string(), oid.to_string()));
-            }
+            let (Some(mode), Some(oid)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let mode = FileMode::parse(mode).ok_or_else(|| StagingError::Git {
+                args: "ls-files -s".into(),
+                code: None,
+                stderr: format!("unknown mode {mode:?}"),
+            })?;
+            entries.push((rec[tab + 1..].to_vec(), mode, oid.to_string()));
         }
         Ok(entries)
     }
@@ -359,7 +366,7 @@ impl Repo {
         let mut changed: std::collections::BTreeSet<Vec<u8>> = std::collections::BTreeSet::new();
         let mut suspect_files: Vec<(&[u8], &str)> = Vec::new();
         for (path, staged) in checkout.snapshot.iter() {
-            if staged.mode == "160000" {
+            if staged.mode == FileMode::Gitlink {
                 continue;
             }
             let now = stat_key(&checkout.tree.join(OsStr::from_bytes(path)));
@@ -372,18 +379,26 @@ impl Repo {
             };
             let kind = now.mode & S_IFMT;
             let exec = now.mode & 0o100 != 0;
-            match staged.mode.as_str() {
-                "100644" | "100755" if kind == S_IFREG && exec == (staged.mode == "100755") => {
+            match staged.mode {
+                FileMode::Regular | FileMode::Executable
+                    if kind == S_IFREG && exec == (staged.mode == FileMode::Executable) =>
+                {
                     suspect_files.push((path, staged.oid.as_str()));
                 }
-                "120000" if kind == S_IFLNK => {
+                FileMode::Symlink if kind == S_IFLNK => {
                     let target = std::fs::read_link(checkout.tree.join(OsStr::from_bytes(path)))
                         .map_err(io_err("readlink", &checkout.tree))?;
                     if self.hash_bytes(target.as_os_str().as_bytes())? != staged.oid {
                         changed.insert(path.clone());
                     }
                 }
-                _ => {
+                // Anything else changed type, lost or gained its executable bit, or was a
+                // directory where git keeps none (gitlinks were skipped above).
+                FileMode::Regular
+                | FileMode::Executable
+                | FileMode::Symlink
+                | FileMode::Gitlink
+                | FileMode::Tree => {
                     changed.insert(path.clone());
                 }
             }
@@ -444,7 +459,7 @@ impl Checkout {
 /// One staged index entry.
 #[derive(Debug, Clone)]
 struct Staged {
-    mode: String,
+    mode: FileMode,
     oid: String,
     stat: Option<StatKey>,
 }

@@ -3,6 +3,7 @@
 //! runs with `core.fsync=all`; hooks never run.
 
 use super::{Repo, StagingError, is_oid, run_git};
+use crate::domain::git::{FileMode, ObjectKind};
 use std::io::{Read, Write};
 use std::process::Stdio;
 
@@ -34,8 +35,8 @@ pub struct MergeOutcome {
 /// A tree entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TreeEntry {
-    pub mode: String,
-    pub kind: String,
+    pub mode: FileMode,
+    pub kind: ObjectKind,
     pub oid: String,
 }
 
@@ -279,9 +280,14 @@ impl Repo {
             let mut parts = meta.split(' ');
             if let (Some(mode), Some(kind), Some(oid)) = (parts.next(), parts.next(), parts.next())
             {
+                let unknown = || StagingError::Git {
+                    args: "ls-tree".into(),
+                    code: None,
+                    stderr: format!("unknown entry {meta:?}"),
+                };
                 return Ok(Some(TreeEntry {
-                    mode: mode.into(),
-                    kind: kind.into(),
+                    mode: FileMode::parse(mode).ok_or_else(unknown)?,
+                    kind: ObjectKind::parse(kind).ok_or_else(unknown)?,
                     oid: oid.into(),
                 }));
             }
@@ -309,7 +315,7 @@ impl Repo {
     pub fn edit_tree(
         &self,
         tree: &str,
-        edits: &[(String, Option<(String, String)>)],
+        edits: &[(String, Option<(String, FileMode)>)],
     ) -> Result<String, StagingError> {
         let tmp = tempfile::tempdir().map_err(|e| StagingError::Io {
             op: "temp index dir",
@@ -325,7 +331,7 @@ impl Repo {
             match edit {
                 // index-info: "<mode> <oid>\t<path>", mode 0 removes the path.
                 Some((oid, mode)) => {
-                    script.extend_from_slice(format!("{mode} {oid}\t{path}").as_bytes())
+                    script.extend_from_slice(format!("{} {oid}\t{path}", mode.as_str()).as_bytes())
                 }
                 None => script.extend_from_slice(
                     format!("0 {}\t{path}", "0".repeat(oid_len(tree))).as_bytes(),

@@ -154,7 +154,7 @@ impl Service {
         l.a.last_request_version = version;
         l.c.record_mutation(Mutation {
             actor_key: actor_key.clone(),
-            operation: "integration.request_delivery".into(),
+            operation: MutationOperation::RequestDelivery,
             idempotency_key: p.idempotency_key.clone(),
             digest: digest.clone(),
             result_id: request.request_id.clone(),
@@ -244,7 +244,7 @@ impl Service {
         let request_id = req.request_id.clone();
         l.c.record_mutation(Mutation {
             actor_key: actor.key(),
-            operation: "integration.decide".into(),
+            operation: MutationOperation::Decide,
             idempotency_key: String::new(),
             digest: candidate::digest(&(p.approve, &p.request_id, p.request_version)),
             result_id: request_id,
@@ -339,11 +339,13 @@ impl Service {
             self.save(&mut l, None, None).await?;
         }
         let (result, proposal, previous) = match req.action {
-            DeliveryAction::UpdateRef => {
-                ("landed", None, Some(req.expected_target_revision.clone()))
-            }
+            DeliveryAction::UpdateRef => (
+                ReceiptResult::Landed,
+                None,
+                Some(req.expected_target_revision.clone()),
+            ),
             DeliveryAction::Proposal => (
-                "proposed",
+                ReceiptResult::Proposed,
                 Some(proposal_ref(&req.request_id)),
                 current_target.clone(),
             ),
@@ -355,7 +357,7 @@ impl Service {
             target_ref: req.target_ref.clone(),
             previous_revision: previous,
             action: req.action,
-            result: result.into(),
+            result,
             proposal_ref: proposal.clone(),
             created_at: crate::ids::rfc3339(now),
         };
@@ -439,7 +441,7 @@ impl Service {
         }
         l.c.record_mutation(Mutation {
             actor_key: actor.key(),
-            operation: "integration.deliver".into(),
+            operation: MutationOperation::Deliver,
             idempotency_key: String::new(),
             digest: String::new(),
             result_id: receipt.receipt_id.clone(),

@@ -2,7 +2,7 @@
 //! (checksummed artifact), with a bounded lifetime.
 
 use crate::artifacts::write_atomic;
-use crate::candidate::{self, EvidencePacket, MAX_TRANSCRIPT_BYTES, SOURCE_GIT, SOURCE_TRANSCRIPT};
+use crate::candidate::{self, EvidencePacket, EvidenceSource, MAX_TRANSCRIPT_BYTES};
 use crate::config::{Permission, is_identifier};
 use crate::engine::service::{Actor, Service, ServiceError, blocking, parse_time};
 use crate::staging::plumbing::RefOp;
@@ -139,9 +139,9 @@ impl Service {
             base_revision: p.base_revision.clone(),
             retained_revision: p.revision.clone(),
             sources: if p.transcript.is_some() {
-                vec![SOURCE_GIT.into(), SOURCE_TRANSCRIPT.into()]
+                vec![EvidenceSource::Git, EvidenceSource::Transcript]
             } else {
-                vec![SOURCE_GIT.into()]
+                vec![EvidenceSource::Git]
             },
             transcript_sha256: transcript_sha256.clone(),
             created_at: crate::ids::rfc3339(now),

@@ -19,7 +19,7 @@ impl Service {
             l.c.state = l.c.state.on(CandidateEvent::Delete)?;
             l.c.record_mutation(Mutation {
                 actor_key: actor.key(),
-                operation: "integration.delete".into(),
+                operation: MutationOperation::Delete,
                 idempotency_key: String::new(),
                 digest: String::new(),
                 result_id: l.c.candidate_id.clone(),

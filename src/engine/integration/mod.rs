@@ -23,13 +23,14 @@ pub mod verification;
 use crate::artifacts::write_atomic;
 use crate::candidate::{
     self, Assembly, CANDIDATE_LIFETIME, Candidate, CandidateEvent, CandidateInput, CandidateState,
-    CandidateSummary, DeliveryAction, DeliveryReceipt, DeliveryRequest, MAX_AGGREGATE_BYTES,
-    MAX_PATCH_BYTES, MAX_REQUEST_VERIFICATIONS, MAX_RESOLVE_FILES, MAX_SNAPSHOT_BYTES,
-    MAX_SUBMISSIONS, MAX_TRANSCRIPT_BYTES, MAX_VERIFICATIONS_PER_CANDIDATE, Mutation,
-    PendingResolution, RequestEvent, RequestState, ResolveFile, SOURCE_GIT, SOURCE_TRANSCRIPT,
-    SubmissionRef, TOMBSTONE_RETENTION,
+    CandidateSummary, DeliveryAction, DeliveryReceipt, DeliveryRequest, EvidenceSource,
+    MAX_AGGREGATE_BYTES, MAX_PATCH_BYTES, MAX_REQUEST_VERIFICATIONS, MAX_RESOLVE_FILES,
+    MAX_SNAPSHOT_BYTES, MAX_SUBMISSIONS, MAX_TRANSCRIPT_BYTES, MAX_VERIFICATIONS_PER_CANDIDATE,
+    Mutation, MutationOperation, PendingResolution, ReceiptResult, RequestEvent, RequestState,
+    ResolveFile, SubmissionRef, TOMBSTONE_RETENTION,
 };
 use crate::config::Permission;
+use crate::domain::git::{FileMode, ObjectKind};
 use crate::engine::service::{
     Actor, Admission, Service, ServiceError, SystemTask, Worker, blocking, parse_time,
 };
@@ -54,7 +55,7 @@ pub struct PrepareParams {
     pub target_ref: String,
     pub expected_target_revision: String,
     #[serde(default)]
-    pub required_sources: Option<Vec<String>>,
+    pub required_sources: Option<Vec<EvidenceSource>>,
     #[serde(default)]
     pub mission_id: Option<String>,
     pub idempotency_key: String,

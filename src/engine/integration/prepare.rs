@@ -16,7 +16,7 @@ impl Service {
         let required_sources = p
             .required_sources
             .clone()
-            .unwrap_or_else(|| vec![SOURCE_GIT.to_string()]);
+            .unwrap_or_else(|| vec![EvidenceSource::Git]);
         let key_params = PrepareParams {
             idempotency_key: String::new(),
             required_sources: Some(required_sources.clone()),
@@ -58,13 +58,6 @@ impl Service {
             return Err(ServiceError::InvalidArgument(
                 "required_sources must not be empty".into(),
             ));
-        }
-        for (i, s) in required_sources.iter().enumerate() {
-            if s != SOURCE_GIT && s != SOURCE_TRANSCRIPT {
-                return Err(ServiceError::InvalidArgument(format!(
-                    "required_sources[{i}] {s:?} is not one of \"git\", \"transcript\""
-                )));
-            }
         }
         if !candidate::is_full_oid(&p.expected_target_revision) {
             return Err(ServiceError::InvalidArgument(
@@ -126,19 +119,22 @@ impl Service {
                 )));
             }
             for src in &required_sources {
-                let available = match src.as_str() {
-                    SOURCE_GIT => {
+                let available = match src {
+                    EvidenceSource::Git => {
                         evidence_refs.get(&evidence_ref_name(&packet.evidence_ref))
                             == Some(&packet.retained_revision)
                     }
-                    _ => packet.transcript_sha256.as_deref().is_some_and(|sum| {
-                        std::fs::read(self.transcript_path(&packet.evidence_ref))
-                            .is_ok_and(|b| hex::encode(Sha256::digest(&b)) == sum)
-                    }),
+                    EvidenceSource::Transcript => {
+                        packet.transcript_sha256.as_deref().is_some_and(|sum| {
+                            std::fs::read(self.transcript_path(&packet.evidence_ref))
+                                .is_ok_and(|b| hex::encode(Sha256::digest(&b)) == sum)
+                        })
+                    }
                 };
                 if !available {
                     return Err(ServiceError::FailedPrecondition(format!(
-                        "{field}: required source {src:?} of evidence {} is missing or unavailable",
+                        "{field}: required source {:?} of evidence {} is missing or unavailable",
+                        src.as_str(),
                         packet.evidence_ref
                     )));
                 }
@@ -197,7 +193,7 @@ impl Service {
             version: 1,
             mutations: vec![Mutation {
                 actor_key: actor_key.clone(),
-                operation: "integration.prepare".into(),
+                operation: MutationOperation::Prepare,
                 idempotency_key: p.idempotency_key.clone(),
                 digest: digest.clone(),
                 result_id: cid.clone(),

@@ -171,7 +171,7 @@ impl Service {
         }
         l.c.record_mutation(Mutation {
             actor_key: actor_key.clone(),
-            operation: "integration.resolve".into(),
+            operation: MutationOperation::Resolve,
             idempotency_key: p.idempotency_key.clone(),
             digest: digest.clone(),
             result_id: format!("v{}", l.stored_version + 1),
@@ -199,13 +199,13 @@ impl Service {
         for (i, f) in files.iter().enumerate() {
             for parent in candidate::parents(&f.path) {
                 if let Some(e) = repo.tree_entry(tree, parent)? {
-                    if e.mode == "120000" {
+                    if e.mode == FileMode::Symlink {
                         return Err(ServiceError::InvalidArgument(format!(
                             "files[{i}].path {:?} traverses the symlink {parent:?}",
                             f.path
                         )));
                     }
-                    if e.kind != "tree" {
+                    if e.kind != ObjectKind::Tree {
                         return Err(ServiceError::InvalidArgument(format!(
                             "files[{i}].path {:?}: {parent:?} is a file, not a directory",
                             f.path
@@ -214,7 +214,7 @@ impl Service {
                 }
             }
             if let Some(e) = repo.tree_entry(tree, &f.path)? {
-                if e.kind == "tree" || e.mode == "160000" {
+                if e.kind == ObjectKind::Tree || e.mode == FileMode::Gitlink {
                     return Err(ServiceError::InvalidArgument(format!(
                         "files[{i}].path {:?} is a directory or submodule",
                         f.path
@@ -249,10 +249,10 @@ impl Service {
                 Some(content) => {
                     let blob = repo.write_blob(content.as_bytes())?;
                     let mode = match repo.tree_entry(&tree, &f.path)? {
-                        Some(e) if e.mode == "100755" => "100755",
-                        _ => "100644",
+                        Some(e) if e.mode == FileMode::Executable => FileMode::Executable,
+                        _ => FileMode::Regular,
                     };
-                    edits.push((f.path.clone(), Some((blob, mode.to_string()))));
+                    edits.push((f.path.clone(), Some((blob, mode))));
                 }
                 None => edits.push((f.path.clone(), None)),
             }
@@ -268,7 +268,7 @@ impl Service {
             let found = repo.tree_entry(&new_tree, path)?;
             let exact = match (edit, &found) {
                 (Some((blob, mode)), Some(e)) => {
-                    e.kind == "blob" && &e.oid == blob && &e.mode == mode
+                    e.kind == ObjectKind::Blob && &e.oid == blob && e.mode == *mode
                 }
                 (None, None) => true,
                 _ => false,
