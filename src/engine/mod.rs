@@ -173,6 +173,16 @@ pub fn audit(root: &Path) -> Result<(), OpenError> {
                 path: dir.to_path_buf(),
                 source,
             })?;
+            // Plain files below the top level (artifacts, locks, transcripts) need no check of
+            // their own: their directories' modes protect them. Skip their lstat, so opening a
+            // data dir stays cheap however many results it keeps.
+            let ft = entry.file_type().map_err(|source| OpenError::DataDir {
+                path: entry.path(),
+                source,
+            })?;
+            if depth > 0 && ft.is_file() {
+                continue;
+            }
             let path = entry.path();
             let m = std::fs::symlink_metadata(&path).map_err(|source| OpenError::DataDir {
                 path: path.clone(),
