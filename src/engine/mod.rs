@@ -8,6 +8,7 @@ pub mod maintenance;
 pub mod recovery;
 pub mod service;
 pub mod verify;
+pub mod workers;
 
 use crate::artifacts::{ArtifactIoError, Artifacts};
 use crate::config::Config;

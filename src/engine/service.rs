@@ -227,12 +227,6 @@ impl Clock {
     }
 }
 
-/// A verification worker of this process: how to cancel it and how to know it has settled.
-pub struct Worker {
-    pub cancel: tokio::sync::watch::Sender<bool>,
-    pub done: tokio::sync::watch::Receiver<bool>,
-}
-
 /// The daemon's service.
 pub struct Service {
     pub config: Arc<Config>,
@@ -241,10 +235,9 @@ pub struct Service {
     pub admission: AdmissionFn,
     /// The verification runner (sandbox, seccomp profile, data dir).
     pub engine: super::Engine,
-    /// Bounds concurrent verifications (`max_concurrent_verifications`).
-    pub permits: Arc<tokio::sync::Semaphore>,
-    /// Live verification workers of this process, by verification id.
-    pub workers: Arc<Mutex<HashMap<String, Worker>>>,
+    /// Candidate verifications in the background, at most `max_concurrent_verifications` at
+    /// once, by verification id.
+    pub workers: super::workers::Workers,
     repos: HashMap<String, Repo>,
     candidate_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The first failure to make an asynchronous result durable (a worker that could not settle
@@ -267,10 +260,7 @@ impl Service {
             repos.insert(id.clone(), repo);
         }
         Ok(Service {
-            permits: Arc::new(tokio::sync::Semaphore::new(
-                config.max_concurrent_verifications,
-            )),
-            workers: Arc::new(Mutex::new(HashMap::new())),
+            workers: super::workers::Workers::new(config.max_concurrent_verifications),
             config,
             data,
             clock,

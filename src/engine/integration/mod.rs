@@ -32,7 +32,7 @@ use crate::candidate::{
 use crate::config::Permission;
 use crate::domain::git::{FileMode, ObjectKind};
 use crate::engine::service::{
-    Actor, Admission, Service, ServiceError, SystemTask, Worker, blocking, parse_time,
+    Actor, Admission, Service, ServiceError, SystemTask, blocking, parse_time,
 };
 use crate::engine::verify::{CandidateLink, RunError};
 use crate::limits;

@@ -129,36 +129,15 @@ impl Service {
     /// Runs a recorded verification in the background, bounded by the concurrency permits.
     pub(super) fn spawn_worker(&self, started: crate::engine::verify::Started) {
         let vid = started.verification.verification_id.clone();
-        let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
-        let (done_tx, done_rx) = tokio::sync::watch::channel(false);
-        self.workers
-            .lock()
-            .expect("worker map is never poisoned")
-            .insert(
-                vid.clone(),
-                Worker {
-                    cancel: cancel_tx,
-                    done: done_rx,
-                },
-            );
         let engine = self.engine.clone();
-        let permits = self.permits.clone();
-        let workers = self.workers.clone();
         let failures = self.persistence_failure.clone();
-        tokio::spawn(async move {
-            let mut cancelled = cancel_rx.clone();
+        let id = vid.clone();
+        self.workers.spawn(id, move |slot| async move {
             // Queued until a permit frees up; a cancel while queued settles without running.
-            let permit = tokio::select! {
-                p = permits.acquire_owned() => p.ok(),
-                r = cancelled.wait_for(|c| *c) => {
-                    drop(r);
-                    None
-                }
-            };
-            if permit.is_some() {
+            if slot.admitted {
                 let _ = engine.data.store.mark_started(&vid).await;
             }
-            match engine.finish(started, cancel_rx).await {
+            match engine.finish(started, slot.cancel).await {
                 Ok(v) => {
                     tracing::info!(verification_id = %vid, status = v.status.as_str(), "candidate verification settled")
                 }
@@ -170,56 +149,18 @@ impl Service {
                     );
                 }
             }
-            drop(permit);
-            workers
-                .lock()
-                .expect("worker map is never poisoned")
-                .remove(&vid);
-            let _ = done_tx.send(true);
         });
     }
 
     /// Cancels one worker of this process and waits (bounded) until it has settled.
     pub(super) async fn cancel_worker(&self, verification_id: &str) -> bool {
-        let done = {
-            let workers = self.workers.lock().expect("worker map is never poisoned");
-            match workers.get(verification_id) {
-                Some(w) => {
-                    let _ = w.cancel.send(true);
-                    w.done.clone()
-                }
-                None => return true,
-            }
-        };
-        let mut done = done;
-        tokio::time::timeout(SETTLE_WAIT, done.wait_for(|d| *d))
-            .await
-            .is_ok()
+        self.workers.cancel(verification_id, SETTLE_WAIT).await
     }
 
     /// Cancels every worker of this process (daemon shutdown). Returns how many did not settle
     /// within `wait`.
     pub async fn cancel_all_workers(&self, wait: Duration) -> usize {
-        let dones: Vec<_> = {
-            let workers = self.workers.lock().expect("worker map is never poisoned");
-            workers
-                .values()
-                .map(|w| {
-                    let _ = w.cancel.send(true);
-                    w.done.clone()
-                })
-                .collect()
-        };
-        let mut unsettled = 0;
-        for mut d in dones {
-            if tokio::time::timeout(wait, d.wait_for(|x| *x))
-                .await
-                .is_err()
-            {
-                unsettled += 1;
-            }
-        }
-        unsettled
+        self.workers.cancel_all(wait).await
     }
 
     /// Cancels every running verification of a candidate (before deletion or expiry).
