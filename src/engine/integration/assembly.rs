@@ -12,6 +12,11 @@ impl Service {
             .into_iter()
             .collect();
         let start_commit = l.a.acc_commit.clone();
+        // Whether each distinct input base is in the target's history, asked once per base: the
+        // accumulated commit always descends from expected_target_revision, so a base in the
+        // target's history is in the accumulated history too.
+        let mut base_in_target: std::collections::HashMap<String, bool> =
+            std::collections::HashMap::new();
         while l.a.next_input < l.c.inputs.len() {
             let i = l.a.next_input;
             let input = &l.c.inputs[i];
@@ -22,7 +27,18 @@ impl Service {
             // merge bases itself, exactly as `git merge` would: in a criss-cross history an
             // explicit base that is only one of several merge bases reports conflicts git's
             // own merge does not. Otherwise the input's declared base is the only one we have.
-            let base = if repo.is_ancestor(&input.base_revision, &l.a.acc_commit)? {
+            let in_target = match base_in_target.get(&input.base_revision) {
+                Some(known) => *known,
+                None => {
+                    let known =
+                        repo.is_ancestor(&input.base_revision, &l.c.expected_target_revision)?;
+                    base_in_target.insert(input.base_revision.clone(), known);
+                    known
+                }
+            };
+            let in_history =
+                in_target || repo.is_ancestor(&input.base_revision, &l.a.acc_commit)?;
+            let base = if in_history {
                 None
             } else {
                 Some(input.base_revision.as_str())

@@ -307,6 +307,21 @@ impl Service {
         )
     }
 
+    /// [`Service::owned_evidence_problem`] on the blocking pool, for hot read paths: the checks
+    /// run on clones, so no async worker blocks and none hands its core off (as
+    /// `block_in_place` would, on every call).
+    pub(super) async fn owned_evidence_problem_off_runtime(
+        &self,
+        c: &Candidate,
+    ) -> Result<Option<String>, ServiceError> {
+        let repo = self.repo(&c.workspace_id).clone();
+        let dir = self.candidate_dir(&c.candidate_id);
+        let c = c.clone();
+        tokio::task::spawn_blocking(move || owned_problem_of(&repo, &dir, &c, false))
+            .await
+            .expect("the owned-evidence check does not panic")
+    }
+
     /// `failed_precondition` unless every owned ref and transcript copy (checksummed) is intact.
     pub(crate) fn require_owned_evidence(&self, c: &Candidate) -> Result<(), ServiceError> {
         match self.owned_evidence_problem(c, true)? {

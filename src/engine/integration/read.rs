@@ -8,7 +8,11 @@ impl Service {
     pub async fn show(&self, actor: &Actor, p: CandidateParams) -> Result<Candidate, ServiceError> {
         self.authorize(actor, &p.workspace_id, Permission::View)?;
         let l = self.load(&p.workspace_id, &p.candidate_id).await?;
-        if blocking(|| self.owned_evidence_problem(&l.c, false))?.is_none() {
+        if self
+            .owned_evidence_problem_off_runtime(&l.c)
+            .await?
+            .is_none()
+        {
             return Ok(l.c);
         }
         let lock = self.candidate_lock(&p.candidate_id);
