@@ -46,16 +46,20 @@ g checkout -q main
 
 token() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 sha() { printf %s "$1" | sha256sum | cut -d' ' -f1; }
-alice=$(token); run_a=$(token); run_b=$(token)
+alice=$(token); dana=$(token); run_a=$(token); run_b=$(token)
 cat > "$work/airlock.toml" <<TOML
 listen = "127.0.0.1:0"
 data_dir = "$work/data"
 [workspaces.demo]
 repo = "$repo"
-members = { alice = ["view", "integrate", "verify", "decide", "push"] }
+# dana approves deliveries: the member who requests one may not decide it (distinct_approver).
+members = { alice = ["view", "integrate", "verify", "decide", "push"], dana = ["view", "decide"] }
 [[tokens]]
 sha256 = "$(sha "$alice")"
 member_id = "alice"
+[[tokens]]
+sha256 = "$(sha "$dana")"
+member_id = "dana"
 [[tokens]]
 sha256 = "$(sha "$run_a")"
 run_id = "run_a"
@@ -73,9 +77,9 @@ for _ in $(seq 100); do [ -s "$work/serve.out" ] && break; kill -0 "$pid" || bre
 addr=$(python3 -c "import json,sys;print(json.loads(open(sys.argv[1]).readline())['listening'])" "$work/serve.out")
 echo "== airlock serve listening on $addr (data dir $work/data)"
 
-python3 - "$addr" "$alice" "$run_a" "$run_b" "$base" "$rev_a" "$rev_b" <<'PY'
+python3 - "$addr" "$alice" "$run_a" "$run_b" "$base" "$rev_a" "$rev_b" "$dana" <<'PY'
 import http.client, json, sys, time
-addr, alice, run_a, run_b, base, rev_a, rev_b = sys.argv[1:8]
+addr, alice, run_a, run_b, base, rev_a, rev_b, dana = sys.argv[1:9]
 host, port = addr.rsplit(":", 1)
 
 def call(step, token, method, body):
@@ -146,7 +150,7 @@ req = c["delivery_request"]
 show("request_delivery", request_id=req["request_id"], request_version=req["request_version"],
      action=req["action"], state=req["state"], expires_at=req["expires_at"])
 
-c = call("decide", alice, "integration.decide",
+c = call("decide (by dana, not the requester)", dana, "integration.decide",
          {"workspace_id": ws, "candidate_id": cid, "request_id": req["request_id"],
           "request_version": req["request_version"], "approve": True})["candidate"]
 show("decide", state=c["delivery_request"]["state"], decided_by=c["delivery_request"]["decided_by"])
