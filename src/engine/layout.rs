@@ -38,10 +38,6 @@ impl DataLayout {
         }
     }
 
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
     pub fn database(&self) -> PathBuf {
         self.root.join("airlock.db")
     }
