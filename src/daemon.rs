@@ -120,10 +120,10 @@ impl Daemon {
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), String> {
         let ready = Arc::new(AtomicBool::new(true));
-        let app = crate::api::router(crate::api::AppState {
-            service: self.service.clone(),
-            ready: ready.clone(),
-        });
+        let app = crate::api::router(crate::api::AppState::new(
+            self.service.clone(),
+            ready.clone(),
+        ));
         let ticker = {
             let service = self.service.clone();
             let runtime = self.runtime.clone();

@@ -124,3 +124,8 @@ pub const DEFAULT_BODY_READ_TIMEOUT_SECONDS: u64 = 30;
 pub const DEFAULT_KEEP_ALIVE_IDLE_SECONDS: u64 = 30;
 /// Largest value of any of the three HTTP timeouts above.
 pub const MAX_HTTP_TIMEOUT_SECONDS: u64 = 3600;
+
+/// Parsed candidates the daemon keeps for reads (by stored version; full means start over).
+pub const CANDIDATE_READ_CACHE_ENTRIES: usize = 1024;
+/// Serialized `integration.show` answers the API keeps (by version and verifications).
+pub const SHOW_BODY_CACHE_ENTRIES: usize = 1024;

@@ -38,7 +38,7 @@ fn libc_esrch() -> i32 {
 }
 
 /// A command for `program` that dies with Airlock, with stdin closed.
-pub fn command(program: &str) -> Command {
+pub fn command(program: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut cmd = Command::new(program);
     cmd.stdin(std::process::Stdio::null());
     dies_with_parent(&mut cmd);

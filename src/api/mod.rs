@@ -55,6 +55,51 @@ pub fn body_limit(method: &str) -> Option<usize> {
 pub struct AppState {
     pub service: Arc<Service>,
     pub ready: Arc<AtomicBool>,
+    /// Serialized `integration.show` answers (see [`ShowBodies`]).
+    pub show_bodies: Arc<ShowBodies>,
+}
+
+impl AppState {
+    pub fn new(service: Arc<Service>, ready: Arc<AtomicBool>) -> AppState {
+        AppState {
+            service,
+            ready,
+            show_bodies: Arc::default(),
+        }
+    }
+}
+
+/// The last serialized `integration.show` answer of each candidate, with what it was built
+/// from: the stored version of the record and the serialized verifications. An answer is reused
+/// only when both are byte-for-byte what this request read, so it is exactly the body this
+/// request would serialize; the owned-evidence check still runs on every request.
+#[derive(Default)]
+pub struct ShowBodies {
+    entries: std::sync::Mutex<std::collections::HashMap<String, ShowBody>>,
+}
+
+struct ShowBody {
+    version: u64,
+    verifications: Vec<u8>,
+    body: axum::body::Bytes,
+}
+
+impl ShowBodies {
+    fn get(&self, cid: &str, version: u64, verifications: &[u8]) -> Option<axum::body::Bytes> {
+        let entries = self.entries.lock().expect("never poisoned");
+        entries
+            .get(cid)
+            .filter(|b| b.version == version && b.verifications == verifications)
+            .map(|b| b.body.clone())
+    }
+
+    fn put(&self, cid: &str, body: ShowBody) {
+        let mut entries = self.entries.lock().expect("never poisoned");
+        if entries.len() >= crate::limits::SHOW_BODY_CACHE_ENTRIES {
+            entries.clear();
+        }
+        entries.insert(cid.to_string(), body);
+    }
 }
 
 struct ApiError(ServiceError);
@@ -168,7 +213,7 @@ async fn call(
     let conn = req.extensions().get::<server::ConnHandle>().cloned();
     let (parts, body) = req.into_parts();
     match handle(st, &method, parts.headers, body, conn).await {
-        Ok(v) => axum::Json(v).into_response(),
+        Ok(reply) => reply.into_response(),
         Err(e) => ApiError(e).into_response(),
     }
 }
@@ -179,7 +224,7 @@ async fn handle(
     headers: HeaderMap,
     body: Body,
     conn: Option<server::ConnHandle>,
-) -> Result<Value, ServiceError> {
+) -> Result<Reply, ServiceError> {
     if !st.ready.load(Ordering::SeqCst) {
         return Err(ServiceError::Unavailable(
             "recovery has not finished".into(),
@@ -205,10 +250,12 @@ async fn handle(
     // From here on the request is being served: its connection is not closed to make room.
     let _dispatching = conn.as_ref().map(server::ConnHandle::dispatching);
     let svc = st.service.clone();
+    let bodies = st.show_bodies.clone();
     let method_owned = method.to_string();
     // The work runs in its own task so a client that disconnects cannot cancel a half-done
     // state change; the budget bounds how long the client waits for it.
-    let task = tokio::spawn(async move { dispatch(&svc, &actor, &method_owned, &bytes).await });
+    let task =
+        tokio::spawn(async move { dispatch(&svc, &bodies, &actor, &method_owned, &bytes).await });
     match tokio::time::timeout(CONTROL_CALL_BUDGET, task).await {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => Err(ServiceError::Internal(format!("{method} failed: {e}"))),
@@ -221,25 +268,26 @@ async fn handle(
 
 async fn dispatch(
     svc: &Service,
+    bodies: &ShowBodies,
     actor: &Actor,
     method: &str,
     body: &[u8],
-) -> Result<Value, ServiceError> {
+) -> Result<Reply, ServiceError> {
     Ok(match method {
-        "evidence.record" => {
-            json!({"evidence": to(&svc.evidence_record(actor, parse(method, body)?).await?)})
-        }
-        "evidence.show" => {
-            json!({"evidence": to(&svc.evidence_show(actor, parse(method, body)?).await?)})
-        }
+        "evidence.record" => Reply::Value(
+            json!({"evidence": to(&svc.evidence_record(actor, parse(method, body)?).await?)}),
+        ),
+        "evidence.show" => Reply::Value(
+            json!({"evidence": to(&svc.evidence_show(actor, parse(method, body)?).await?)}),
+        ),
         "integration.prepare" => {
             candidate(svc, svc.prepare(actor, parse(method, body)?).await?).await?
         }
-        "integration.show" => candidate(svc, svc.show(actor, parse(method, body)?).await?).await?,
+        "integration.show" => show(svc, bodies, actor, parse(method, body)?).await?,
         "integration.list" => {
-            json!({"candidates": to(&svc.list(actor, parse(method, body)?).await?)})
+            Reply::Value(json!({"candidates": to(&svc.list(actor, parse(method, body)?).await?)}))
         }
-        "integration.patch" => to(&svc.patch(actor, parse(method, body)?).await?),
+        "integration.patch" => Reply::Value(to(&svc.patch(actor, parse(method, body)?).await?)),
         "integration.resolve" => {
             candidate(svc, svc.resolve(actor, parse(method, body)?).await?).await?
         }
@@ -268,16 +316,85 @@ async fn dispatch(
         }
         "integration.delete" => {
             svc.delete(actor, parse(method, body)?).await?;
-            json!({})
+            Reply::Value(json!({}))
         }
         other => return Err(ServiceError::NotFound(format!("unknown method {other:?}"))),
     })
 }
 
+/// A successful answer: a JSON value, or a body already serialized from a typed result (no
+/// intermediate `Value` tree for the large candidate aggregate).
+enum Reply {
+    Value(Value),
+    Json(Vec<u8>),
+    Shared(axum::body::Bytes),
+}
+
+impl IntoResponse for Reply {
+    fn into_response(self) -> Response {
+        match self {
+            Reply::Value(v) => axum::Json(v).into_response(),
+            Reply::Json(bytes) => json_body(axum::body::Bytes::from(bytes)),
+            Reply::Shared(bytes) => json_body(bytes),
+        }
+    }
+}
+
+/// `integration.show`: `{"candidate": ...}`, reusing the serialized answer while the record and
+/// its verifications are unchanged.
+async fn show(
+    svc: &Service,
+    bodies: &ShowBodies,
+    actor: &Actor,
+    p: crate::engine::integration::CandidateParams,
+) -> Result<Reply, ServiceError> {
+    #[derive(serde::Serialize)]
+    struct Wrapped<'a> {
+        candidate: &'a crate::candidate::Candidate,
+    }
+    let (version, c) = svc.show_shared(actor, p).await?;
+    let views = svc.verification_views(&c.candidate_id).await?;
+    let verifications = serde_json::to_vec(&views).expect("verifications serialize");
+    if let Some(body) = bodies.get(&c.candidate_id, version, &verifications) {
+        return Ok(Reply::Shared(body));
+    }
+    let mut full = (*c).clone();
+    full.verifications = views;
+    let body = axum::body::Bytes::from(
+        serde_json::to_vec(&Wrapped { candidate: &full }).expect("a candidate serializes"),
+    );
+    bodies.put(
+        &c.candidate_id,
+        ShowBody {
+            version,
+            verifications,
+            body: body.clone(),
+        },
+    );
+    Ok(Reply::Shared(body))
+}
+
+fn json_body(bytes: axum::body::Bytes) -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("application/json"),
+        )],
+        bytes,
+    )
+        .into_response()
+}
+
 /// `{"candidate": ...}` with its verifications read from the store.
-async fn candidate(svc: &Service, c: crate::candidate::Candidate) -> Result<Value, ServiceError> {
+async fn candidate(svc: &Service, c: crate::candidate::Candidate) -> Result<Reply, ServiceError> {
+    #[derive(serde::Serialize)]
+    struct Wrapped<'a> {
+        candidate: &'a crate::candidate::Candidate,
+    }
     let c = svc.hydrate(c).await?;
-    Ok(json!({ "candidate": serde_json::to_value(&c).expect("a candidate serializes") }))
+    Ok(Reply::Json(
+        serde_json::to_vec(&Wrapped { candidate: &c }).expect("a candidate serializes"),
+    ))
 }
 
 /// A result value as JSON.

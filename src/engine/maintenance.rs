@@ -46,8 +46,12 @@ async fn pack_refs(service: &Service) {
         let packed = tokio::task::spawn_blocking(move || repo.pack_airlock_refs())
             .await
             .expect("pack-refs does not panic");
-        if let Err(e) = packed {
-            tracing::warn!(workspace = %ws, error = %e, "packing Airlock's refs failed; will retry");
+        match packed {
+            Ok(true) => tracing::debug!(workspace = %ws, "Airlock's refs packed"),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(workspace = %ws, error = %e, "packing Airlock's refs failed; will retry")
+            }
         }
     }
 }

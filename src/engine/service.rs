@@ -240,6 +240,9 @@ pub struct Service {
     pub workers: super::workers::Workers,
     repos: HashMap<String, Repo>,
     candidate_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Parsed candidate records by id, each with the stored version it was parsed from; reads
+    /// use an entry only while the store still holds that version.
+    pub(crate) read_cache: Mutex<HashMap<String, (u64, Arc<crate::candidate::Candidate>)>>,
     /// The first failure to make an asynchronous result durable (a worker that could not settle
     /// its verification); `airlock serve` exits non-zero when there was one.
     pub persistence_failure: Arc<Mutex<Option<String>>>,
@@ -268,6 +271,7 @@ impl Service {
             engine,
             repos,
             candidate_locks: Mutex::new(HashMap::new()),
+            read_cache: Mutex::new(HashMap::new()),
             persistence_failure: Arc::new(Mutex::new(None)),
         })
     }

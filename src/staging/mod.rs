@@ -58,6 +58,8 @@ fn io_err<'a>(
 #[derive(Debug, Clone)]
 pub struct Repo {
     git_dir: PathBuf,
+    /// Remembered ref answers for hot read paths (see [`refcache`]).
+    ref_cache: std::sync::Arc<refcache::RefCache>,
 }
 
 /// Settings forced on every git call Airlock makes: no hooks, no fsmonitor, no filters or
@@ -76,6 +78,8 @@ const FORCED_CONFIG: &[&str] = &[
     "core.splitIndex=false",
     "core.untrackedCache=false",
     "core.quotePath=false",
+    // Full object ids are never looked up as ref names first.
+    "core.warnAmbiguousRefs=false",
     "core.fsync=all",
     "core.fsyncMethod=fsync",
     "gc.auto=0",
@@ -83,6 +87,7 @@ const FORCED_CONFIG: &[&str] = &[
 ];
 
 pub mod plumbing;
+pub mod refcache;
 pub mod space;
 
 pub use space::CheckoutFs;
@@ -90,7 +95,7 @@ pub use space::CheckoutFs;
 /// A git command with a clean environment: no inherited GIT_* variables, no system or global
 /// config, and the forced settings above.
 pub(crate) fn git_command() -> Command {
-    let mut cmd = crate::process::command("git");
+    let mut cmd = crate::process::command(git_program());
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("GIT_") {
             cmd.env_remove(k);
@@ -107,6 +112,26 @@ pub(crate) fn git_command() -> Command {
         cmd.arg("-c").arg(c);
     }
     cmd
+}
+
+/// The git executable, found on `PATH` once: the child then execs it directly instead of trying
+/// every `PATH` entry after each fork.
+fn git_program() -> &'static OsStr {
+    static GIT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    GIT.get_or_init(|| {
+        use std::os::unix::fs::PermissionsExt;
+        std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .filter(|dir| dir.is_absolute())
+            .map(|dir| dir.join("git"))
+            .find(|p| {
+                std::fs::metadata(p)
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            })
+            .unwrap_or_else(|| PathBuf::from("git"))
+    })
+    .as_os_str()
 }
 
 /// Runs a git command and returns stdout, bounded by [`limits::MAX_GIT_OUTPUT_BYTES`].
@@ -151,14 +176,37 @@ impl Repo {
             return Err(not_repo());
         }
         let mut cmd = git_command();
-        cmd.arg("-C")
-            .arg(path)
-            .args(["rev-parse", "--absolute-git-dir"]);
+        cmd.arg("-C").arg(path).args([
+            "rev-parse",
+            "--path-format=absolute",
+            "--absolute-git-dir",
+            "--git-common-dir",
+        ]);
         let (_, out) = run_git(cmd, &[0]).map_err(|_| not_repo())?;
-        let git_dir = String::from_utf8(out).map_err(|_| not_repo())?;
+        let out = String::from_utf8(out).map_err(|_| not_repo())?;
+        let mut lines = out.lines();
+        let (Some(git_dir), Some(common_dir)) = (lines.next(), lines.next()) else {
+            return Err(not_repo());
+        };
+        let git_dir = PathBuf::from(git_dir);
+        // Ref answers are remembered only when refs are plain files (the `files` backend).
+        let mut cmd = git_command();
+        cmd.arg("--git-dir")
+            .arg(&git_dir)
+            .args(["config", "--get", "extensions.refStorage"]);
+        let (code, backend) = run_git(cmd, &[0, 1])?;
+        let files = code == 1 || String::from_utf8_lossy(&backend).trim() == "files";
         Ok(Repo {
-            git_dir: PathBuf::from(git_dir.trim_end_matches('\n')),
+            git_dir,
+            ref_cache: std::sync::Arc::new(refcache::RefCache::new(
+                files.then(|| PathBuf::from(common_dir)),
+            )),
         })
+    }
+
+    /// The remembered ref answers of this repository.
+    pub fn ref_cache(&self) -> &refcache::RefCache {
+        &self.ref_cache
     }
 
     /// The repository's git directory.

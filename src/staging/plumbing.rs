@@ -109,6 +109,48 @@ impl Repo {
         }))
     }
 
+    /// The values of exactly these refs (full names), those that exist, in one `for-each-ref`.
+    pub fn refs_named(
+        &self,
+        names: &[String],
+    ) -> Result<std::collections::HashMap<String, String>, StagingError> {
+        if names.is_empty() {
+            return Ok(Default::default());
+        }
+        for n in names {
+            // A for-each-ref pattern with glob characters would match other refs.
+            if !n.starts_with("refs/") || n.contains(['*', '?', '[', '\\', '\n', '\0']) {
+                return Err(StagingError::InvalidRevision(format!(
+                    "{n:?} is not a plain full ref name"
+                )));
+            }
+        }
+        let mut cmd = self.git();
+        cmd.args([
+            "for-each-ref",
+            "--format=%(refname)%00%(objectname)",
+            "--end-of-options",
+        ])
+        .args(names);
+        let (_, out) = run_git(cmd, &[0])?;
+        let wanted: std::collections::HashSet<&str> = names.iter().map(String::as_str).collect();
+        Ok(String::from_utf8_lossy(&out)
+            .lines()
+            .filter_map(|l| l.split_once('\0'))
+            .filter(|(r, _)| wanted.contains(r))
+            .map(|(r, o)| (r.to_string(), o.to_string()))
+            .collect())
+    }
+
+    /// [`Repo::refs_named`], answered from memory while none of the files git would read to
+    /// answer it has changed (see [`super::refcache`]). For reads; consequential checks ask git.
+    pub fn refs_named_remembered(
+        &self,
+        names: &[String],
+    ) -> Result<std::collections::HashMap<String, String>, StagingError> {
+        self.ref_cache().get(names, || self.refs_named(names))
+    }
+
     /// Every ref under `prefix` (e.g. `refs/airlock/candidates/c1/`) with its value.
     pub fn refs_under(&self, prefix: &str) -> Result<Vec<(String, String)>, StagingError> {
         let mut cmd = self.git();
@@ -155,12 +197,17 @@ impl Repo {
     }
 
     /// Packs every loose ref under `refs/airlock/` into `packed-refs` (and removes the loose
-    /// files), leaving the repository's other refs as they are.
-    pub fn pack_airlock_refs(&self) -> Result<(), StagingError> {
+    /// files), leaving the repository's other refs as they are. Returns whether there was
+    /// anything to pack: `git pack-refs` rewrites `packed-refs` even when there is not, which
+    /// would needlessly invalidate every remembered ref answer (see [`super::refcache`]).
+    pub fn pack_airlock_refs(&self) -> Result<bool, StagingError> {
+        if !self.ref_cache().has_loose_refs_under("refs/airlock")? {
+            return Ok(false);
+        }
         let mut cmd = self.git();
         cmd.args(["pack-refs", "--include", "refs/airlock/*"]);
         run_git(cmd, &[0])?;
-        Ok(())
+        Ok(true)
     }
 
     /// True when `ancestor` is an ancestor of (or equal to) `descendant`.

@@ -177,6 +177,27 @@ impl Store {
         .await
     }
 
+    /// The candidate's stored version, and its record unless the version is `known` (the
+    /// caller holds that version parsed already). `None` when there is no such candidate.
+    pub async fn candidate_record_since(
+        &self,
+        candidate_id: &str,
+        known: Option<u64>,
+    ) -> Result<Option<(u64, Option<String>)>, StoreError> {
+        let id = candidate_id.to_string();
+        let known = known.map(|v| v as i64).unwrap_or(-1);
+        self.call(move |c| {
+            Ok(c.query_row(
+                "SELECT version, CASE WHEN version = ?2 THEN NULL ELSE record END
+                 FROM candidates WHERE candidate_id = ?1",
+                params![id, known],
+                |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, Option<String>>(1)?)),
+            )
+            .optional()?)
+        })
+        .await
+    }
+
     /// Compare-and-set of a candidate from `old_version`; optionally records a binding in the same
     /// transaction. A lost race (version moved, or the binding appeared) is a conflict.
     #[allow(clippy::too_many_arguments)]

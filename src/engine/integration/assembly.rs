@@ -3,15 +3,25 @@
 use super::*;
 
 impl Service {
-    /// Applies inputs from `next_input` until a conflict or the end (then freezes).
-    pub(super) fn assemble(&self, repo: &Repo, l: &mut Loaded) -> Result<(), ServiceError> {
+    /// Applies inputs from `next_input` until a conflict or the end (then freezes). `owned` is
+    /// the current value of every candidate-owned ref ([`owned_ref_names`]), when the caller
+    /// just read or wrote them; otherwise they are read here. Each outcome ends in one ref
+    /// transaction whose old values are checked against that view.
+    pub(super) fn assemble(
+        &self,
+        repo: &Repo,
+        l: &mut Loaded,
+        owned: Option<std::collections::HashMap<String, String>>,
+    ) -> Result<(), ServiceError> {
         let cid = l.c.candidate_id.clone();
         let time = self.stamp_time(&l.c);
-        let owned: std::collections::HashMap<String, String> = repo
-            .refs_under(&candidate_refs_prefix(&cid))?
-            .into_iter()
-            .collect();
+        let owned = match owned {
+            Some(owned) => owned,
+            None => repo.refs_named(&owned_ref_names(&l.c))?,
+        };
         let start_commit = l.a.acc_commit.clone();
+        // The merged tree of all inputs, when this call merged the last one.
+        let mut acc_tree: Option<String> = None;
         // Whether each distinct input base is in the target's history, asked once per base: the
         // accumulated commit always descends from expected_target_revision, so a base in the
         // target's history is in the accumulated history too.
@@ -29,6 +39,8 @@ impl Service {
             // own merge does not. Otherwise the input's declared base is the only one we have.
             let in_target = match base_in_target.get(&input.base_revision) {
                 Some(known) => *known,
+                // A commit is its own ancestor: the common case needs no git process.
+                None if input.base_revision == l.c.expected_target_revision => true,
                 None => {
                     let known =
                         repo.is_ancestor(&input.base_revision, &l.c.expected_target_revision)?;
@@ -36,8 +48,9 @@ impl Service {
                     known
                 }
             };
-            let in_history =
-                in_target || repo.is_ancestor(&input.base_revision, &l.a.acc_commit)?;
+            let in_history = in_target
+                || input.base_revision == l.a.acc_commit
+                || repo.is_ancestor(&input.base_revision, &l.a.acc_commit)?;
             let base = if in_history {
                 None
             } else {
@@ -45,12 +58,18 @@ impl Service {
             };
             let merged = repo.merge_tree(base, &l.a.acc_commit, theirs)?;
             if merged.conflicts.is_empty() {
+                // The last input needs no step commit of its own: the frozen commit carries its
+                // tree. The journal keeps `acc_commit` covering exactly `next_input` inputs, so
+                // the last one counts as applied only once the candidate is frozen.
+                if i + 1 == l.c.inputs.len() {
+                    acc_tree = Some(merged.tree);
+                    break;
+                }
                 let stamp = CommitStamp {
                     message: &format!("airlock: apply input {i} of {cid}"),
                     time,
                 };
-                let next = repo.commit_tree(&merged.tree, &[&l.a.acc_commit], &stamp)?;
-                l.a.acc_commit = next;
+                l.a.acc_commit = repo.commit_tree(&merged.tree, &[&l.a.acc_commit], &stamp)?;
                 l.a.next_input += 1;
                 l.c.applied_inputs = l.a.next_input;
             } else {
@@ -60,20 +79,26 @@ impl Service {
                 };
                 let held = repo.commit_tree(&merged.tree, &[&l.a.acc_commit], &stamp)?;
                 // Intermediate commits stay reachable (safe from gc) through the work ref.
+                let mut ops = Vec::new();
                 if l.a.acc_commit != start_commit {
-                    self.set_ref(repo, &work_ref(&cid), &l.a.acc_commit)?;
+                    ops.extend(set_op(&owned, &work_ref(&cid), &l.a.acc_commit));
                 }
-                self.set_ref(repo, &conflict_ref(&cid), &held)?;
+                ops.extend(set_op(&owned, &conflict_ref(&cid), &held));
+                repo.update_refs(&ops)?;
                 l.a.conflict_tree = Some(merged.tree);
                 l.c.conflicts = Some(merged.conflicts);
                 l.c.state = l.c.state.on(CandidateEvent::Conflict)?;
                 return Ok(());
             }
         }
+        let mut ops = Vec::new();
         if l.a.acc_commit != start_commit {
-            self.set_ref(repo, &work_ref(&cid), &l.a.acc_commit)?;
+            ops.extend(set_op(&owned, &work_ref(&cid), &l.a.acc_commit));
         }
-        let tree = repo.commit_tree_of(&l.a.acc_commit)?;
+        let tree = match acc_tree {
+            Some(tree) => tree,
+            None => repo.commit_tree_of(&l.a.acc_commit)?,
+        };
         let stamp = CommitStamp {
             message: &format!(
                 "airlock candidate {cid}\n\n{} input(s) onto {}",
@@ -83,24 +108,27 @@ impl Service {
             time,
         };
         let frozen = repo.commit_tree(&tree, &[&l.c.expected_target_revision], &stamp)?;
-        match repo.ref_value(&revision_ref(&cid))? {
-            Some(v) if v == frozen => {}
+        match owned.get(&revision_ref(&cid)) {
+            Some(v) if *v == frozen => {}
             Some(v) => {
                 return Err(ServiceError::Internal(format!(
                     "candidate revision ref already at {v}"
                 )));
             }
-            None => repo.update_refs(&[RefOp::Create {
+            None => ops.push(RefOp::Create {
                 name: revision_ref(&cid),
                 new: frozen.clone(),
-            }])?,
+            }),
         }
-        if let Some(old) = repo.ref_value(&conflict_ref(&cid))? {
-            repo.update_refs(&[RefOp::Delete {
+        if let Some(old) = owned.get(&conflict_ref(&cid)) {
+            ops.push(RefOp::Delete {
                 name: conflict_ref(&cid),
-                old,
-            }])?;
+                old: old.clone(),
+            });
         }
+        repo.update_refs(&ops)?;
+        l.a.next_input = l.c.inputs.len();
+        l.c.applied_inputs = l.a.next_input;
         l.c.candidate_revision = Some(frozen);
         l.c.state = l.c.state.on(CandidateEvent::Freeze)?;
         l.c.conflicts = None;
@@ -108,6 +136,7 @@ impl Service {
         Ok(())
     }
 
+    /// Points `name` at `new` (one ref, its own transaction), reading its current value first.
     pub(super) fn set_ref(&self, repo: &Repo, name: &str, new: &str) -> Result<(), ServiceError> {
         let op = match repo.ref_value(name)? {
             Some(old) if old == new => return Ok(()),
@@ -122,5 +151,25 @@ impl Service {
             },
         };
         Ok(repo.update_refs(&[op])?)
+    }
+}
+
+/// The op that moves `name` (whose current value `owned` holds) to `new`, if it must move.
+fn set_op(
+    owned: &std::collections::HashMap<String, String>,
+    name: &str,
+    new: &str,
+) -> Option<RefOp> {
+    match owned.get(name) {
+        Some(old) if old == new => None,
+        Some(old) => Some(RefOp::Update {
+            name: name.into(),
+            new: new.into(),
+            old: old.clone(),
+        }),
+        None => Some(RefOp::Create {
+            name: name.into(),
+            new: new.into(),
+        }),
     }
 }

@@ -308,11 +308,11 @@ impl Service {
     }
 
     /// [`Service::owned_evidence_problem`] on the blocking pool, for hot read paths: the checks
-    /// run on clones, so no async worker blocks and none hands its core off (as
+    /// run on shared copies, so no async worker blocks and none hands its core off (as
     /// `block_in_place` would, on every call).
     pub(super) async fn owned_evidence_problem_off_runtime(
         &self,
-        c: &Candidate,
+        c: &std::sync::Arc<Candidate>,
     ) -> Result<Option<String>, ServiceError> {
         let repo = self.repo(&c.workspace_id).clone();
         let dir = self.candidate_dir(&c.candidate_id);
@@ -320,6 +320,68 @@ impl Service {
         tokio::task::spawn_blocking(move || owned_problem_of(&repo, &dir, &c, false))
             .await
             .expect("the owned-evidence check does not panic")
+    }
+
+    /// The candidate record alone (no journal), shared: parsed once per stored version and
+    /// kept in [`Service::read_cache`]. For reads only; a change always goes through `load`.
+    pub(crate) async fn load_shared(
+        &self,
+        workspace_id: &str,
+        cid: &str,
+    ) -> Result<(u64, std::sync::Arc<Candidate>), ServiceError> {
+        let not_found = || {
+            ServiceError::NotFound(format!(
+                "candidate {cid:?} not found in workspace {workspace_id:?}"
+            ))
+        };
+        if !cid.starts_with("cand_") || !crate::ids::is_creation_key(&cid[5..]) {
+            return Err(not_found());
+        }
+        let cached = self.read_cache_get(cid);
+        let (version, record) = self
+            .data
+            .store
+            .candidate_record_since(cid, cached.as_ref().map(|(v, _)| *v))
+            .await?
+            .ok_or_else(not_found)?;
+        let c = match (record, cached) {
+            (None, Some((_, c))) => c,
+            (Some(record), _) => {
+                let c: Candidate = serde_json::from_str(&record)
+                    .map_err(|e| ServiceError::Internal(format!("candidate {cid} record: {e}")))?;
+                let c = std::sync::Arc::new(c);
+                self.read_cache_put(cid, version, c.clone());
+                c
+            }
+            (None, None) => {
+                return Err(ServiceError::Internal(format!(
+                    "candidate {cid}: the store withheld a record nobody holds"
+                )));
+            }
+        };
+        if c.workspace_id != workspace_id {
+            return Err(not_found());
+        }
+        Ok((version, c))
+    }
+
+    fn read_cache_get(&self, cid: &str) -> Option<(u64, std::sync::Arc<Candidate>)> {
+        self.read_cache
+            .lock()
+            .expect("the read cache lock is never poisoned")
+            .get(cid)
+            .cloned()
+    }
+
+    fn read_cache_put(&self, cid: &str, version: u64, c: std::sync::Arc<Candidate>) {
+        let mut cache = self
+            .read_cache
+            .lock()
+            .expect("the read cache lock is never poisoned");
+        if cache.len() >= limits::CANDIDATE_READ_CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(cid.to_string(), (version, c));
     }
 
     /// `failed_precondition` unless every owned ref and transcript copy (checksummed) is intact.
@@ -370,6 +432,14 @@ pub(super) fn candidate_refs_prefix(cid: &str) -> String {
     format!("refs/airlock/candidates/{cid}/")
 }
 
+/// Every ref a candidate can own: its inputs, the work and conflict commits, the revision.
+pub(super) fn owned_ref_names(c: &Candidate) -> Vec<String> {
+    let cid = &c.candidate_id;
+    let mut names: Vec<String> = (0..c.inputs.len()).map(|i| input_ref(cid, i)).collect();
+    names.extend([work_ref(cid), conflict_ref(cid), revision_ref(cid)]);
+    names
+}
+
 /// Why `c`'s owned refs or transcript copies cannot be validated, if they cannot.
 pub(super) fn owned_problem_of(
     repo: &Repo,
@@ -380,10 +450,19 @@ pub(super) fn owned_problem_of(
     if !matches!(c.state, CandidateState::Frozen | CandidateState::Conflicted) {
         return Ok(None);
     }
-    let owned: std::collections::HashMap<String, String> = repo
-        .refs_under(&candidate_refs_prefix(&c.candidate_id))?
-        .into_iter()
+    let mut names: Vec<String> = (0..c.inputs.len())
+        .map(|i| input_ref(&c.candidate_id, i))
         .collect();
+    if c.state == CandidateState::Frozen {
+        names.push(revision_ref(&c.candidate_id));
+    }
+    // The cheap check (every read) may use remembered ref answers; the checksummed one, run
+    // before consequential actions, always asks git.
+    let owned = if verify_checksums {
+        repo.refs_named(&names)?
+    } else {
+        repo.refs_named_remembered(&names)?
+    };
     for (i, input) in c.inputs.iter().enumerate() {
         if owned.get(&input_ref(&c.candidate_id, i)) != Some(&input.submission.retained_revision) {
             return Ok(Some(format!("owned input {i} is missing or changed")));

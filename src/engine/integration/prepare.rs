@@ -71,11 +71,18 @@ impl Service {
                 p.expected_target_revision, p.workspace_id
             )));
         }
-        // Validate every submission, in order, against the durable packets.
-        let evidence_refs: std::collections::HashMap<String, String> = repo
-            .refs_under("refs/airlock/evidence/")?
-            .into_iter()
+        // Validate every submission, in order, against the durable packets; the evidence refs
+        // of all of them are read in one `for-each-ref`.
+        let mut packets = Vec::with_capacity(p.submissions.len());
+        for s in &p.submissions {
+            packets.push(self.load_packet(&s.evidence_ref).await?);
+        }
+        let evidence_names: Vec<String> = packets
+            .iter()
+            .flatten()
+            .map(|packet| evidence_ref_name(&packet.evidence_ref))
             .collect();
+        let evidence_refs = blocking(|| repo.refs_named(&evidence_names))?;
         let mut inputs = Vec::with_capacity(p.submissions.len());
         let mut snapshot_bytes = 0;
         let mut transcript_bytes = 0usize;
@@ -95,9 +102,8 @@ impl Service {
                     s.evidence_ref
                 ))
             };
-            let packet = self
-                .load_packet(&s.evidence_ref)
-                .await?
+            let packet = packets[i]
+                .take()
                 .filter(|packet| packet.workspace_id == s.workspace_id)
                 .ok_or_else(missing)?;
             if packet.run_id != s.run_id {
@@ -229,7 +235,11 @@ impl Service {
         match inserted {
             Inserted::New => {
                 crate::engine::crash::point(crate::engine::crash::CrashPoint::PrepareAfterInsert);
-                self.continue_preparing(&p.workspace_id, &cid).await
+                // A new candidate owns no refs yet, and its evidence refs were just read.
+                let fresh = KnownRefs::Fresh {
+                    evidence: evidence_refs,
+                };
+                self.continue_preparing(&p.workspace_id, &cid, fresh).await
             }
             Inserted::Existing {
                 digest: d,
@@ -254,7 +264,7 @@ impl Service {
                 "idempotency_key was already used with different parameters".into(),
             ));
         }
-        self.continue_preparing(ws, cid).await
+        self.continue_preparing(ws, cid, KnownRefs::Unknown).await
     }
 
     /// Resumes a `preparing` candidate from its durable inputs; returns any other as it is.
@@ -262,6 +272,7 @@ impl Service {
         &self,
         ws: &str,
         cid: &str,
+        known: KnownRefs,
     ) -> Result<Candidate, ServiceError> {
         let lock = self.candidate_lock(cid);
         let _guard = lock.lock().await;
@@ -271,15 +282,18 @@ impl Service {
         }
         let repo = self.repo(ws).clone();
         let started = std::time::Instant::now();
-        if let Err(reason) = blocking(|| self.retain_inputs(&repo, &l.c)) {
-            l.c.state = l.c.state.on(CandidateEvent::LoseEvidence)?;
-            l.c.error = Some(reason);
-            self.save(&mut l, None, None).await?;
-            return Ok(l.c);
-        }
+        let owned = match blocking(|| self.retain_inputs(&repo, &l.c, known)) {
+            Ok(owned) => owned,
+            Err(reason) => {
+                l.c.state = l.c.state.on(CandidateEvent::LoseEvidence)?;
+                l.c.error = Some(reason);
+                self.save(&mut l, None, None).await?;
+                return Ok(l.c);
+            }
+        };
         crate::engine::crash::point(crate::engine::crash::CrashPoint::PrepareAfterRetain);
         let retained = started.elapsed();
-        blocking(|| self.assemble(&repo, &mut l))?;
+        blocking(|| self.assemble(&repo, &mut l, Some(owned)))?;
         let assembled = started.elapsed() - retained;
         self.save(&mut l, None, None).await?;
         tracing::info!(
@@ -294,18 +308,35 @@ impl Service {
         Ok(l.c)
     }
 
-    /// Copies every input into candidate-owned refs and transcript files (idempotent).
-    pub(super) fn retain_inputs(&self, repo: &Repo, c: &Candidate) -> Result<(), String> {
-        let owned: std::collections::HashMap<String, String> = repo
-            .refs_under(&candidate_refs_prefix(&c.candidate_id))
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .collect();
-        let evidence: std::collections::HashMap<String, String> = repo
-            .refs_under("refs/airlock/evidence/")
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .collect();
+    /// Copies every input into candidate-owned refs and transcript files (idempotent), in one
+    /// ref transaction; returns the value of every owned ref ([`owned_ref_names`]) afterwards.
+    pub(super) fn retain_inputs(
+        &self,
+        repo: &Repo,
+        c: &Candidate,
+        known: KnownRefs,
+    ) -> Result<std::collections::HashMap<String, String>, String> {
+        let (mut owned, evidence) = match known {
+            KnownRefs::Fresh { evidence } => (std::collections::HashMap::new(), evidence),
+            KnownRefs::Unknown => {
+                let mut names = owned_ref_names(c);
+                names.extend(
+                    c.inputs
+                        .iter()
+                        .map(|i| evidence_ref_name(&i.evidence.evidence_ref)),
+                );
+                let mut all = repo.refs_named(&names).map_err(|e| e.to_string())?;
+                let evidence = c
+                    .inputs
+                    .iter()
+                    .filter_map(|i| {
+                        let name = evidence_ref_name(&i.evidence.evidence_ref);
+                        all.remove(&name).map(|v| (name, v))
+                    })
+                    .collect();
+                (all, evidence)
+            }
+        };
         let mut creates = Vec::new();
         for (i, input) in c.inputs.iter().enumerate() {
             let name = input_ref(&c.candidate_id, i);
@@ -333,6 +364,11 @@ impl Service {
             }
         }
         repo.update_refs(&creates).map_err(|e| e.to_string())?;
+        for op in creates {
+            if let RefOp::Create { name, new } = op {
+                owned.insert(name, new);
+            }
+        }
         let dir = self.data.layout.candidate_transcripts(&c.candidate_id);
         for input in &c.inputs {
             let (Some(tid), Some(sum)) = (&input.transcript_id, &input.transcript_checksum) else {
@@ -350,6 +386,16 @@ impl Service {
             std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
             write_atomic(&dir, tid, &bytes).map_err(|e| e.to_string())?;
         }
-        Ok(())
+        Ok(owned)
     }
+}
+
+/// What `continue_preparing` already knows about the refs it will use.
+pub(super) enum KnownRefs {
+    /// Nothing: read every owned and evidence ref (a resumed candidate).
+    Unknown,
+    /// A candidate created by this call: it owns no refs, and these are its evidence refs.
+    Fresh {
+        evidence: std::collections::HashMap<String, String>,
+    },
 }

@@ -3,17 +3,24 @@
 use super::*;
 
 impl Service {
-    /// `integration.show`. A candidate whose owned evidence is gone becomes `unavailable`. The
-    /// common path takes no lock and one `for-each-ref`; only a state change takes the lock.
+    /// `integration.show`. A candidate whose owned evidence is gone becomes `unavailable`.
     pub async fn show(&self, actor: &Actor, p: CandidateParams) -> Result<Candidate, ServiceError> {
+        let (_, c) = self.show_shared(actor, p).await?;
+        Ok(std::sync::Arc::unwrap_or_clone(c))
+    }
+
+    /// [`Service::show`] as a shared value with its stored version. The common path takes no
+    /// lock, parses the record once per version, and asks about the owned refs with remembered
+    /// answers (no git process while nothing changed); only a state change takes the lock.
+    pub async fn show_shared(
+        &self,
+        actor: &Actor,
+        p: CandidateParams,
+    ) -> Result<(u64, std::sync::Arc<Candidate>), ServiceError> {
         self.authorize(actor, &p.workspace_id, Permission::View)?;
-        let l = self.load(&p.workspace_id, &p.candidate_id).await?;
-        if self
-            .owned_evidence_problem_off_runtime(&l.c)
-            .await?
-            .is_none()
-        {
-            return Ok(l.c);
+        let (version, c) = self.load_shared(&p.workspace_id, &p.candidate_id).await?;
+        if self.owned_evidence_problem_off_runtime(&c).await?.is_none() {
+            return Ok((version, c));
         }
         let lock = self.candidate_lock(&p.candidate_id);
         let _guard = lock.lock().await;
@@ -23,7 +30,7 @@ impl Service {
             l.c.error = Some(reason);
             self.save(&mut l, None, None).await?;
         }
-        Ok(l.c)
+        Ok((l.stored_version, std::sync::Arc::new(l.c)))
     }
 
     /// `integration.list`: bounded summaries, newest first.

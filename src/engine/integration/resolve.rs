@@ -320,6 +320,6 @@ impl Service {
         l.a.conflict_tree = None;
         l.c.conflicts = None;
         l.c.state = l.c.state.on(CandidateEvent::Resolve)?;
-        self.assemble(&repo, l)
+        self.assemble(&repo, l, None)
     }
 }

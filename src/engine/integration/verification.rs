@@ -6,16 +6,24 @@ use super::*;
 impl Service {
     /// Fills `verifications` from the store (the source of truth), with `queued` flags.
     pub async fn hydrate(&self, mut c: Candidate) -> Result<Candidate, ServiceError> {
-        let rows = self.data.store.verifications_of(&c.candidate_id).await?;
-        c.verifications = rows
+        c.verifications = self.verification_views(&c.candidate_id).await?;
+        Ok(c)
+    }
+
+    /// The candidate's verifications as the API shows them (with `queued`), oldest first.
+    pub async fn verification_views(
+        &self,
+        candidate_id: &str,
+    ) -> Result<Vec<serde_json::Value>, ServiceError> {
+        let rows = self.data.store.verifications_of(candidate_id).await?;
+        Ok(rows
             .into_iter()
             .map(|(v, queued)| {
                 let mut j = serde_json::to_value(&v).expect("a verification serializes");
                 j["queued"] = serde_json::Value::Bool(queued && v.status == Status::Running);
                 j
             })
-            .collect();
-        Ok(c)
+            .collect())
     }
 
     /// `integration.verify`: records a running verification durably and returns at once.
