@@ -2,9 +2,9 @@
 //! failure, 2 request refused before anything ran.
 
 use crate::config::{Config, DEFAULT_PROFILE};
-use crate::engine::recovery;
-use crate::engine::verify::{RunError, RunRequest};
-use crate::engine::{DataDir, Engine, crash};
+use crate::engine::runner::pipeline::{RunError, RunRequest};
+use crate::engine::runner::recovery;
+use crate::engine::{Context, DataDir, crash};
 use crate::limits;
 use crate::sandbox::{Sandbox, images};
 use crate::verification::Status;
@@ -235,7 +235,7 @@ async fn dispatch(cmd: Command) -> ExitCode {
             };
             let retention = recovery::Retention {
                 keep: config.run_retention,
-                now: crate::engine::service::Clock::from_env().now(),
+                now: crate::engine::Clock::from_env().now(),
             };
             let report = recovery::recover(&data, &sandbox, retention).await;
             print_json(&report);
@@ -266,7 +266,7 @@ async fn run(common: &Common, req: RunRequest) -> ExitCode {
         Ok(s) => s,
         Err(e) => return refuse(e),
     };
-    if let Err(e) = crate::engine::check_checkout_support(&config) {
+    if let Err(e) = crate::engine::runner::check_checkout_support(&config) {
         return refuse(e);
     }
     let sandbox = match Sandbox::connect().await {
@@ -277,12 +277,12 @@ async fn run(common: &Common, req: RunRequest) -> ExitCode {
         Ok(d) => d,
         Err(e) => return refuse(e),
     };
-    let engine = Engine {
-        config,
+    let engine = Context::for_run(
+        std::sync::Arc::new(config),
         data,
-        runtime: std::sync::Arc::new(sandbox),
+        std::sync::Arc::new(sandbox),
         seccomp,
-    };
+    );
     let prepared = match engine.prepare(req).await {
         Ok(p) => p,
         Err(e) => return refuse(e),

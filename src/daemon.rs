@@ -8,8 +8,8 @@
 //! asynchronous persistence failure, if any.
 
 use crate::config::Config;
-use crate::engine::service::{Clock, Service, default_admission};
-use crate::engine::{DataDir, Engine, maintenance};
+use crate::engine::service::{Service, default_admission};
+use crate::engine::{Clock, Context, DataDir, maintenance};
 use crate::limits;
 use crate::sandbox::{Runtime, Sandbox};
 use std::future::Future;
@@ -66,25 +66,20 @@ impl Daemon {
     ) -> Result<Daemon, StartError> {
         let seccomp =
             crate::sandbox::seccomp::load().map_err(|e| StartError::Refused(e.to_string()))?;
-        crate::engine::check_checkout_support(&config).map_err(StartError::Refused)?;
+        crate::engine::runner::check_checkout_support(&config).map_err(StartError::Refused)?;
         let data = DataDir::open(data_dir)
             .await
             .map_err(|e| StartError::Failed(e.to_string()))?;
-        let engine = Engine {
-            config: config.clone(),
-            data,
-            runtime: runtime.clone(),
-            seccomp,
-        };
         let config = Arc::new(config);
-        let service = Service::new(
+        let ctx = Context::new(
             config.clone(),
-            engine,
+            data,
+            runtime.clone(),
+            seccomp,
             Clock::from_env(),
-            default_admission(),
         )
-        .map(Arc::new)
         .map_err(StartError::Refused)?;
+        let service = Arc::new(Service::new(ctx, default_admission()));
         let open_files = crate::api::server::raise_fd_limit(config.max_connections)
             .map_err(StartError::Refused)?;
         tracing::info!(open_files, "RLIMIT_NOFILE raised to its hard limit");

@@ -231,11 +231,11 @@ async fn handle(
         ));
     }
     let token = bearer(&headers)?;
-    let actor = authenticate(&st.service.config, token)
+    let actor = authenticate(&st.service.ctx.config, token)
         .ok_or_else(|| ServiceError::Unauthenticated("unknown bearer token".into()))?;
     let limit = body_limit(method)
         .ok_or_else(|| ServiceError::NotFound(format!("unknown method {method:?}")))?;
-    let body_timeout = st.service.config.body_read_timeout;
+    let body_timeout = st.service.ctx.config.body_read_timeout;
     let bytes = tokio::time::timeout(body_timeout, axum::body::to_bytes(body, limit))
         .await
         .map_err(|_| {

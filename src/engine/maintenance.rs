@@ -4,7 +4,7 @@
 //! Every step's failure is logged and retried on the next pass; no step depends on an earlier
 //! one having succeeded.
 
-use super::recovery;
+use super::runner::recovery;
 use super::service::Service;
 use crate::sandbox::ContainerRuntime;
 
@@ -12,10 +12,10 @@ use crate::sandbox::ContainerRuntime;
 /// `maintenance_interval_seconds`.
 pub async fn pass(service: &Service, runtime: &dyn ContainerRuntime) {
     let retention = recovery::Retention {
-        keep: service.config.run_retention,
-        now: service.clock.now(),
+        keep: service.ctx.config.run_retention,
+        now: service.ctx.clock.now(),
     };
-    let report = recovery::recover(&service.data, runtime, retention).await;
+    let report = recovery::recover(&service.ctx.data, runtime, retention).await;
     if !report.is_empty() {
         tracing::info!(report = %serde_json::to_string(&report).unwrap_or_default(), "recovery pass");
     }
@@ -41,7 +41,7 @@ pub async fn pass(service: &Service, runtime: &dyn ContainerRuntime) {
 /// accumulate. `git pack-refs` takes the same locks as any ref update, so it is safe beside the
 /// daemon's own concurrent ref transactions.
 async fn pack_refs(service: &Service) {
-    for ws in service.config.workspaces.keys() {
+    for ws in service.ctx.config.workspaces.keys() {
         let repo = service.repo(ws).clone();
         let packed = tokio::task::spawn_blocking(move || repo.pack_airlock_refs())
             .await

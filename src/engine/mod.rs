@@ -1,20 +1,19 @@
 //! Workflows: where configuration, git, the sandbox, artifacts and the store meet.
 
+pub mod context;
 pub mod crash;
-pub mod environment;
 pub mod integration;
 pub mod layout;
 pub mod maintenance;
-pub mod recovery;
+pub mod runner;
 pub mod service;
-pub mod verify;
 pub mod workers;
 
+pub use context::{Clock, Context};
+pub use runner::WorkerLock;
+
 use crate::artifacts::{ArtifactIoError, Artifacts};
-use crate::config::Config;
-use crate::sandbox::seccomp::SeccompProfile;
 use crate::store::{Store, StoreError};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 /// Errors opening a data directory.
@@ -215,81 +214,4 @@ pub fn audit(root: &Path) -> Result<(), OpenError> {
         return Err(unsafe_entry(root, "a directory", &top));
     }
     walk(root, 0, &mut check)
-}
-
-/// Everything a verification needs.
-#[derive(Clone)]
-pub struct Engine {
-    pub config: Config,
-    pub data: DataDir,
-    /// The container runtime: Docker in production, a scripted fake in workflow tests.
-    pub runtime: crate::sandbox::Runtime,
-    pub seccomp: SeccompProfile,
-}
-
-/// Start-up check: when checkouts get their own loop-mounted filesystem, this host must support
-/// it. The message says what to install or configure.
-pub fn check_checkout_support(config: &Config) -> Result<(), String> {
-    match config.checkout_filesystem {
-        crate::config::CheckoutFilesystem::Loop => {
-            match crate::staging::space::loop_support_problem() {
-                Some(p) => Err(format!("checkout_filesystem = \"loop\": {p}")),
-                None => Ok(()),
-            }
-        }
-        crate::config::CheckoutFilesystem::Directory => Ok(()),
-    }
-}
-
-/// Proof that a worker (in any process) owns a creation key: an exclusive `flock` on
-/// `<data_dir>/locks/<key>.lock`, released by the kernel when the process dies, however it dies.
-/// Recovery treats a key whose lock it cannot take as having a live worker.
-pub struct WorkerLock {
-    path: PathBuf,
-    _lock: nix::fcntl::Flock<File>,
-}
-
-impl WorkerLock {
-    /// Takes the lock, or `None` when another live worker holds it.
-    pub fn try_acquire(path: &Path) -> std::io::Result<Option<WorkerLock>> {
-        use std::os::unix::fs::MetadataExt;
-        // A lock taken on a file that another holder unlinked meanwhile protects nothing, so
-        // the lock only counts when the path still names the locked inode.
-        for _ in 0..crate::limits::WORKER_LOCK_ATTEMPTS {
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(path)?;
-            let lock =
-                match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-                    Ok(lock) => lock,
-                    Err((_, nix::errno::Errno::EWOULDBLOCK)) => return Ok(None),
-                    Err((_, e)) => return Err(e.into()),
-                };
-            let locked_ino = lock.metadata()?.ino();
-            match std::fs::metadata(path) {
-                Ok(m) if m.ino() == locked_ino => {
-                    return Ok(Some(WorkerLock {
-                        path: path.to_path_buf(),
-                        _lock: lock,
-                    }));
-                }
-                Ok(_) => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(std::io::Error::other(format!(
-            "lock file {} keeps being replaced",
-            path.display()
-        )))
-    }
-}
-
-impl Drop for WorkerLock {
-    fn drop(&mut self) {
-        // Unlink while still holding the lock; the flock itself goes with the file handle.
-        let _ = std::fs::remove_file(&self.path);
-    }
 }

@@ -1,13 +1,13 @@
-//! The daemon's service: authenticated actors, permissions, the admission seam, the clock, and the
-//! error codes every API call maps to. Workflows live in `evidence.rs` and `candidates.rs`.
+//! The daemon's service: authenticated actors, permissions, the admission seam, and the error
+//! codes every API call maps to. The workflows are `impl Service` blocks in
+//! [`super::integration`]'s modules; what they share is the [`Context`].
 
-use super::DataDir;
+use super::Context;
 use crate::config::{Config, Permission, TokenSubject, Workspace};
 use crate::staging::{Repo, StagingError};
 use crate::store::StoreError;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use time::OffsetDateTime;
 
@@ -191,54 +191,15 @@ pub fn default_admission() -> AdmissionFn {
     })
 }
 
-/// The clock. In builds with the `test-hooks` feature, tests may point `AIRLOCK_TEST_CLOCK_FILE`
-/// at a file holding an RFC 3339 time; other builds always use the system clock.
-#[derive(Debug, Clone)]
-pub enum Clock {
-    System,
-    File(PathBuf),
-}
-
-/// Environment variable naming the test clock file.
-pub const TEST_CLOCK_ENV: &str = "AIRLOCK_TEST_CLOCK_FILE";
-
-impl Clock {
-    pub fn from_env() -> Clock {
-        if !cfg!(feature = "test-hooks") {
-            return Clock::System;
-        }
-        match std::env::var_os(TEST_CLOCK_ENV) {
-            Some(p) if !p.is_empty() => Clock::File(PathBuf::from(p)),
-            _ => Clock::System,
-        }
-    }
-
-    pub fn now(&self) -> OffsetDateTime {
-        match self {
-            Clock::System => crate::ids::now(),
-            Clock::File(p) => std::fs::read_to_string(p)
-                .ok()
-                .and_then(|t| {
-                    OffsetDateTime::parse(t.trim(), &time::format_description::well_known::Rfc3339)
-                        .ok()
-                })
-                .unwrap_or_else(crate::ids::now),
-        }
-    }
-}
-
-/// The daemon's service.
+/// The daemon's service: the shared [`Context`] plus what only the daemon has (admission
+/// policy, the verification workers, per-candidate locks, read caches, the first asynchronous
+/// persistence failure). Each workflow is an `impl Service` block in its own module.
 pub struct Service {
-    pub config: Arc<Config>,
-    pub data: DataDir,
-    pub clock: Clock,
+    pub ctx: Context,
     pub admission: AdmissionFn,
-    /// The verification runner (sandbox, seccomp profile, data dir).
-    pub engine: super::Engine,
     /// Candidate verifications in the background, at most `max_concurrent_verifications` at
     /// once, by verification id.
     pub workers: super::workers::Workers,
-    repos: HashMap<String, Repo>,
     candidate_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Parsed candidate records by id, each with the stored version it was parsed from; reads
     /// use an entry only while the store still holds that version.
@@ -249,31 +210,15 @@ pub struct Service {
 }
 
 impl Service {
-    /// Opens every workspace repository; a missing one is a start-up error naming it.
-    pub fn new(
-        config: Arc<Config>,
-        engine: super::Engine,
-        clock: Clock,
-        admission: AdmissionFn,
-    ) -> Result<Service, String> {
-        let data = engine.data.clone();
-        let mut repos = HashMap::new();
-        for (id, ws) in &config.workspaces {
-            let repo = Repo::open(&ws.repo).map_err(|e| format!("workspaces.{id}.repo: {e}"))?;
-            repos.insert(id.clone(), repo);
-        }
-        Ok(Service {
-            workers: super::workers::Workers::new(config.max_concurrent_verifications),
-            config,
-            data,
-            clock,
+    pub fn new(ctx: Context, admission: AdmissionFn) -> Service {
+        Service {
+            workers: super::workers::Workers::new(ctx.config.max_concurrent_verifications),
+            ctx,
             admission,
-            engine,
-            repos,
             candidate_locks: Mutex::new(HashMap::new()),
             read_cache: Mutex::new(HashMap::new()),
             persistence_failure: Arc::new(Mutex::new(None)),
-        })
+        }
     }
 
     /// Records an asynchronous persistence failure; only the first is kept.
@@ -305,9 +250,7 @@ impl Service {
     }
 
     pub fn repo(&self, workspace_id: &str) -> &Repo {
-        self.repos
-            .get(workspace_id)
-            .expect("workspaces are checked before their repository is used")
+        self.ctx.repo(workspace_id)
     }
 
     /// Serializes work on one candidate inside this process (the store's compare-and-set covers
@@ -333,6 +276,7 @@ impl Service {
             ServiceError::PermissionDenied(format!("not a member of workspace {workspace_id:?}"))
         };
         let ws = self
+            .ctx
             .config
             .workspaces
             .get(workspace_id)
@@ -387,6 +331,7 @@ impl Service {
         digest: &str,
     ) -> Result<bool, ServiceError> {
         match self
+            .ctx
             .data
             .store
             .binding(workspace_id, actor_key, operation, key)
@@ -423,7 +368,7 @@ impl Service {
     }
 
     pub fn now_rfc3339(&self) -> String {
-        crate::ids::rfc3339(self.clock.now())
+        self.ctx.now_rfc3339()
     }
 }
 

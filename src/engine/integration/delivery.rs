@@ -30,7 +30,7 @@ impl Service {
                 v.candidate_revision
             )));
         }
-        if parse_time(&v.expires_at).is_none_or(|t| t <= self.clock.now()) {
+        if parse_time(&v.expires_at).is_none_or(|t| t <= self.ctx.clock.now()) {
             return Err(ServiceError::FailedPrecondition(format!(
                 "{field} {id} expired at {}",
                 v.expires_at
@@ -127,8 +127,13 @@ impl Service {
             ));
         }
         blocking(|| self.require_owned_evidence(&l.c))?;
-        let rows = self.data.store.verifications_of(&l.c.candidate_id).await?;
-        let mut expires = parse_time(&l.c.expires_at).unwrap_or_else(|| self.clock.now());
+        let rows = self
+            .ctx
+            .data
+            .store
+            .verifications_of(&l.c.candidate_id)
+            .await?;
+        let mut expires = parse_time(&l.c.expires_at).unwrap_or_else(|| self.ctx.clock.now());
         for (i, id) in p.verification_ids.iter().enumerate() {
             let v = self.check_selected(i, id, &rows, &rev)?;
             if let Some(t) = parse_time(&v.expires_at) {
@@ -195,7 +200,7 @@ impl Service {
                 l.c.state.as_str()
             )));
         }
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let req = current_request(&mut l.c, &p.request_id, p.request_version)?;
         let event = if p.approve {
             RequestEvent::Approve
@@ -226,6 +231,7 @@ impl Service {
         }
         // Separation of duties: whoever asked for a delivery does not also approve or deny it.
         let distinct = self
+            .ctx
             .config
             .workspaces
             .get(&p.workspace_id)
@@ -301,7 +307,7 @@ impl Service {
                 ))
             })?)
         };
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         if parse_time(&req.expires_at).is_none_or(|t| t <= now) {
             return Err(ServiceError::FailedPrecondition(format!(
                 "request {} expired at {}",
@@ -318,7 +324,12 @@ impl Service {
             ));
         }
         blocking(|| self.require_owned_evidence(&l.c))?;
-        let rows = self.data.store.verifications_of(&l.c.candidate_id).await?;
+        let rows = self
+            .ctx
+            .data
+            .store
+            .verifications_of(&l.c.candidate_id)
+            .await?;
         for (i, id) in req.verification_ids.iter().enumerate() {
             self.check_selected(i, id, &rows, &rev)?;
         }
@@ -453,8 +464,8 @@ impl Service {
     /// Recovery for deliveries: a `delivering` request whose receipt is in Git is settled from it.
     pub async fn reconcile_deliveries(&self) -> Result<usize, ServiceError> {
         let mut n = 0;
-        for (cid, ws) in self.data.store.candidates_delivering().await? {
-            if !self.config.workspaces.contains_key(&ws) {
+        for (cid, ws) in self.ctx.data.store.candidates_delivering().await? {
+            if !self.ctx.config.workspaces.contains_key(&ws) {
                 continue;
             }
             let lock = self.candidate_lock(&cid);

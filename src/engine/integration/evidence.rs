@@ -48,12 +48,12 @@ pub fn evidence_ref_name(evidence_ref: &str) -> String {
 
 impl Service {
     fn evidence_dir(&self) -> PathBuf {
-        self.data.layout.evidence()
+        self.ctx.data.layout.evidence()
     }
 
     /// Path of a packet's transcript artifact.
     pub fn transcript_path(&self, evidence_ref: &str) -> PathBuf {
-        self.data.layout.transcript(evidence_ref)
+        self.ctx.data.layout.transcript(evidence_ref)
     }
 
     /// Records an evidence packet (idempotent per actor and key).
@@ -118,6 +118,7 @@ impl Service {
         });
         let actor_key = actor.key();
         if let Some((d, r)) = self
+            .ctx
             .data
             .store
             .binding(
@@ -131,7 +132,7 @@ impl Service {
             return self.replay_evidence(&d, &digest, &r).await;
         }
         let evidence_ref = format!("evi_{}", crate::ids::new_creation_key());
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let packet = EvidencePacket {
             evidence_ref: evidence_ref.clone(),
             workspace_id: p.workspace_id.clone(),
@@ -145,7 +146,7 @@ impl Service {
             },
             transcript_sha256: transcript_sha256.clone(),
             created_at: crate::ids::rfc3339(now),
-            expires_at: crate::ids::rfc3339(now + self.config.evidence_ttl),
+            expires_at: crate::ids::rfc3339(now + self.ctx.config.evidence_ttl),
         };
         // Durable retention first; the row that references them last.
         blocking(|| {
@@ -166,6 +167,7 @@ impl Service {
             .map_err(ServiceError::from)
         })?;
         let inserted = self
+            .ctx
             .data
             .store
             .insert_evidence(
@@ -225,7 +227,7 @@ impl Service {
         &self,
         evidence_ref: &str,
     ) -> Result<Option<EvidencePacket>, ServiceError> {
-        match self.data.store.evidence(evidence_ref).await? {
+        match self.ctx.data.store.evidence(evidence_ref).await? {
             None => Ok(None),
             Some(rec) => serde_json::from_str(&rec).map(Some).map_err(|e| {
                 ServiceError::Internal(format!("evidence {evidence_ref} record: {e}"))
@@ -258,15 +260,20 @@ impl Service {
 
     /// True when the packet's lifetime has ended at the service's current time.
     pub fn packet_expired(&self, packet: &EvidencePacket) -> bool {
-        parse_time(&packet.expires_at).is_none_or(|t| t <= self.clock.now())
+        parse_time(&packet.expires_at).is_none_or(|t| t <= self.ctx.clock.now())
     }
 
     /// Purges expired packets: their private ref, transcript and row. Returns how many.
     pub async fn expire_evidence(&self) -> Result<usize, ServiceError> {
-        let due = self.data.store.expired_evidence(self.now_rfc3339()).await?;
+        let due = self
+            .ctx
+            .data
+            .store
+            .expired_evidence(self.now_rfc3339())
+            .await?;
         let mut n = 0;
         for (evidence_ref, ws) in due {
-            if !self.config.workspaces.contains_key(&ws) {
+            if !self.ctx.config.workspaces.contains_key(&ws) {
                 continue;
             }
             let repo = self.repo(&ws);
@@ -280,7 +287,7 @@ impl Service {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(ServiceError::Internal(format!("remove transcript: {e}"))),
             }
-            self.data.store.delete_evidence(&evidence_ref).await?;
+            self.ctx.data.store.delete_evidence(&evidence_ref).await?;
             n += 1;
         }
         Ok(n)

@@ -56,12 +56,13 @@ impl Service {
         // 001): artifacts first, then rows. A pass interrupted in between runs again (no purge
         // time is saved until this finished) and removes what is left.
         let verifications = self
+            .ctx
             .data
             .store
             .verifications_of_candidate(&l.c.candidate_id)
             .await?;
         if !verifications.is_empty() {
-            let artifacts = self.data.artifacts.clone();
+            let artifacts = self.ctx.data.artifacts.clone();
             let ids = verifications.clone();
             tokio::task::spawn_blocking(move || artifacts.remove(&ids))
                 .await
@@ -69,9 +70,9 @@ impl Service {
                 .map_err(|e| {
                     ServiceError::Internal(format!("remove verification artifacts: {e}"))
                 })?;
-            self.data.store.delete_settled(verifications).await?;
+            self.ctx.data.store.delete_settled(verifications).await?;
         }
-        let purge_after = crate::ids::rfc3339(self.clock.now() + TOMBSTONE_RETENTION);
+        let purge_after = crate::ids::rfc3339(self.ctx.clock.now() + TOMBSTONE_RETENTION);
         l.a = Assembly::default();
         self.save(l, None, Some(purge_after)).await
     }
@@ -79,15 +80,16 @@ impl Service {
     /// One expiry pass: fences and cleans expired candidates, finishes interrupted cleanups, and
     /// purges tombstones past their retention. Returns (expired, purged).
     pub async fn expire_candidates(&self) -> Result<(usize, usize), ServiceError> {
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let due = self
+            .ctx
             .data
             .store
             .candidates_due(crate::ids::rfc3339(now))
             .await?;
         let (mut expired, mut purged) = (0, 0);
         for (cid, ws, purge_after) in due {
-            if !self.config.workspaces.contains_key(&ws) {
+            if !self.ctx.config.workspaces.contains_key(&ws) {
                 continue;
             }
             let lock = self.candidate_lock(&cid);
@@ -104,7 +106,7 @@ impl Service {
                     .and_then(parse_time)
                     .is_some_and(|t| t <= now)
                 {
-                    self.data.store.purge_candidate(&cid).await?;
+                    self.ctx.data.store.purge_candidate(&cid).await?;
                     purged += 1;
                 } else {
                     self.clean_up_fenced(&mut l).await?;

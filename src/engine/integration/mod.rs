@@ -31,10 +31,10 @@ use crate::candidate::{
 };
 use crate::config::Permission;
 use crate::domain::git::{FileMode, ObjectKind};
+use crate::engine::runner::pipeline::{CandidateLink, RunError};
 use crate::engine::service::{
     Actor, Admission, Service, ServiceError, SystemTask, blocking, parse_time,
 };
-use crate::engine::verify::{CandidateLink, RunError};
 use crate::limits;
 use crate::staging::Repo;
 use crate::staging::plumbing::{CommitStamp, RefOp};
@@ -177,7 +177,7 @@ pub const SETTLE_WAIT: Duration = Duration::from_secs(50);
 
 impl Service {
     pub(super) fn candidate_dir(&self, cid: &str) -> PathBuf {
-        self.data.layout.candidate_dir(cid)
+        self.ctx.data.layout.candidate_dir(cid)
     }
 
     /// The candidate, if it belongs to `workspace_id` (otherwise `not_found`).
@@ -231,6 +231,7 @@ impl Service {
             return Err(not_found());
         }
         let stored = self
+            .ctx
             .data
             .store
             .candidate(cid)
@@ -267,7 +268,8 @@ impl Service {
             )));
         }
         let assembly = serde_json::to_string(&l.a).expect("a journal serializes");
-        self.data
+        self.ctx
+            .data
             .store
             .save_candidate(
                 &l.c.candidate_id,
@@ -339,6 +341,7 @@ impl Service {
         }
         let cached = self.read_cache_get(cid);
         let (version, record) = self
+            .ctx
             .data
             .store
             .candidate_record_since(cid, cached.as_ref().map(|(v, _)| *v))
@@ -399,7 +402,7 @@ impl Service {
     pub(crate) fn owned_evidence_check(
         &self,
         c: &Candidate,
-    ) -> crate::engine::verify::ExtraSourceCheck {
+    ) -> crate::engine::runner::pipeline::ExtraSourceCheck {
         let repo = self.repo(&c.workspace_id).clone();
         let dir = self.candidate_dir(&c.candidate_id);
         let c = c.clone();

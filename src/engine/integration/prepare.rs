@@ -25,6 +25,7 @@ impl Service {
         let digest = candidate::digest(&key_params);
         let actor_key = actor.key();
         if let Some((d, cid)) = self
+            .ctx
             .data
             .store
             .binding(
@@ -175,7 +176,7 @@ impl Service {
             });
         }
         let cid = format!("cand_{}", crate::ids::new_creation_key());
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let c = Candidate {
             candidate_id: cid.clone(),
             workspace_id: p.workspace_id.clone(),
@@ -214,6 +215,7 @@ impl Service {
             ..Default::default()
         };
         let inserted = self
+            .ctx
             .data
             .store
             .insert_candidate(
@@ -369,7 +371,7 @@ impl Service {
                 owned.insert(name, new);
             }
         }
-        let dir = self.data.layout.candidate_transcripts(&c.candidate_id);
+        let dir = self.ctx.data.layout.candidate_transcripts(&c.candidate_id);
         for input in &c.inputs {
             let (Some(tid), Some(sum)) = (&input.transcript_id, &input.transcript_checksum) else {
                 continue;

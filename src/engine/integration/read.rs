@@ -48,6 +48,7 @@ impl Service {
             )));
         }
         let rows = self
+            .ctx
             .data
             .store
             .list_candidates(&p.workspace_id, limit)

@@ -15,7 +15,7 @@ impl Service {
         &self,
         candidate_id: &str,
     ) -> Result<Vec<serde_json::Value>, ServiceError> {
-        let rows = self.data.store.verifications_of(candidate_id).await?;
+        let rows = self.ctx.data.store.verifications_of(candidate_id).await?;
         Ok(rows
             .into_iter()
             .map(|(v, queued)| {
@@ -79,7 +79,12 @@ impl Service {
             )));
         }
         blocking(|| self.require_owned_evidence(&c))?;
-        let existing = self.data.store.verifications_of(&c.candidate_id).await?;
+        let existing = self
+            .ctx
+            .data
+            .store
+            .verifications_of(&c.candidate_id)
+            .await?;
         if existing.len() >= MAX_VERIFICATIONS_PER_CANDIDATE {
             return Err(ServiceError::ResourceExhausted(format!(
                 "candidate has {} verifications; the limit is {MAX_VERIFICATIONS_PER_CANDIDATE}",
@@ -91,7 +96,7 @@ impl Service {
         let extra = self.owned_evidence_check(&c);
         let repo = self.repo(&p.workspace_id).clone();
         let prepared = self
-            .engine
+            .ctx
             .prepare_commit(
                 repo,
                 rev.clone(),
@@ -108,7 +113,7 @@ impl Service {
                 RunError::Internal(m) => ServiceError::Internal(m),
             })?;
         let started = self
-            .engine
+            .ctx
             .begin(
                 prepared,
                 Some(CandidateLink {
@@ -135,9 +140,9 @@ impl Service {
     }
 
     /// Runs a recorded verification in the background, bounded by the concurrency permits.
-    pub(super) fn spawn_worker(&self, started: crate::engine::verify::Started) {
+    pub(super) fn spawn_worker(&self, started: crate::engine::runner::pipeline::Started) {
         let vid = started.verification.verification_id.clone();
-        let engine = self.engine.clone();
+        let engine = self.ctx.clone();
         let failures = self.persistence_failure.clone();
         let id = vid.clone();
         self.workers.spawn(id, move |slot| async move {
@@ -176,7 +181,7 @@ impl Service {
         &self,
         candidate_id: &str,
     ) -> Result<(), ServiceError> {
-        for (v, _) in self.data.store.verifications_of(candidate_id).await? {
+        for (v, _) in self.ctx.data.store.verifications_of(candidate_id).await? {
             if v.status == Status::Running && !self.cancel_worker(&v.verification_id).await {
                 return Err(ServiceError::Unavailable(format!(
                     "verification {} did not settle within {} s; retry",
@@ -204,7 +209,12 @@ impl Service {
         let c = self
             .load_candidate(&p.workspace_id, &p.candidate_id)
             .await?;
-        let rows = self.data.store.verifications_of(&c.candidate_id).await?;
+        let rows = self
+            .ctx
+            .data
+            .store
+            .verifications_of(&c.candidate_id)
+            .await?;
         let Some((v, _)) = rows
             .iter()
             .find(|(v, _)| v.verification_id == p.verification_id)

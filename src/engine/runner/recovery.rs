@@ -3,7 +3,8 @@
 //! artifact, or the verification becomes `error`. Nothing is rerun and nothing is invented.
 //! Recovery never creates a container.
 
-use super::{DataDir, WorkerLock};
+use super::WorkerLock;
+use crate::engine::DataDir;
 use crate::ids;
 use crate::sandbox::{ContainerRuntime, container_name};
 use crate::staging;

@@ -1,10 +1,11 @@
 //! The verification pipeline: validate, resolve the spec, insert `running`, stage, run, destroy,
 //! check the sources, write the artifact, settle, clean up.
 
+use super::WorkerLock;
 use super::environment::EnvironmentSpec;
-use super::{Engine, WorkerLock, crash};
 use crate::config::Profile;
-use crate::domain::verification::{Context, SourceCheck, Unfinished, classify};
+use crate::domain::verification::{self as outcome, SourceCheck, Unfinished, classify};
+use crate::engine::{Context, crash};
 use crate::ids;
 use crate::limits;
 use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity, WorkspaceSource};
@@ -72,7 +73,7 @@ pub enum RunError {
     Internal(String),
 }
 
-impl Engine {
+impl Context {
     /// Validates a request and resolves its environment. Nothing is written.
     pub async fn prepare(&self, req: RunRequest) -> Result<Prepared, RunError> {
         let repo = Repo::open(&req.repo).map_err(|e| RunError::Refused(e.to_string()))?;
@@ -400,7 +401,7 @@ impl Engine {
         let (status, reason) = classify(
             &outcome.end,
             &check,
-            Context {
+            outcome::Context {
                 commit: &p.commit,
                 memory_bytes: p.spec.runtime.memory_bytes,
                 timeout_seconds: p.timeout_seconds,

@@ -1,0 +1,117 @@
+//! The shared context every workflow runs on: configuration, the data dir (store, artifacts and
+//! the layout of every path), the container runtime, the seccomp profile, the clock and the
+//! workspaces' repositories. Built once at start-up; cheap to clone.
+
+use super::DataDir;
+use crate::config::Config;
+use crate::sandbox::Runtime;
+use crate::sandbox::seccomp::SeccompProfile;
+use crate::staging::Repo;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use time::OffsetDateTime;
+
+/// What every workflow shares.
+#[derive(Clone)]
+pub struct Context {
+    pub config: Arc<Config>,
+    /// The data dir: its store, its artifacts and its [`super::layout::DataLayout`].
+    pub data: DataDir,
+    /// The container runtime: Docker in production, a scripted fake in workflow tests.
+    pub runtime: Runtime,
+    pub seccomp: SeccompProfile,
+    pub clock: Clock,
+    /// Every configured workspace's repository, by workspace id.
+    repos: Arc<HashMap<String, Repo>>,
+}
+
+impl Context {
+    /// Opens every workspace repository; a missing one is an error naming it.
+    pub fn new(
+        config: Arc<Config>,
+        data: DataDir,
+        runtime: Runtime,
+        seccomp: SeccompProfile,
+        clock: Clock,
+    ) -> Result<Context, String> {
+        let mut repos = HashMap::new();
+        for (id, ws) in &config.workspaces {
+            let repo = Repo::open(&ws.repo).map_err(|e| format!("workspaces.{id}.repo: {e}"))?;
+            repos.insert(id.clone(), repo);
+        }
+        Ok(Context {
+            config,
+            data,
+            runtime,
+            seccomp,
+            clock,
+            repos: Arc::new(repos),
+        })
+    }
+
+    /// A context for one `airlock run`: the runner needs no workspace repository (the caller
+    /// names its own), so none is opened.
+    pub fn for_run(
+        config: Arc<Config>,
+        data: DataDir,
+        runtime: Runtime,
+        seccomp: SeccompProfile,
+    ) -> Context {
+        Context {
+            config,
+            data,
+            runtime,
+            seccomp,
+            clock: Clock::System,
+            repos: Arc::default(),
+        }
+    }
+
+    /// A configured workspace's repository.
+    pub fn repo(&self, workspace_id: &str) -> &Repo {
+        self.repos
+            .get(workspace_id)
+            .expect("workspaces are checked before their repository is used")
+    }
+
+    pub fn now_rfc3339(&self) -> String {
+        crate::ids::rfc3339(self.clock.now())
+    }
+}
+
+/// The clock. In builds with the `test-hooks` feature, tests may point `AIRLOCK_TEST_CLOCK_FILE`
+/// at a file holding an RFC 3339 time; other builds always use the system clock.
+#[derive(Debug, Clone)]
+pub enum Clock {
+    System,
+    File(PathBuf),
+}
+
+/// Environment variable naming the test clock file.
+pub const TEST_CLOCK_ENV: &str = "AIRLOCK_TEST_CLOCK_FILE";
+
+impl Clock {
+    pub fn from_env() -> Clock {
+        if !cfg!(feature = "test-hooks") {
+            return Clock::System;
+        }
+        match std::env::var_os(TEST_CLOCK_ENV) {
+            Some(p) if !p.is_empty() => Clock::File(PathBuf::from(p)),
+            _ => Clock::System,
+        }
+    }
+
+    pub fn now(&self) -> OffsetDateTime {
+        match self {
+            Clock::System => crate::ids::now(),
+            Clock::File(p) => std::fs::read_to_string(p)
+                .ok()
+                .and_then(|t| {
+                    OffsetDateTime::parse(t.trim(), &time::format_description::well_known::Rfc3339)
+                        .ok()
+                })
+                .unwrap_or_else(crate::ids::now),
+        }
+    }
+}
