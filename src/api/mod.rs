@@ -3,6 +3,7 @@
 //! Errors are `{"error":{"code","message"}}` with a stable code and an HTTP status.
 
 pub mod server;
+pub mod wire;
 
 use crate::engine::service::{Actor, Service, ServiceError, authenticate};
 use axum::Router;
@@ -346,7 +347,7 @@ async fn show(
     svc: &Service,
     bodies: &ShowBodies,
     actor: &Actor,
-    p: crate::engine::integration::CandidateParams,
+    p: wire::CandidateParams,
 ) -> Result<Reply, ServiceError> {
     #[derive(serde::Serialize)]
     struct Wrapped<'a> {

@@ -1,36 +1,16 @@
 //! Evidence packets: a run's retained revision (private ref) and optional transcript
 //! (checksummed artifact), with a bounded lifetime.
 
+use crate::api::wire::{RecordParams, ShowParams};
 use crate::artifacts::write_atomic;
 use crate::candidate::{self, EvidencePacket, EvidenceSource, MAX_TRANSCRIPT_BYTES};
 use crate::config::{Permission, is_identifier};
 use crate::engine::service::{Actor, Service, ServiceError, blocking, parse_time};
 use crate::staging::plumbing::RefOp;
 use crate::store::{Binding, Inserted};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
-
-/// `evidence.record` parameters.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RecordParams {
-    pub workspace_id: String,
-    pub run_id: String,
-    pub base_revision: String,
-    pub revision: String,
-    #[serde(default)]
-    pub transcript: Option<String>,
-    pub idempotency_key: String,
-}
-
-/// `evidence.show` parameters.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ShowParams {
-    pub workspace_id: String,
-    pub evidence_ref: String,
-}
 
 #[derive(Serialize)]
 struct RecordDigest<'a> {

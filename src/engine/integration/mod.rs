@@ -2,8 +2,7 @@
 //! `evidence` (packets), `prepare` (validate, persist, retain), `assembly` (the merge loop),
 //! `read` (show, list, patch), `resolve`, `lifecycle` (delete, expiry, tombstones),
 //! `verification` (candidate verifications and their workers) and `delivery` (request, decide,
-//! deliver, receipts). This module holds what they share: the wire parameters, candidate-owned
-//! ref names, loading and compare-and-set saving of the aggregate, and the owned-evidence check.
+//! deliver, receipts). This module holds what they share: candidate-owned ref names, loading and compare-and-set saving of the aggregate, and the owned-evidence check.
 //!
 //! Durable order: the `preparing` aggregate (with its ordered inputs) is saved before any Git
 //! change; candidate-owned refs and transcript copies are made next, and every later step uses
@@ -20,6 +19,10 @@ pub mod read;
 pub mod resolve;
 pub mod verification;
 
+use crate::api::wire::{
+    CancelParams, CandidateParams, DecideParams, DeliverParams, ListParams, PatchResult,
+    PrepareParams, RequestParams, ResolveParams, VerifyParams,
+};
 use crate::artifacts::write_atomic;
 use crate::candidate::{
     self, Assembly, CANDIDATE_LIFETIME, Candidate, CandidateEvent, CandidateInput, CandidateState,
@@ -27,7 +30,7 @@ use crate::candidate::{
     MAX_AGGREGATE_BYTES, MAX_PATCH_BYTES, MAX_REQUEST_VERIFICATIONS, MAX_RESOLVE_FILES,
     MAX_SNAPSHOT_BYTES, MAX_SUBMISSIONS, MAX_TRANSCRIPT_BYTES, MAX_VERIFICATIONS_PER_CANDIDATE,
     Mutation, MutationOperation, PendingResolution, ReceiptResult, RequestEvent, RequestState,
-    ResolveFile, SubmissionRef, TOMBSTONE_RETENTION,
+    ResolveFile, TOMBSTONE_RETENTION,
 };
 use crate::config::Permission;
 use crate::domain::git::{FileMode, ObjectKind};
@@ -41,61 +44,10 @@ use crate::staging::plumbing::{CommitStamp, RefOp};
 use crate::store::{Binding, Inserted};
 use crate::verification::{Status, Verification};
 use evidence::evidence_ref_name;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// `integration.prepare` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PrepareParams {
-    pub workspace_id: String,
-    pub submissions: Vec<SubmissionRef>,
-    pub target_ref: String,
-    pub expected_target_revision: String,
-    #[serde(default)]
-    pub required_sources: Option<Vec<EvidenceSource>>,
-    #[serde(default)]
-    pub mission_id: Option<String>,
-    pub idempotency_key: String,
-}
-
-/// `integration.show`, `integration.patch` and `integration.delete` parameters.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CandidateParams {
-    pub workspace_id: String,
-    pub candidate_id: String,
-}
-
-/// `integration.list` parameters.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ListParams {
-    pub workspace_id: String,
-    #[serde(default)]
-    pub limit: Option<u32>,
-}
-
-/// `integration.resolve` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ResolveParams {
-    pub workspace_id: String,
-    pub candidate_id: String,
-    #[serde(default)]
-    pub expected_version: Option<i64>,
-    pub files: Vec<ResolveFile>,
-    pub idempotency_key: String,
-}
-
-/// `integration.patch` result.
-#[derive(Debug, Clone, Serialize)]
-pub struct PatchResult {
-    pub patch: String,
-    pub truncated: bool,
-}
 
 /// A loaded candidate with its private journal and stored version.
 pub(crate) struct Loaded {
@@ -115,61 +67,6 @@ pub(crate) struct Begun {
     /// `<method>/<candidate_id>`: the operation the idempotency binding is recorded under.
     pub(crate) operation: String,
     pub(crate) guard: tokio::sync::OwnedMutexGuard<()>,
-}
-
-/// `integration.verify` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct VerifyParams {
-    pub workspace_id: String,
-    pub candidate_id: String,
-    pub candidate_revision: String,
-    pub argv: Vec<String>,
-    #[serde(default)]
-    pub timeout_seconds: Option<u64>,
-    pub idempotency_key: String,
-}
-
-/// `integration.cancel_verification` parameters.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CancelParams {
-    pub workspace_id: String,
-    pub candidate_id: String,
-    pub verification_id: String,
-}
-
-/// `integration.request_delivery` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RequestParams {
-    pub workspace_id: String,
-    pub candidate_id: String,
-    pub candidate_revision: String,
-    pub verification_ids: Vec<String>,
-    pub action: DeliveryAction,
-    pub idempotency_key: String,
-}
-
-/// `integration.decide` parameters.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DecideParams {
-    pub workspace_id: String,
-    pub candidate_id: String,
-    pub request_id: String,
-    pub request_version: u64,
-    pub approve: bool,
-}
-
-/// `integration.deliver` parameters.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DeliverParams {
-    pub workspace_id: String,
-    pub candidate_id: String,
-    pub request_id: String,
-    pub request_version: u64,
 }
 
 /// How long cancel and delete wait for a worker to destroy its container and settle.
