@@ -64,6 +64,17 @@ impl Daemon {
         data_dir: &Path,
         runtime: Runtime,
     ) -> Result<Daemon, StartError> {
+        Self::start_with_admission(config, data_dir, runtime, default_admission()).await
+    }
+
+    /// [`Daemon::start_with`] under an embedding server's admission policy (seed 001's
+    /// `AdmissionFunc`) instead of the standalone default.
+    pub async fn start_with_admission(
+        config: Config,
+        data_dir: &Path,
+        runtime: Runtime,
+        admission: crate::engine::service::AdmissionFn,
+    ) -> Result<Daemon, StartError> {
         let seccomp =
             crate::sandbox::seccomp::load().map_err(|e| StartError::Refused(e.to_string()))?;
         crate::engine::runner::check_checkout_support(&config).map_err(StartError::Refused)?;
@@ -79,7 +90,7 @@ impl Daemon {
             Clock::from_env(),
         )
         .map_err(StartError::Refused)?;
-        let service = Arc::new(Service::new(ctx, default_admission()));
+        let service = Arc::new(Service::new(ctx, admission));
         let open_files = crate::api::server::raise_fd_limit(config.max_connections)
             .map_err(StartError::Refused)?;
         tracing::info!(open_files, "RLIMIT_NOFILE raised to its hard limit");

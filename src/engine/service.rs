@@ -158,19 +158,98 @@ pub fn authenticate(config: &Config, bearer: &str) -> Option<Actor> {
     })
 }
 
-/// What the admission seam is asked about.
+/// What the admission seam is asked about (seed 001's `Admission`). Admission runs after
+/// authorization, for every candidate mutation and for reads that ask: prepare asks with the new
+/// candidate before its first durable write (`new_candidate`), a replayed prepare with the
+/// existing one; every other operation with the candidate it acts on, after loading it.
 #[derive(Debug, Clone)]
 pub struct Admission<'a> {
-    pub operation: &'static str,
+    pub operation: Operation,
     pub mutation: bool,
     pub actor: &'a Actor,
     pub workspace_id: &'a str,
     pub mission_id: Option<&'a str>,
+    pub candidate: &'a crate::candidate::Candidate,
     pub new_candidate: bool,
+    pub submissions: &'a [crate::candidate::SubmissionRef],
 }
 
-/// Server-controlled admission policy, run for every candidate mutation (and reads that ask).
-pub type AdmissionFn = Arc<dyn Fn(&Admission) -> Result<(), ServiceError> + Send + Sync>;
+/// What is being admitted. Verification is admitted three times, separately: when it is
+/// queued (the API call), before its container is created, and before it is started; no
+/// admission is held while the command runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    Prepare,
+    Show,
+    Patch,
+    Resolve,
+    Delete,
+    VerifyQueue,
+    VerifyCreate,
+    VerifyStart,
+    CancelVerification,
+    RequestDelivery,
+    Decide,
+    Deliver,
+}
+
+impl Operation {
+    /// The API method (with the verification stage).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Prepare => "integration.prepare",
+            Operation::Show => "integration.show",
+            Operation::Patch => "integration.patch",
+            Operation::Resolve => "integration.resolve",
+            Operation::Delete => "integration.delete",
+            Operation::VerifyQueue => "integration.verify",
+            Operation::VerifyCreate => "integration.verify/create",
+            Operation::VerifyStart => "integration.verify/start",
+            Operation::CancelVerification => "integration.cancel_verification",
+            Operation::RequestDelivery => "integration.request_delivery",
+            Operation::Decide => "integration.decide",
+            Operation::Deliver => "integration.deliver",
+        }
+    }
+}
+
+/// Returned by a successful admission and held through the consequential action; dropping it
+/// runs the policy's release (seed 001: `release func()`).
+#[must_use = "hold the admission through the action it admits"]
+pub struct Admitted(Option<Box<dyn FnOnce() + Send + Sync>>);
+
+impl Admitted {
+    /// An admission with nothing to release.
+    pub fn unconditional() -> Admitted {
+        Admitted(None)
+    }
+
+    /// An admission that runs `release` when dropped.
+    pub fn with_release(release: impl FnOnce() + Send + Sync + 'static) -> Admitted {
+        Admitted(Some(Box::new(release)))
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        if let Some(release) = self.0.take() {
+            release();
+        }
+    }
+}
+
+impl std::fmt::Debug for Admitted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Admitted(with release)"
+        } else {
+            "Admitted"
+        })
+    }
+}
+
+/// Server-controlled admission policy.
+pub type AdmissionFn = Arc<dyn Fn(&Admission) -> Result<Admitted, ServiceError> + Send + Sync>;
 
 /// The standalone default: run actors and non-empty mission ids are refused for mutations.
 pub fn default_admission() -> AdmissionFn {
@@ -178,16 +257,16 @@ pub fn default_admission() -> AdmissionFn {
         if a.mission_id.is_some_and(|m| !m.is_empty()) {
             return Err(ServiceError::FailedPrecondition(format!(
                 "{}: mission_id is not supported by the standalone server",
-                a.operation
+                a.operation.as_str()
             )));
         }
         if a.mutation && matches!(a.actor, Actor::Run { .. }) {
             return Err(ServiceError::PermissionDenied(format!(
                 "{}: run actors cannot change candidates on the standalone server",
-                a.operation
+                a.operation.as_str()
             )));
         }
-        Ok(())
+        Ok(Admitted::unconditional())
     })
 }
 
@@ -316,8 +395,28 @@ impl Service {
         Ok(ws)
     }
 
-    pub fn admit(&self, a: Admission) -> Result<(), ServiceError> {
+    pub fn admit(&self, a: Admission) -> Result<Admitted, ServiceError> {
         (self.admission)(&a)
+    }
+
+    /// Admission of `op` on an existing candidate (loaded by the caller).
+    pub fn admit_on(
+        &self,
+        actor: &Actor,
+        op: Operation,
+        mutation: bool,
+        c: &crate::candidate::Candidate,
+    ) -> Result<Admitted, ServiceError> {
+        self.admit(Admission {
+            operation: op,
+            mutation,
+            actor,
+            workspace_id: &c.workspace_id,
+            mission_id: c.mission_id.as_deref(),
+            candidate: c,
+            new_candidate: false,
+            submissions: &c.submissions,
+        })
     }
 
     /// True when this exact request (same actor, operation, key and digest) was already done;
@@ -343,28 +442,6 @@ impl Service {
                 "idempotency_key was already used with different parameters".into(),
             )),
         }
-    }
-
-    /// Authorization plus admission for an operation on an existing candidate: the preamble of
-    /// every candidate call except prepare (which admits a new candidate with its mission id).
-    pub fn gate(
-        &self,
-        actor: &Actor,
-        workspace_id: &str,
-        perm: Permission,
-        operation: &'static str,
-        mutation: bool,
-    ) -> Result<&Workspace, ServiceError> {
-        let ws = self.authorize(actor, workspace_id, perm)?;
-        self.admit(Admission {
-            operation,
-            mutation,
-            actor,
-            workspace_id,
-            mission_id: None,
-            new_candidate: false,
-        })?;
-        Ok(ws)
     }
 
     pub fn now_rfc3339(&self) -> String {
@@ -441,13 +518,25 @@ mod tests {
         let member = Actor::Member {
             member_id: "m".into(),
         };
+        let c: crate::candidate::Candidate = serde_json::from_value(serde_json::json!({
+            "candidate_id": "cand_x", "workspace_id": "w", "mission_id": null,
+            "mission_accepted_set_version": null, "submissions": [], "required_sources": ["git"],
+            "inputs": [], "target_ref": "refs/heads/main", "expected_target_revision": "0".repeat(40),
+            "candidate_revision": null, "state": "preparing", "conflicts": null,
+            "applied_inputs": 0, "verifications": [], "delivery_request": null,
+            "delivery_receipt": null, "created_at": "2026-01-01T00:00:00Z",
+            "expires_at": "2026-01-02T00:00:00Z", "error": null, "version": 1, "mutations": []
+        }))
+        .unwrap();
         let a = |actor, mutation, mission| Admission {
-            operation: "integration.prepare",
+            operation: Operation::Prepare,
             mutation,
             actor,
             workspace_id: "w",
             mission_id: mission,
+            candidate: &c,
             new_candidate: true,
+            submissions: &[],
         };
         assert!(matches!(
             adm(&a(&run, true, None)),
@@ -460,5 +549,16 @@ mod tests {
             adm(&a(&member, true, Some("m1"))),
             Err(ServiceError::FailedPrecondition(_))
         ));
+    }
+
+    #[test]
+    fn an_admission_is_released_when_the_action_ends() {
+        let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = released.clone();
+        let held =
+            Admitted::with_release(move || flag.store(true, std::sync::atomic::Ordering::SeqCst));
+        assert!(!released.load(std::sync::atomic::Ordering::SeqCst));
+        drop(held);
+        assert!(released.load(std::sync::atomic::Ordering::SeqCst));
     }
 }

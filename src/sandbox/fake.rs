@@ -53,19 +53,33 @@ impl ContainerRuntime for FakeRuntime {
         &'a self,
         spec: &'a ContainerSpec,
         timeout: Duration,
-        phase: &'a mut (dyn FnMut(Phase) + Send),
+        phase: &'a mut super::PhaseHook<'a>,
         mut cancel: watch::Receiver<bool>,
     ) -> BoxFuture<'a, Result<JobOutcome, SandboxError>> {
         Box::pin(async move {
             let key = spec.run.creation_key.clone();
+            phase(Phase::Creating).map_err(|reason| SandboxError::Refused {
+                step: "container creation",
+                reason,
+            })?;
             self.live
                 .lock()
                 .expect("the fake's set is never poisoned")
                 .insert(key.clone());
-            phase(Phase::Created {
+            let _ = phase(Phase::Created {
                 container_id: format!("fake-{key}"),
             });
-            phase(Phase::Started);
+            if let Err(reason) = phase(Phase::Starting) {
+                self.live
+                    .lock()
+                    .expect("the fake's set is never poisoned")
+                    .remove(&key);
+                return Err(SandboxError::Refused {
+                    step: "container start",
+                    reason,
+                });
+            }
+            let _ = phase(Phase::Started);
             let started = Instant::now();
             let argv = job_argv(spec);
             let arg = |i: usize| argv.get(i).cloned().unwrap_or_default();
@@ -107,7 +121,7 @@ impl ContainerRuntime for FakeRuntime {
                 .expect("the fake's set is never poisoned")
                 .remove(&key);
             let end = end?;
-            phase(Phase::Destroyed);
+            let _ = phase(Phase::Destroyed);
             Ok(JobOutcome {
                 end,
                 output: output.finish(),

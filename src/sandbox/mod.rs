@@ -69,6 +69,9 @@ pub enum SandboxError {
     },
     #[error("image build failed: {0}")]
     Build(String),
+    /// The caller's phase hook refused a step (admission): nothing more ran.
+    #[error("{step} refused: {reason}")]
+    Refused { step: &'static str, reason: String },
     /// A runtime other than Docker (the scripted fake) failed.
     #[error("container runtime failed: {0}")]
     Runtime(String),
@@ -87,13 +90,21 @@ pub fn container_name(creation_key: &str) -> String {
     format!("airlock-{creation_key}")
 }
 
-/// Points in a job's life, reported to the caller as they happen (crash-point hooks use them).
+/// Points in a job's life, reported to the caller as they happen (crash-point hooks and the
+/// admission seam use them). The hook may refuse `Creating` and `Starting`: the job then ends
+/// with [`SandboxError::Refused`] before that step (a created container is still destroyed).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Phase {
+    Creating,
     Created { container_id: String },
+    Starting,
     Started,
     Destroyed,
 }
+
+/// The caller's phase hook: `Err(reason)` refuses the step a `Creating` or `Starting` phase
+/// announces (the return value of other phases is ignored).
+pub type PhaseHook<'a> = dyn FnMut(Phase) -> Result<(), String> + Send + 'a;
 
 pub use crate::domain::verification::JobEnd;
 
@@ -181,7 +192,7 @@ impl Sandbox {
         &self,
         spec: &ContainerSpec,
         timeout: Duration,
-        phase: &mut (dyn FnMut(Phase) + Send),
+        phase: &mut PhaseHook<'_>,
         cancel: watch::Receiver<bool>,
     ) -> Result<JobOutcome, SandboxError> {
         let name = spec.name();
@@ -195,7 +206,7 @@ impl Sandbox {
         guard.armed = false;
         let outcome = result?;
         removed?;
-        phase(Phase::Destroyed);
+        let _ = phase(Phase::Destroyed);
         Ok(outcome)
     }
 
@@ -203,10 +214,14 @@ impl Sandbox {
         &self,
         spec: &ContainerSpec,
         timeout: Duration,
-        phase: &mut (dyn FnMut(Phase) + Send),
+        phase: &mut PhaseHook<'_>,
         mut cancel: watch::Receiver<bool>,
     ) -> Result<JobOutcome, SandboxError> {
         let name = spec.name();
+        phase(Phase::Creating).map_err(|reason| SandboxError::Refused {
+            step: "container creation",
+            reason,
+        })?;
         let created = self
             .docker
             .create_container(
@@ -216,7 +231,7 @@ impl Sandbox {
             .await
             .map_err(docker_err("create container"))?;
         let id = created.id;
-        phase(Phase::Created {
+        let _ = phase(Phase::Created {
             container_id: id.clone(),
         });
         let observed_image = self
@@ -283,13 +298,17 @@ impl Sandbox {
             })
         };
 
+        phase(Phase::Starting).map_err(|reason| SandboxError::Refused {
+            step: "container start",
+            reason,
+        })?;
         self.docker
             .start_container(&id, None)
             .await
             .map_err(docker_err("start container"))?;
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + timeout;
-        phase(Phase::Started);
+        let _ = phase(Phase::Started);
 
         let mut capture = OutputCapture::new();
         let mut end: Option<JobEnd> = None;

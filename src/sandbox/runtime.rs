@@ -4,7 +4,7 @@
 //! delivery), never for sandbox limits, container lifecycle or recovery, which are proven on
 //! Docker.
 
-use super::{ContainerSpec, JobOutcome, ManagedContainer, Phase, SandboxError};
+use super::{ContainerSpec, JobOutcome, ManagedContainer, PhaseHook, SandboxError};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -20,12 +20,12 @@ pub trait ContainerRuntime: Send + Sync {
     fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, SandboxError>>;
 
     /// Runs one job to its end and destroys its container. `phase` is called as the job moves
-    /// on; `cancel` flipping to `true` ends it as cancelled.
+    /// on and may refuse creation or start; `cancel` flipping to `true` ends it as cancelled.
     fn run<'a>(
         &'a self,
         spec: &'a ContainerSpec,
         timeout: Duration,
-        phase: &'a mut (dyn FnMut(Phase) + Send),
+        phase: &'a mut PhaseHook<'a>,
         cancel: watch::Receiver<bool>,
     ) -> BoxFuture<'a, Result<JobOutcome, SandboxError>>;
 
@@ -55,7 +55,7 @@ impl ContainerRuntime for super::Sandbox {
         &'a self,
         spec: &'a ContainerSpec,
         timeout: Duration,
-        phase: &'a mut (dyn FnMut(Phase) + Send),
+        phase: &'a mut PhaseHook<'a>,
         cancel: watch::Receiver<bool>,
     ) -> BoxFuture<'a, Result<JobOutcome, SandboxError>> {
         Box::pin(super::Sandbox::run(self, spec, timeout, phase, cancel))

@@ -59,13 +59,7 @@ impl Service {
         actor: &Actor,
         p: RequestParams,
     ) -> Result<Candidate, ServiceError> {
-        self.gate(
-            actor,
-            &p.workspace_id,
-            Permission::Integrate,
-            "integration.request_delivery",
-            true,
-        )?;
+        self.authorize(actor, &p.workspace_id, Permission::Integrate)?;
         candidate::check_idempotency_key(&p.idempotency_key)
             .map_err(ServiceError::InvalidArgument)?;
         if p.verification_ids.is_empty() || p.verification_ids.len() > MAX_REQUEST_VERIFICATIONS {
@@ -92,10 +86,11 @@ impl Service {
             actor_key,
             operation,
             guard: _guard,
+            admitted: _admitted,
         } = self
             .begin_mutation(
                 actor,
-                "integration.request_delivery",
+                Operation::RequestDelivery,
                 &p.workspace_id,
                 &p.candidate_id,
                 &p.idempotency_key,
@@ -184,16 +179,11 @@ impl Service {
                 "integration.decide is human-only: run actors cannot approve or deny".into(),
             ));
         };
-        self.gate(
-            actor,
-            &p.workspace_id,
-            Permission::Decide,
-            "integration.decide",
-            true,
-        )?;
+        self.authorize(actor, &p.workspace_id, Permission::Decide)?;
         let lock = self.candidate_lock(&p.candidate_id);
         let _guard = lock.lock().await;
         let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
+        let _admitted = self.admit_on(actor, Operation::Decide, true, &l.c)?;
         if l.c.state.is_fenced() {
             return Err(ServiceError::FailedPrecondition(format!(
                 "candidate is {}",
@@ -265,16 +255,11 @@ impl Service {
         actor: &Actor,
         p: DeliverParams,
     ) -> Result<Candidate, ServiceError> {
-        self.gate(
-            actor,
-            &p.workspace_id,
-            Permission::Push,
-            "integration.deliver",
-            true,
-        )?;
+        self.authorize(actor, &p.workspace_id, Permission::Push)?;
         let lock = self.candidate_lock(&p.candidate_id);
         let _guard = lock.lock().await;
         let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
+        let _admitted = self.admit_on(actor, Operation::Deliver, true, &l.c)?;
         let repo = self.repo(&p.workspace_id).clone();
         let req = current_request(&mut l.c, &p.request_id, p.request_version)?.clone();
         // A receipt (in the aggregate, or only in Git after a lost save) is the original result.

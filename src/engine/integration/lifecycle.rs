@@ -5,16 +5,11 @@ use super::*;
 impl Service {
     /// `integration.delete`: persists the `deleting` fence, then removes owned refs and files.
     pub async fn delete(&self, actor: &Actor, p: CandidateParams) -> Result<(), ServiceError> {
-        self.gate(
-            actor,
-            &p.workspace_id,
-            Permission::Integrate,
-            "integration.delete",
-            true,
-        )?;
+        self.authorize(actor, &p.workspace_id, Permission::Integrate)?;
         let lock = self.candidate_lock(&p.candidate_id);
         let _guard = lock.lock().await;
         let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
+        let _admitted = self.admit_on(actor, Operation::Delete, true, &l.c)?;
         if !l.c.state.is_fenced() {
             l.c.state = l.c.state.on(CandidateEvent::Delete)?;
             l.c.record_mutation(Mutation {

@@ -34,9 +34,9 @@ use crate::candidate::{
 };
 use crate::config::Permission;
 use crate::domain::git::{FileMode, ObjectKind};
-use crate::engine::runner::pipeline::{CandidateLink, RunError};
+use crate::engine::runner::pipeline::{CandidateLink, RunError, Step};
 use crate::engine::service::{
-    Actor, Admission, Service, ServiceError, SystemTask, blocking, parse_time,
+    Actor, Admission, Admitted, Operation, Service, ServiceError, SystemTask, blocking, parse_time,
 };
 use crate::limits;
 use crate::staging::Repo;
@@ -67,6 +67,8 @@ pub(crate) struct Begun {
     /// `<method>/<candidate_id>`: the operation the idempotency binding is recorded under.
     pub(crate) operation: String,
     pub(crate) guard: tokio::sync::OwnedMutexGuard<()>,
+    /// The admission of this mutation, held until the caller is done.
+    pub(crate) admitted: Admitted,
 }
 
 /// How long cancel and delete wait for a worker to destroy its container and settle.
@@ -77,21 +79,22 @@ impl Service {
         self.ctx.data.layout.candidate_dir(cid)
     }
 
-    /// The candidate, if it belongs to `workspace_id` (otherwise `not_found`).
-    /// Locks and loads a candidate for an idempotent mutation and checks for a replay.
+    /// Locks and loads a candidate for an idempotent mutation, admits the operation on it, and
+    /// checks for a replay.
     pub(super) async fn begin_mutation(
         &self,
         actor: &Actor,
-        method: &str,
+        op: Operation,
         workspace_id: &str,
         candidate_id: &str,
         idempotency_key: &str,
         digest: &str,
     ) -> Result<Begun, ServiceError> {
         let actor_key = actor.key();
-        let operation = format!("{method}/{candidate_id}");
+        let operation = format!("{}/{candidate_id}", op.as_str());
         let guard = self.candidate_lock(candidate_id).lock_owned().await;
         let l = self.load(workspace_id, candidate_id).await?;
+        let admitted = self.admit_on(actor, op, true, &l.c)?;
         let replayed = self
             .replayed(
                 workspace_id,
@@ -107,6 +110,7 @@ impl Service {
             actor_key,
             operation,
             guard,
+            admitted,
         })
     }
 

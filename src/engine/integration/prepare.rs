@@ -40,14 +40,6 @@ impl Service {
                 .replay_prepare(actor, &p.workspace_id, &d, &digest, &cid)
                 .await;
         }
-        self.admit(Admission {
-            operation: "integration.prepare",
-            mutation: true,
-            actor,
-            workspace_id: &p.workspace_id,
-            mission_id: p.mission_id.as_deref(),
-            new_candidate: true,
-        })?;
         if p.submissions.is_empty() || p.submissions.len() > MAX_SUBMISSIONS {
             return Err(ServiceError::InvalidArgument(format!(
                 "submissions has {} entries; it needs 1..={MAX_SUBMISSIONS}",
@@ -214,6 +206,18 @@ impl Service {
             prepare_digest: digest.clone(),
             ..Default::default()
         };
+        // Seed 001: admission sees the new candidate before its first durable write, and what it
+        // returns is held until the candidate is assembled.
+        let _admitted = self.admit(Admission {
+            operation: Operation::Prepare,
+            mutation: true,
+            actor,
+            workspace_id: &p.workspace_id,
+            mission_id: p.mission_id.as_deref(),
+            candidate: &c,
+            new_candidate: true,
+            submissions: &p.submissions,
+        })?;
         let inserted = self
             .ctx
             .data
@@ -253,9 +257,11 @@ impl Service {
         }
     }
 
+    /// A prepare whose binding exists: the same parameters continue (or return) the bound
+    /// candidate, admitted again with `new_candidate = false`; other parameters are `conflict`.
     pub(super) async fn replay_prepare(
         &self,
-        _actor: &Actor,
+        actor: &Actor,
         ws: &str,
         bound: &str,
         digest: &str,
@@ -266,6 +272,17 @@ impl Service {
                 "idempotency_key was already used with different parameters".into(),
             ));
         }
+        let existing = self.load_candidate(ws, cid).await?;
+        let _admitted = self.admit(Admission {
+            operation: Operation::Prepare,
+            mutation: true,
+            actor,
+            workspace_id: ws,
+            mission_id: existing.mission_id.as_deref(),
+            candidate: &existing,
+            new_candidate: false,
+            submissions: &existing.submissions,
+        })?;
         self.continue_preparing(ws, cid, KnownRefs::Unknown).await
     }
 

@@ -68,14 +68,9 @@ impl Service {
         actor: &Actor,
         p: CandidateParams,
     ) -> Result<PatchResult, ServiceError> {
-        self.gate(
-            actor,
-            &p.workspace_id,
-            Permission::View,
-            "integration.patch",
-            false,
-        )?;
+        self.authorize(actor, &p.workspace_id, Permission::View)?;
         let l = self.load(&p.workspace_id, &p.candidate_id).await?;
+        let _admitted = self.admit_on(actor, Operation::Patch, false, &l.c)?;
         let (CandidateState::Frozen, Some(rev)) = (l.c.state, &l.c.candidate_revision) else {
             return Err(ServiceError::FailedPrecondition(format!(
                 "candidate is {}; a patch needs a frozen candidate",

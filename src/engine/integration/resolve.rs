@@ -10,13 +10,7 @@ impl Service {
         actor: &Actor,
         p: ResolveParams,
     ) -> Result<Candidate, ServiceError> {
-        self.gate(
-            actor,
-            &p.workspace_id,
-            Permission::Integrate,
-            "integration.resolve",
-            true,
-        )?;
+        self.authorize(actor, &p.workspace_id, Permission::Integrate)?;
         candidate::check_idempotency_key(&p.idempotency_key)
             .map_err(ServiceError::InvalidArgument)?;
         let expected_version = match p.expected_version {
@@ -99,10 +93,11 @@ impl Service {
             actor_key,
             operation,
             guard: _guard,
+            admitted: _admitted,
         } = self
             .begin_mutation(
                 actor,
-                "integration.resolve",
+                Operation::Resolve,
                 &p.workspace_id,
                 &p.candidate_id,
                 &p.idempotency_key,

@@ -31,14 +31,6 @@ impl Service {
         let ws = self
             .authorize(actor, &p.workspace_id, Permission::Verify)?
             .clone();
-        self.admit(Admission {
-            operation: "integration.verify",
-            mutation: true,
-            actor,
-            workspace_id: &p.workspace_id,
-            mission_id: None,
-            new_candidate: false,
-        })?;
         candidate::check_idempotency_key(&p.idempotency_key)
             .map_err(ServiceError::InvalidArgument)?;
         crate::verification::validate_argv(&p.argv)
@@ -57,10 +49,11 @@ impl Service {
             actor_key,
             operation,
             guard: _guard,
+            admitted: _admitted,
         } = self
             .begin_mutation(
                 actor,
-                "integration.verify",
+                Operation::VerifyQueue,
                 &p.workspace_id,
                 &p.candidate_id,
                 &p.idempotency_key,
@@ -112,6 +105,30 @@ impl Service {
                 RunError::Conflict(m) => ServiceError::Conflict(m),
                 RunError::Internal(m) => ServiceError::Internal(m),
             })?;
+        // Seed 001: verification admits queueing (above), container creation and start
+        // separately, with the candidate as it was when the verification was queued.
+        let prepared = prepared.admitting({
+            let admission = self.admission.clone();
+            let actor = actor.clone();
+            let c = c.clone();
+            std::sync::Arc::new(move |step: Step| {
+                let operation = match step {
+                    Step::CreateContainer => Operation::VerifyCreate,
+                    Step::StartContainer => Operation::VerifyStart,
+                };
+                admission(&Admission {
+                    operation,
+                    mutation: true,
+                    actor: &actor,
+                    workspace_id: &c.workspace_id,
+                    mission_id: c.mission_id.as_deref(),
+                    candidate: &c,
+                    new_candidate: false,
+                    submissions: &c.submissions,
+                })
+                .map_err(|e| e.to_string())
+            })
+        });
         let started = self
             .ctx
             .begin(
@@ -199,16 +216,11 @@ impl Service {
         actor: &Actor,
         p: CancelParams,
     ) -> Result<Candidate, ServiceError> {
-        self.gate(
-            actor,
-            &p.workspace_id,
-            Permission::Verify,
-            "integration.cancel_verification",
-            true,
-        )?;
+        self.authorize(actor, &p.workspace_id, Permission::Verify)?;
         let c = self
             .load_candidate(&p.workspace_id, &p.candidate_id)
             .await?;
+        let _admitted = self.admit_on(actor, Operation::CancelVerification, true, &c)?;
         let rows = self
             .ctx
             .data

@@ -29,8 +29,22 @@ pub struct RunRequest {
 /// why the sources must be considered changed, if they must.
 pub type ExtraSourceCheck = std::sync::Arc<dyn Fn() -> Option<String> + Send + Sync>;
 
+/// A step of a job that an admission policy may refuse, asked just before it happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    CreateContainer,
+    StartContainer,
+}
+
+/// Asked before each [`Step`]; what it returns is held until that step is done (never while
+/// the command runs). `Err(reason)` ends the job as `error` before the step.
+pub type StepGate =
+    std::sync::Arc<dyn Fn(Step) -> Result<crate::engine::service::Admitted, String> + Send + Sync>;
+
 /// A request that passed every check; nothing has run or been recorded yet.
 pub struct Prepared {
+    /// Admission of container creation and start, for candidate verifications.
+    gate: Option<StepGate>,
     repo: Repo,
     commit: String,
     profile: Profile,
@@ -71,6 +85,14 @@ pub enum RunError {
     /// Airlock itself failed after the `running` row existed; recovery will settle it.
     #[error("{0}")]
     Internal(String),
+}
+
+impl Prepared {
+    /// Asks `gate` before the job's container is created and before it is started.
+    pub fn admitting(mut self, gate: StepGate) -> Prepared {
+        self.gate = Some(gate);
+        self
+    }
 }
 
 impl Context {
@@ -124,6 +146,7 @@ impl Context {
         );
         self.check_free_space(&spec)?;
         Ok(Prepared {
+            gate: None,
             repo,
             commit,
             profile,
@@ -349,10 +372,28 @@ impl Context {
                 workspace: WorkspaceSource::HostBind(checkout.tree.clone()),
             },
         };
-        let mut on_phase = |ph: Phase| match ph {
-            Phase::Created { .. } => crash::point(crash::CrashPoint::AfterCreate),
-            Phase::Started => crash::point(crash::CrashPoint::AfterStart),
-            Phase::Destroyed => crash::point(crash::CrashPoint::AfterDestroy),
+        // The admission of the step in progress, released once it is done.
+        let mut held: Option<crate::engine::service::Admitted> = None;
+        let gate = p.gate.clone();
+        let admit = move |step: Step| match &gate {
+            Some(gate) => gate(step).map(Some),
+            None => Ok(None),
+        };
+        let mut on_phase = |ph: Phase| -> Result<(), String> {
+            match ph {
+                Phase::Creating => held = admit(Step::CreateContainer)?,
+                Phase::Created { .. } => {
+                    held = None;
+                    crash::point(crash::CrashPoint::AfterCreate)
+                }
+                Phase::Starting => held = admit(Step::StartContainer)?,
+                Phase::Started => {
+                    held = None;
+                    crash::point(crash::CrashPoint::AfterStart)
+                }
+                Phase::Destroyed => crash::point(crash::CrashPoint::AfterDestroy),
+            }
+            Ok(())
         };
         let timeout = Duration::from_secs(p.timeout_seconds);
         let outcome = match self
