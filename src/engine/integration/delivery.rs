@@ -84,7 +84,7 @@ impl Service {
             mut l,
             replayed,
             actor_key,
-            operation,
+            key,
             guard: _guard,
             admitted: _admitted,
         } = self
@@ -152,23 +152,10 @@ impl Service {
             decided_at: None,
         };
         l.a.last_request_version = version;
-        l.c.record_mutation(Mutation {
-            actor_key: actor_key.clone(),
-            operation: MutationOperation::RequestDelivery,
-            idempotency_key: p.idempotency_key.clone(),
-            digest: digest.clone(),
-            result_id: request.request_id.clone(),
-        });
-        let binding = Binding {
-            workspace_id: p.workspace_id.clone(),
-            actor_key,
-            operation,
-            idempotency_key: p.idempotency_key.clone(),
-            digest,
-            result_id: request.request_id.clone(),
-        };
+        let result_id = request.request_id.clone();
         l.c.delivery_request = Some(request);
-        self.save(&mut l, Some(binding), None).await?;
+        self.save_mutation(&mut l, &key, MutationOperation::RequestDelivery, result_id)
+            .await?;
         self.hydrate(l.c).await
     }
 

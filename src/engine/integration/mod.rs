@@ -57,18 +57,56 @@ pub(crate) struct Loaded {
 }
 
 /// The start of an idempotent candidate mutation: the candidate locked (the guard is held for
-/// as long as this value lives) and loaded, and whether this exact request (same actor, key and
-/// parameters) already completed, in which case the caller answers with the current candidate.
-/// The same key with other parameters is `conflict` before anything is loaded for change.
+/// as long as this value lives), loaded and admitted, and whether this exact request (same
+/// actor, key and parameters) already completed, in which case the caller answers with the
+/// current candidate. The same key with other parameters is `conflict` before anything is
+/// loaded for change. [`Service::save_mutation`] is the end of every such mutation.
 pub(crate) struct Begun {
     pub(crate) l: Loaded,
     pub(crate) replayed: bool,
     pub(crate) actor_key: String,
-    /// `<method>/<candidate_id>`: the operation the idempotency binding is recorded under.
-    pub(crate) operation: String,
+    /// What the mutation will be recorded and bound under.
+    pub(crate) key: MutationKey,
     pub(crate) guard: tokio::sync::OwnedMutexGuard<()>,
     /// The admission of this mutation, held until the caller is done.
     pub(crate) admitted: Admitted,
+}
+
+/// Who did what with which idempotency key and parameters: the identity of one mutation, from
+/// which both its history entry and its durable binding are made.
+#[derive(Debug, Clone)]
+pub(crate) struct MutationKey {
+    pub(crate) workspace_id: String,
+    pub(crate) actor_key: String,
+    /// `<method>/<candidate_id>`: the operation the idempotency binding is recorded under.
+    pub(crate) operation: String,
+    pub(crate) idempotency_key: String,
+    pub(crate) digest: String,
+}
+
+impl MutationKey {
+    /// The durable binding of this mutation to its result.
+    pub(crate) fn binding(&self, result_id: String) -> Binding {
+        Binding {
+            workspace_id: self.workspace_id.clone(),
+            actor_key: self.actor_key.clone(),
+            operation: self.operation.clone(),
+            idempotency_key: self.idempotency_key.clone(),
+            digest: self.digest.clone(),
+            result_id,
+        }
+    }
+
+    /// This mutation as an entry of the candidate's history.
+    fn history(&self, operation: MutationOperation, result_id: String) -> Mutation {
+        Mutation {
+            actor_key: self.actor_key.clone(),
+            operation,
+            idempotency_key: self.idempotency_key.clone(),
+            digest: self.digest.clone(),
+            result_id,
+        }
+    }
 }
 
 /// How long cancel and delete wait for a worker to destroy its container and settle.
@@ -92,6 +130,13 @@ impl Service {
     ) -> Result<Begun, ServiceError> {
         let actor_key = actor.key();
         let operation = format!("{}/{candidate_id}", op.as_str());
+        let key = MutationKey {
+            workspace_id: workspace_id.to_string(),
+            actor_key: actor_key.clone(),
+            operation: operation.clone(),
+            idempotency_key: idempotency_key.to_string(),
+            digest: digest.to_string(),
+        };
         let guard = self.candidate_lock(candidate_id).lock_owned().await;
         let l = self.load(workspace_id, candidate_id).await?;
         let admitted = self.admit_on(actor, op, true, &l.c)?;
@@ -108,10 +153,24 @@ impl Service {
             l,
             replayed,
             actor_key,
-            operation,
+            key,
             guard,
             admitted,
         })
+    }
+
+    /// The end of an idempotent mutation begun with [`Service::begin_mutation`]: records it in
+    /// the candidate's history and saves the candidate together with the idempotency binding,
+    /// in one compare-and-set on the version loaded at the beginning.
+    pub(crate) async fn save_mutation(
+        &self,
+        l: &mut Loaded,
+        key: &MutationKey,
+        operation: MutationOperation,
+        result_id: String,
+    ) -> Result<(), ServiceError> {
+        l.c.record_mutation(key.history(operation, result_id.clone()));
+        self.save(l, Some(key.binding(result_id)), None).await
     }
 
     pub async fn load_candidate(

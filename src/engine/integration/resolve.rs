@@ -91,7 +91,7 @@ impl Service {
             mut l,
             replayed,
             actor_key,
-            operation,
+            key,
             guard: _guard,
             admitted: _admitted,
         } = self
@@ -164,22 +164,9 @@ impl Service {
             }
             return Err(e);
         }
-        l.c.record_mutation(Mutation {
-            actor_key: actor_key.clone(),
-            operation: MutationOperation::Resolve,
-            idempotency_key: p.idempotency_key.clone(),
-            digest: digest.clone(),
-            result_id: format!("v{}", l.stored_version + 1),
-        });
-        let binding = Binding {
-            workspace_id: p.workspace_id.clone(),
-            actor_key,
-            operation,
-            idempotency_key: p.idempotency_key.clone(),
-            digest,
-            result_id: format!("v{}", l.stored_version + 1),
-        };
-        self.save(&mut l, Some(binding), None).await?;
+        let result_id = format!("v{}", l.stored_version + 1);
+        self.save_mutation(&mut l, &key, MutationOperation::Resolve, result_id)
+            .await?;
         Ok(l.c)
     }
 

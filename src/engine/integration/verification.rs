@@ -46,10 +46,10 @@ impl Service {
         let Begun {
             l,
             replayed,
-            actor_key,
-            operation,
+            key,
             guard: _guard,
             admitted: _admitted,
+            ..
         } = self
             .begin_mutation(
                 actor,
@@ -135,14 +135,7 @@ impl Service {
                 prepared,
                 Some(CandidateLink {
                     candidate_id: c.candidate_id.clone(),
-                    binding: Binding {
-                        workspace_id: p.workspace_id.clone(),
-                        actor_key,
-                        operation,
-                        idempotency_key: p.idempotency_key.clone(),
-                        digest,
-                        result_id: String::new(),
-                    },
+                    binding: key.binding(String::new()),
                     expires_cap,
                 }),
             )
