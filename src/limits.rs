@@ -129,3 +129,28 @@ pub const MAX_HTTP_TIMEOUT_SECONDS: u64 = 3600;
 pub const CANDIDATE_READ_CACHE_ENTRIES: usize = 1024;
 /// Serialized `integration.show` answers the API keeps (by version and verifications).
 pub const SHOW_BODY_CACHE_ENTRIES: usize = 1024;
+
+/// How often a connection checks whether it has been idle too long.
+pub const IDLE_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Pause after a failed `accept` (for example `EMFILE`), so the loop does not spin.
+pub const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(50);
+
+/// How long shutdown waits for in-flight requests to finish their responses.
+pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(60);
+
+/// Budget for one control call.
+pub const CONTROL_CALL_BUDGET: Duration = Duration::from_secs(60);
+
+/// How long cancel and delete wait for a worker to destroy its container and settle.
+pub const SETTLE_WAIT: Duration = Duration::from_secs(50);
+
+/// How long an image import may take to upload (the Docker client's default is 120 s, which a
+/// large root filesystem tar exceeds).
+pub const IMPORT_TIMEOUT_SECS: u64 = 3600;
+
+/// A stamped file must be at least this much older than the moment its stamp was taken.
+pub const REF_CACHE_RACY_MARGIN: Duration = Duration::from_secs(2);
+
+/// Most remembered answers per repository.
+pub const REF_CACHE_ENTRIES: usize = 4096;

@@ -16,10 +16,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-/// Budget for one control call.
-pub const CONTROL_CALL_BUDGET: Duration = Duration::from_secs(60);
 /// Body limit of small control calls.
 pub const SMALL_BODY_LIMIT: usize = 64 * 1024;
 /// Body limit of `integration.verify` (an argv of 64 entries of 16 KiB, JSON-escaped).
@@ -187,7 +184,7 @@ pub fn parse<T: DeserializeOwned>(method: &str, body: &[u8]) -> Result<T, Servic
         .iter()
         .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
     if first != Some(&b'{') {
-        return Err(ServiceError::InvalidArgument(format!(
+        return Err(ServiceError::invalid(format!(
             "{method}: the request body must be a JSON object"
         )));
     }
@@ -199,10 +196,11 @@ pub fn parse<T: DeserializeOwned>(method: &str, body: &[u8]) -> Result<T, Servic
         } else {
             path
         };
-        ServiceError::InvalidArgument(format!("{method}: {field}: {}", e.into_inner()))
+        let message = format!("{method}: {field}: {}", e.into_inner());
+        ServiceError::invalid_field(field, message)
     })?;
     de.end()
-        .map_err(|e| ServiceError::InvalidArgument(format!("{method}: body: {e}")))?;
+        .map_err(|e| ServiceError::invalid(format!("{method}: body: {e}")))?;
     Ok(value)
 }
 
@@ -246,7 +244,7 @@ async fn handle(
             ))
         })?
         .map_err(|_| {
-            ServiceError::ResourceExhausted(format!("{method}: request body exceeds {limit} bytes"))
+            ServiceError::exhausted(format!("{method}: request body exceeds {limit} bytes"))
         })?;
     // From here on the request is being served: its connection is not closed to make room.
     let _dispatching = conn.as_ref().map(server::ConnHandle::dispatching);
@@ -257,12 +255,12 @@ async fn handle(
     // state change; the budget bounds how long the client waits for it.
     let task =
         tokio::spawn(async move { dispatch(&svc, &bodies, &actor, &method_owned, &bytes).await });
-    match tokio::time::timeout(CONTROL_CALL_BUDGET, task).await {
+    match tokio::time::timeout(crate::limits::CONTROL_CALL_BUDGET, task).await {
         Ok(Ok(r)) => r,
-        Ok(Err(e)) => Err(ServiceError::Internal(format!("{method} failed: {e}"))),
+        Ok(Err(e)) => Err(ServiceError::internal(format!("{method} failed: {e}"))),
         Err(_) => Err(ServiceError::Unavailable(format!(
             "{method} exceeded its {} s budget; retry with the same idempotency key",
-            CONTROL_CALL_BUDGET.as_secs()
+            crate::limits::CONTROL_CALL_BUDGET.as_secs()
         ))),
     }
 }

@@ -33,12 +33,6 @@ pub struct ConnLimits {
     pub header_read_timeout: Duration,
     pub keep_alive_idle: Duration,
 }
-/// How often a connection checks whether it has been idle too long.
-const IDLE_CHECK_INTERVAL: Duration = Duration::from_secs(1);
-/// Pause after a failed `accept` (for example `EMFILE`), so the loop does not spin.
-const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(50);
-/// How long shutdown waits for in-flight requests to finish their responses.
-pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(60);
 
 /// File descriptors kept free beside the connections (database, git, Docker, artifacts).
 pub const RESERVED_FDS: u64 = 256;
@@ -141,7 +135,7 @@ pub fn raise_fd_limit(max_connections: usize) -> Result<u64, String> {
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then stops accepting, lets in-flight
-/// requests finish (up to [`SHUTDOWN_DRAIN`]) and returns.
+/// requests finish (up to [`crate::limits::SHUTDOWN_DRAIN`]) and returns.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -163,7 +157,7 @@ pub async fn serve(
             Ok(x) => x,
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed; backing off");
-                tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
+                tokio::time::sleep(crate::limits::ACCEPT_ERROR_BACKOFF).await;
                 continue;
             }
         };
@@ -228,7 +222,7 @@ pub async fn serve(
                 .keep_alive(true);
             let served = builder.serve_connection(TokioIo::new(stream), svc);
             tokio::pin!(served);
-            let mut tick = tokio::time::interval(IDLE_CHECK_INTERVAL);
+            let mut tick = tokio::time::interval(crate::limits::IDLE_CHECK_INTERVAL);
             let mut draining = false;
             loop {
                 tokio::select! {
@@ -267,7 +261,7 @@ pub async fn serve(
     }
     drop(listener);
     let _ = stop_tx.send(true);
-    if tokio::time::timeout(SHUTDOWN_DRAIN, tracker.wait())
+    if tokio::time::timeout(crate::limits::SHUTDOWN_DRAIN, tracker.wait())
         .await
         .is_err()
     {

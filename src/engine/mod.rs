@@ -2,6 +2,7 @@
 
 pub mod context;
 pub mod crash;
+pub mod error;
 pub mod integration;
 pub mod layout;
 pub mod maintenance;

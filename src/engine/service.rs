@@ -4,76 +4,13 @@
 
 use super::Context;
 use crate::config::{Config, Permission, TokenSubject, Workspace};
-use crate::staging::{Repo, StagingError};
-use crate::store::StoreError;
+use crate::staging::Repo;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use time::OffsetDateTime;
 
-/// Stable error codes of the API.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ServiceError {
-    #[error("{0}")]
-    InvalidArgument(String),
-    #[error("{0}")]
-    Unauthenticated(String),
-    #[error("{0}")]
-    PermissionDenied(String),
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    Conflict(String),
-    #[error("{0}")]
-    FailedPrecondition(String),
-    #[error("{0}")]
-    ResourceExhausted(String),
-    #[error("{0}")]
-    Internal(String),
-    #[error("{0}")]
-    Unavailable(String),
-    /// The client did not send its request in time.
-    #[error("{0}")]
-    DeadlineExceeded(String),
-}
-
-impl ServiceError {
-    pub fn code(&self) -> &'static str {
-        match self {
-            ServiceError::InvalidArgument(_) => "invalid_argument",
-            ServiceError::Unauthenticated(_) => "unauthenticated",
-            ServiceError::PermissionDenied(_) => "permission_denied",
-            ServiceError::NotFound(_) => "not_found",
-            ServiceError::Conflict(_) => "conflict",
-            ServiceError::FailedPrecondition(_) => "failed_precondition",
-            ServiceError::ResourceExhausted(_) => "resource_exhausted",
-            ServiceError::Internal(_) => "internal",
-            ServiceError::Unavailable(_) => "unavailable",
-            ServiceError::DeadlineExceeded(_) => "deadline_exceeded",
-        }
-    }
-}
-
-impl From<StoreError> for ServiceError {
-    fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::Conflict(m) => ServiceError::Conflict(m),
-            other => ServiceError::Internal(other.to_string()),
-        }
-    }
-}
-
-impl From<crate::domain::IllegalTransition> for ServiceError {
-    fn from(e: crate::domain::IllegalTransition) -> Self {
-        ServiceError::FailedPrecondition(e.to_string())
-    }
-}
-
-impl From<StagingError> for ServiceError {
-    fn from(e: StagingError) -> Self {
-        ServiceError::Internal(e.to_string())
-    }
-}
+pub use super::error::{Internal, Refusal, ServiceError};
 
 /// Runs blocking work (git plumbing, hashing, fsynced file writes) from async code without
 /// stalling the runtime: tokio hands this worker thread's other tasks to another worker first
@@ -255,7 +192,7 @@ pub type AdmissionFn = Arc<dyn Fn(&Admission) -> Result<Admitted, ServiceError> 
 pub fn default_admission() -> AdmissionFn {
     Arc::new(|a: &Admission| {
         if a.mission_id.is_some_and(|m| !m.is_empty()) {
-            return Err(ServiceError::FailedPrecondition(format!(
+            return Err(ServiceError::precondition(format!(
                 "{}: mission_id is not supported by the standalone server",
                 a.operation.as_str()
             )));

@@ -19,10 +19,6 @@ pub const IMAGE_REPOSITORY_PREFIX: &str = "airlock/";
 /// Largest build context Airlock will assemble in memory.
 pub const MAX_CONTEXT_BYTES: usize = 512 * 1024 * 1024;
 
-/// How long an image import may take to upload (the Docker client's default is 120 s, which a
-/// large root filesystem tar exceeds).
-pub const IMPORT_TIMEOUT_SECS: u64 = 3600;
-
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct Manifest {
@@ -450,7 +446,9 @@ impl Sandbox {
         let docker = self
             .docker()
             .clone()
-            .with_timeout(std::time::Duration::from_secs(IMPORT_TIMEOUT_SECS));
+            .with_timeout(std::time::Duration::from_secs(
+                crate::limits::IMPORT_TIMEOUT_SECS,
+            ));
         let import = bollard::query_parameters::CreateImageOptionsBuilder::default()
             .from_src("-")
             .repo(&repo)

@@ -9,12 +9,12 @@
 //! The rules that keep this exact:
 //! - stamps use `lstat`; git replaces ref files by rename, which changes the inode, and any
 //!   in-place edit changes ctime, which no user can set;
-//! - an answer is kept only when every stamped time is older than [`RACY_MARGIN`] before the
-//!   stamp was taken (git's "racy" rule: a change made within the same timestamp tick as the
-//!   stamp would otherwise be invisible);
+//! - an answer is kept only when every stamped time is older than
+//!   [`crate::limits::REF_CACHE_RACY_MARGIN`] before the stamp was taken (git's "racy" rule: a
+//!   change made within the same timestamp tick as the stamp would otherwise be invisible);
 //! - a loose ref that is a symbolic ref (its target could move without touching the stamped
 //!   file) or a repository with another ref backend is never remembered;
-//! - the cache is bounded ([`MAX_ENTRIES`]); when full it starts over.
+//! - the cache is bounded ([`crate::limits::REF_CACHE_ENTRIES`]); when full it starts over.
 //!
 //! What is not stamped: object removal. A ref whose object was deleted by hand from the object
 //! store keeps its remembered value until the ref files change. Consequential checks (before a
@@ -25,12 +25,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
-
-/// A stamped file must be at least this much older than the moment its stamp was taken.
-pub const RACY_MARGIN: Duration = Duration::from_secs(2);
-
-/// Most remembered answers per repository.
-pub const MAX_ENTRIES: usize = 4096;
 
 /// One file's identity and times, or how looking at it failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,7 +72,7 @@ struct Entry {
 pub struct RefCache {
     /// `None` when the repository's refs are not plain files (the cache is off).
     common_dir: Option<PathBuf>,
-    /// [`RACY_MARGIN`], except in tests.
+    /// [`crate::limits::REF_CACHE_RACY_MARGIN`], except in tests.
     margin: Duration,
     entries: Mutex<HashMap<Vec<String>, Entry>>,
 }
@@ -94,7 +88,7 @@ impl std::fmt::Debug for RefCache {
 impl RefCache {
     /// A cache for a repository whose refs live as files under `common_dir`, or a disabled one.
     pub fn new(common_dir: Option<PathBuf>) -> RefCache {
-        RefCache::with_margin(common_dir, RACY_MARGIN)
+        RefCache::with_margin(common_dir, crate::limits::REF_CACHE_RACY_MARGIN)
     }
 
     fn with_margin(common_dir: Option<PathBuf>, margin: Duration) -> RefCache {
@@ -145,7 +139,7 @@ impl RefCache {
             });
         if stable {
             let mut entries = self.lock();
-            if entries.len() >= MAX_ENTRIES {
+            if entries.len() >= crate::limits::REF_CACHE_ENTRIES {
                 entries.clear();
             }
             entries.insert(

@@ -32,7 +32,7 @@ impl Service {
             let input = &l.c.inputs[i];
             let theirs = owned
                 .get(&input_ref(&cid, i))
-                .ok_or_else(|| ServiceError::Internal(format!("owned input ref {i} vanished")))?;
+                .ok_or_else(|| ServiceError::internal(format!("owned input ref {i} vanished")))?;
             // When the input's base is already part of the accumulated history, git picks the
             // merge bases itself, exactly as `git merge` would: in a criss-cross history an
             // explicit base that is only one of several merge bases reports conflicts git's
@@ -111,7 +111,7 @@ impl Service {
         match owned.get(&revision_ref(&cid)) {
             Some(v) if *v == frozen => {}
             Some(v) => {
-                return Err(ServiceError::Internal(format!(
+                return Err(ServiceError::internal(format!(
                     "candidate revision ref already at {v}"
                 )));
             }

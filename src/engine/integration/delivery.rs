@@ -14,27 +14,28 @@ impl Service {
     ) -> Result<Verification, ServiceError> {
         let field = format!("verification_ids[{i}]");
         let Some((v, _)) = rows.iter().find(|(v, _)| v.verification_id == id) else {
-            return Err(ServiceError::FailedPrecondition(format!(
-                "{field} {id:?} is not a verification of this candidate"
-            )));
+            return Err(ServiceError::precondition_field(
+                field.clone(),
+                format!("{field} {id:?} is not a verification of this candidate"),
+            ));
         };
         if v.status != Status::Passed {
-            return Err(ServiceError::FailedPrecondition(format!(
-                "{field} {id} is {}, not passed",
-                v.status.as_str()
-            )));
+            return Err(ServiceError::precondition_field(
+                field.clone(),
+                format!("{field} {id} is {}, not passed", v.status.as_str()),
+            ));
         }
         if v.candidate_revision != rev {
-            return Err(ServiceError::FailedPrecondition(format!(
-                "{field} {id} verified {}, not {rev}",
-                v.candidate_revision
-            )));
+            return Err(ServiceError::precondition_field(
+                field.clone(),
+                format!("{field} {id} verified {}, not {rev}", v.candidate_revision),
+            ));
         }
         if parse_time(&v.expires_at).is_none_or(|t| t <= self.ctx.clock.now()) {
-            return Err(ServiceError::FailedPrecondition(format!(
-                "{field} {id} expired at {}",
-                v.expires_at
-            )));
+            return Err(ServiceError::precondition_field(
+                field.clone(),
+                format!("{field} {id} expired at {}", v.expires_at),
+            ));
         }
         // A later attempt of the same argv that did not pass (cancelled aside) overrides it.
         if let Some((later, _)) = rows.iter().find(|(w, _)| {
@@ -44,11 +45,14 @@ impl Service {
                     > (v.created_at.as_str(), v.verification_id.as_str())
                 && !matches!(w.status, Status::Passed | Status::Cancelled)
         }) {
-            return Err(ServiceError::FailedPrecondition(format!(
-                "{field} {id} is overridden by the later {} verification {} of the same argv",
-                later.status.as_str(),
-                later.verification_id
-            )));
+            return Err(ServiceError::precondition_field(
+                field.clone(),
+                format!(
+                    "{field} {id} is overridden by the later {} verification {} of the same argv",
+                    later.status.as_str(),
+                    later.verification_id
+                ),
+            ));
         }
         Ok(v.clone())
     }
@@ -61,19 +65,23 @@ impl Service {
     ) -> Result<Candidate, ServiceError> {
         self.authorize(actor, &p.workspace_id, Permission::Integrate)?;
         candidate::check_idempotency_key(&p.idempotency_key)
-            .map_err(ServiceError::InvalidArgument)?;
+            .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
         if p.verification_ids.is_empty() || p.verification_ids.len() > MAX_REQUEST_VERIFICATIONS {
-            return Err(ServiceError::InvalidArgument(format!(
-                "verification_ids has {} entries; it needs 1..={MAX_REQUEST_VERIFICATIONS}",
-                p.verification_ids.len()
-            )));
+            return Err(ServiceError::invalid_field(
+                "verification_ids",
+                format!(
+                    "verification_ids has {} entries; it needs 1..={MAX_REQUEST_VERIFICATIONS}",
+                    p.verification_ids.len()
+                ),
+            ));
         }
         let mut seen = std::collections::BTreeSet::new();
         for (i, id) in p.verification_ids.iter().enumerate() {
             if !seen.insert(id) {
-                return Err(ServiceError::InvalidArgument(format!(
-                    "verification_ids[{i}] {id:?} is a duplicate"
-                )));
+                return Err(ServiceError::invalid_field(
+                    format!("verification_ids[{i}]"),
+                    format!("verification_ids[{i}] {id:?} is a duplicate"),
+                ));
             }
         }
         let digest = candidate::digest(&RequestParams {
@@ -102,14 +110,17 @@ impl Service {
         }
         let rev = frozen_revision(&l.c)?;
         if p.candidate_revision != rev {
-            return Err(ServiceError::FailedPrecondition(format!(
-                "candidate_revision {} is not the candidate's frozen revision {rev}",
-                p.candidate_revision
-            )));
+            return Err(ServiceError::precondition_field(
+                "candidate_revision",
+                format!(
+                    "candidate_revision {} is not the candidate's frozen revision {rev}",
+                    p.candidate_revision
+                ),
+            ));
         }
         if l.c.delivery_receipt.is_some() {
-            return Err(ServiceError::FailedPrecondition(
-                "the candidate was already delivered".into(),
+            return Err(ServiceError::precondition(
+                "the candidate was already delivered",
             ));
         }
         if l.c
@@ -172,7 +183,7 @@ impl Service {
         let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
         let _admitted = self.admit_on(actor, Operation::Decide, true, &l.c)?;
         if l.c.state.is_fenced() {
-            return Err(ServiceError::FailedPrecondition(format!(
+            return Err(ServiceError::precondition(format!(
                 "candidate is {}",
                 l.c.state.as_str()
             )));
@@ -201,7 +212,7 @@ impl Service {
             }
         };
         if parse_time(&req.expires_at).is_none_or(|t| t <= now) {
-            return Err(ServiceError::FailedPrecondition(format!(
+            return Err(ServiceError::precondition(format!(
                 "request {} expired at {}",
                 p.request_id, req.expires_at
             )));
@@ -262,7 +273,7 @@ impl Service {
             return self.hydrate(l.c).await;
         }
         if l.c.state.is_fenced() {
-            return Err(ServiceError::FailedPrecondition(format!(
+            return Err(ServiceError::precondition(format!(
                 "candidate is {}",
                 l.c.state.as_str()
             )));
@@ -272,7 +283,7 @@ impl Service {
             None
         } else {
             Some(req.state.on(RequestEvent::Claim).map_err(|_| {
-                ServiceError::FailedPrecondition(format!(
+                ServiceError::precondition(format!(
                     "request {} is {}, not approved",
                     req.request_id,
                     req.state.as_str()
@@ -281,7 +292,7 @@ impl Service {
         };
         let now = self.ctx.clock.now();
         if parse_time(&req.expires_at).is_none_or(|t| t <= now) {
-            return Err(ServiceError::FailedPrecondition(format!(
+            return Err(ServiceError::precondition(format!(
                 "request {} expired at {}",
                 req.request_id, req.expires_at
             )));
@@ -396,11 +407,10 @@ impl Service {
             return Ok(None);
         };
         let bytes = repo.read_blob(&oid)?;
-        let receipt: DeliveryReceipt = serde_json::from_slice(&bytes).map_err(|e| {
-            ServiceError::Internal(format!("receipt of {request_id} is unreadable: {e}"))
-        })?;
+        let receipt: DeliveryReceipt = serde_json::from_slice(&bytes)
+            .map_err(|e| ServiceError::record(format!("receipt of {request_id}"), e))?;
         if receipt.request_id != request_id {
-            return Err(ServiceError::Internal(format!(
+            return Err(ServiceError::internal(format!(
                 "receipt ref of {request_id} names {}",
                 receipt.request_id
             )));
@@ -475,9 +485,10 @@ pub(super) fn current_request<'a>(
     request_id: &str,
     version: u64,
 ) -> Result<&'a mut DeliveryRequest, ServiceError> {
-    let req = c.delivery_request.as_mut().ok_or_else(|| {
-        ServiceError::FailedPrecondition("the candidate has no delivery request".into())
-    })?;
+    let req = c
+        .delivery_request
+        .as_mut()
+        .ok_or_else(|| ServiceError::precondition("the candidate has no delivery request"))?;
     if req.request_id != request_id || req.request_version != version {
         return Err(ServiceError::Conflict(format!(
             "request {request_id} version {version} is not the current request ({} version {})",

@@ -52,36 +52,44 @@ impl Service {
             )));
         }
         if !is_identifier(&p.run_id) {
-            return Err(ServiceError::InvalidArgument(
-                "run_id must be 1..=128 of letters, digits, '_', '-', '.'".into(),
+            return Err(ServiceError::invalid_field(
+                "run_id",
+                "run_id must be 1..=128 of letters, digits, '_', '-', '.'",
             ));
         }
         candidate::check_idempotency_key(&p.idempotency_key)
-            .map_err(ServiceError::InvalidArgument)?;
+            .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
         let repo = self.repo(&p.workspace_id);
         for (field, rev) in [
             ("base_revision", &p.base_revision),
             ("revision", &p.revision),
         ] {
             if !candidate::is_full_oid(rev) {
-                return Err(ServiceError::InvalidArgument(format!(
-                    "{field} must be a full lowercase commit id (40 or 64 hex digits)"
-                )));
+                return Err(ServiceError::invalid_field(
+                    field,
+                    format!("{field} must be a full lowercase commit id (40 or 64 hex digits)"),
+                ));
             }
             if !blocking(|| repo.is_commit(rev)) {
-                return Err(ServiceError::FailedPrecondition(format!(
-                    "{field} {rev} is not a commit in workspace {:?}",
-                    p.workspace_id
-                )));
+                return Err(ServiceError::precondition_field(
+                    field,
+                    format!(
+                        "{field} {rev} is not a commit in workspace {:?}",
+                        p.workspace_id
+                    ),
+                ));
             }
         }
         if let Some(t) = &p.transcript
             && t.len() > MAX_TRANSCRIPT_BYTES
         {
-            return Err(ServiceError::ResourceExhausted(format!(
-                "transcript has {} bytes; the limit is {MAX_TRANSCRIPT_BYTES}",
-                t.len()
-            )));
+            return Err(ServiceError::exhausted_field(
+                "transcript",
+                format!(
+                    "transcript has {} bytes; the limit is {MAX_TRANSCRIPT_BYTES}",
+                    t.len()
+                ),
+            ));
         }
         // Up to 16 MiB: hashed off the async workers' clock.
         let transcript_sha256 = blocking(|| {
@@ -132,13 +140,13 @@ impl Service {
         blocking(|| {
             if let Some(t) = &p.transcript {
                 std::fs::create_dir_all(self.evidence_dir())
-                    .map_err(|e| ServiceError::Internal(format!("evidence dir: {e}")))?;
+                    .map_err(|e| ServiceError::io("evidence dir", e))?;
                 write_atomic(
                     &self.evidence_dir(),
                     &format!("{evidence_ref}.transcript"),
                     t.as_bytes(),
                 )
-                .map_err(|e| ServiceError::Internal(format!("transcript: {e}")))?;
+                .map_err(|e| ServiceError::artifact("transcript", e))?;
             }
             repo.update_refs(&[RefOp::Create {
                 name: evidence_ref_name(&evidence_ref),
@@ -196,7 +204,7 @@ impl Service {
             ));
         }
         self.load_packet(evidence_ref).await?.ok_or_else(|| {
-            ServiceError::FailedPrecondition(format!(
+            ServiceError::precondition(format!(
                 "evidence {evidence_ref} has expired and was purged"
             ))
         })
@@ -209,9 +217,9 @@ impl Service {
     ) -> Result<Option<EvidencePacket>, ServiceError> {
         match self.ctx.data.store.evidence(evidence_ref).await? {
             None => Ok(None),
-            Some(rec) => serde_json::from_str(&rec).map(Some).map_err(|e| {
-                ServiceError::Internal(format!("evidence {evidence_ref} record: {e}"))
-            }),
+            Some(rec) => serde_json::from_str(&rec)
+                .map(Some)
+                .map_err(|e| ServiceError::record(format!("evidence {evidence_ref} record"), e)),
         }
     }
 
@@ -265,7 +273,7 @@ impl Service {
             match std::fs::remove_file(self.transcript_path(&evidence_ref)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(ServiceError::Internal(format!("remove transcript: {e}"))),
+                Err(e) => return Err(ServiceError::io("remove transcript", e)),
             }
             self.ctx.data.store.delete_evidence(&evidence_ref).await?;
             n += 1;

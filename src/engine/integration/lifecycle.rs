@@ -42,7 +42,7 @@ impl Service {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
-                return Err(ServiceError::Internal(format!(
+                return Err(ServiceError::internal(format!(
                     "remove candidate files: {e}"
                 )));
             }
@@ -63,7 +63,7 @@ impl Service {
                 .await
                 .expect("artifact removal does not panic")
                 .map_err(|e| {
-                    ServiceError::Internal(format!("remove verification artifacts: {e}"))
+                    ServiceError::internal(format!("remove verification artifacts: {e}"))
                 })?;
             self.ctx.data.store.delete_settled(verifications).await?;
         }

@@ -109,9 +109,6 @@ impl MutationKey {
     }
 }
 
-/// How long cancel and delete wait for a worker to destroy its container and settle.
-pub const SETTLE_WAIT: Duration = Duration::from_secs(50);
-
 impl Service {
     pub(super) fn candidate_dir(&self, cid: &str) -> PathBuf {
         self.ctx.data.layout.candidate_dir(cid)
@@ -198,12 +195,12 @@ impl Service {
             .await?
             .ok_or_else(not_found)?;
         let c: Candidate = serde_json::from_str(&stored.record)
-            .map_err(|e| ServiceError::Internal(format!("candidate {cid} record: {e}")))?;
+            .map_err(|e| ServiceError::record(format!("candidate {cid} record"), e))?;
         if c.workspace_id != workspace_id {
             return Err(not_found());
         }
         let a: Assembly = serde_json::from_str(&stored.assembly)
-            .map_err(|e| ServiceError::Internal(format!("candidate {cid} journal: {e}")))?;
+            .map_err(|e| ServiceError::record(format!("candidate {cid} journal"), e))?;
         Ok(Loaded {
             c,
             a,
@@ -222,7 +219,7 @@ impl Service {
         l.c.version = new_version;
         let record = serde_json::to_string(&l.c).expect("a candidate serializes");
         if record.len() > MAX_AGGREGATE_BYTES {
-            return Err(ServiceError::ResourceExhausted(format!(
+            return Err(ServiceError::exhausted(format!(
                 "candidate aggregate would be {} bytes; the limit is {MAX_AGGREGATE_BYTES}",
                 record.len()
             )));
@@ -311,13 +308,13 @@ impl Service {
             (None, Some((_, c))) => c,
             (Some(record), _) => {
                 let c: Candidate = serde_json::from_str(&record)
-                    .map_err(|e| ServiceError::Internal(format!("candidate {cid} record: {e}")))?;
+                    .map_err(|e| ServiceError::record(format!("candidate {cid} record"), e))?;
                 let c = std::sync::Arc::new(c);
                 self.read_cache_put(cid, version, c.clone());
                 c
             }
             (None, None) => {
-                return Err(ServiceError::Internal(format!(
+                return Err(ServiceError::internal(format!(
                     "candidate {cid}: the store withheld a record nobody holds"
                 )));
             }
@@ -351,7 +348,7 @@ impl Service {
     pub(crate) fn require_owned_evidence(&self, c: &Candidate) -> Result<(), ServiceError> {
         match self.owned_evidence_problem(c, true)? {
             None => Ok(()),
-            Some(reason) => Err(ServiceError::FailedPrecondition(format!(
+            Some(reason) => Err(ServiceError::precondition(format!(
                 "candidate is unavailable: {reason}"
             ))),
         }
@@ -457,7 +454,7 @@ pub(super) fn owned_problem_of(
 pub(super) fn frozen_revision(c: &Candidate) -> Result<String, ServiceError> {
     match (c.state, &c.candidate_revision) {
         (CandidateState::Frozen, Some(rev)) => Ok(rev.clone()),
-        (state, _) => Err(ServiceError::FailedPrecondition(format!(
+        (state, _) => Err(ServiceError::precondition(format!(
             "candidate is {}; this needs a frozen candidate",
             state.as_str()
         ))),

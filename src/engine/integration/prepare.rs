@@ -12,7 +12,7 @@ impl Service {
     ) -> Result<Candidate, ServiceError> {
         self.authorize(actor, &p.workspace_id, Permission::Integrate)?;
         candidate::check_idempotency_key(&p.idempotency_key)
-            .map_err(ServiceError::InvalidArgument)?;
+            .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
         let required_sources = p
             .required_sources
             .clone()
@@ -41,28 +41,37 @@ impl Service {
                 .await;
         }
         if p.submissions.is_empty() || p.submissions.len() > MAX_SUBMISSIONS {
-            return Err(ServiceError::InvalidArgument(format!(
-                "submissions has {} entries; it needs 1..={MAX_SUBMISSIONS}",
-                p.submissions.len()
-            )));
+            return Err(ServiceError::invalid_field(
+                "submissions",
+                format!(
+                    "submissions has {} entries; it needs 1..={MAX_SUBMISSIONS}",
+                    p.submissions.len()
+                ),
+            ));
         }
-        candidate::check_target_ref(&p.target_ref).map_err(ServiceError::InvalidArgument)?;
+        candidate::check_target_ref(&p.target_ref)
+            .map_err(|m| ServiceError::invalid_field("target_ref", m))?;
         if required_sources.is_empty() {
-            return Err(ServiceError::InvalidArgument(
-                "required_sources must not be empty".into(),
+            return Err(ServiceError::invalid_field(
+                "required_sources",
+                "required_sources must not be empty",
             ));
         }
         if !candidate::is_full_oid(&p.expected_target_revision) {
-            return Err(ServiceError::InvalidArgument(
-                "expected_target_revision must be a full lowercase commit id".into(),
+            return Err(ServiceError::invalid_field(
+                "expected_target_revision",
+                "expected_target_revision must be a full lowercase commit id",
             ));
         }
         let repo = self.repo(&p.workspace_id);
         if !blocking(|| repo.is_commit(&p.expected_target_revision)) {
-            return Err(ServiceError::FailedPrecondition(format!(
-                "expected_target_revision {} is not a commit in workspace {:?}",
-                p.expected_target_revision, p.workspace_id
-            )));
+            return Err(ServiceError::precondition_field(
+                "expected_target_revision",
+                format!(
+                    "expected_target_revision {} is not a commit in workspace {:?}",
+                    p.expected_target_revision, p.workspace_id
+                ),
+            ));
         }
         // Validate every submission, in order, against the durable packets; the evidence refs
         // of all of them are read in one `for-each-ref`.
@@ -82,40 +91,49 @@ impl Service {
         for (i, s) in p.submissions.iter().enumerate() {
             let field = format!("submissions[{i}]");
             if s.workspace_id != p.workspace_id {
-                return Err(ServiceError::FailedPrecondition(format!(
-                    "{field} is from workspace {:?}, not {:?}",
-                    s.workspace_id, p.workspace_id
-                )));
+                return Err(ServiceError::precondition_field(
+                    field.clone(),
+                    format!(
+                        "{field} is from workspace {:?}, not {:?}",
+                        s.workspace_id, p.workspace_id
+                    ),
+                ));
             }
             // Another workspace's packet gets the same answer as a missing one, so a caller
             // cannot probe which evidence refs exist elsewhere.
             let missing = || {
-                ServiceError::FailedPrecondition(format!(
-                    "{field}.evidence_ref {:?} does not exist",
-                    s.evidence_ref
-                ))
+                ServiceError::precondition_field(
+                    field.clone(),
+                    format!("{field}.evidence_ref {:?} does not exist", s.evidence_ref),
+                )
             };
             let packet = packets[i]
                 .take()
                 .filter(|packet| packet.workspace_id == s.workspace_id)
                 .ok_or_else(missing)?;
             if packet.run_id != s.run_id {
-                return Err(ServiceError::FailedPrecondition(format!(
-                    "{field}: the packet belongs to run {:?}, not {:?}",
-                    packet.run_id, s.run_id
-                )));
+                return Err(ServiceError::precondition_field(
+                    field.clone(),
+                    format!(
+                        "{field}: the packet belongs to run {:?}, not {:?}",
+                        packet.run_id, s.run_id
+                    ),
+                ));
             }
             if packet.retained_revision != s.retained_revision {
-                return Err(ServiceError::FailedPrecondition(format!(
-                    "{field}.retained_revision {} is not the packet's retained revision",
-                    s.retained_revision
-                )));
+                return Err(ServiceError::precondition_field(
+                    field.clone(),
+                    format!(
+                        "{field}.retained_revision {} is not the packet's retained revision",
+                        s.retained_revision
+                    ),
+                ));
             }
             if self.packet_expired(&packet) {
-                return Err(ServiceError::FailedPrecondition(format!(
-                    "{field}: evidence {} has expired",
-                    packet.evidence_ref
-                )));
+                return Err(ServiceError::precondition_field(
+                    field.clone(),
+                    format!("{field}: evidence {} has expired", packet.evidence_ref),
+                ));
             }
             for src in &required_sources {
                 let available = match src {
@@ -131,16 +149,19 @@ impl Service {
                     }
                 };
                 if !available {
-                    return Err(ServiceError::FailedPrecondition(format!(
-                        "{field}: required source {:?} of evidence {} is missing or unavailable",
-                        src.as_str(),
-                        packet.evidence_ref
-                    )));
+                    return Err(ServiceError::precondition_field(
+                        field.clone(),
+                        format!(
+                            "{field}: required source {:?} of evidence {} is missing or unavailable",
+                            src.as_str(),
+                            packet.evidence_ref
+                        ),
+                    ));
                 }
             }
             snapshot_bytes += serde_json::to_string(&packet).map(|s| s.len()).unwrap_or(0);
             if snapshot_bytes > MAX_SNAPSHOT_BYTES {
-                return Err(ServiceError::ResourceExhausted(format!(
+                return Err(ServiceError::exhausted(format!(
                     "evidence snapshots exceed {MAX_SNAPSHOT_BYTES} bytes"
                 )));
             }
@@ -150,9 +171,12 @@ impl Service {
                     .map(|m| m.len() as usize)
                     .unwrap_or(0);
                 if transcript_bytes > MAX_TRANSCRIPT_BYTES {
-                    return Err(ServiceError::ResourceExhausted(format!(
-                        "{field}: the candidate's owned transcripts would total {transcript_bytes} bytes; the limit is {MAX_TRANSCRIPT_BYTES}"
-                    )));
+                    return Err(ServiceError::exhausted_field(
+                        field.clone(),
+                        format!(
+                            "{field}: the candidate's owned transcripts would total {transcript_bytes} bytes; the limit is {MAX_TRANSCRIPT_BYTES}"
+                        ),
+                    ));
                 }
             }
             inputs.push(CandidateInput {

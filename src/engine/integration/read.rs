@@ -42,10 +42,13 @@ impl Service {
         self.authorize(actor, &p.workspace_id, Permission::View)?;
         let limit = p.limit.unwrap_or(crate::limits::DEFAULT_LIST_LIMIT);
         if !(1..=crate::limits::MAX_CANDIDATE_LIST_LIMIT).contains(&limit) {
-            return Err(ServiceError::InvalidArgument(format!(
-                "limit is {limit}; it must be between 1 and {}",
-                crate::limits::MAX_CANDIDATE_LIST_LIMIT
-            )));
+            return Err(ServiceError::invalid_field(
+                "limit",
+                format!(
+                    "limit is {limit}; it must be between 1 and {}",
+                    crate::limits::MAX_CANDIDATE_LIST_LIMIT
+                ),
+            ));
         }
         let rows = self
             .ctx
@@ -57,7 +60,7 @@ impl Service {
             .map(|r| {
                 serde_json::from_str::<Candidate>(r)
                     .map(|c| c.summary())
-                    .map_err(|e| ServiceError::Internal(format!("candidate record: {e}")))
+                    .map_err(|e| ServiceError::record("candidate record", e))
             })
             .collect()
     }
@@ -72,7 +75,7 @@ impl Service {
         let l = self.load(&p.workspace_id, &p.candidate_id).await?;
         let _admitted = self.admit_on(actor, Operation::Patch, false, &l.c)?;
         let (CandidateState::Frozen, Some(rev)) = (l.c.state, &l.c.candidate_revision) else {
-            return Err(ServiceError::FailedPrecondition(format!(
+            return Err(ServiceError::precondition(format!(
                 "candidate is {}; a patch needs a frozen candidate",
                 l.c.state.as_str()
             )));

@@ -12,51 +12,63 @@ impl Service {
     ) -> Result<Candidate, ServiceError> {
         self.authorize(actor, &p.workspace_id, Permission::Integrate)?;
         candidate::check_idempotency_key(&p.idempotency_key)
-            .map_err(ServiceError::InvalidArgument)?;
+            .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
         let expected_version = match p.expected_version {
             Some(v) if v > 0 => v as u64,
             Some(v) => {
-                return Err(ServiceError::InvalidArgument(format!(
-                    "expected_version is {v}; it must be positive"
-                )));
+                return Err(ServiceError::invalid_field(
+                    "expected_version",
+                    format!("expected_version is {v}; it must be positive"),
+                ));
             }
             None => {
-                return Err(ServiceError::InvalidArgument(
-                    "expected_version is required".into(),
+                return Err(ServiceError::invalid_field(
+                    "expected_version",
+                    "expected_version is required",
                 ));
             }
         };
         if p.files.is_empty() || p.files.len() > MAX_RESOLVE_FILES {
-            return Err(ServiceError::InvalidArgument(format!(
-                "files has {} entries; it needs 1..={MAX_RESOLVE_FILES}",
-                p.files.len()
-            )));
+            return Err(ServiceError::invalid_field(
+                "files",
+                format!(
+                    "files has {} entries; it needs 1..={MAX_RESOLVE_FILES}",
+                    p.files.len()
+                ),
+            ));
         }
         let mut seen = std::collections::BTreeSet::new();
         for (i, f) in p.files.iter().enumerate() {
             candidate::check_relative_path(&f.path).map_err(|e| {
-                ServiceError::InvalidArgument(format!("files[{i}].path {:?} {e}", f.path))
+                ServiceError::invalid_field(
+                    format!("files[{i}].path"),
+                    format!("files[{i}].path {:?} {e}", f.path),
+                )
             })?;
             if f.path.starts_with(':') {
-                return Err(ServiceError::InvalidArgument(format!(
-                    "files[{i}].path {:?} starts with ':', which git reads as pathspec magic",
-                    f.path
-                )));
+                return Err(ServiceError::invalid_field(
+                    format!("files[{i}].path"),
+                    format!(
+                        "files[{i}].path {:?} starts with ':', which git reads as pathspec magic",
+                        f.path
+                    ),
+                ));
             }
             if !seen.insert(f.path.as_str()) {
-                return Err(ServiceError::InvalidArgument(format!(
-                    "files[{i}].path {:?} is listed twice",
-                    f.path
-                )));
+                return Err(ServiceError::invalid_field(
+                    format!("files[{i}].path"),
+                    format!("files[{i}].path {:?} is listed twice", f.path),
+                ));
             }
             match (&f.content, f.delete) {
                 (Some(_), true) | (None, false) => {
-                    return Err(ServiceError::InvalidArgument(format!(
-                        "files[{i}] needs exactly one of content or delete: true"
-                    )));
+                    return Err(ServiceError::invalid_field(
+                        format!("files[{i}]"),
+                        format!("files[{i}] needs exactly one of content or delete: true"),
+                    ));
                 }
                 (Some(c), false) if candidate::has_conflict_markers(c) => {
-                    return Err(ServiceError::InvalidArgument(format!(
+                    return Err(ServiceError::invalid(format!(
                         "files[{i}].content for {:?} still has conflict markers",
                         f.path
                     )));
@@ -70,10 +82,13 @@ impl Service {
                 .into_iter()
                 .find(|d| seen.contains(d))
             {
-                return Err(ServiceError::InvalidArgument(format!(
-                    "files[{i}].path {:?} lies beneath {parent:?}, which the same batch writes or deletes as a file",
-                    f.path
-                )));
+                return Err(ServiceError::invalid_field(
+                    format!("files[{i}].path"),
+                    format!(
+                        "files[{i}].path {:?} lies beneath {parent:?}, which the same batch writes or deletes as a file",
+                        f.path
+                    ),
+                ));
             }
         }
         #[derive(Serialize)]
@@ -108,7 +123,7 @@ impl Service {
             return Ok(l.c); // completed earlier: the original binding stands
         }
         if l.c.state.is_fenced() {
-            return Err(ServiceError::FailedPrecondition(format!(
+            return Err(ServiceError::precondition(format!(
                 "candidate is {}",
                 l.c.state.as_str()
             )));
@@ -133,15 +148,15 @@ impl Service {
                     )));
                 }
                 if l.c.state != CandidateState::Conflicted {
-                    return Err(ServiceError::FailedPrecondition(format!(
+                    return Err(ServiceError::precondition(format!(
                         "candidate is {}; only a conflicted candidate can be resolved",
                         l.c.state.as_str()
                     )));
                 }
                 let tree =
-                    l.a.conflict_tree.clone().ok_or_else(|| {
-                        ServiceError::Internal("conflicted without a tree".into())
-                    })?;
+                    l.a.conflict_tree
+                        .clone()
+                        .ok_or_else(|| ServiceError::internal("conflicted without a tree"))?;
                 blocking(|| self.check_resolution_paths(&p.workspace_id, &tree, &p.files))?;
                 // Durable intent before any Git change.
                 l.a.pending_resolution = Some(PendingResolution {
@@ -182,31 +197,40 @@ impl Service {
             for parent in candidate::parents(&f.path) {
                 if let Some(e) = repo.tree_entry(tree, parent)? {
                     if e.mode == FileMode::Symlink {
-                        return Err(ServiceError::InvalidArgument(format!(
-                            "files[{i}].path {:?} traverses the symlink {parent:?}",
-                            f.path
-                        )));
+                        return Err(ServiceError::invalid_field(
+                            format!("files[{i}].path"),
+                            format!(
+                                "files[{i}].path {:?} traverses the symlink {parent:?}",
+                                f.path
+                            ),
+                        ));
                     }
                     if e.kind != ObjectKind::Tree {
-                        return Err(ServiceError::InvalidArgument(format!(
-                            "files[{i}].path {:?}: {parent:?} is a file, not a directory",
-                            f.path
-                        )));
+                        return Err(ServiceError::invalid_field(
+                            format!("files[{i}].path"),
+                            format!(
+                                "files[{i}].path {:?}: {parent:?} is a file, not a directory",
+                                f.path
+                            ),
+                        ));
                     }
                 }
             }
             if let Some(e) = repo.tree_entry(tree, &f.path)? {
                 if e.kind == ObjectKind::Tree || e.mode == FileMode::Gitlink {
-                    return Err(ServiceError::InvalidArgument(format!(
-                        "files[{i}].path {:?} is a directory or submodule",
-                        f.path
-                    )));
+                    return Err(ServiceError::invalid_field(
+                        format!("files[{i}].path"),
+                        format!("files[{i}].path {:?} is a directory or submodule", f.path),
+                    ));
                 }
             } else if f.delete {
-                return Err(ServiceError::InvalidArgument(format!(
-                    "files[{i}].path {:?} does not exist, so it cannot be deleted",
-                    f.path
-                )));
+                return Err(ServiceError::invalid_field(
+                    format!("files[{i}].path"),
+                    format!(
+                        "files[{i}].path {:?} does not exist, so it cannot be deleted",
+                        f.path
+                    ),
+                ));
             }
         }
         Ok(())
@@ -218,13 +242,13 @@ impl Service {
         let pending =
             l.a.pending_resolution
                 .clone()
-                .ok_or_else(|| ServiceError::Internal("no pending resolution".into()))?;
+                .ok_or_else(|| ServiceError::internal("no pending resolution"))?;
         let repo = self.repo(&l.c.workspace_id).clone();
         let cid = l.c.candidate_id.clone();
         let tree =
             l.a.conflict_tree
                 .clone()
-                .ok_or_else(|| ServiceError::Internal("conflicted without a tree".into()))?;
+                .ok_or_else(|| ServiceError::internal("conflicted without a tree"))?;
         let mut edits = Vec::new();
         for f in &pending.files {
             match &f.content {
@@ -240,7 +264,7 @@ impl Service {
             }
         }
         let new_tree = repo.edit_tree(&tree, &edits).map_err(|e| {
-            ServiceError::InvalidArgument(format!(
+            ServiceError::invalid(format!(
                 "the resolution does not fit the candidate tree: {e}"
             ))
         })?;
@@ -256,7 +280,7 @@ impl Service {
                 _ => false,
             };
             if !exact {
-                return Err(ServiceError::InvalidArgument(format!(
+                return Err(ServiceError::invalid(format!(
                     "the resolution of {path:?} did not produce that file in the candidate tree (found {found:?}); nothing was saved"
                 )));
             }

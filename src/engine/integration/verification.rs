@@ -32,12 +32,12 @@ impl Service {
             .authorize(actor, &p.workspace_id, Permission::Verify)?
             .clone();
         candidate::check_idempotency_key(&p.idempotency_key)
-            .map_err(ServiceError::InvalidArgument)?;
+            .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
         crate::verification::validate_argv(&p.argv)
-            .map_err(|e| ServiceError::InvalidArgument(e.to_string()))?;
+            .map_err(|e| ServiceError::invalid_field("argv", e.to_string()))?;
         let timeout = p.timeout_seconds.unwrap_or(limits::DEFAULT_TIMEOUT_SECONDS);
         crate::verification::validate_timeout(timeout)
-            .map_err(|e| ServiceError::InvalidArgument(e.to_string()))?;
+            .map_err(|e| ServiceError::invalid_field("timeout_seconds", e.to_string()))?;
         let digest = candidate::digest(&VerifyParams {
             idempotency_key: String::new(),
             timeout_seconds: Some(timeout),
@@ -66,10 +66,13 @@ impl Service {
         }
         let rev = frozen_revision(&c)?;
         if p.candidate_revision != rev {
-            return Err(ServiceError::FailedPrecondition(format!(
-                "candidate_revision {} is not the candidate's frozen revision {rev}",
-                p.candidate_revision
-            )));
+            return Err(ServiceError::precondition_field(
+                "candidate_revision",
+                format!(
+                    "candidate_revision {} is not the candidate's frozen revision {rev}",
+                    p.candidate_revision
+                ),
+            ));
         }
         blocking(|| self.require_owned_evidence(&c))?;
         let existing = self
@@ -79,13 +82,13 @@ impl Service {
             .verifications_of(&c.candidate_id)
             .await?;
         if existing.len() >= MAX_VERIFICATIONS_PER_CANDIDATE {
-            return Err(ServiceError::ResourceExhausted(format!(
+            return Err(ServiceError::exhausted(format!(
                 "candidate has {} verifications; the limit is {MAX_VERIFICATIONS_PER_CANDIDATE}",
                 existing.len()
             )));
         }
         let expires_cap = parse_time(&c.expires_at)
-            .ok_or_else(|| ServiceError::Internal("candidate expires_at is not RFC 3339".into()))?;
+            .ok_or_else(|| ServiceError::internal("candidate expires_at is not RFC 3339"))?;
         let extra = self.owned_evidence_check(&c);
         let repo = self.repo(&p.workspace_id).clone();
         let prepared = self
@@ -100,10 +103,10 @@ impl Service {
             )
             .await
             .map_err(|e| match e {
-                RunError::Refused(m) => ServiceError::FailedPrecondition(m),
-                RunError::Exhausted(m) => ServiceError::ResourceExhausted(m),
+                RunError::Refused(m) => ServiceError::precondition(m),
+                RunError::Exhausted(m) => ServiceError::exhausted(m),
                 RunError::Conflict(m) => ServiceError::Conflict(m),
-                RunError::Internal(m) => ServiceError::Internal(m),
+                RunError::Internal(m) => ServiceError::internal(m),
             })?;
         // Seed 001: verification admits queueing (above), container creation and start
         // separately, with the candidate as it was when the verification was queued.
@@ -142,8 +145,8 @@ impl Service {
             .await
             .map_err(|e| match e {
                 RunError::Conflict(m) => ServiceError::Conflict(m),
-                RunError::Exhausted(m) => ServiceError::ResourceExhausted(m),
-                RunError::Refused(m) | RunError::Internal(m) => ServiceError::Internal(m),
+                RunError::Exhausted(m) => ServiceError::exhausted(m),
+                RunError::Refused(m) | RunError::Internal(m) => ServiceError::internal(m),
             })?;
         self.spawn_worker(started);
         self.hydrate(c).await
@@ -177,7 +180,9 @@ impl Service {
 
     /// Cancels one worker of this process and waits (bounded) until it has settled.
     pub(super) async fn cancel_worker(&self, verification_id: &str) -> bool {
-        self.workers.cancel(verification_id, SETTLE_WAIT).await
+        self.workers
+            .cancel(verification_id, limits::SETTLE_WAIT)
+            .await
     }
 
     /// Cancels every worker of this process (daemon shutdown). Returns how many did not settle
@@ -196,7 +201,7 @@ impl Service {
                 return Err(ServiceError::Unavailable(format!(
                     "verification {} did not settle within {} s; retry",
                     v.verification_id,
-                    SETTLE_WAIT.as_secs()
+                    limits::SETTLE_WAIT.as_secs()
                 )));
             }
         }
@@ -233,7 +238,7 @@ impl Service {
             return Err(ServiceError::Unavailable(format!(
                 "verification {} did not settle within {} s; retry",
                 v.verification_id,
-                SETTLE_WAIT.as_secs()
+                limits::SETTLE_WAIT.as_secs()
             )));
         }
         self.hydrate(c).await
