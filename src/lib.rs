@@ -21,3 +21,4 @@ pub mod sandbox;
 pub mod staging;
 pub mod store;
 pub mod verification;
+pub mod wire;

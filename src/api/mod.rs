@@ -3,7 +3,6 @@
 //! Errors are `{"error":{"code","message"}}` with a stable code and an HTTP status.
 
 pub mod server;
-pub mod wire;
 
 use crate::engine::service::{Actor, Service, ServiceError, authenticate};
 use axum::Router;
@@ -345,7 +344,7 @@ async fn show(
     svc: &Service,
     bodies: &ShowBodies,
     actor: &Actor,
-    p: wire::CandidateParams,
+    p: crate::wire::CandidateParams,
 ) -> Result<Reply, ServiceError> {
     #[derive(serde::Serialize)]
     struct Wrapped<'a> {

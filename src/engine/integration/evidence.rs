@@ -1,13 +1,13 @@
 //! Evidence packets: a run's retained revision (private ref) and optional transcript
 //! (checksummed artifact), with a bounded lifetime.
 
-use crate::api::wire::{RecordParams, ShowParams};
 use crate::artifacts::write_atomic;
 use crate::candidate::{self, EvidencePacket, EvidenceSource, MAX_TRANSCRIPT_BYTES};
 use crate::config::{Permission, is_identifier};
 use crate::engine::service::{Actor, Service, ServiceError, blocking, parse_time};
 use crate::staging::plumbing::RefOp;
 use crate::store::{Binding, Inserted};
+use crate::wire::{RecordParams, ShowParams};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;

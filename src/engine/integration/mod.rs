@@ -19,10 +19,6 @@ pub mod read;
 pub mod resolve;
 pub mod verification;
 
-use crate::api::wire::{
-    CancelParams, CandidateParams, DecideParams, DeliverParams, ListParams, PatchResult,
-    PrepareParams, RequestParams, ResolveParams, VerifyParams,
-};
 use crate::artifacts::write_atomic;
 use crate::candidate::{
     self, Assembly, CANDIDATE_LIFETIME, Candidate, CandidateEvent, CandidateInput, CandidateState,
@@ -43,6 +39,10 @@ use crate::staging::Repo;
 use crate::staging::plumbing::{CommitStamp, RefOp};
 use crate::store::{Binding, Inserted};
 use crate::verification::{Status, Verification};
+use crate::wire::{
+    CancelParams, CandidateParams, DecideParams, DeliverParams, ListParams, PatchResult,
+    PrepareParams, RequestParams, ResolveParams, VerifyParams,
+};
 use evidence::evidence_ref_name;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
