@@ -16,6 +16,7 @@ pub mod domain;
 pub mod engine;
 pub mod ids;
 pub mod limits;
+pub mod patch;
 pub mod process;
 pub mod sandbox;
 pub mod staging;

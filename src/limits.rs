@@ -154,3 +154,8 @@ pub const REF_CACHE_RACY_MARGIN: Duration = Duration::from_secs(2);
 
 /// Most remembered answers per repository.
 pub const REF_CACHE_ENTRIES: usize = 4096;
+
+/// Largest patch the parser reads (the API's own `max_patch_bytes` is below it).
+pub const MAX_PATCH_PARSE_BYTES: usize = 64 * 1024 * 1024;
+/// Most file sections in one patch.
+pub const MAX_PATCH_FILES: usize = 10_000;

@@ -1,0 +1,98 @@
+//! The safety rules of the governed path that a well-formed patch must still pass: safe paths,
+//! symlink targets inside the tree, no path touched twice, nothing beyond a symlink.
+
+use super::{Patch, PatchError, err};
+use crate::domain::git::FileMode;
+
+/// The path rules of the governed path: repository-relative, no empty, `.` or `..`
+/// components, no `.git` (in any spelling a filesystem treats as `.git`), no NUL, newline,
+/// carriage return or backslash. Tabs and other Unicode are allowed (git quotes them).
+pub fn check_path(path: &str) -> Result<(), String> {
+    if path.is_empty() || path.len() > crate::candidate::MAX_PATH_BYTES {
+        return Err(format!(
+            "must be 1..={} bytes",
+            crate::candidate::MAX_PATH_BYTES
+        ));
+    }
+    if path.starts_with('/') {
+        return Err("must be repository-relative, not absolute".into());
+    }
+    if path.contains(['\0', '\n', '\r', '\\']) {
+        return Err("must not contain NUL, newline, carriage return or backslash".into());
+    }
+    for comp in path.split('/') {
+        match comp {
+            "" => return Err("must not contain empty components".into()),
+            "." | ".." => return Err("must not contain '.' or '..' components".into()),
+            c if crate::candidate::is_dotgit_alias(c) => {
+                return Err(format!("must not contain {c:?}, which git treats as .git"));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A symlink target must be relative and stay inside the tree, resolved from the link's
+/// directory.
+pub(super) fn check_symlink_target(link: &str, target: &str) -> Result<(), String> {
+    if target.is_empty() {
+        return Err("has an empty target".into());
+    }
+    if target.starts_with('/') {
+        return Err("points to an absolute path".into());
+    }
+    let mut depth: i64 = link.matches('/').count() as i64;
+    for comp in target.split('/') {
+        match comp {
+            "" | "." => {}
+            ".." => {
+                depth -= 1;
+                if depth < 0 {
+                    return Err("leaves the tree".into());
+                }
+            }
+            c if crate::candidate::is_dotgit_alias(c) => {
+                return Err("points into .git".into());
+            }
+            _ => depth += 1,
+        }
+    }
+    Ok(())
+}
+
+/// Checks across sections: no path touched twice, no path beyond a symlink the patch touches.
+pub(super) fn check_whole(patch: &Patch) -> Result<(), PatchError> {
+    let mut seen = std::collections::HashSet::new();
+    for f in &patch.files {
+        for p in f.paths() {
+            if !seen.insert(p) {
+                return err(0, format!("path {p:?} is touched twice"));
+            }
+        }
+    }
+    // Git's CVE-2023-23946 and GNU patch's CVE-2019-13636: a patch that makes (or keeps) a
+    // symlink and then writes through it. Any touched path below a path this patch leaves or
+    // makes a symlink is refused; so is one below a path it deletes and recreates.
+    let links: Vec<&str> = patch
+        .files
+        .iter()
+        .filter(|f| f.new_mode == Some(FileMode::Symlink) || f.old_mode == Some(FileMode::Symlink))
+        .flat_map(|f| f.paths())
+        .collect();
+    for f in &patch.files {
+        for p in f.paths() {
+            for l in &links {
+                if p.len() > l.len() && p.starts_with(l) && p.as_bytes()[l.len()] == b'/' {
+                    return err(
+                        0,
+                        format!(
+                            "path {p:?} lies beyond the symbolic link {l:?} this patch touches"
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
