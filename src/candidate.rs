@@ -25,7 +25,7 @@ pub const MAX_PATCH_BYTES: usize = 1024 * 1024;
 /// Longest idempotency key.
 pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 128;
 /// Longest repository-relative path in a resolution.
-pub const MAX_PATH_BYTES: usize = 4096;
+pub use crate::domain::path::{MAX_PATH_BYTES, is_dotgit_alias};
 /// Most verifications one candidate keeps (each holds up to 64 KiB of output).
 pub const MAX_VERIFICATIONS_PER_CANDIDATE: usize = 64;
 /// Most verification ids one delivery request may select.
@@ -275,33 +275,6 @@ pub fn check_relative_path(path: &str) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// Code points HFS+ ignores when it compares names (git's `utf8.c` list), so `.g\u{200c}it`
-/// is `.git` there.
-const HFS_IGNORABLE: [char; 16] = [
-    '\u{200c}', '\u{200d}', '\u{200e}', '\u{200f}', '\u{202a}', '\u{202b}', '\u{202c}', '\u{202d}',
-    '\u{202e}', '\u{206a}', '\u{206b}', '\u{206c}', '\u{206d}', '\u{206e}', '\u{206f}', '\u{feff}',
-];
-
-/// True when a path component names `.git` on a filesystem git protects: any case (`.GIT`),
-/// HFS+ with ignorable code points removed, NTFS with trailing dots or spaces (`.git.`, `.git `),
-/// an alternate data stream (`.git::$INDEX_ALLOCATION`) or the 8.3 short name (`git~1`).
-pub fn is_dotgit_alias(comp: &str) -> bool {
-    let hfs: String = comp
-        .chars()
-        .filter(|c| !HFS_IGNORABLE.contains(c))
-        .collect();
-    if hfs.eq_ignore_ascii_case(".git") {
-        return true;
-    }
-    let lower = comp.to_ascii_lowercase();
-    [".git", "git~1"].iter().any(|prefix| {
-        lower.strip_prefix(prefix).is_some_and(|rest| {
-            let rest = rest.trim_start_matches([' ', '.']);
-            rest.is_empty() || rest.starts_with(':')
-        })
-    })
 }
 
 /// The parent directories of a path, shortest first (`a/b/c` -> `a`, `a/b`).

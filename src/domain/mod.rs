@@ -5,8 +5,10 @@
 //! transition is a typed [`IllegalTransition`] value, never a silent field assignment.
 
 pub mod candidate;
+pub mod claim;
 pub mod delivery;
 pub mod git;
+pub mod path;
 pub mod verification;
 
 /// A transition the state machine does not allow from the current state.

@@ -4,34 +4,7 @@
 use super::{Patch, PatchError, err};
 use crate::domain::git::FileMode;
 
-/// The path rules of the governed path: repository-relative, no empty, `.` or `..`
-/// components, no `.git` (in any spelling a filesystem treats as `.git`), no NUL, newline,
-/// carriage return or backslash. Tabs and other Unicode are allowed (git quotes them).
-pub fn check_path(path: &str) -> Result<(), String> {
-    if path.is_empty() || path.len() > crate::candidate::MAX_PATH_BYTES {
-        return Err(format!(
-            "must be 1..={} bytes",
-            crate::candidate::MAX_PATH_BYTES
-        ));
-    }
-    if path.starts_with('/') {
-        return Err("must be repository-relative, not absolute".into());
-    }
-    if path.contains(['\0', '\n', '\r', '\\']) {
-        return Err("must not contain NUL, newline, carriage return or backslash".into());
-    }
-    for comp in path.split('/') {
-        match comp {
-            "" => return Err("must not contain empty components".into()),
-            "." | ".." => return Err("must not contain '.' or '..' components".into()),
-            c if crate::candidate::is_dotgit_alias(c) => {
-                return Err(format!("must not contain {c:?}, which git treats as .git"));
-            }
-            _ => {}
-        }
-    }
-    Ok(())
-}
+pub use crate::domain::path::check_repo_path as check_path;
 
 /// A symlink target must be relative and stay inside the tree, resolved from the link's
 /// directory.
@@ -52,7 +25,7 @@ pub(super) fn check_symlink_target(link: &str, target: &str) -> Result<(), Strin
                     return Err("leaves the tree".into());
                 }
             }
-            c if crate::candidate::is_dotgit_alias(c) => {
+            c if crate::domain::path::is_dotgit_alias(c) => {
                 return Err("points into .git".into());
             }
             _ => depth += 1,
