@@ -77,6 +77,58 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         UPDATE candidates SET request_state = json_extract(record, '$.delivery_request.state');
         CREATE INDEX candidates_by_request_state ON candidates (request_state);",
     ),
+    (
+        6,
+        "claims",
+        "CREATE TABLE resources (
+            workspace_id TEXT NOT NULL,
+            resource_id TEXT NOT NULL,
+            next_token INTEGER NOT NULL CHECK (next_token >= 1),
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (workspace_id, resource_id)
+        );
+        CREATE TABLE claims (
+            claim_id TEXT PRIMARY KEY,
+            workspace_id TEXT NOT NULL,
+            resource_id TEXT NOT NULL,
+            holder TEXT NOT NULL,
+            mode TEXT NOT NULL CHECK (mode IN ('read','write','review','exclusive')),
+            status TEXT NOT NULL CHECK (status IN
+                ('active','suspended','released','revoked','expired')),
+            fencing_token INTEGER NOT NULL CHECK (fencing_token >= 1),
+            expires_at INTEGER NOT NULL,
+            span_start INTEGER,
+            span_end INTEGER,
+            version INTEGER NOT NULL CHECK (version >= 1),
+            record TEXT NOT NULL,
+            UNIQUE (workspace_id, resource_id, fencing_token),
+            FOREIGN KEY (workspace_id, resource_id) REFERENCES resources (workspace_id, resource_id)
+        );
+        CREATE INDEX claims_by_status ON claims (workspace_id, status, expires_at);
+        CREATE TABLE contentions (
+            contention_id TEXT PRIMARY KEY,
+            workspace_id TEXT NOT NULL,
+            requester TEXT NOT NULL,
+            challenged_claim TEXT NOT NULL REFERENCES claims (claim_id),
+            state TEXT NOT NULL CHECK (state IN ('open','resolved')),
+            created_at TEXT NOT NULL,
+            record TEXT NOT NULL
+        );
+        CREATE UNIQUE INDEX contentions_one_open
+            ON contentions (workspace_id, requester, challenged_claim) WHERE state = 'open';
+        CREATE TABLE events (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            workspace_id TEXT NOT NULL,
+            subject TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            prior TEXT,
+            new TEXT,
+            payload TEXT NOT NULL,
+            at TEXT NOT NULL
+        );
+        CREATE INDEX events_by_subject ON events (workspace_id, subject, seq);",
+    ),
 ];
 
 /// The newest schema version this binary knows.

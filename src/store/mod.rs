@@ -6,6 +6,7 @@
 //! count checked, so a lost race is a [`StoreError::Conflict`], never a silent success.
 
 mod candidates;
+pub mod claims;
 mod migrations;
 
 pub use candidates::{Binding, Inserted, StoredCandidate};

@@ -1,0 +1,352 @@
+//! Claims on resources (seed 003), each change one `BEGIN IMMEDIATE` transaction: the conflict
+//! check and the grant together (no check-then-insert race), the contention rows of a refusal
+//! with the refusal, a per-resource fencing token that only grows, an event row with every
+//! state change, and transitions that compare-and-set the prior state.
+
+use super::{Store, StoreError};
+use crate::domain::claim::{ClaimEvent, ClaimMode, ClaimState, ResourceId, Span, overlap};
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+
+/// A claim row as the store keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRow {
+    pub claim_id: String,
+    pub workspace_id: String,
+    pub resource_id: String,
+    pub holder: String,
+    pub mode: ClaimMode,
+    pub status: ClaimState,
+    pub fencing_token: i64,
+    /// Unix seconds; at or after this instant the claim blocks nobody, swept or not.
+    pub expires_at: i64,
+    pub span: Option<Span>,
+    pub version: i64,
+    /// The rest of the wire object (task, session, rationale, base hash, times), as JSON.
+    pub record: String,
+}
+
+/// An acquire, as the engine resolved it (the resource parsed, its span found, the hash taken).
+#[derive(Debug, Clone)]
+pub struct Acquire {
+    pub claim_id: String,
+    pub workspace_id: String,
+    pub resource: ResourceId,
+    pub span: Option<Span>,
+    pub holder: String,
+    pub mode: ClaimMode,
+    pub expires_at: i64,
+    pub now: i64,
+    pub now_rfc3339: String,
+    pub record: String,
+}
+
+/// What an acquire did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acquired {
+    Granted(ClaimRow),
+    /// Nothing was granted and no resource row was created; each challenged claim has one
+    /// open contention for this requester (`opened` lists the ones this attempt created).
+    Refused {
+        challenged: Vec<ClaimRow>,
+        opened: Vec<String>,
+    },
+}
+
+const CLAIM_COLUMNS: &str = "claim_id, workspace_id, resource_id, holder, mode, status, fencing_token, expires_at, span_start, span_end, version, record";
+
+fn row(r: &rusqlite::Row) -> rusqlite::Result<ClaimRow> {
+    let mode: String = r.get(4)?;
+    let status: String = r.get(5)?;
+    let bad = |what: &str, v: &str| {
+        rusqlite::Error::FromSqlConversionFailure(
+            0,
+            rusqlite::types::Type::Text,
+            format!("{what} {v:?}").into(),
+        )
+    };
+    let span = match (r.get::<_, Option<i64>>(8)?, r.get::<_, Option<i64>>(9)?) {
+        (Some(s), Some(e)) => Some(Span {
+            start: s as u64,
+            end: e as u64,
+        }),
+        _ => None,
+    };
+    Ok(ClaimRow {
+        claim_id: r.get(0)?,
+        workspace_id: r.get(1)?,
+        resource_id: r.get(2)?,
+        holder: r.get(3)?,
+        mode: ClaimMode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == mode)
+            .ok_or_else(|| bad("mode", &mode))?,
+        status: ClaimState::ALL
+            .into_iter()
+            .find(|s| s.as_str() == status)
+            .ok_or_else(|| bad("status", &status))?,
+        fencing_token: r.get(6)?,
+        expires_at: r.get(7)?,
+        span,
+        version: r.get(10)?,
+        record: r.get(11)?,
+    })
+}
+
+#[allow(clippy::too_many_arguments)] // one column each; a struct would only rename them
+fn event(
+    tx: &rusqlite::Transaction,
+    workspace_id: &str,
+    subject: &str,
+    kind: &str,
+    actor: &str,
+    prior: Option<&str>,
+    new: Option<&str>,
+    payload: &str,
+    at: &str,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO events (workspace_id, subject, kind, actor, prior, new, payload, at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![workspace_id, subject, kind, actor, prior, new, payload, at],
+    )?;
+    Ok(())
+}
+
+impl Store {
+    /// Grants `a` unless an active, unexpired claim of another holder on an overlapping
+    /// resource conflicts with its mode; the check and the grant are one transaction.
+    pub async fn acquire_claim(&self, a: Acquire) -> Result<Acquired, StoreError> {
+        self.call(move |c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let blocking: Vec<ClaimRow> = {
+                let mut st = tx.prepare(&format!(
+                    "SELECT {CLAIM_COLUMNS} FROM claims
+                     WHERE workspace_id = ?1 AND status = 'active' AND expires_at > ?2"
+                ))?;
+                st.query_map(params![a.workspace_id, a.now], row)?
+                    .collect::<rusqlite::Result<_>>()?
+            };
+            let mut challenged = Vec::new();
+            for other in blocking {
+                if other.holder == a.holder || !other.mode.conflicts_with(a.mode) {
+                    continue;
+                }
+                let theirs = ResourceId::parse(&other.resource_id).map_err(|m| {
+                    StoreError::Corrupt {
+                        id: other.claim_id.clone(),
+                        message: m,
+                    }
+                })?;
+                let spans = a.span.zip(other.span);
+                if overlap(&a.resource, &theirs, spans).is_some() {
+                    challenged.push(other);
+                }
+            }
+            if !challenged.is_empty() {
+                let mut opened = Vec::new();
+                for other in &challenged {
+                    let id = format!("cnt_{}", crate::ids::new_creation_key());
+                    let inserted = tx.execute(
+                        "INSERT INTO contentions
+                            (contention_id, workspace_id, requester, challenged_claim, state, created_at, record)
+                         VALUES (?1, ?2, ?3, ?4, 'open', ?5, ?6)
+                         ON CONFLICT DO NOTHING",
+                        params![
+                            id,
+                            a.workspace_id,
+                            a.holder,
+                            other.claim_id,
+                            a.now_rfc3339,
+                            serde_json::json!({
+                                "resource_id": a.resource.id(),
+                                "mode": a.mode.as_str(),
+                            })
+                            .to_string()
+                        ],
+                    )?;
+                    if inserted == 1 {
+                        event(
+                            &tx,
+                            &a.workspace_id,
+                            &id,
+                            "contention.opened",
+                            &a.holder,
+                            None,
+                            Some("open"),
+                            &serde_json::json!({"challenged_claim": other.claim_id}).to_string(),
+                            &a.now_rfc3339,
+                        )?;
+                        opened.push(id);
+                    }
+                }
+                tx.commit()?;
+                return Ok(Acquired::Refused { challenged, opened });
+            }
+            let resource_id = a.resource.id();
+            tx.execute(
+                "INSERT INTO resources (workspace_id, resource_id, next_token, created_at)
+                 VALUES (?1, ?2, 1, ?3) ON CONFLICT DO NOTHING",
+                params![a.workspace_id, resource_id, a.now_rfc3339],
+            )?;
+            let token: i64 = tx.query_row(
+                "UPDATE resources SET next_token = next_token + 1
+                 WHERE workspace_id = ?1 AND resource_id = ?2 RETURNING next_token - 1",
+                params![a.workspace_id, resource_id],
+                |r| r.get(0),
+            )?;
+            let granted = ClaimRow {
+                claim_id: a.claim_id.clone(),
+                workspace_id: a.workspace_id.clone(),
+                resource_id: resource_id.clone(),
+                holder: a.holder.clone(),
+                mode: a.mode,
+                status: ClaimState::Active,
+                fencing_token: token,
+                expires_at: a.expires_at,
+                span: a.span,
+                version: 1,
+                record: a.record.clone(),
+            };
+            tx.execute(
+                &format!("INSERT INTO claims ({CLAIM_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, ?7, ?8, ?9, 1, ?10)"),
+                params![
+                    granted.claim_id,
+                    granted.workspace_id,
+                    granted.resource_id,
+                    granted.holder,
+                    granted.mode.as_str(),
+                    granted.fencing_token,
+                    granted.expires_at,
+                    granted.span.map(|s| s.start as i64),
+                    granted.span.map(|s| s.end as i64),
+                    granted.record,
+                ],
+            )?;
+            event(
+                &tx,
+                &a.workspace_id,
+                &granted.claim_id,
+                "claim.granted",
+                &a.holder,
+                None,
+                Some(ClaimState::Active.as_str()),
+                &serde_json::json!({
+                    "resource_id": resource_id,
+                    "mode": a.mode.as_str(),
+                    "fencing_token": token,
+                })
+                .to_string(),
+                &a.now_rfc3339,
+            )?;
+            tx.commit()?;
+            Ok(Acquired::Granted(granted))
+        })
+        .await
+    }
+
+    /// A claim by id.
+    pub async fn claim(&self, claim_id: &str) -> Result<Option<ClaimRow>, StoreError> {
+        let id = claim_id.to_string();
+        self.call(move |c| {
+            Ok(c.query_row(
+                &format!("SELECT {CLAIM_COLUMNS} FROM claims WHERE claim_id = ?1"),
+                params![id],
+                row,
+            )
+            .optional()?)
+        })
+        .await
+    }
+
+    /// Applies `event` to a claim that is still at `expected_version`, with its event row, in
+    /// one transaction. A lost race (the version moved) is `Conflict`; an event the state does
+    /// not allow is `Conflict` too, naming the transition.
+    pub async fn transition_claim(
+        &self,
+        claim_id: &str,
+        expected_version: i64,
+        claim_event: ClaimEvent,
+        actor: &str,
+        forced: bool,
+        at: &str,
+    ) -> Result<ClaimRow, StoreError> {
+        let id = claim_id.to_string();
+        let actor = actor.to_string();
+        let at = at.to_string();
+        self.call(move |c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let current = tx
+                .query_row(
+                    &format!("SELECT {CLAIM_COLUMNS} FROM claims WHERE claim_id = ?1"),
+                    params![id],
+                    row,
+                )
+                .optional()?
+                .ok_or_else(|| StoreError::Conflict(format!("claim {id} does not exist")))?;
+            if current.version != expected_version {
+                return Err(StoreError::Conflict(format!(
+                    "claim {id} is at version {}, not {expected_version}",
+                    current.version
+                )));
+            }
+            let next = current
+                .status
+                .on(claim_event)
+                .map_err(|e| StoreError::Conflict(e.to_string()))?;
+            let changed = tx.execute(
+                "UPDATE claims SET status = ?1, version = version + 1
+                 WHERE claim_id = ?2 AND version = ?3",
+                params![next.as_str(), id, expected_version],
+            )?;
+            if changed != 1 {
+                return Err(StoreError::Conflict(format!(
+                    "claim {id} changed meanwhile"
+                )));
+            }
+            event(
+                &tx,
+                &current.workspace_id,
+                &id,
+                &format!("claim.{}", claim_event.as_str()),
+                &actor,
+                Some(current.status.as_str()),
+                Some(next.as_str()),
+                &serde_json::json!({"forced": forced}).to_string(),
+                &at,
+            )?;
+            tx.commit()?;
+            Ok(ClaimRow {
+                status: next,
+                version: current.version + 1,
+                ..current
+            })
+        })
+        .await
+    }
+
+    /// Events about `subject`, oldest first: (kind, actor, prior, new).
+    pub async fn events_of(
+        &self,
+        workspace_id: &str,
+        subject: &str,
+    ) -> Result<Vec<(String, String, Option<String>, Option<String>)>, StoreError> {
+        let (ws, subject) = (workspace_id.to_string(), subject.to_string());
+        self.call(move |c| {
+            let mut st = c.prepare(
+                "SELECT kind, actor, prior, new FROM events
+                 WHERE workspace_id = ?1 AND subject = ?2 ORDER BY seq",
+            )?;
+            let rows = st
+                .query_map(params![ws, subject], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(rows)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+#[path = "claims_tests.rs"]
+mod tests;
