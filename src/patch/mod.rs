@@ -14,6 +14,7 @@
 //! Text before the first `diff --git` (a `format-patch` mail header, message and diffstat) and a
 //! `-- ` signature after the last hunk are allowed and ignored, as `git apply` ignores them.
 
+pub mod coverage;
 mod names;
 mod rules;
 
