@@ -61,6 +61,17 @@ impl Root {
         })
     }
 
+    /// A new descriptor of the root directory itself (for reading its entries).
+    pub fn reopen(&self, flags: OFlag) -> std::io::Result<OwnedFd> {
+        nix::fcntl::openat(
+            &self.fd,
+            ".",
+            flags | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(io)
+    }
+
     /// The root's path, for messages and for handing to programs that need one.
     pub fn path(&self) -> &Path {
         &self.path

@@ -23,3 +23,4 @@ pub mod staging;
 pub mod store;
 pub mod verification;
 pub mod wire;
+pub mod worktree;

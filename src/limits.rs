@@ -159,3 +159,8 @@ pub const REF_CACHE_ENTRIES: usize = 4096;
 pub const MAX_PATCH_PARSE_BYTES: usize = 64 * 1024 * 1024;
 /// Most file sections in one patch.
 pub const MAX_PATCH_FILES: usize = 10_000;
+
+/// Most entries a directory resource hash reads.
+pub const MAX_DIRECTORY_HASH_ENTRIES: usize = 200_000;
+/// Most bytes a directory resource hash reads.
+pub const MAX_DIRECTORY_HASH_BYTES: u64 = 2 << 30;
