@@ -73,7 +73,8 @@ struct RawConfig {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawWorkspace {
-    repo: PathBuf,
+    repo: Option<PathBuf>,
+    worktree: Option<PathBuf>,
     profile: Option<String>,
     #[serde(default)]
     members: BTreeMap<String, Vec<Permission>>,
@@ -110,6 +111,16 @@ pub enum Permission {
     Verify,
     Decide,
     Push,
+    /// Claims and proposals on the governed path.
+    Propose,
+    /// Votes and reviews.
+    Review,
+    /// Human gates.
+    Approve,
+    /// Applying an approved patch.
+    Apply,
+    /// Revoke, suspend and force-release claims; resolve contentions.
+    Admin,
 }
 
 impl Permission {
@@ -120,6 +131,11 @@ impl Permission {
             Permission::Verify => "verify",
             Permission::Decide => "decide",
             Permission::Push => "push",
+            Permission::Propose => "propose",
+            Permission::Review => "review",
+            Permission::Approve => "approve",
+            Permission::Apply => "apply",
+            Permission::Admin => "admin",
         }
     }
 }
@@ -129,6 +145,9 @@ impl Permission {
 pub struct Workspace {
     pub id: String,
     pub repo: PathBuf,
+    /// The operator's non-bare working tree, for workspaces on the governed patch path (its
+    /// own `.git` is then `repo`). `None`: the governed methods refuse this workspace.
+    pub worktree: Option<PathBuf>,
     pub profile: String,
     pub members: BTreeMap<String, Vec<Permission>>,
     /// The member who requested a delivery may not decide it (default `true`).
@@ -339,11 +358,38 @@ impl Config {
                     });
                 }
             }
+            let repo = match (w.repo, &w.worktree) {
+                (_, Some(t)) if !t.is_absolute() => {
+                    return Err(ConfigError::Invalid {
+                        field: format!("workspaces.{id}.worktree"),
+                        message: format!("{} must be an absolute path", t.display()),
+                    });
+                }
+                (Some(r), Some(t)) if r != *t => {
+                    return Err(ConfigError::Invalid {
+                        field: format!("workspaces.{id}.repo"),
+                        message: format!(
+                            "a governed workspace's repository is its worktree {}; leave repo out or set it to the same path",
+                            t.display()
+                        ),
+                    });
+                }
+                (Some(r), _) => r,
+                (None, Some(t)) => t.clone(),
+                (None, None) => {
+                    return Err(ConfigError::Invalid {
+                        field: format!("workspaces.{id}.repo"),
+                        message: "a workspace needs repo (or worktree, for the governed path)"
+                            .into(),
+                    });
+                }
+            };
             workspaces.insert(
                 id.clone(),
                 Workspace {
                     id,
-                    repo: w.repo,
+                    repo,
+                    worktree: w.worktree,
                     profile,
                     members: w.members,
                     distinct_approver: w.distinct_approver.unwrap_or(true),

@@ -164,3 +164,49 @@ fn unknown_profile_lists_known_ones() {
     let e = Config::builtin().profile("nope").unwrap_err().to_string();
     assert!(e.contains("nope") && e.contains("default"), "{e}");
 }
+
+#[test]
+fn governed_workspaces_name_their_worktree_and_the_new_permissions_parse() {
+    let c = Config::parse(
+        "[workspaces.g]\nworktree = \"/srv/checkout\"\n\
+         members = { carol = [\"propose\", \"review\", \"approve\", \"apply\", \"admin\"] }\n\
+         [workspaces.plain]\nrepo = \"/r\"\n",
+    )
+    .unwrap();
+    let g = &c.workspaces["g"];
+    assert_eq!(
+        g.worktree.as_deref(),
+        Some(std::path::Path::new("/srv/checkout"))
+    );
+    assert_eq!(
+        g.repo,
+        std::path::PathBuf::from("/srv/checkout"),
+        "its own .git is the repository"
+    );
+    assert_eq!(
+        g.members["carol"],
+        vec![
+            Permission::Propose,
+            Permission::Review,
+            Permission::Approve,
+            Permission::Apply,
+            Permission::Admin
+        ]
+    );
+    assert_eq!(c.workspaces["plain"].worktree, None);
+    for (text, field) in [
+        (
+            "[workspaces.g]\nworktree = \"relative/dir\"\n",
+            "workspaces.g.worktree",
+        ),
+        (
+            "[workspaces.g]\nworktree = \"/a\"\nrepo = \"/b\"\n",
+            "workspaces.g.repo",
+        ),
+        ("[workspaces.g]\nmembers = {}\n", "workspaces.g.repo"),
+    ] {
+        let e = Config::parse(text).unwrap_err().to_string();
+        assert!(e.contains(field), "{text}: {e}");
+    }
+    Config::parse("[workspaces.g]\nworktree = \"/a\"\nrepo = \"/a\"\n").unwrap();
+}

@@ -37,6 +37,19 @@ impl Context {
     ) -> Result<Context, String> {
         let mut repos = HashMap::new();
         for (id, ws) in &config.workspaces {
+            if let Some(tree) = &ws.worktree {
+                Repo::check_work_tree(tree)
+                    .map_err(|e| format!("workspaces.{id}.worktree: {e}"))?;
+                let canonical = std::fs::canonicalize(tree)
+                    .map_err(|e| format!("workspaces.{id}.worktree: {e}"))?;
+                if canonical.starts_with(&data.root) || data.root.starts_with(&canonical) {
+                    return Err(format!(
+                        "workspaces.{id}.worktree: {} and Airlock's data dir {} must not contain each other",
+                        tree.display(),
+                        data.root.display()
+                    ));
+                }
+            }
             let repo = Repo::open(&ws.repo).map_err(|e| format!("workspaces.{id}.repo: {e}"))?;
             repos.insert(id.clone(), repo);
         }

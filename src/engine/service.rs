@@ -314,8 +314,12 @@ impl Service {
                 if run_ws != workspace_id {
                     return Err(denied());
                 }
-                // A run may record its own evidence and read its workspace; nothing else.
-                if !matches!(perm, Permission::View | Permission::Integrate) {
+                // A run may record its own evidence, read its workspace, and claim and propose
+                // on the governed path (the run is the agent); nothing else.
+                if !matches!(
+                    perm,
+                    Permission::View | Permission::Integrate | Permission::Propose
+                ) {
                     return Err(ServiceError::PermissionDenied(format!(
                         "run {run_id:?} cannot use the {:?} permission",
                         perm.as_str()

@@ -375,3 +375,46 @@ fn the_admission_seam_sees_the_candidate_and_admits_verification_steps_separatel
     stop_tx.send(()).unwrap();
     assert_eq!(daemon.join().unwrap(), Ok(()));
 }
+
+#[test]
+fn a_governed_worktree_is_checked_at_start_up() {
+    use airlock::daemon::StartError;
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("tree");
+    std::fs::create_dir(&tree).unwrap();
+    git(&tree, &["init", "-q", "-b", "main"]);
+    std::fs::create_dir(tree.join("sub")).unwrap();
+    let start = |worktree: &std::path::Path, data: &std::path::Path| {
+        let config = Config::parse(&format!(
+            "checkout_filesystem = \"directory\"\n[workspaces.g]\nworktree = \"{}\"\n",
+            worktree.display()
+        ))
+        .unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(Daemon::start_with(
+            config,
+            data,
+            Arc::new(FakeRuntime::new()),
+        ))
+        .map(|_| ())
+    };
+    start(&tree, &dir.path().join("data")).unwrap();
+    for (worktree, data, needle) in [
+        (tree.join("sub"), dir.path().join("data2"), "not its top"),
+        (
+            tree.clone(),
+            tree.join("airlock-data"),
+            "must not contain each other",
+        ),
+    ] {
+        match start(&worktree, &data) {
+            Err(StartError::Refused(m)) => {
+                assert!(
+                    m.contains("workspaces.g.worktree") && m.contains(needle),
+                    "{m}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
