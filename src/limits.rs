@@ -164,3 +164,11 @@ pub const MAX_PATCH_FILES: usize = 10_000;
 pub const MAX_DIRECTORY_HASH_ENTRIES: usize = 200_000;
 /// Most bytes a directory resource hash reads.
 pub const MAX_DIRECTORY_HASH_BYTES: u64 = 2 << 30;
+
+/// Claim lease lengths: `ttl_seconds` bounds and default.
+pub const CLAIM_TTL_SECONDS: std::ops::RangeInclusive<u64> = 10..=86_400;
+pub const DEFAULT_CLAIM_TTL_SECONDS: u64 = 900;
+/// `claim.list` page size bound.
+pub const MAX_CLAIM_LIST_LIMIT: u32 = 200;
+/// Longest `task_id`, `session_id` or `rationale`.
+pub const MAX_CLAIM_TEXT_BYTES: usize = 4096;

@@ -133,3 +133,68 @@ pub struct DeliverParams {
     pub request_id: String,
     pub request_version: u64,
 }
+
+/// How a claim behaves when its session ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ResumePolicy {
+    #[default]
+    Hold,
+    Release,
+}
+
+/// `claim.acquire` parameters. The holder is the authenticated actor (there is no `agent_id`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimAcquireParams {
+    pub workspace_id: String,
+    pub task_id: String,
+    #[serde(default)]
+    pub session_id: Option<String>,
+    pub resource_id: String,
+    pub mode: crate::domain::claim::ClaimMode,
+    #[serde(default)]
+    pub ttl_seconds: Option<u64>,
+    #[serde(default)]
+    pub renewable: Option<bool>,
+    #[serde(default)]
+    pub resume_policy: Option<ResumePolicy>,
+    #[serde(default)]
+    pub rationale: Option<String>,
+    #[serde(default)]
+    pub base_hash: Option<String>,
+    pub idempotency_key: String,
+}
+
+/// `claim.show`, `claim.release` and `claim.heartbeat` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimParams {
+    pub workspace_id: String,
+    pub claim_id: String,
+}
+
+/// `claim.extend` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimExtendParams {
+    pub workspace_id: String,
+    pub claim_id: String,
+    pub ttl_seconds: u64,
+    pub idempotency_key: String,
+}
+
+/// `claim.list` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimListParams {
+    pub workspace_id: String,
+    #[serde(default)]
+    pub status: Option<crate::domain::claim::ClaimState>,
+    #[serde(default)]
+    pub holder: Option<String>,
+    #[serde(default)]
+    pub resource_id: Option<String>,
+    #[serde(default)]
+    pub limit: Option<u32>,
+}

@@ -42,7 +42,12 @@ pub fn body_limit(method: &str) -> Option<usize> {
         | "integration.cancel_verification"
         | "integration.request_delivery"
         | "integration.decide"
-        | "integration.deliver" => SMALL_BODY_LIMIT,
+        | "integration.deliver"
+        | "claim.acquire"
+        | "claim.extend"
+        | "claim.release"
+        | "claim.show"
+        | "claim.list" => SMALL_BODY_LIMIT,
         _ => return None,
     })
 }
@@ -316,6 +321,11 @@ async fn dispatch(
             svc.delete(actor, parse(method, body)?).await?;
             Reply::Value(json!({}))
         }
+        "claim.acquire" => Reply::Value(svc.claim_acquire(actor, parse(method, body)?).await?),
+        "claim.extend" => Reply::Value(svc.claim_extend(actor, parse(method, body)?).await?),
+        "claim.release" => Reply::Value(svc.claim_release(actor, parse(method, body)?).await?),
+        "claim.show" => Reply::Value(svc.claim_show(actor, parse(method, body)?).await?),
+        "claim.list" => Reply::Value(svc.claim_list(actor, parse(method, body)?).await?),
         other => return Err(ServiceError::NotFound(format!("unknown method {other:?}"))),
     })
 }

@@ -3,6 +3,7 @@
 pub mod context;
 pub mod crash;
 pub mod error;
+pub mod governed;
 pub mod integration;
 pub mod layout;
 pub mod maintenance;

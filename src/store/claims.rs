@@ -38,6 +38,8 @@ pub struct Acquire {
     pub now: i64,
     pub now_rfc3339: String,
     pub record: String,
+    /// The idempotency binding recorded with the grant (same transaction).
+    pub binding: Option<super::Binding>,
 }
 
 /// What an acquire did.
@@ -222,6 +224,9 @@ impl Store {
                     granted.record,
                 ],
             )?;
+            if let Some(b) = &a.binding {
+                super::candidates::insert_binding_checked(&tx, b)?;
+            }
             event(
                 &tx,
                 &a.workspace_id,
@@ -317,6 +322,94 @@ impl Store {
             tx.commit()?;
             Ok(ClaimRow {
                 status: next,
+                version: current.version + 1,
+                ..current
+            })
+        })
+        .await
+    }
+
+    /// Claims of a workspace, newest first, filtered, at most `limit`.
+    pub async fn list_claims(
+        &self,
+        workspace_id: &str,
+        status: Option<ClaimState>,
+        holder: Option<String>,
+        resource_id: Option<String>,
+        limit: u32,
+    ) -> Result<Vec<ClaimRow>, StoreError> {
+        let ws = workspace_id.to_string();
+        self.call(move |c| {
+            let mut st = c.prepare(&format!(
+                "SELECT {CLAIM_COLUMNS} FROM claims WHERE workspace_id = ?1
+                   AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR holder = ?3)
+                   AND (?4 IS NULL OR resource_id = ?4)
+                 ORDER BY rowid DESC LIMIT ?5"
+            ))?;
+            let rows = st
+                .query_map(
+                    params![ws, status.map(|s| s.as_str()), holder, resource_id, limit],
+                    row,
+                )?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    /// Moves an active claim's expiry to `new_expiry` (never earlier: the caller computed it
+    /// with [`crate::domain::claim::extended_expiry`]) and its record, compare-and-set on the
+    /// version, with its event; the token does not change.
+    pub async fn extend_claim(
+        &self,
+        claim_id: &str,
+        expected_version: i64,
+        new_expiry: i64,
+        record: String,
+        actor: &str,
+        at: &str,
+    ) -> Result<ClaimRow, StoreError> {
+        let (id, actor, at) = (claim_id.to_string(), actor.to_string(), at.to_string());
+        self.call(move |c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let current = tx
+                .query_row(
+                    &format!("SELECT {CLAIM_COLUMNS} FROM claims WHERE claim_id = ?1"),
+                    params![id],
+                    row,
+                )
+                .optional()?
+                .ok_or_else(|| StoreError::Conflict(format!("claim {id} does not exist")))?;
+            current
+                .status
+                .on(ClaimEvent::Extend)
+                .map_err(|e| StoreError::Conflict(e.to_string()))?;
+            let expiry = new_expiry.max(current.expires_at);
+            let changed = tx.execute(
+                "UPDATE claims SET expires_at = ?1, record = ?2, version = version + 1
+                 WHERE claim_id = ?3 AND version = ?4",
+                params![expiry, record, id, expected_version],
+            )?;
+            if changed != 1 {
+                return Err(StoreError::Conflict(format!(
+                    "claim {id} changed meanwhile"
+                )));
+            }
+            event(
+                &tx,
+                &current.workspace_id,
+                &id,
+                "claim.extend",
+                &actor,
+                Some(current.status.as_str()),
+                Some(current.status.as_str()),
+                &serde_json::json!({"expires_at": expiry}).to_string(),
+                &at,
+            )?;
+            tx.commit()?;
+            Ok(ClaimRow {
+                expires_at: expiry,
+                record,
                 version: current.version + 1,
                 ..current
             })

@@ -17,6 +17,7 @@ fn acquire(holder: &str, id: &str, mode: ClaimMode, now: i64, ttl: i64) -> Acqui
         now,
         now_rfc3339: format!("t{now}"),
         record: "{}".into(),
+        binding: None,
     }
 }
 

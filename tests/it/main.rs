@@ -11,6 +11,7 @@ mod refusals;
 mod runner;
 mod serve_access;
 mod serve_assembly;
+mod serve_claims;
 mod serve_lifecycle;
 mod support;
 mod toolchain;

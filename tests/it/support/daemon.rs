@@ -41,20 +41,26 @@ impl Server {
     }
 
     pub fn start_with(extra: &str) -> Server {
-        Self::launch(extra, false)
+        Self::launch(extra, false, false)
     }
 
     /// A daemon whose jobs run on the scripted fake runtime (`airlock::sandbox::fake`): for
     /// tests of workflow logic only, never of sandbox limits, lifecycle or recovery.
     pub fn fake() -> Server {
-        Self::launch("", true)
+        Self::launch("", true, false)
     }
 
     pub fn fake_with(extra: &str) -> Server {
-        Self::launch(extra, true)
+        Self::launch(extra, true, false)
     }
 
-    fn launch(extra: &str, fake: bool) -> Server {
+    /// On the fake runtime, with `ws1` governed (its repository is the worktree): alice also
+    /// holds `propose` and `admin`, dave `propose`; bob still only views.
+    pub fn fake_governed() -> Server {
+        Self::launch("", true, true)
+    }
+
+    fn launch(extra: &str, fake: bool, governed: bool) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let repo = dir.path().join("repo");
         let repo2 = dir.path().join("repo2");
@@ -70,8 +76,8 @@ impl Server {
             &config,
             format!(
                 "listen = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\n{extra}\n\
-                 [workspaces.ws1]\nrepo = \"{repo}\"\n\
-                 members = {{ alice = [\"view\", \"integrate\", \"verify\", \"decide\", \"push\"], bob = [\"view\"], dave = [\"view\", \"decide\"] }}\n\
+                 [workspaces.ws1]\n{repo_key} = \"{repo}\"\n\
+                 members = {{ alice = [\"view\", \"integrate\", \"verify\", \"decide\", \"push\"{alice_extra}], bob = [\"view\"], dave = [\"view\", \"decide\"{dave_extra}] }}\n\
                  [workspaces.ws2]\nrepo = \"{repo2}\"\nmembers = {{ carol = [\"view\", \"integrate\"] }}\n\
                  [[tokens]]\nsha256 = \"{a}\"\nmember_id = \"alice\"\n\
                  [[tokens]]\nsha256 = \"{b}\"\nmember_id = \"bob\"\n\
@@ -79,6 +85,9 @@ impl Server {
                  [[tokens]]\nsha256 = \"{d}\"\nmember_id = \"dave\"\n\
                  [[tokens]]\nsha256 = \"{r}\"\nrun_id = \"run_a\"\nworkspace_id = \"ws1\"\n",
                 data = dir.path().join("data").display(),
+                repo_key = if governed { "worktree" } else { "repo" },
+                alice_extra = if governed { ", \"propose\", \"admin\"" } else { "" },
+                dave_extra = if governed { ", \"propose\"" } else { "" },
                 repo = repo.display(),
                 repo2 = repo2.display(),
                 a = sha(ALICE),

@@ -1,0 +1,398 @@
+//! `claim.acquire`, `claim.extend`, `claim.heartbeat`, `claim.release`, `claim.show` and
+//! `claim.list` (seed 003) on governed workspaces. The holder is always the authenticated
+//! actor. A claim whose `expires_at` has passed shows (and counts) as `expired` whether or not
+//! the maintenance pass has swept it.
+
+use crate::config::Permission;
+use crate::domain::claim::{ClaimEvent, ClaimState, ResourceId, extended_expiry};
+use crate::engine::service::{Actor, Service, ServiceError};
+use crate::limits;
+use crate::store::Binding;
+use crate::store::claims::{Acquire, Acquired, ClaimRow};
+use crate::wire::{ClaimAcquireParams, ClaimExtendParams, ClaimListParams, ClaimParams};
+use serde_json::{Value, json};
+
+/// The private part of a claim row's record: what the wire object carries beyond the columns.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Record {
+    task_id: String,
+    session_id: Option<String>,
+    renewable: bool,
+    resume_policy: crate::wire::ResumePolicy,
+    rationale: Option<String>,
+    base_hash: Option<String>,
+    ttl_seconds: u64,
+    acquired_at: String,
+    heartbeat_at: String,
+}
+
+fn check_text(field: &str, v: &str, required: bool) -> Result<(), ServiceError> {
+    if (required && v.is_empty()) || v.len() > limits::MAX_CLAIM_TEXT_BYTES {
+        return Err(ServiceError::invalid_field(
+            field,
+            format!(
+                "{field} must be {}..={} bytes",
+                u8::from(required),
+                limits::MAX_CLAIM_TEXT_BYTES
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_ttl(ttl: u64) -> Result<(), ServiceError> {
+    if !limits::CLAIM_TTL_SECONDS.contains(&ttl) {
+        return Err(ServiceError::invalid_field(
+            "ttl_seconds",
+            format!(
+                "ttl_seconds is {ttl}; it must be between {} and {}",
+                limits::CLAIM_TTL_SECONDS.start(),
+                limits::CLAIM_TTL_SECONDS.end()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Service {
+    /// The workspace's worktree root, if the actor may use `perm` there and it is governed.
+    fn governed(
+        &self,
+        actor: &Actor,
+        workspace_id: &str,
+        perm: Permission,
+    ) -> Result<std::path::PathBuf, ServiceError> {
+        let ws = self.authorize(actor, workspace_id, perm)?;
+        ws.worktree.clone().ok_or_else(|| {
+            ServiceError::precondition(format!(
+                "workspace {workspace_id:?} has no worktree: the governed path is off there"
+            ))
+        })
+    }
+
+    /// The claim as the API shows it: `expired` once its time passed, swept or not.
+    fn claim_view(&self, c: &ClaimRow) -> Result<Value, ServiceError> {
+        let r: Record = serde_json::from_str(&c.record)
+            .map_err(|e| ServiceError::record(format!("claim {} record", c.claim_id), e))?;
+        let now = self.ctx.clock.now().unix_timestamp();
+        let status = if c.status == ClaimState::Active && c.expires_at <= now {
+            ClaimState::Expired
+        } else {
+            c.status
+        };
+        let resource = ResourceId::parse(&c.resource_id).map_err(ServiceError::internal)?;
+        let (kind, symbol) = match &resource {
+            ResourceId::File { .. } => ("file", None),
+            ResourceId::Directory { .. } => ("directory", None),
+            ResourceId::Symbol { name, .. } => ("symbol", Some(name.clone())),
+            ResourceId::Other { kind, .. } => (kind.as_str(), None),
+        };
+        let expires = time::OffsetDateTime::from_unix_timestamp(c.expires_at)
+            .map(crate::ids::rfc3339)
+            .unwrap_or_default();
+        Ok(json!({
+            "claim_id": c.claim_id,
+            "workspace_id": c.workspace_id,
+            "resource_id": c.resource_id,
+            "resource": {"type": kind, "path": resource.path(), "symbol": symbol, "span": c.span},
+            "mode": c.mode,
+            "holder": c.holder,
+            "task_id": r.task_id,
+            "session_id": r.session_id,
+            "fencing_token": c.fencing_token,
+            "status": status,
+            "base_hash": r.base_hash,
+            "renewable": r.renewable,
+            "resume_policy": r.resume_policy,
+            "rationale": r.rationale,
+            "acquired_at": r.acquired_at,
+            "heartbeat_at": r.heartbeat_at,
+            "expires_at": expires,
+            "version": c.version,
+        }))
+    }
+
+    async fn claim_in(&self, workspace_id: &str, claim_id: &str) -> Result<ClaimRow, ServiceError> {
+        let not_found = || {
+            ServiceError::NotFound(format!(
+                "claim {claim_id:?} not found in workspace {workspace_id:?}"
+            ))
+        };
+        let c = self
+            .ctx
+            .data
+            .store
+            .claim(claim_id)
+            .await?
+            .ok_or_else(not_found)?;
+        if c.workspace_id != workspace_id {
+            return Err(not_found());
+        }
+        Ok(c)
+    }
+
+    /// `claim.acquire`.
+    pub async fn claim_acquire(
+        &self,
+        actor: &Actor,
+        p: ClaimAcquireParams,
+    ) -> Result<Value, ServiceError> {
+        let worktree = self.governed(actor, &p.workspace_id, Permission::Propose)?;
+        crate::candidate::check_idempotency_key(&p.idempotency_key)
+            .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
+        check_text("task_id", &p.task_id, true)?;
+        for (field, v) in [("session_id", &p.session_id), ("rationale", &p.rationale)] {
+            if let Some(v) = v {
+                check_text(field, v, true)?;
+            }
+        }
+        let ttl = p.ttl_seconds.unwrap_or(limits::DEFAULT_CLAIM_TTL_SECONDS);
+        check_ttl(ttl)?;
+        let resource = ResourceId::parse(&p.resource_id)
+            .map_err(|m| ServiceError::invalid_field("resource_id", m))?;
+        if matches!(resource, ResourceId::Symbol { .. }) {
+            return Err(ServiceError::precondition_field(
+                "resource_id",
+                "symbol claims need the symbol's span from a parser, which this server does not have yet; claim the file instead",
+            ));
+        }
+        let actor_key = actor.key();
+        let digest = crate::candidate::digest(&ClaimAcquireParams {
+            idempotency_key: String::new(),
+            ttl_seconds: Some(ttl),
+            ..p.clone()
+        });
+        if let Some((bound, claim_id)) = self
+            .ctx
+            .data
+            .store
+            .binding(
+                &p.workspace_id,
+                &actor_key,
+                "claim.acquire",
+                &p.idempotency_key,
+            )
+            .await?
+        {
+            if bound != digest {
+                return Err(ServiceError::Conflict(
+                    "idempotency_key was already used with different parameters".into(),
+                ));
+            }
+            let c = self.claim_in(&p.workspace_id, &claim_id).await?;
+            return Ok(json!({"claim": self.claim_view(&c)?}));
+        }
+        // Write and exclusive claims carry the resource's hash at grant.
+        let base_hash = if p.mode.writes() {
+            let r = resource.clone();
+            let current: String = tokio::task::spawn_blocking(move || {
+                let root = crate::beneath::Root::open(&worktree)?;
+                match &r {
+                    ResourceId::File { path } => crate::worktree::file_hash(&root, path),
+                    ResourceId::Directory { path } => crate::worktree::directory_hash(&root, path),
+                    ResourceId::Symbol { .. } | ResourceId::Other { .. } => Ok(None),
+                }
+            })
+            .await
+            .expect("hashing does not panic")
+            .map_err(|e| {
+                ServiceError::precondition_field(
+                    "resource_id",
+                    format!("the resource cannot be read: {e}"),
+                )
+            })?
+            .unwrap_or_default();
+            if let Some(given) = &p.base_hash
+                && *given != current
+            {
+                return Err(ServiceError::precondition_field(
+                    "base_hash",
+                    format!(
+                        "base_hash {given:?} is stale: the resource's current hash is {current:?}"
+                    ),
+                ));
+            }
+            Some(current)
+        } else {
+            None
+        };
+        let now = self.ctx.clock.now();
+        let claim_id = format!("clm_{}", crate::ids::new_creation_key());
+        let record = Record {
+            task_id: p.task_id.clone(),
+            session_id: p.session_id.clone(),
+            renewable: p.renewable.unwrap_or(true),
+            resume_policy: p.resume_policy.unwrap_or_default(),
+            rationale: p.rationale.clone(),
+            base_hash,
+            ttl_seconds: ttl,
+            acquired_at: crate::ids::rfc3339(now),
+            heartbeat_at: crate::ids::rfc3339(now),
+        };
+        let acquired = self
+            .ctx
+            .data
+            .store
+            .acquire_claim(Acquire {
+                claim_id: claim_id.clone(),
+                workspace_id: p.workspace_id.clone(),
+                resource,
+                span: None,
+                holder: actor_key.clone(),
+                mode: p.mode,
+                expires_at: now.unix_timestamp() + ttl as i64,
+                now: now.unix_timestamp(),
+                now_rfc3339: crate::ids::rfc3339(now),
+                record: serde_json::to_string(&record).expect("a claim record serializes"),
+                binding: Some(Binding {
+                    workspace_id: p.workspace_id.clone(),
+                    actor_key,
+                    operation: "claim.acquire".into(),
+                    idempotency_key: p.idempotency_key.clone(),
+                    digest,
+                    result_id: claim_id,
+                }),
+            })
+            .await?;
+        match acquired {
+            Acquired::Granted(c) => Ok(json!({"claim": self.claim_view(&c)?})),
+            Acquired::Refused { challenged, .. } => {
+                let held: Vec<String> = challenged
+                    .iter()
+                    .map(|c| format!("{} ({} by {})", c.claim_id, c.mode.as_str(), c.holder))
+                    .collect();
+                Err(ServiceError::Conflict(format!(
+                    "{} conflicts with {}; a contention was recorded",
+                    p.mode.as_str(),
+                    held.join(", ")
+                )))
+            }
+        }
+    }
+
+    /// `claim.extend`: holder only, renewable, active and unexpired; never shortens.
+    pub async fn claim_extend(
+        &self,
+        actor: &Actor,
+        p: ClaimExtendParams,
+    ) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::Propose)?;
+        crate::candidate::check_idempotency_key(&p.idempotency_key)
+            .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
+        check_ttl(p.ttl_seconds)?;
+        let c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
+        if c.holder != actor.key() {
+            return Err(ServiceError::PermissionDenied(
+                "only the holder extends a claim".into(),
+            ));
+        }
+        let mut r: Record = serde_json::from_str(&c.record)
+            .map_err(|e| ServiceError::record(format!("claim {} record", c.claim_id), e))?;
+        if !r.renewable {
+            return Err(ServiceError::precondition("the claim is not renewable"));
+        }
+        let now = self.ctx.clock.now();
+        if c.status != ClaimState::Active || c.expires_at <= now.unix_timestamp() {
+            return Err(ServiceError::precondition(format!(
+                "only an active, unexpired claim is extended; this one is {}",
+                if c.status == ClaimState::Active {
+                    "expired"
+                } else {
+                    c.status.as_str()
+                }
+            )));
+        }
+        r.heartbeat_at = crate::ids::rfc3339(now);
+        let expiry = extended_expiry(c.expires_at, now.unix_timestamp(), p.ttl_seconds as i64);
+        let c = self
+            .ctx
+            .data
+            .store
+            .extend_claim(
+                &c.claim_id,
+                c.version,
+                expiry,
+                serde_json::to_string(&r).expect("a claim record serializes"),
+                &actor.key(),
+                &crate::ids::rfc3339(now),
+            )
+            .await?;
+        Ok(json!({"claim": self.claim_view(&c)?}))
+    }
+
+    /// `claim.release`: by the holder (or an admin, recorded as forced). Releasing a released
+    /// claim again changes nothing and says so.
+    pub async fn claim_release(
+        &self,
+        actor: &Actor,
+        p: ClaimParams,
+    ) -> Result<Value, ServiceError> {
+        let admin = self
+            .governed(actor, &p.workspace_id, Permission::Admin)
+            .is_ok();
+        if !admin {
+            self.governed(actor, &p.workspace_id, Permission::Propose)?;
+        }
+        let c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
+        let holder = c.holder == actor.key();
+        if !holder && !admin {
+            return Err(ServiceError::PermissionDenied(
+                "only the holder or an admin releases a claim".into(),
+            ));
+        }
+        if c.status == ClaimState::Released {
+            return Ok(json!({"claim": self.claim_view(&c)?, "changed": false}));
+        }
+        let c = self
+            .ctx
+            .data
+            .store
+            .transition_claim(
+                &c.claim_id,
+                c.version,
+                ClaimEvent::Release,
+                &actor.key(),
+                !holder,
+                &self.now_rfc3339(),
+            )
+            .await?;
+        Ok(json!({"claim": self.claim_view(&c)?, "changed": true}))
+    }
+
+    /// `claim.show`.
+    pub async fn claim_show(&self, actor: &Actor, p: ClaimParams) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::View)?;
+        let c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
+        Ok(json!({"claim": self.claim_view(&c)?}))
+    }
+
+    /// `claim.list`: newest first, default 50, 1..=200.
+    pub async fn claim_list(
+        &self,
+        actor: &Actor,
+        p: ClaimListParams,
+    ) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::View)?;
+        let limit = p.limit.unwrap_or(limits::DEFAULT_LIST_LIMIT);
+        if !(1..=limits::MAX_CLAIM_LIST_LIMIT).contains(&limit) {
+            return Err(ServiceError::invalid_field(
+                "limit",
+                format!(
+                    "limit is {limit}; it must be between 1 and {}",
+                    limits::MAX_CLAIM_LIST_LIMIT
+                ),
+            ));
+        }
+        let rows = self
+            .ctx
+            .data
+            .store
+            .list_claims(&p.workspace_id, p.status, p.holder, p.resource_id, limit)
+            .await?;
+        let claims = rows
+            .iter()
+            .map(|c| self.claim_view(c))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(json!({"claims": claims}))
+    }
+}

@@ -1,0 +1,4 @@
+//! The governed patch path (seeds 000 and 003) on workspaces with a `worktree`: claims today;
+//! proposals, reviews, policy and apply come next (issues 11-13).
+
+pub mod claims;

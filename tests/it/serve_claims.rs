@@ -1,0 +1,257 @@
+//! Claims over a real daemon on loopback (fake runtime: no container is involved), on a real
+//! governed worktree: identity from the token, the conflict matrix end to end, contentions,
+//! fencing tokens, expiry without a sweep, extension that never shortens, release rules,
+//! idempotent replays and hostile input.
+
+use crate::support::daemon::{ALICE, BOB, DAVE, RUN_A, Server};
+use serde_json::{Value, json};
+
+fn acquire(s: &Server, token: &str, resource: &str, mode: &str, key: &str) -> (u16, Value) {
+    s.call(
+        token,
+        "claim.acquire",
+        json!({"workspace_id": "ws1", "task_id": "t1", "resource_id": resource, "mode": mode,
+               "idempotency_key": key}),
+    )
+}
+
+fn claim(v: &Value) -> &Value {
+    &v["claim"]
+}
+
+#[test]
+fn claims_follow_the_matrix_with_tokens_that_never_repeat() {
+    let s = Server::fake_governed();
+    let (st, a) = acquire(&s, ALICE, "directory:", "write", "a1");
+    assert_eq!(st, 200, "{a}");
+    let a = claim(&a).clone();
+    assert_eq!(
+        a["holder"], "member:alice",
+        "the holder is the token's actor"
+    );
+    assert_eq!(a["status"], "active");
+    assert_eq!(a["fencing_token"], 1);
+    assert_eq!(a["resource"]["type"], "directory");
+    assert!(
+        a["base_hash"].as_str().unwrap().len() == 64,
+        "a write claim carries the hash: {a}"
+    );
+    // dave's overlapping write is refused, naming alice's claim; reads are not.
+    let m = s.err(DAVE, "claim.acquire",
+        json!({"workspace_id": "ws1", "task_id": "t2", "resource_id": "file:README", "mode": "write", "idempotency_key": "d1"}),
+        "conflict");
+    assert!(m.contains(a["claim_id"].as_str().unwrap()), "{m}");
+    let (st, r) = acquire(&s, DAVE, "file:README", "read", "d2");
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(claim(&r)["base_hash"], Value::Null, "reads carry no hash");
+    // Released, the resource is free; the next grant has a larger token.
+    let released = s.ok(
+        ALICE,
+        "claim.release",
+        json!({"workspace_id": "ws1", "claim_id": a["claim_id"]}),
+    );
+    assert_eq!(released["changed"], true);
+    assert_eq!(claim(&released)["status"], "released");
+    let again = s.ok(
+        ALICE,
+        "claim.release",
+        json!({"workspace_id": "ws1", "claim_id": a["claim_id"]}),
+    );
+    assert_eq!(
+        again["changed"], false,
+        "a repeated release changes nothing and says so"
+    );
+    let (st, d) = acquire(&s, DAVE, "file:README", "write", "d3");
+    assert_eq!(st, 200, "{d}");
+    assert_eq!(
+        claim(&d)["fencing_token"],
+        2,
+        "a counter per resource: dave's read was its first grant"
+    );
+    let (st, e) = acquire(&s, ALICE, "directory:", "write", "a2");
+    assert_eq!(st, 409, "dave writes README inside it: {e}");
+    s.ok(
+        DAVE,
+        "claim.release",
+        json!({"workspace_id": "ws1", "claim_id": claim(&d)["claim_id"]}),
+    );
+    let (st, e) = acquire(&s, ALICE, "directory:", "write", "a3");
+    assert_eq!(st, 200, "{e}");
+    assert_eq!(
+        claim(&e)["fencing_token"],
+        2,
+        "tokens never repeat for a resource"
+    );
+    // Listing, newest first, filtered by holder.
+    let mine = s.ok(
+        ALICE,
+        "claim.list",
+        json!({"workspace_id": "ws1", "holder": "member:alice"}),
+    );
+    let ids: Vec<&str> = mine["claims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["claim_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            claim(&e)["claim_id"].as_str().unwrap(),
+            a["claim_id"].as_str().unwrap()
+        ]
+    );
+}
+
+#[test]
+fn expiry_needs_no_sweep_and_extension_never_shortens() {
+    let s = Server::fake_governed();
+    let t0 = time::OffsetDateTime::from_unix_timestamp(1_780_315_200).unwrap(); // 2026-06-01T12:00:00Z
+    s.set_clock(t0);
+    let (st, a) = s.call(ALICE, "claim.acquire",
+        json!({"workspace_id": "ws1", "task_id": "t", "resource_id": "file:README", "mode": "exclusive",
+               "ttl_seconds": 60, "idempotency_key": "k"}));
+    assert_eq!(st, 200, "{a}");
+    let id = claim(&a)["claim_id"].clone();
+    assert_eq!(claim(&a)["expires_at"], "2026-06-01T12:01:00.000000000Z");
+    // Extending by less than what is left keeps the later expiry.
+    let ext = s.ok(
+        ALICE,
+        "claim.extend",
+        json!({"workspace_id": "ws1", "claim_id": id, "ttl_seconds": 10, "idempotency_key": "e1"}),
+    );
+    assert_eq!(claim(&ext)["expires_at"], "2026-06-01T12:01:00.000000000Z");
+    assert_eq!(claim(&ext)["fencing_token"], claim(&a)["fencing_token"]);
+    s.set_clock(t0 + time::Duration::seconds(30));
+    let ext = s.ok(
+        ALICE,
+        "claim.extend",
+        json!({"workspace_id": "ws1", "claim_id": id, "ttl_seconds": 120, "idempotency_key": "e2"}),
+    );
+    assert_eq!(claim(&ext)["expires_at"], "2026-06-01T12:02:30.000000000Z");
+    // Only the holder extends.
+    s.err(
+        DAVE,
+        "claim.extend",
+        json!({"workspace_id": "ws1", "claim_id": id, "ttl_seconds": 60, "idempotency_key": "x"}),
+        "permission_denied",
+    );
+    // One second before expiry it blocks; at the instant it expires it does not, unswept.
+    s.set_clock(t0 + time::Duration::seconds(149));
+    assert_eq!(acquire(&s, DAVE, "file:README", "read", "d1").0, 409);
+    s.set_clock(t0 + time::Duration::seconds(150));
+    let shown = s.ok(
+        ALICE,
+        "claim.show",
+        json!({"workspace_id": "ws1", "claim_id": id}),
+    );
+    assert_eq!(claim(&shown)["status"], "expired");
+    assert_eq!(acquire(&s, DAVE, "file:README", "write", "d2").0, 200);
+    s.err(
+        ALICE,
+        "claim.extend",
+        json!({"workspace_id": "ws1", "claim_id": id, "ttl_seconds": 60, "idempotency_key": "e3"}),
+        "failed_precondition",
+    );
+}
+
+#[test]
+fn identity_permissions_replays_and_hostile_input() {
+    let s = Server::fake_governed();
+    // agent_id in JSON is an unknown field; a view-only member cannot claim.
+    let m = s.err(
+        ALICE,
+        "claim.acquire",
+        json!({"workspace_id": "ws1", "task_id": "t", "resource_id": "file:README", "mode": "read",
+               "agent_id": "mallory", "idempotency_key": "k"}),
+        "invalid_argument",
+    );
+    assert!(m.contains("agent_id"), "{m}");
+    s.err(BOB, "claim.acquire",
+        json!({"workspace_id": "ws1", "task_id": "t", "resource_id": "file:README", "mode": "read", "idempotency_key": "k"}),
+        "permission_denied");
+    // A run token claims as its run.
+    let (st, r) = acquire(&s, RUN_A, "file:notes.md", "write", "r1");
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(claim(&r)["holder"], "run:ws1/run_a");
+    assert_eq!(claim(&r)["base_hash"], "", "a missing file hashes as empty");
+    // The same key: the same claim; other parameters: conflict.
+    let (_, again) = acquire(&s, RUN_A, "file:notes.md", "write", "r1");
+    assert_eq!(claim(&again)["claim_id"], claim(&r)["claim_id"]);
+    assert_eq!(acquire(&s, RUN_A, "file:other.md", "write", "r1").0, 409);
+    // Only the holder or an admin releases; an admin's release is forced.
+    s.err(
+        DAVE,
+        "claim.release",
+        json!({"workspace_id": "ws1", "claim_id": claim(&r)["claim_id"]}),
+        "permission_denied",
+    );
+    let forced = s.ok(
+        ALICE,
+        "claim.release",
+        json!({"workspace_id": "ws1", "claim_id": claim(&r)["claim_id"]}),
+    );
+    assert_eq!(claim(&forced)["status"], "released");
+    // Hostile resource ids, modes, ttl and a stale base hash, each naming its field.
+    for (body, field) in [
+        (
+            json!({"resource_id": "file:../etc/passwd", "mode": "read"}),
+            "resource_id",
+        ),
+        (
+            json!({"resource_id": "file:./README", "mode": "read"}),
+            "resource_id",
+        ),
+        (
+            json!({"resource_id": "file:.git/config", "mode": "write"}),
+            "resource_id",
+        ),
+        (
+            json!({"resource_id": "directory:src/", "mode": "read"}),
+            "resource_id",
+        ),
+        (json!({"resource_id": "file:README", "mode": "own"}), "mode"),
+        (
+            json!({"resource_id": "file:README", "mode": "read", "ttl_seconds": 5}),
+            "ttl_seconds",
+        ),
+        (
+            json!({"resource_id": "file:README", "mode": "read", "ttl_seconds": 86_401}),
+            "ttl_seconds",
+        ),
+        (
+            json!({"resource_id": "file:README", "mode": "write", "base_hash": "0".repeat(64)}),
+            "base_hash",
+        ),
+    ] {
+        let mut b = json!({"workspace_id": "ws1", "task_id": "t", "idempotency_key": format!("h-{field}-{}", body["resource_id"])});
+        for (k, v) in body.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        let (st, v) = s.call(ALICE, "claim.acquire", b.clone());
+        assert!(st == 400 || st == 412, "{b}: {st} {v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(field),
+            "{b}: {v}"
+        );
+    }
+    // A workspace without a worktree refuses the governed methods.
+    let plain = Server::fake();
+    plain.err(
+        ALICE,
+        "claim.list",
+        json!({"workspace_id": "ws1"}),
+        "failed_precondition",
+    );
+    assert_eq!(
+        s.ok(
+            ALICE,
+            "claim.list",
+            json!({"workspace_id": "ws1", "status": "released"})
+        )["claims"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
