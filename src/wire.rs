@@ -198,3 +198,30 @@ pub struct ClaimListParams {
     #[serde(default)]
     pub limit: Option<u32>,
 }
+
+/// `claim.suspend`, `claim.revoke` and `claim.force_release` parameters (`reason` is required
+/// for a forced release).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimAdminParams {
+    pub workspace_id: String,
+    pub claim_id: String,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `event.list` parameters: events after sequence number `since` (a cursor: the last `seq`
+/// seen), oldest first.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventListParams {
+    pub workspace_id: String,
+    #[serde(default)]
+    pub subject: Option<String>,
+    #[serde(default)]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub since: Option<i64>,
+    #[serde(default)]
+    pub limit: Option<u32>,
+}

@@ -4,6 +4,7 @@
 
 pub mod server;
 
+use crate::domain::claim::ClaimEvent;
 use crate::engine::service::{Actor, Service, ServiceError, authenticate};
 use axum::Router;
 use axum::body::Body;
@@ -47,7 +48,12 @@ pub fn body_limit(method: &str) -> Option<usize> {
         | "claim.extend"
         | "claim.release"
         | "claim.show"
-        | "claim.list" => SMALL_BODY_LIMIT,
+        | "claim.list"
+        | "claim.heartbeat"
+        | "claim.suspend"
+        | "claim.revoke"
+        | "claim.force_release"
+        | "event.list" => SMALL_BODY_LIMIT,
         _ => return None,
     })
 }
@@ -326,6 +332,20 @@ async fn dispatch(
         "claim.release" => Reply::Value(svc.claim_release(actor, parse(method, body)?).await?),
         "claim.show" => Reply::Value(svc.claim_show(actor, parse(method, body)?).await?),
         "claim.list" => Reply::Value(svc.claim_list(actor, parse(method, body)?).await?),
+        "claim.heartbeat" => Reply::Value(svc.claim_heartbeat(actor, parse(method, body)?).await?),
+        "claim.suspend" => Reply::Value(
+            svc.claim_admin(actor, ClaimEvent::Suspend, parse(method, body)?)
+                .await?,
+        ),
+        "claim.revoke" => Reply::Value(
+            svc.claim_admin(actor, ClaimEvent::Revoke, parse(method, body)?)
+                .await?,
+        ),
+        "claim.force_release" => Reply::Value(
+            svc.claim_admin(actor, ClaimEvent::Release, parse(method, body)?)
+                .await?,
+        ),
+        "event.list" => Reply::Value(svc.event_list(actor, parse(method, body)?).await?),
         other => return Err(ServiceError::NotFound(format!("unknown method {other:?}"))),
     })
 }

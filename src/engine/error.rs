@@ -205,6 +205,7 @@ impl From<StoreError> for ServiceError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Conflict(m) => ServiceError::Conflict(m),
+            StoreError::IllegalTransition(t) => ServiceError::from(t),
             other => ServiceError::Internal(Arc::new(Internal::Store(other))),
         }
     }

@@ -1,6 +1,7 @@
 //! The daemon's periodic work, in a fixed order: recovery of interrupted verifications (and
 //! retention of one-shot results), delivery reconciliation from receipts, evidence expiry,
-//! candidate expiry, packing Airlock's private refs, pruning idle per-candidate locks.
+//! candidate expiry, claim expiry, packing Airlock's private refs, pruning idle per-candidate
+//! locks.
 //! Every step's failure is logged and retried on the next pass; no step depends on an earlier
 //! one having succeeded.
 
@@ -29,6 +30,11 @@ pub async fn pass(service: &Service, runtime: &dyn ContainerRuntime) {
         Ok((0, 0)) => {}
         Ok((expired, purged)) => tracing::info!(expired, purged, "candidate expiry pass"),
         Err(e) => tracing::error!(error = %e, "candidate expiry failed; will retry"),
+    }
+    match service.expire_claims().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(expired = n, "claims past their expiry marked expired"),
+        Err(e) => tracing::error!(error = %e, "claim expiry failed; will retry"),
     }
     pack_refs(service).await;
     let pruned = service.prune_candidate_locks();

@@ -275,6 +275,30 @@ impl Store {
         forced: bool,
         at: &str,
     ) -> Result<ClaimRow, StoreError> {
+        self.transition_claim_with(
+            claim_id,
+            expected_version,
+            claim_event,
+            actor,
+            forced,
+            None,
+            at,
+        )
+        .await
+    }
+
+    /// [`Store::transition_claim`] with a reason recorded in the event.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn transition_claim_with(
+        &self,
+        claim_id: &str,
+        expected_version: i64,
+        claim_event: ClaimEvent,
+        actor: &str,
+        forced: bool,
+        reason: Option<String>,
+        at: &str,
+    ) -> Result<ClaimRow, StoreError> {
         let id = claim_id.to_string();
         let actor = actor.to_string();
         let at = at.to_string();
@@ -294,10 +318,7 @@ impl Store {
                     current.version
                 )));
             }
-            let next = current
-                .status
-                .on(claim_event)
-                .map_err(|e| StoreError::Conflict(e.to_string()))?;
+            let next = current.status.on(claim_event)?;
             let changed = tx.execute(
                 "UPDATE claims SET status = ?1, version = version + 1
                  WHERE claim_id = ?2 AND version = ?3",
@@ -316,7 +337,7 @@ impl Store {
                 &actor,
                 Some(current.status.as_str()),
                 Some(next.as_str()),
-                &serde_json::json!({"forced": forced}).to_string(),
+                &serde_json::json!({"forced": forced, "reason": reason}).to_string(),
                 &at,
             )?;
             tx.commit()?;
@@ -380,10 +401,7 @@ impl Store {
                 )
                 .optional()?
                 .ok_or_else(|| StoreError::Conflict(format!("claim {id} does not exist")))?;
-            current
-                .status
-                .on(ClaimEvent::Extend)
-                .map_err(|e| StoreError::Conflict(e.to_string()))?;
+            current.status.on(ClaimEvent::Extend)?;
             let expiry = new_expiry.max(current.expires_at);
             let changed = tx.execute(
                 "UPDATE claims SET expires_at = ?1, record = ?2, version = version + 1
@@ -413,6 +431,119 @@ impl Store {
                 version: current.version + 1,
                 ..current
             })
+        })
+        .await
+    }
+
+    /// Marks every active claim whose expiry has passed `expired`, each with its event, in one
+    /// transaction; returns how many.
+    pub async fn expire_due_claims(&self, now: i64, at: &str) -> Result<usize, StoreError> {
+        let at = at.to_string();
+        self.call(move |c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let due: Vec<(String, String)> = {
+                let mut st = tx.prepare(
+                    "SELECT claim_id, workspace_id FROM claims
+                     WHERE status = 'active' AND expires_at <= ?1",
+                )?;
+                st.query_map(params![now], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<rusqlite::Result<_>>()?
+            };
+            for (id, ws) in &due {
+                tx.execute(
+                    "UPDATE claims SET status = 'expired', version = version + 1
+                     WHERE claim_id = ?1 AND status = 'active'",
+                    params![id],
+                )?;
+                event(
+                    &tx,
+                    ws,
+                    id,
+                    "claim.expire",
+                    "system:maintenance",
+                    Some("active"),
+                    Some("expired"),
+                    "{}",
+                    &at,
+                )?;
+            }
+            tx.commit()?;
+            Ok(due.len())
+        })
+        .await
+    }
+
+    /// Replaces an active claim's record (a heartbeat), compare-and-set on the version. Not a
+    /// state change, so no event.
+    pub async fn touch_claim(
+        &self,
+        claim_id: &str,
+        expected_version: i64,
+        record: String,
+    ) -> Result<i64, StoreError> {
+        let id = claim_id.to_string();
+        self.call(move |c| {
+            let changed = c.execute(
+                "UPDATE claims SET record = ?1, version = version + 1
+                 WHERE claim_id = ?2 AND version = ?3 AND status = 'active'",
+                params![record, id, expected_version],
+            )?;
+            if changed != 1 {
+                return Err(StoreError::Conflict(format!(
+                    "claim {id} changed or is no longer active"
+                )));
+            }
+            Ok(expected_version + 1)
+        })
+        .await
+    }
+
+    /// A workspace's events in order after `since` (a sequence number), filtered, at most
+    /// `limit`: (seq, subject, kind, actor, prior, new, payload, at).
+    #[allow(clippy::type_complexity)]
+    pub async fn list_events(
+        &self,
+        workspace_id: &str,
+        subject: Option<String>,
+        kind: Option<String>,
+        since: i64,
+        limit: u32,
+    ) -> Result<
+        Vec<(
+            i64,
+            String,
+            String,
+            String,
+            Option<String>,
+            Option<String>,
+            String,
+            String,
+        )>,
+        StoreError,
+    > {
+        let ws = workspace_id.to_string();
+        self.call(move |c| {
+            let mut st = c.prepare(
+                "SELECT seq, subject, kind, actor, prior, new, payload, at FROM events
+                 WHERE workspace_id = ?1 AND seq > ?2 AND (?3 IS NULL OR subject = ?3)
+                   AND (?4 IS NULL OR kind = ?4)
+                 ORDER BY seq LIMIT ?5",
+            )?;
+            let rows = st
+                .query_map(params![ws, since, subject, kind, limit], |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                        r.get(7)?,
+                    ))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(rows)
         })
         .await
     }

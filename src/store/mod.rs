@@ -42,6 +42,9 @@ pub enum StoreError {
     },
     #[error("conflict: {0}")]
     Conflict(String),
+    /// The row's state does not allow the change (decided by the domain's state machine).
+    #[error(transparent)]
+    IllegalTransition(#[from] crate::domain::IllegalTransition),
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("corrupt record {id}: {message}")]

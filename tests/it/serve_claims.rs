@@ -255,3 +255,105 @@ fn identity_permissions_replays_and_hostile_input() {
         1
     );
 }
+
+#[test]
+fn admins_suspend_revoke_and_force_release_with_events_and_the_sweep_marks_expiry() {
+    let s = Server::fake_governed_with("maintenance_interval_seconds = 1");
+    let t0 = time::OffsetDateTime::now_utc();
+    s.set_clock(t0);
+    let (_, d) = acquire(&s, DAVE, "file:README", "write", "d1");
+    let id = claim(&d)["claim_id"].clone();
+    let body =
+        |reason: Option<&str>| json!({"workspace_id": "ws1", "claim_id": id, "reason": reason});
+    // Only admins; a forced release needs a reason.
+    s.err(DAVE, "claim.suspend", body(None), "permission_denied");
+    let m = s.err(ALICE, "claim.force_release", body(None), "invalid_argument");
+    assert!(m.contains("reason"), "{m}");
+    // A suspended claim blocks nobody; suspending it again is not allowed.
+    let sus = s.ok(ALICE, "claim.suspend", body(Some("reconcile by hand")));
+    assert_eq!(claim(&sus)["status"], "suspended");
+    s.err(ALICE, "claim.suspend", body(None), "failed_precondition");
+    let (st, a) = acquire(&s, ALICE, "file:README", "write", "a1");
+    assert_eq!(st, 200, "{a}");
+    let forced = s.ok(ALICE, "claim.force_release", body(Some("stuck agent")));
+    assert_eq!(claim(&forced)["status"], "released");
+    s.err(ALICE, "claim.revoke", body(None), "failed_precondition");
+    // Heartbeats are the holder's and move heartbeat_at only.
+    s.set_clock(t0 + time::Duration::seconds(5));
+    let hb = s.ok(
+        ALICE,
+        "claim.heartbeat",
+        json!({"workspace_id": "ws1", "claim_id": claim(&a)["claim_id"]}),
+    );
+    assert_ne!(claim(&hb)["heartbeat_at"], claim(&a)["heartbeat_at"]);
+    assert_eq!(claim(&hb)["expires_at"], claim(&a)["expires_at"]);
+    s.err(
+        DAVE,
+        "claim.heartbeat",
+        json!({"workspace_id": "ws1", "claim_id": claim(&a)["claim_id"]}),
+        "permission_denied",
+    );
+    // Every change of dave's claim is an event, in order, with who did it.
+    let ev = s.ok(
+        ALICE,
+        "event.list",
+        json!({"workspace_id": "ws1", "subject": id}),
+    );
+    let seen: Vec<(String, String)> = ev["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["kind"].as_str().unwrap().to_string(),
+                e["actor"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("claim.granted".to_string(), "member:dave".to_string()),
+            ("claim.suspend".to_string(), "member:alice".to_string()),
+            ("claim.release".to_string(), "member:alice".to_string()),
+        ]
+    );
+    assert_eq!(ev["events"][2]["payload"]["forced"], true);
+    assert_eq!(ev["events"][2]["payload"]["reason"], "stuck agent");
+    // The cursor continues after the last event seen.
+    let after = s.ok(
+        ALICE,
+        "event.list",
+        json!({"workspace_id": "ws1", "since": ev["next_since"]}),
+    );
+    assert!(
+        after["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["seq"].as_i64() > ev["next_since"].as_i64())
+    );
+    // The maintenance pass marks an expired claim with an event.
+    s.set_clock(t0 + time::Duration::seconds(2000));
+    let aid = claim(&a)["claim_id"].clone();
+    crate::support::daemon::wait_for(
+        || {
+            s.ok(
+                ALICE,
+                "event.list",
+                json!({"workspace_id": "ws1", "subject": aid, "kind": "claim.expire"}),
+            )["events"]
+                .as_array()
+                .unwrap()
+                .len()
+                == 1
+        },
+        "the sweep's claim.expire event",
+    );
+    let shown = s.ok(
+        ALICE,
+        "claim.list",
+        json!({"workspace_id": "ws1", "status": "expired"}),
+    );
+    assert_eq!(shown["claims"].as_array().unwrap().len(), 1);
+}

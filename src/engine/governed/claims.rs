@@ -9,7 +9,10 @@ use crate::engine::service::{Actor, Service, ServiceError};
 use crate::limits;
 use crate::store::Binding;
 use crate::store::claims::{Acquire, Acquired, ClaimRow};
-use crate::wire::{ClaimAcquireParams, ClaimExtendParams, ClaimListParams, ClaimParams};
+use crate::wire::{
+    ClaimAcquireParams, ClaimAdminParams, ClaimExtendParams, ClaimListParams, ClaimParams,
+    EventListParams,
+};
 use serde_json::{Value, json};
 
 /// The private part of a claim row's record: what the wire object carries beyond the columns.
@@ -394,5 +397,130 @@ impl Service {
             .map(|c| self.claim_view(c))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(json!({"claims": claims}))
+    }
+
+    /// `claim.heartbeat`: the holder refreshes `heartbeat_at` of an active, unexpired claim.
+    pub async fn claim_heartbeat(
+        &self,
+        actor: &Actor,
+        p: ClaimParams,
+    ) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::Propose)?;
+        let mut c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
+        if c.holder != actor.key() {
+            return Err(ServiceError::PermissionDenied(
+                "only the holder sends a claim's heartbeat".into(),
+            ));
+        }
+        let now = self.ctx.clock.now();
+        if c.status != ClaimState::Active || c.expires_at <= now.unix_timestamp() {
+            return Err(ServiceError::precondition(
+                "only an active, unexpired claim has a heartbeat",
+            ));
+        }
+        let mut r: Record = serde_json::from_str(&c.record)
+            .map_err(|e| ServiceError::record(format!("claim {} record", c.claim_id), e))?;
+        r.heartbeat_at = crate::ids::rfc3339(now);
+        let record = serde_json::to_string(&r).expect("a claim record serializes");
+        c.version = self
+            .ctx
+            .data
+            .store
+            .touch_claim(&c.claim_id, c.version, record.clone())
+            .await?;
+        c.record = record;
+        Ok(json!({"claim": self.claim_view(&c)?}))
+    }
+
+    /// `claim.suspend`, `claim.revoke` and `claim.force_release`: an admin's actions, each a
+    /// checked transition from an allowed prior state with its event (`forced` when the claim
+    /// is another's). A forced release needs a reason.
+    pub async fn claim_admin(
+        &self,
+        actor: &Actor,
+        event: ClaimEvent,
+        p: ClaimAdminParams,
+    ) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::Admin)?;
+        if let Some(r) = &p.reason {
+            check_text("reason", r, true)?;
+        }
+        if event == ClaimEvent::Release && p.reason.is_none() {
+            return Err(ServiceError::invalid_field(
+                "reason",
+                "claim.force_release needs a reason",
+            ));
+        }
+        let c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
+        let forced = c.holder != actor.key();
+        let c = self
+            .ctx
+            .data
+            .store
+            .transition_claim_with(
+                &c.claim_id,
+                c.version,
+                event,
+                &actor.key(),
+                forced,
+                p.reason.clone(),
+                &self.now_rfc3339(),
+            )
+            .await?;
+        Ok(json!({"claim": self.claim_view(&c)?}))
+    }
+
+    /// The maintenance pass's sweep: claims past their expiry become `expired`, each with an
+    /// event. (They stopped blocking at the instant they expired; this makes it visible.)
+    pub async fn expire_claims(&self) -> Result<usize, ServiceError> {
+        let now = self.ctx.clock.now();
+        Ok(self
+            .ctx
+            .data
+            .store
+            .expire_due_claims(now.unix_timestamp(), &crate::ids::rfc3339(now))
+            .await?)
+    }
+
+    /// `event.list`: a governed workspace's events after `since`, oldest first.
+    pub async fn event_list(
+        &self,
+        actor: &Actor,
+        p: EventListParams,
+    ) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::View)?;
+        let limit = p.limit.unwrap_or(limits::DEFAULT_LIST_LIMIT);
+        if !(1..=limits::MAX_CLAIM_LIST_LIMIT).contains(&limit) {
+            return Err(ServiceError::invalid_field(
+                "limit",
+                format!(
+                    "limit is {limit}; it must be between 1 and {}",
+                    limits::MAX_CLAIM_LIST_LIMIT
+                ),
+            ));
+        }
+        let rows = self
+            .ctx
+            .data
+            .store
+            .list_events(
+                &p.workspace_id,
+                p.subject,
+                p.kind,
+                p.since.unwrap_or(0),
+                limit,
+            )
+            .await?;
+        let events: Vec<Value> = rows
+            .into_iter()
+            .map(|(seq, subject, kind, actor, prior, new, payload, at)| {
+                json!({"seq": seq, "subject": subject, "kind": kind, "actor": actor,
+                       "prior": prior, "new": new,
+                       "payload": serde_json::from_str::<Value>(&payload).unwrap_or(Value::Null),
+                       "at": at})
+            })
+            .collect();
+        let next = events.last().map(|e| e["seq"].clone());
+        Ok(json!({"events": events, "next_since": next}))
     }
 }

@@ -60,6 +60,11 @@ impl Server {
         Self::launch("", true, true)
     }
 
+    /// [`Server::fake_governed`] with extra top-level config.
+    pub fn fake_governed_with(extra: &str) -> Server {
+        Self::launch(extra, true, true)
+    }
+
     fn launch(extra: &str, fake: bool, governed: bool) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let repo = dir.path().join("repo");
