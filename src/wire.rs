@@ -225,3 +225,47 @@ pub struct EventListParams {
     #[serde(default)]
     pub limit: Option<u32>,
 }
+
+/// `claim.contentions` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContentionListParams {
+    pub workspace_id: String,
+    #[serde(default)]
+    pub resource_id: Option<String>,
+    #[serde(default)]
+    pub state: Option<ContentionState>,
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
+
+/// A contention's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContentionState {
+    Open,
+    Resolved,
+}
+
+/// The resolutions seed 003 names; `split` and `narrow` are refused as unsupported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResolutionKind {
+    KeepOwner,
+    RejectContender,
+    Transfer,
+    ExtendLease,
+    Split,
+    Narrow,
+}
+
+/// `claim.resolve_contention` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveContentionParams {
+    pub workspace_id: String,
+    pub contention_id: String,
+    pub resolution: ResolutionKind,
+    pub reason: String,
+    pub idempotency_key: String,
+}

@@ -53,7 +53,9 @@ pub fn body_limit(method: &str) -> Option<usize> {
         | "claim.suspend"
         | "claim.revoke"
         | "claim.force_release"
-        | "event.list" => SMALL_BODY_LIMIT,
+        | "event.list"
+        | "claim.contentions"
+        | "claim.resolve_contention" => SMALL_BODY_LIMIT,
         _ => return None,
     })
 }
@@ -346,6 +348,13 @@ async fn dispatch(
                 .await?,
         ),
         "event.list" => Reply::Value(svc.event_list(actor, parse(method, body)?).await?),
+        "claim.contentions" => {
+            Reply::Value(svc.claim_contentions(actor, parse(method, body)?).await?)
+        }
+        "claim.resolve_contention" => Reply::Value(
+            svc.claim_resolve_contention(actor, parse(method, body)?)
+                .await?,
+        ),
         other => return Err(ServiceError::NotFound(format!("unknown method {other:?}"))),
     })
 }

@@ -373,3 +373,62 @@ fn the_schema_knows_exactly_the_domains_states_and_modes() {
     assert!(sql.contains(&list(ClaimMode::ALL.iter().map(|m| m.as_str()).collect())));
     assert!(sql.contains(&list(ClaimState::ALL.iter().map(|s| s.as_str()).collect())));
 }
+
+/// Concurrent resolvers of one contention, on separate connections: exactly one wins.
+#[test]
+fn concurrent_resolvers_have_exactly_one_winner() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("db");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let s = Store::open(&path).unwrap();
+    rt.block_on(s.acquire_claim(acquire("alice", "file:x", ClaimMode::Write, 100, 900)))
+        .unwrap();
+    let Acquired::Refused { opened, .. } = rt
+        .block_on(s.acquire_claim(acquire("bob", "file:x", ClaimMode::Write, 100, 900)))
+        .unwrap()
+    else {
+        panic!("not refused");
+    };
+    let contention = opened[0].clone();
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(10));
+    let threads: Vec<_> = (0..10)
+        .map(|i| {
+            let (path, barrier, contention) = (path.clone(), barrier.clone(), contention.clone());
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                let s = Store::open(&path).unwrap();
+                barrier.wait();
+                rt.block_on(s.resolve_contention(Resolve {
+                    workspace_id: "ws".into(),
+                    contention_id: contention,
+                    resolution: if i % 2 == 0 {
+                        Resolution::Transfer
+                    } else {
+                        Resolution::KeepOwner
+                    },
+                    reason: "r".into(),
+                    actor: format!("admin{i}"),
+                    now: 110,
+                    at: "t".into(),
+                    binding: None,
+                }))
+            })
+        })
+        .collect();
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    assert_eq!(
+        results.iter().filter(|r| r.is_ok()).count(),
+        1,
+        "{results:?}"
+    );
+    assert!(
+        results
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .all(|e| e.to_string().contains("already resolved"))
+    );
+}

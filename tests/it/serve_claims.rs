@@ -357,3 +357,124 @@ fn admins_suspend_revoke_and_force_release_with_events_and_the_sweep_marks_expir
     );
     assert_eq!(shown["claims"].as_array().unwrap().len(), 1);
 }
+
+#[test]
+fn contentions_are_listed_with_what_is_allowed_and_resolved_exactly_once() {
+    let s = Server::fake_governed();
+    let (_, a) = acquire(&s, ALICE, "file:README", "write", "a1");
+    let a = claim(&a).clone();
+    for key in ["d1", "d2"] {
+        assert_eq!(acquire(&s, DAVE, "file:README", "write", key).0, 409);
+    }
+    let list = s.ok(
+        ALICE,
+        "claim.contentions",
+        json!({"workspace_id": "ws1", "state": "open"}),
+    );
+    let items = list["contentions"].as_array().unwrap();
+    assert_eq!(
+        items.len(),
+        1,
+        "one open contention per requester and claim: {list}"
+    );
+    let c = &items[0];
+    assert_eq!(
+        (
+            c["agent"].as_str(),
+            c["holder"].as_str(),
+            c["mode"].as_str()
+        ),
+        (Some("member:dave"), Some("member:alice"), Some("write"))
+    );
+    assert_eq!(c["challenged_claim"], a["claim_id"]);
+    assert_eq!(c["task_id"], "t1");
+    assert_eq!(c["lease_expires_at"], a["expires_at"]);
+    assert_eq!(
+        c["allowed_resolutions"],
+        json!(["keep_owner", "reject_contender", "transfer", "extend_lease"])
+    );
+    let resolve = |res: &str, key: &str| {
+        s.call(
+            ALICE,
+            "claim.resolve_contention",
+            json!({"workspace_id": "ws1", "contention_id": c["contention_id"],
+            "resolution": res, "reason": "because", "idempotency_key": key}),
+        )
+    };
+    let (st, v) = resolve("split", "r0");
+    assert_eq!(st, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not supported")
+    );
+    s.err(
+        DAVE,
+        "claim.resolve_contention",
+        json!({"workspace_id": "ws1", "contention_id": c["contention_id"],
+        "resolution": "transfer", "reason": "mine", "idempotency_key": "x"}),
+        "permission_denied",
+    );
+    let (st, t) = resolve("transfer", "r1");
+    assert_eq!(st, 200, "{t}");
+    assert_eq!(t["claim"]["holder"], "member:dave");
+    assert_eq!(t["claim"]["claim_id"], a["claim_id"]);
+    assert_eq!(t["claim"]["fencing_token"], 2, "a transfer is a new grant");
+    assert_eq!(
+        resolve("transfer", "r1").1["replayed"],
+        true,
+        "same key: the original outcome"
+    );
+    let (st, v) = resolve("keep_owner", "r2");
+    assert_eq!(st, 412, "already resolved: {v}");
+    let done = s.ok(ALICE, "claim.contentions", json!({"workspace_id": "ws1"}));
+    assert_eq!(done["contentions"][0]["state"], "resolved");
+    assert_eq!(done["contentions"][0]["allowed_resolutions"], json!([]));
+
+    // A transfer that would conflict with a third claim changes nothing.
+    let (_, b) = acquire(&s, ALICE, "file:x.txt", "read", "a2");
+    let b = claim(&b).clone();
+    assert_eq!(acquire(&s, RUN_A, "file:x.txt", "read", "r3").0, 200);
+    assert_eq!(acquire(&s, DAVE, "file:x.txt", "exclusive", "d3").0, 409);
+    let open = s.ok(
+        ALICE,
+        "claim.contentions",
+        json!({"workspace_id": "ws1", "state": "open"}),
+    );
+    let c2 = open["contentions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["challenged_claim"] == b["claim_id"])
+        .unwrap()
+        .clone();
+    let (st, v) = s.call(
+        ALICE,
+        "claim.resolve_contention",
+        json!({"workspace_id": "ws1", "contention_id": c2["contention_id"],
+        "resolution": "transfer", "reason": "try", "idempotency_key": "r4"}),
+    );
+    assert_eq!(st, 409, "{v}");
+    let still = s.ok(
+        ALICE,
+        "claim.show",
+        json!({"workspace_id": "ws1", "claim_id": b["claim_id"]}),
+    );
+    assert_eq!(
+        (
+            claim(&still)["holder"].as_str(),
+            claim(&still)["fencing_token"].as_i64()
+        ),
+        (Some("member:alice"), b["fencing_token"].as_i64())
+    );
+    // Extending the lease instead resolves it, by the claim's own TTL, never shorter.
+    let (st, e) = s.call(
+        ALICE,
+        "claim.resolve_contention",
+        json!({"workspace_id": "ws1", "contention_id": c2["contention_id"],
+        "resolution": "extend_lease", "reason": "keep going", "idempotency_key": "r5"}),
+    );
+    assert_eq!(st, 200, "{e}");
+    assert!(e["claim"]["expires_at"].as_str().unwrap() >= b["expires_at"].as_str().unwrap());
+}
