@@ -269,3 +269,28 @@ pub struct ResolveContentionParams {
     pub reason: String,
     pub idempotency_key: String,
 }
+
+/// `claim.reconcile` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReconcileParams {
+    pub workspace_id: String,
+    #[serde(default)]
+    pub holder: Option<String>,
+}
+
+/// `claim.end_session` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndSessionParams {
+    pub workspace_id: String,
+    pub session_id: String,
+}
+
+/// `resource.show` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceShowParams {
+    pub workspace_id: String,
+    pub resource_id: String,
+}

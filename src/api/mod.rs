@@ -55,7 +55,10 @@ pub fn body_limit(method: &str) -> Option<usize> {
         | "claim.force_release"
         | "event.list"
         | "claim.contentions"
-        | "claim.resolve_contention" => SMALL_BODY_LIMIT,
+        | "claim.resolve_contention"
+        | "claim.reconcile"
+        | "claim.end_session"
+        | "resource.show" => SMALL_BODY_LIMIT,
         _ => return None,
     })
 }
@@ -355,6 +358,11 @@ async fn dispatch(
             svc.claim_resolve_contention(actor, parse(method, body)?)
                 .await?,
         ),
+        "claim.reconcile" => Reply::Value(svc.claim_reconcile(actor, parse(method, body)?).await?),
+        "claim.end_session" => {
+            Reply::Value(svc.claim_end_session(actor, parse(method, body)?).await?)
+        }
+        "resource.show" => Reply::Value(svc.resource_show(actor, parse(method, body)?).await?),
         other => return Err(ServiceError::NotFound(format!("unknown method {other:?}"))),
     })
 }

@@ -478,3 +478,119 @@ fn contentions_are_listed_with_what_is_allowed_and_resolved_exactly_once() {
     assert_eq!(st, 200, "{e}");
     assert!(e["claim"]["expires_at"].as_str().unwrap() >= b["expires_at"].as_str().unwrap());
 }
+
+#[test]
+fn reconcile_suspends_changed_resources_and_sessions_release_what_they_asked() {
+    let s = Server::fake_governed();
+    let body = |resource: &str, session: &str, policy: &str, key: &str| {
+        json!({"workspace_id": "ws1", "task_id": "t", "session_id": session, "resource_id": resource,
+               "mode": "write", "resume_policy": policy, "idempotency_key": key})
+    };
+    let readme = s.ok(
+        DAVE,
+        "claim.acquire",
+        body("file:README", "s1", "release", "k1"),
+    );
+    let whole = s.ok(
+        ALICE,
+        "claim.acquire",
+        body("directory:docs", "s9", "hold", "k2"),
+    );
+    let kept = s.ok(
+        DAVE,
+        "claim.acquire",
+        body("file:kept.txt", "s1", "hold", "k3"),
+    );
+    // resource.show says what is there before anyone claims it.
+    let shown = s.ok(
+        DAVE,
+        "resource.show",
+        json!({"workspace_id": "ws1", "resource_id": "file:README"}),
+    );
+    assert_eq!(
+        shown["resource"]["current_hash"],
+        claim(&readme)["base_hash"]
+    );
+    assert_eq!(shown["resource"]["exists"], true);
+    let rs = s.ok(
+        DAVE,
+        "resource.show",
+        json!({"workspace_id": "ws1", "resource_id": "file:src/main.rs"}),
+    );
+    assert_eq!(
+        (
+            rs["resource"]["language"].as_str(),
+            rs["resource"]["exists"].as_bool()
+        ),
+        (Some("rust"), Some(false))
+    );
+    s.err(
+        DAVE,
+        "resource.show",
+        json!({"workspace_id": "ws1", "resource_id": "file:a//b"}),
+        "invalid_argument",
+    );
+    // Someone edits README behind the claims' backs: reconcile suspends exactly that claim.
+    std::fs::write(s.repo.join("README"), "edited\n").unwrap();
+    std::fs::create_dir_all(s.repo.join("docs")).unwrap();
+    std::fs::write(s.repo.join("docs/new.md"), "new\n").unwrap();
+    s.err(
+        DAVE,
+        "claim.reconcile",
+        json!({"workspace_id": "ws1"}),
+        "permission_denied",
+    );
+    let r = s.ok(ALICE, "claim.reconcile", json!({"workspace_id": "ws1"}));
+    // README changed; docs/ did not exist at grant and now does: both are changes.
+    let mut suspended: Vec<&str> = r["suspended"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    suspended.sort();
+    let mut want = [
+        claim(&readme)["claim_id"].as_str().unwrap(),
+        claim(&whole)["claim_id"].as_str().unwrap(),
+    ];
+    want.sort();
+    assert_eq!(suspended, want, "{r}");
+    assert_eq!(r["unchanged"], json!([claim(&kept)["claim_id"]]), "{r}");
+    let readme_now = s.ok(
+        DAVE,
+        "claim.show",
+        json!({"workspace_id": "ws1", "claim_id": claim(&readme)["claim_id"]}),
+    );
+    assert_eq!(claim(&readme_now)["status"], "suspended");
+    // A file turned into something unreadable is reported, not called unchanged.
+    std::fs::create_dir(s.repo.join("kept.txt")).unwrap();
+    let r = s.ok(
+        ALICE,
+        "claim.reconcile",
+        json!({"workspace_id": "ws1", "holder": "member:dave"}),
+    );
+    assert_eq!(
+        r["unreadable"][0]["claim_id"],
+        claim(&kept)["claim_id"],
+        "{r}"
+    );
+    // Ending session s1 releases its release-policy claims only (README is suspended, kept.txt
+    // holds): nothing active with policy release remains.
+    let fresh = s.ok(
+        DAVE,
+        "claim.acquire",
+        body("file:other.txt", "s1", "release", "k4"),
+    );
+    let ended = s.ok(
+        DAVE,
+        "claim.end_session",
+        json!({"workspace_id": "ws1", "session_id": "s1"}),
+    );
+    assert_eq!(ended["released"], json!([claim(&fresh)["claim_id"]]));
+    let k = s.ok(
+        DAVE,
+        "claim.show",
+        json!({"workspace_id": "ws1", "claim_id": claim(&kept)["claim_id"]}),
+    );
+    assert_eq!(claim(&k)["status"], "active", "hold claims stay");
+}

@@ -2,3 +2,5 @@
 //! proposals, reviews, policy and apply come next (issues 11-13).
 
 pub mod claims;
+pub mod contentions;
+pub mod resources;

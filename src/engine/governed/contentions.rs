@@ -1,0 +1,200 @@
+//! `claim.contentions` and `claim.resolve_contention`: refused acquires as the admin sees
+//! them, and their one-time resolution.
+
+use super::claims::{Record, check_text};
+use crate::config::Permission;
+use crate::domain::claim::{ClaimState, ResourceId};
+use crate::engine::service::{Actor, Service, ServiceError};
+use crate::limits;
+use crate::store::Binding;
+use crate::wire::{ContentionListParams, ContentionState, ResolutionKind, ResolveContentionParams};
+use serde_json::{Value, json};
+
+impl Service {
+    /// `claim.contentions`: each with the challenged claim's current lease and the
+    /// resolutions its current state allows.
+    pub async fn claim_contentions(
+        &self,
+        actor: &Actor,
+        p: ContentionListParams,
+    ) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::View)?;
+        let limit = p.limit.unwrap_or(limits::DEFAULT_LIST_LIMIT);
+        if !(1..=limits::MAX_CLAIM_LIST_LIMIT).contains(&limit) {
+            return Err(ServiceError::invalid_field(
+                "limit",
+                format!(
+                    "limit is {limit}; it must be between 1 and {}",
+                    limits::MAX_CLAIM_LIST_LIMIT
+                ),
+            ));
+        }
+        let state = p.state.map(|s| match s {
+            ContentionState::Open => "open".to_string(),
+            ContentionState::Resolved => "resolved".to_string(),
+        });
+        let rows = self
+            .ctx
+            .data
+            .store
+            .list_contentions(&p.workspace_id, state, limit)
+            .await?;
+        let now = self.ctx.clock.now().unix_timestamp();
+        let mut out = Vec::new();
+        for c in rows {
+            if p.resource_id
+                .as_ref()
+                .is_some_and(|r| c.record["resource_id"] != *r)
+            {
+                continue;
+            }
+            let challenged = self.ctx.data.store.claim(&c.challenged_claim).await?;
+            let live = challenged
+                .as_ref()
+                .is_some_and(|x| x.status == ClaimState::Active && x.expires_at > now);
+            let allowed: &[&str] = match (c.state.as_str(), live) {
+                ("open", true) => &["keep_owner", "reject_contender", "transfer", "extend_lease"],
+                ("open", false) => &["keep_owner", "reject_contender"],
+                _ => &[],
+            };
+            let lease = challenged.as_ref().and_then(|x| {
+                time::OffsetDateTime::from_unix_timestamp(x.expires_at)
+                    .ok()
+                    .map(crate::ids::rfc3339)
+            });
+            let resource_path = c.record["resource_id"]
+                .as_str()
+                .and_then(|r| ResourceId::parse(r).ok())
+                .and_then(|r| r.path().map(str::to_string));
+            out.push(json!({
+                "contention_id": c.contention_id,
+                "requested_resource_id": c.record["resource_id"],
+                "requested_path": resource_path,
+                "agent": c.requester,
+                "task_id": c.record["request"]["task_id"],
+                "mode": c.record["mode"],
+                "challenged_claim": c.challenged_claim,
+                "holder": challenged.as_ref().map(|x| x.holder.clone()),
+                "state": c.state,
+                "resolution": c.record.get("resolution"),
+                "reason": c.record.get("reason"),
+                "created_at": c.created_at,
+                "lease_expires_at": lease,
+                "allowed_resolutions": allowed,
+            }));
+        }
+        Ok(json!({"contentions": out}))
+    }
+
+    /// `claim.resolve_contention` (admin): exactly one of concurrent resolvers wins; a
+    /// transfer re-checks conflicts for the new holder and changes nothing when it fails.
+    pub async fn claim_resolve_contention(
+        &self,
+        actor: &Actor,
+        p: ResolveContentionParams,
+    ) -> Result<Value, ServiceError> {
+        use crate::store::claims::{Resolution, Resolve};
+        self.governed(actor, &p.workspace_id, Permission::Admin)?;
+        crate::candidate::check_idempotency_key(&p.idempotency_key)
+            .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
+        check_text("reason", &p.reason, true)?;
+        let actor_key = actor.key();
+        let digest = crate::candidate::digest(&ResolveContentionParams {
+            idempotency_key: String::new(),
+            ..p.clone()
+        });
+        if let Some((bound, _)) = self
+            .ctx
+            .data
+            .store
+            .binding(
+                &p.workspace_id,
+                &actor_key,
+                "claim.resolve_contention",
+                &p.idempotency_key,
+            )
+            .await?
+        {
+            if bound != digest {
+                return Err(ServiceError::Conflict(
+                    "idempotency_key was already used with different parameters".into(),
+                ));
+            }
+            return Ok(json!({"contention_id": p.contention_id, "replayed": true}));
+        }
+        let open = self
+            .ctx
+            .data
+            .store
+            .list_contentions(&p.workspace_id, None, u32::MAX)
+            .await?
+            .into_iter()
+            .find(|c| c.contention_id == p.contention_id)
+            .ok_or_else(|| {
+                ServiceError::NotFound(format!("contention {:?} not found", p.contention_id))
+            })?;
+        if open.state != "open" {
+            return Err(ServiceError::precondition(format!(
+                "contention {} is already resolved",
+                p.contention_id
+            )));
+        }
+        let resolution = match p.resolution {
+            ResolutionKind::KeepOwner => Resolution::KeepOwner,
+            ResolutionKind::RejectContender => Resolution::RejectContender,
+            ResolutionKind::Transfer => Resolution::Transfer,
+            ResolutionKind::ExtendLease => {
+                let c = self
+                    .claim_in(&p.workspace_id, &open.challenged_claim)
+                    .await?;
+                let r: Record = serde_json::from_str(&c.record)
+                    .map_err(|e| ServiceError::record(format!("claim {} record", c.claim_id), e))?;
+                Resolution::ExtendLease {
+                    ttl_seconds: r.ttl_seconds as i64,
+                }
+            }
+            ResolutionKind::Split | ResolutionKind::Narrow => {
+                return Err(ServiceError::invalid_field(
+                    "resolution",
+                    "split and narrow are not supported; use keep_owner, reject_contender, transfer or extend_lease",
+                ));
+            }
+        };
+        let now = self.ctx.clock.now();
+        let resolved = self
+            .ctx
+            .data
+            .store
+            .resolve_contention(Resolve {
+                workspace_id: p.workspace_id.clone(),
+                contention_id: p.contention_id.clone(),
+                resolution,
+                reason: p.reason.clone(),
+                actor: actor_key.clone(),
+                now: now.unix_timestamp(),
+                at: crate::ids::rfc3339(now),
+                binding: Some(Binding {
+                    workspace_id: p.workspace_id.clone(),
+                    actor_key,
+                    operation: "claim.resolve_contention".into(),
+                    idempotency_key: p.idempotency_key.clone(),
+                    digest,
+                    result_id: p.contention_id.clone(),
+                }),
+            })
+            .await
+            .map_err(|e| match e {
+                crate::store::StoreError::Conflict(m) if m.contains("already resolved") => {
+                    ServiceError::precondition(m)
+                }
+                other => other.into(),
+            })?;
+        let claim = match &resolved.claim_id {
+            Some(id) => Some(self.claim_view(&self.claim_in(&p.workspace_id, id).await?)?),
+            None => None,
+        };
+        Ok(
+            json!({"contention_id": resolved.contention_id, "resolution": p.resolution, "claim": claim}),
+        )
+    }
+}

@@ -1,0 +1,194 @@
+//! Resources as they are in the worktree now: `resource.show`, `claim.reconcile` (suspend
+//! claims whose resource changed) and `claim.end_session`.
+
+use super::claims::{Record, check_text};
+use crate::config::Permission;
+use crate::domain::claim::{ClaimEvent, ClaimState, ResourceId};
+use crate::engine::service::{Actor, Service, ServiceError};
+use crate::wire::{EndSessionParams, ReconcileParams, ResourceShowParams};
+use serde_json::{Value, json};
+
+impl Service {
+    /// The current content hash of a file or directory resource beneath `worktree`.
+    pub(super) async fn current_hash(
+        worktree: std::path::PathBuf,
+        resource: ResourceId,
+    ) -> Result<Option<String>, String> {
+        tokio::task::spawn_blocking(move || {
+            let root = crate::beneath::Root::open(&worktree).map_err(|e| e.to_string())?;
+            match &resource {
+                ResourceId::File { path } => crate::worktree::file_hash(&root, path),
+                ResourceId::Directory { path } => crate::worktree::directory_hash(&root, path),
+                ResourceId::Symbol { .. } | ResourceId::Other { .. } => Ok(None),
+            }
+            .map_err(|e| e.to_string())
+        })
+        .await
+        .expect("hashing does not panic")
+    }
+
+    /// `claim.reconcile`: every active write or exclusive claim (optionally of one holder)
+    /// whose resource no longer has its `base_hash` is suspended, one transaction and one event
+    /// each. A resource that cannot be read is reported as such, never as unchanged.
+    pub async fn claim_reconcile(
+        &self,
+        actor: &Actor,
+        p: ReconcileParams,
+    ) -> Result<Value, ServiceError> {
+        let worktree = self.governed(actor, &p.workspace_id, Permission::Admin)?;
+        let rows = self
+            .ctx
+            .data
+            .store
+            .list_claims(
+                &p.workspace_id,
+                Some(ClaimState::Active),
+                p.holder.clone(),
+                None,
+                u32::MAX,
+            )
+            .await?;
+        let now = self.ctx.clock.now().unix_timestamp();
+        let (mut unchanged, mut suspended, mut unreadable) = (vec![], vec![], vec![]);
+        for c in rows
+            .into_iter()
+            .filter(|c| c.mode.writes() && c.expires_at > now)
+        {
+            let r: Record = serde_json::from_str(&c.record)
+                .map_err(|e| ServiceError::record(format!("claim {} record", c.claim_id), e))?;
+            let resource = ResourceId::parse(&c.resource_id).map_err(ServiceError::internal)?;
+            match Self::current_hash(worktree.clone(), resource).await {
+                Err(reason) => unreadable.push(json!({"claim_id": c.claim_id, "reason": reason})),
+                Ok(current)
+                    if current.as_deref().unwrap_or_default()
+                        == r.base_hash.as_deref().unwrap_or_default() =>
+                {
+                    unchanged.push(c.claim_id.clone())
+                }
+                Ok(_) => {
+                    self.ctx
+                        .data
+                        .store
+                        .transition_claim_with(
+                            &c.claim_id,
+                            c.version,
+                            ClaimEvent::Suspend,
+                            &actor.key(),
+                            true,
+                            Some("the resource changed since the claim was granted".into()),
+                            &self.now_rfc3339(),
+                        )
+                        .await?;
+                    suspended.push(c.claim_id.clone());
+                }
+            }
+        }
+        Ok(json!({"suspended": suspended, "unchanged": unchanged, "unreadable": unreadable}))
+    }
+
+    /// `claim.end_session`: the session's claims with `resume_policy = "release"` are
+    /// released (each with its event); `hold` claims stay.
+    pub async fn claim_end_session(
+        &self,
+        actor: &Actor,
+        p: EndSessionParams,
+    ) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::Propose)?;
+        check_text("session_id", &p.session_id, true)?;
+        let rows = self
+            .ctx
+            .data
+            .store
+            .list_claims(
+                &p.workspace_id,
+                Some(ClaimState::Active),
+                Some(actor.key()),
+                None,
+                u32::MAX,
+            )
+            .await?;
+        let mut released = vec![];
+        for c in rows {
+            let r: Record = serde_json::from_str(&c.record)
+                .map_err(|e| ServiceError::record(format!("claim {} record", c.claim_id), e))?;
+            if r.session_id.as_deref() == Some(p.session_id.as_str())
+                && r.resume_policy == crate::wire::ResumePolicy::Release
+            {
+                self.ctx
+                    .data
+                    .store
+                    .transition_claim_with(
+                        &c.claim_id,
+                        c.version,
+                        ClaimEvent::Release,
+                        &actor.key(),
+                        false,
+                        Some(format!("session {} ended", p.session_id)),
+                        &self.now_rfc3339(),
+                    )
+                    .await?;
+                released.push(c.claim_id);
+            }
+        }
+        Ok(json!({"released": released}))
+    }
+
+    /// `resource.show`: what an agent inspects before claiming.
+    pub async fn resource_show(
+        &self,
+        actor: &Actor,
+        p: ResourceShowParams,
+    ) -> Result<Value, ServiceError> {
+        let worktree = self.governed(actor, &p.workspace_id, Permission::View)?;
+        let resource = ResourceId::parse(&p.resource_id)
+            .map_err(|m| ServiceError::invalid_field("resource_id", m))?;
+        let (kind, symbol) = match &resource {
+            ResourceId::File { .. } => ("file", None),
+            ResourceId::Directory { .. } => ("directory", None),
+            ResourceId::Symbol { name, .. } => ("symbol", Some(name.clone())),
+            ResourceId::Other { kind, .. } => (kind.as_str(), None),
+        };
+        let path = resource.path().map(str::to_string);
+        let language = path.as_deref().and_then(language_of);
+        let hash = Self::current_hash(worktree, resource.clone())
+            .await
+            .map_err(|e| {
+                ServiceError::precondition_field(
+                    "resource_id",
+                    format!("the resource cannot be read: {e}"),
+                )
+            })?;
+        Ok(json!({"resource": {
+            "resource_id": resource.id(),
+            "type": kind,
+            "path": path,
+            "symbol": symbol,
+            "language": language,
+            "span": Value::Null,
+            "exists": hash.is_some() || matches!(resource, ResourceId::Other { .. } | ResourceId::Symbol { .. }),
+            "current_hash": hash.unwrap_or_default(),
+        }}))
+    }
+}
+
+/// The language a path's extension names, for the languages the governed path knows.
+pub fn language_of(path: &str) -> Option<&'static str> {
+    let ext = path.rsplit_once('.')?.1;
+    Some(match ext {
+        "rs" => "rust",
+        "py" => "python",
+        "go" => "go",
+        "js" | "mjs" | "cjs" | "jsx" => "javascript",
+        "ts" | "tsx" | "mts" | "cts" => "typescript",
+        "c" | "h" => "c",
+        "cc" | "cpp" | "hpp" | "cxx" => "cpp",
+        "java" => "java",
+        "rb" => "ruby",
+        "sh" => "shell",
+        "md" => "markdown",
+        "toml" => "toml",
+        "json" => "json",
+        "yaml" | "yml" => "yaml",
+        _ => return None,
+    })
+}
