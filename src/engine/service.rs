@@ -370,6 +370,22 @@ impl Service {
         key: &str,
         digest: &str,
     ) -> Result<bool, ServiceError> {
+        Ok(self
+            .bound_result(workspace_id, actor_key, operation, key, digest)
+            .await?
+            .is_some())
+    }
+
+    /// The result id this exact request was bound to, if it was already done; `conflict` when
+    /// the key was used with other parameters; `None` for a new key.
+    pub async fn bound_result(
+        &self,
+        workspace_id: &str,
+        actor_key: &str,
+        operation: &str,
+        key: &str,
+        digest: &str,
+    ) -> Result<Option<String>, ServiceError> {
         match self
             .ctx
             .data
@@ -377,8 +393,8 @@ impl Service {
             .binding(workspace_id, actor_key, operation, key)
             .await?
         {
-            None => Ok(false),
-            Some((bound, _)) if bound == digest => Ok(true),
+            None => Ok(None),
+            Some((bound, result)) if bound == digest => Ok(Some(result)),
             Some(_) => Err(ServiceError::Conflict(
                 "idempotency_key was already used with different parameters".into(),
             )),

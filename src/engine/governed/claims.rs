@@ -29,6 +29,21 @@ pub(super) struct Record {
     pub(super) heartbeat_at: String,
 }
 
+/// A list's page size: default 50, 1..=200.
+pub(super) fn page_limit(limit: Option<u32>) -> Result<u32, ServiceError> {
+    let limit = limit.unwrap_or(limits::DEFAULT_LIST_LIMIT);
+    if !(1..=limits::MAX_CLAIM_LIST_LIMIT).contains(&limit) {
+        return Err(ServiceError::invalid_field(
+            "limit",
+            format!(
+                "limit is {limit}; it must be between 1 and {}",
+                limits::MAX_CLAIM_LIST_LIMIT
+            ),
+        ));
+    }
+    Ok(limit)
+}
+
 pub(super) fn check_text(field: &str, v: &str, required: bool) -> Result<(), ServiceError> {
     if (required && v.is_empty()) || v.len() > limits::MAX_CLAIM_TEXT_BYTES {
         return Err(ServiceError::invalid_field(
@@ -169,23 +184,16 @@ impl Service {
             ttl_seconds: Some(ttl),
             ..p.clone()
         });
-        if let Some((bound, claim_id)) = self
-            .ctx
-            .data
-            .store
-            .binding(
+        if let Some(claim_id) = self
+            .bound_result(
                 &p.workspace_id,
                 &actor_key,
                 "claim.acquire",
                 &p.idempotency_key,
+                &digest,
             )
             .await?
         {
-            if bound != digest {
-                return Err(ServiceError::Conflict(
-                    "idempotency_key was already used with different parameters".into(),
-                ));
-            }
             let c = self.claim_in(&p.workspace_id, &claim_id).await?;
             return Ok(json!({"claim": self.claim_view(&c)?}));
         }
@@ -371,16 +379,7 @@ impl Service {
         p: ClaimListParams,
     ) -> Result<Value, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
-        let limit = p.limit.unwrap_or(limits::DEFAULT_LIST_LIMIT);
-        if !(1..=limits::MAX_CLAIM_LIST_LIMIT).contains(&limit) {
-            return Err(ServiceError::invalid_field(
-                "limit",
-                format!(
-                    "limit is {limit}; it must be between 1 and {}",
-                    limits::MAX_CLAIM_LIST_LIMIT
-                ),
-            ));
-        }
+        let limit = page_limit(p.limit)?;
         let rows = self
             .ctx
             .data
@@ -484,16 +483,7 @@ impl Service {
         p: EventListParams,
     ) -> Result<Value, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
-        let limit = p.limit.unwrap_or(limits::DEFAULT_LIST_LIMIT);
-        if !(1..=limits::MAX_CLAIM_LIST_LIMIT).contains(&limit) {
-            return Err(ServiceError::invalid_field(
-                "limit",
-                format!(
-                    "limit is {limit}; it must be between 1 and {}",
-                    limits::MAX_CLAIM_LIST_LIMIT
-                ),
-            ));
-        }
+        let limit = page_limit(p.limit)?;
         let rows = self
             .ctx
             .data

@@ -1,11 +1,10 @@
 //! `claim.contentions` and `claim.resolve_contention`: refused acquires as the admin sees
 //! them, and their one-time resolution.
 
-use super::claims::{Record, check_text};
+use super::claims::{Record, check_text, page_limit};
 use crate::config::Permission;
 use crate::domain::claim::{ClaimState, ResourceId};
 use crate::engine::service::{Actor, Service, ServiceError};
-use crate::limits;
 use crate::store::Binding;
 use crate::wire::{ContentionListParams, ContentionState, ResolutionKind, ResolveContentionParams};
 use serde_json::{Value, json};
@@ -19,16 +18,7 @@ impl Service {
         p: ContentionListParams,
     ) -> Result<Value, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
-        let limit = p.limit.unwrap_or(limits::DEFAULT_LIST_LIMIT);
-        if !(1..=limits::MAX_CLAIM_LIST_LIMIT).contains(&limit) {
-            return Err(ServiceError::invalid_field(
-                "limit",
-                format!(
-                    "limit is {limit}; it must be between 1 and {}",
-                    limits::MAX_CLAIM_LIST_LIMIT
-                ),
-            ));
-        }
+        let limit = page_limit(p.limit)?;
         let state = p.state.map(|s| match s {
             ContentionState::Open => "open".to_string(),
             ContentionState::Resolved => "resolved".to_string(),
@@ -103,23 +93,17 @@ impl Service {
             idempotency_key: String::new(),
             ..p.clone()
         });
-        if let Some((bound, _)) = self
-            .ctx
-            .data
-            .store
-            .binding(
+        if self
+            .bound_result(
                 &p.workspace_id,
                 &actor_key,
                 "claim.resolve_contention",
                 &p.idempotency_key,
+                &digest,
             )
             .await?
+            .is_some()
         {
-            if bound != digest {
-                return Err(ServiceError::Conflict(
-                    "idempotency_key was already used with different parameters".into(),
-                ));
-            }
             return Ok(json!({"contention_id": p.contention_id, "replayed": true}));
         }
         let open = self
