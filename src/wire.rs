@@ -196,6 +196,10 @@ pub struct ClaimListParams {
     #[serde(default)]
     pub resource_id: Option<String>,
     #[serde(default)]
+    pub task_id: Option<String>,
+    #[serde(default)]
+    pub session_id: Option<String>,
+    #[serde(default)]
     pub limit: Option<u32>,
 }
 

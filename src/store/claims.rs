@@ -25,6 +25,18 @@ pub struct ClaimRow {
     pub record: String,
 }
 
+/// Which claims `list_claims` returns (every `None` matches all).
+#[derive(Debug, Clone, Default)]
+pub struct ClaimFilter {
+    pub workspace_id: String,
+    pub status: Option<ClaimState>,
+    pub holder: Option<String>,
+    pub resource_id: Option<String>,
+    pub task_id: Option<String>,
+    pub session_id: Option<String>,
+    pub limit: u32,
+}
+
 /// An acquire, as the engine resolved it (the resource parsed, its span found, the hash taken).
 #[derive(Debug, Clone)]
 pub struct Acquire {
@@ -33,6 +45,8 @@ pub struct Acquire {
     pub resource: ResourceId,
     pub span: Option<Span>,
     pub holder: String,
+    pub task_id: String,
+    pub session_id: Option<String>,
     pub mode: ClaimMode,
     pub expires_at: i64,
     pub now: i64,
@@ -281,7 +295,7 @@ impl Store {
                 record: a.record.clone(),
             };
             tx.execute(
-                &format!("INSERT INTO claims ({CLAIM_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, ?7, ?8, ?9, 1, ?10)"),
+                &format!("INSERT INTO claims ({CLAIM_COLUMNS}, task_id, session_id) VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, ?7, ?8, ?9, 1, ?10, ?11, ?12)"),
                 params![
                     granted.claim_id,
                     granted.workspace_id,
@@ -293,6 +307,8 @@ impl Store {
                     granted.span.map(|s| s.start as i64),
                     granted.span.map(|s| s.end as i64),
                     granted.record,
+                    a.task_id,
+                    a.session_id,
                 ],
             )?;
             if let Some(b) = &a.binding {
@@ -422,25 +438,26 @@ impl Store {
     }
 
     /// Claims of a workspace, newest first, filtered, at most `limit`.
-    pub async fn list_claims(
-        &self,
-        workspace_id: &str,
-        status: Option<ClaimState>,
-        holder: Option<String>,
-        resource_id: Option<String>,
-        limit: u32,
-    ) -> Result<Vec<ClaimRow>, StoreError> {
-        let ws = workspace_id.to_string();
+    pub async fn list_claims(&self, f: ClaimFilter) -> Result<Vec<ClaimRow>, StoreError> {
         self.call(move |c| {
             let mut st = c.prepare(&format!(
                 "SELECT {CLAIM_COLUMNS} FROM claims WHERE workspace_id = ?1
                    AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR holder = ?3)
-                   AND (?4 IS NULL OR resource_id = ?4)
-                 ORDER BY rowid DESC LIMIT ?5"
+                   AND (?4 IS NULL OR resource_id = ?4) AND (?5 IS NULL OR task_id = ?5)
+                   AND (?6 IS NULL OR session_id = ?6)
+                 ORDER BY rowid DESC LIMIT ?7"
             ))?;
             let rows = st
                 .query_map(
-                    params![ws, status.map(|s| s.as_str()), holder, resource_id, limit],
+                    params![
+                        f.workspace_id,
+                        f.status.map(|s| s.as_str()),
+                        f.holder,
+                        f.resource_id,
+                        f.task_id,
+                        f.session_id,
+                        f.limit
+                    ],
                     row,
                 )?
                 .collect::<rusqlite::Result<_>>()?;

@@ -12,6 +12,8 @@ fn acquire(holder: &str, id: &str, mode: ClaimMode, now: i64, ttl: i64) -> Acqui
         resource: ResourceId::parse(id).unwrap(),
         span: None,
         holder: holder.into(),
+        task_id: "t".into(),
+        session_id: None,
         mode,
         expires_at: now + ttl,
         now,

@@ -92,6 +92,8 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
             workspace_id TEXT NOT NULL,
             resource_id TEXT NOT NULL,
             holder TEXT NOT NULL,
+            task_id TEXT NOT NULL,
+            session_id TEXT,
             mode TEXT NOT NULL CHECK (mode IN ('read','write','review','exclusive')),
             status TEXT NOT NULL CHECK (status IN
                 ('active','suspended','released','revoked','expired')),

@@ -82,6 +82,29 @@ fn claims_follow_the_matrix_with_tokens_that_never_repeat() {
         2,
         "tokens never repeat for a resource"
     );
+    // Filters by task and session are columns, not JSON scans.
+    let by_task = s.ok(
+        ALICE,
+        "claim.list",
+        json!({"workspace_id": "ws1", "task_id": "t2"}),
+    );
+    assert_eq!(
+        by_task["claims"].as_array().unwrap().len(),
+        0,
+        "dave's t2 acquire was refused"
+    );
+    let t1 = s.ok(
+        ALICE,
+        "claim.list",
+        json!({"workspace_id": "ws1", "task_id": "t1"}),
+    );
+    assert!(t1["claims"].as_array().unwrap().len() >= 3, "{t1}");
+    let none = s.ok(
+        ALICE,
+        "claim.list",
+        json!({"workspace_id": "ws1", "session_id": "nope"}),
+    );
+    assert_eq!(none["claims"].as_array().unwrap().len(), 0);
     // Listing, newest first, filtered by holder.
     let mine = s.ok(
         ALICE,

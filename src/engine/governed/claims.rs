@@ -245,6 +245,8 @@ impl Service {
                 resource,
                 span: None,
                 holder: actor_key.clone(),
+                task_id: p.task_id.clone(),
+                session_id: p.session_id.clone(),
                 mode: p.mode,
                 expires_at: now.unix_timestamp() + ttl as i64,
                 now: now.unix_timestamp(),
@@ -384,7 +386,15 @@ impl Service {
             .ctx
             .data
             .store
-            .list_claims(&p.workspace_id, p.status, p.holder, p.resource_id, limit)
+            .list_claims(crate::store::claims::ClaimFilter {
+                workspace_id: p.workspace_id.clone(),
+                status: p.status,
+                holder: p.holder,
+                resource_id: p.resource_id,
+                task_id: p.task_id,
+                session_id: p.session_id,
+                limit,
+            })
             .await?;
         let claims = rows
             .iter()

@@ -5,6 +5,7 @@ use super::claims::{Record, check_text};
 use crate::config::Permission;
 use crate::domain::claim::{ClaimEvent, ClaimState, ResourceId};
 use crate::engine::service::{Actor, Service, ServiceError};
+use crate::store::claims::ClaimFilter;
 use crate::wire::{EndSessionParams, ReconcileParams, ResourceShowParams};
 use serde_json::{Value, json};
 
@@ -40,13 +41,13 @@ impl Service {
             .ctx
             .data
             .store
-            .list_claims(
-                &p.workspace_id,
-                Some(ClaimState::Active),
-                p.holder.clone(),
-                None,
-                u32::MAX,
-            )
+            .list_claims(ClaimFilter {
+                workspace_id: p.workspace_id.clone(),
+                status: Some(ClaimState::Active),
+                holder: p.holder.clone(),
+                limit: u32::MAX,
+                ..Default::default()
+            })
             .await?;
         let now = self.ctx.clock.now().unix_timestamp();
         let (mut unchanged, mut suspended, mut unreadable) = (vec![], vec![], vec![]);
@@ -99,13 +100,14 @@ impl Service {
             .ctx
             .data
             .store
-            .list_claims(
-                &p.workspace_id,
-                Some(ClaimState::Active),
-                Some(actor.key()),
-                None,
-                u32::MAX,
-            )
+            .list_claims(ClaimFilter {
+                workspace_id: p.workspace_id.clone(),
+                status: Some(ClaimState::Active),
+                holder: Some(actor.key()),
+                session_id: Some(p.session_id.clone()),
+                limit: u32::MAX,
+                ..Default::default()
+            })
             .await?;
         let mut released = vec![];
         for c in rows {
