@@ -199,6 +199,9 @@ pub struct ClaimListParams {
     pub task_id: Option<String>,
     #[serde(default)]
     pub session_id: Option<String>,
+    /// `next_cursor` of the previous page.
+    #[serde(default)]
+    pub cursor: Option<String>,
     #[serde(default)]
     pub limit: Option<u32>,
 }

@@ -23,6 +23,8 @@ pub struct ClaimRow {
     pub version: i64,
     /// The rest of the wire object (task, session, rationale, base hash, times), as JSON.
     pub record: String,
+    /// The row's position in the table (a paging cursor), when the query asked for it.
+    pub seq: Option<i64>,
 }
 
 /// Which claims `list_claims` returns (every `None` matches all).
@@ -34,6 +36,8 @@ pub struct ClaimFilter {
     pub resource_id: Option<String>,
     pub task_id: Option<String>,
     pub session_id: Option<String>,
+    /// Only claims older than this cursor (a `seq` from a previous page).
+    pub before: Option<i64>,
     pub limit: u32,
 }
 
@@ -138,6 +142,8 @@ pub struct Resolved {
 }
 
 const CLAIM_COLUMNS: &str = "claim_id, workspace_id, resource_id, holder, mode, status, fencing_token, expires_at, span_start, span_end, version, record";
+/// [`CLAIM_COLUMNS`] plus the row's position, for paging.
+const CLAIM_COLUMNS_SEQ: &str = "claim_id, workspace_id, resource_id, holder, mode, status, fencing_token, expires_at, span_start, span_end, version, record, rowid";
 
 fn row(r: &rusqlite::Row) -> rusqlite::Result<ClaimRow> {
     let mode: String = r.get(4)?;
@@ -174,6 +180,7 @@ fn row(r: &rusqlite::Row) -> rusqlite::Result<ClaimRow> {
         span,
         version: r.get(10)?,
         record: r.get(11)?,
+        seq: r.get::<_, i64>(12).ok(),
     })
 }
 
@@ -293,6 +300,7 @@ impl Store {
                 span: a.span,
                 version: 1,
                 record: a.record.clone(),
+                seq: None,
             };
             tx.execute(
                 &format!("INSERT INTO claims ({CLAIM_COLUMNS}, task_id, session_id) VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, ?7, ?8, ?9, 1, ?10, ?11, ?12)"),
@@ -441,10 +449,10 @@ impl Store {
     pub async fn list_claims(&self, f: ClaimFilter) -> Result<Vec<ClaimRow>, StoreError> {
         self.call(move |c| {
             let mut st = c.prepare(&format!(
-                "SELECT {CLAIM_COLUMNS} FROM claims WHERE workspace_id = ?1
+                "SELECT {CLAIM_COLUMNS_SEQ} FROM claims WHERE workspace_id = ?1
                    AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR holder = ?3)
                    AND (?4 IS NULL OR resource_id = ?4) AND (?5 IS NULL OR task_id = ?5)
-                   AND (?6 IS NULL OR session_id = ?6)
+                   AND (?6 IS NULL OR session_id = ?6) AND (?8 IS NULL OR rowid < ?8)
                  ORDER BY rowid DESC LIMIT ?7"
             ))?;
             let rows = st
@@ -456,7 +464,8 @@ impl Store {
                         f.resource_id,
                         f.task_id,
                         f.session_id,
-                        f.limit
+                        f.limit,
+                        f.before
                     ],
                     row,
                 )?

@@ -105,6 +105,43 @@ fn claims_follow_the_matrix_with_tokens_that_never_repeat() {
         json!({"workspace_id": "ws1", "session_id": "nope"}),
     );
     assert_eq!(none["claims"].as_array().unwrap().len(), 0);
+    // Pages follow next_cursor to the end; a made-up cursor is refused.
+    let mut seen = vec![];
+    let mut cursor = Value::Null;
+    loop {
+        let page = s.ok(
+            ALICE,
+            "claim.list",
+            json!({"workspace_id": "ws1", "limit": 1, "cursor": cursor}),
+        );
+        seen.extend(
+            page["claims"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["claim_id"].clone()),
+        );
+        cursor = page["next_cursor"].clone();
+        if cursor.is_null() {
+            break;
+        }
+    }
+    let all = s.ok(ALICE, "claim.list", json!({"workspace_id": "ws1"}));
+    assert_eq!(
+        seen,
+        *all["claims"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["claim_id"].clone())
+            .collect::<Vec<_>>()
+    );
+    s.err(
+        ALICE,
+        "claim.list",
+        json!({"workspace_id": "ws1", "cursor": "12"}),
+        "invalid_argument",
+    );
     // Listing, newest first, filtered by holder.
     let mine = s.ok(
         ALICE,

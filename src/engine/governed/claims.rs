@@ -382,11 +382,26 @@ impl Service {
     ) -> Result<Value, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let limit = page_limit(p.limit)?;
+        let before = match &p.cursor {
+            None => None,
+            Some(c) => Some(
+                c.strip_prefix("clc_")
+                    .and_then(|n| n.parse::<i64>().ok())
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| {
+                        ServiceError::invalid_field(
+                            "cursor",
+                            format!("cursor {c:?} is not a next_cursor this server returned"),
+                        )
+                    })?,
+            ),
+        };
         let rows = self
             .ctx
             .data
             .store
             .list_claims(crate::store::claims::ClaimFilter {
+                before,
                 workspace_id: p.workspace_id.clone(),
                 status: p.status,
                 holder: p.holder,
@@ -400,7 +415,11 @@ impl Service {
             .iter()
             .map(|c| self.claim_view(c))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(json!({"claims": claims}))
+        // A full page may have more after it.
+        let next = (rows.len() == limit as usize)
+            .then(|| rows.last().and_then(|c| c.seq).map(|n| format!("clc_{n}")))
+            .flatten();
+        Ok(json!({"claims": claims, "next_cursor": next}))
     }
 
     /// `claim.heartbeat`: the holder refreshes `heartbeat_at` of an active, unexpired claim.
