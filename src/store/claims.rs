@@ -97,12 +97,17 @@ fn contention_row(r: &rusqlite::Row) -> rusqlite::Result<ContentionRow> {
 }
 
 /// How a contention is settled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolution {
     KeepOwner,
     RejectContender,
-    /// The challenged claim goes to the contender, with a new fencing token.
-    Transfer,
+    /// The challenged claim goes to the contender, with a new fencing token and the
+    /// contender's record (task, session, base hash taken now).
+    Transfer {
+        record: String,
+        task_id: String,
+        session_id: Option<String>,
+    },
     /// The challenged claim's lease grows by `ttl_seconds` (never shorter).
     ExtendLease {
         ttl_seconds: i64,
@@ -110,11 +115,11 @@ pub enum Resolution {
 }
 
 impl Resolution {
-    pub fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &'static str {
         match self {
             Resolution::KeepOwner => "keep_owner",
             Resolution::RejectContender => "reject_contender",
-            Resolution::Transfer => "transfer",
+            Resolution::Transfer { .. } => "transfer",
             Resolution::ExtendLease { .. } => "extend_lease",
         }
     }
@@ -693,6 +698,7 @@ impl Store {
                 row,
             )?;
             let mut changed_claim = None;
+            let resolution_name = r.resolution.as_str();
             match r.resolution {
                 Resolution::KeepOwner | Resolution::RejectContender => {}
                 Resolution::ExtendLease { ttl_seconds } => {
@@ -707,7 +713,11 @@ impl Store {
                         &serde_json::json!({"expires_at": expiry, "contention": cont.contention_id}).to_string(), &r.at)?;
                     changed_claim = Some(claim.claim_id.clone());
                 }
-                Resolution::Transfer => {
+                Resolution::Transfer {
+                    record,
+                    task_id,
+                    session_id,
+                } => {
                     claim.status.on(ClaimEvent::Transfer)?;
                     if claim.expires_at <= r.now {
                         return Err(StoreError::Conflict("the challenged claim has expired; nothing to transfer".into()));
@@ -748,9 +758,10 @@ impl Store {
                         |x| x.get(0),
                     )?;
                     tx.execute(
-                        "UPDATE claims SET holder = ?1, mode = ?2, fencing_token = ?3, version = version + 1
-                         WHERE claim_id = ?4",
-                        params![cont.requester, mode.as_str(), token, claim.claim_id],
+                        "UPDATE claims SET holder = ?1, mode = ?2, fencing_token = ?3, record = ?4,
+                            task_id = ?5, session_id = ?6, version = version + 1
+                         WHERE claim_id = ?7",
+                        params![cont.requester, mode.as_str(), token, record, task_id, session_id, claim.claim_id],
                     )?;
                     event(&tx, &r.workspace_id, &claim.claim_id, "claim.transfer", &r.actor,
                         Some(claim.status.as_str()), Some(claim.status.as_str()),
@@ -763,11 +774,11 @@ impl Store {
                 "UPDATE contentions SET state = 'resolved',
                     record = json_set(record, '$.resolution', ?1, '$.reason', ?2, '$.resolved_by', ?3, '$.resolved_at', ?4)
                  WHERE contention_id = ?5 AND state = 'open'",
-                params![r.resolution.as_str(), r.reason, r.actor, r.at, cont.contention_id],
+                params![resolution_name, r.reason, r.actor, r.at, cont.contention_id],
             )?;
             event(&tx, &r.workspace_id, &cont.contention_id, "contention.resolve", &r.actor,
                 Some("open"), Some("resolved"),
-                &serde_json::json!({"resolution": r.resolution.as_str(), "reason": r.reason}).to_string(), &r.at)?;
+                &serde_json::json!({"resolution": resolution_name, "reason": r.reason}).to_string(), &r.at)?;
             if let Some(b) = &r.binding {
                 super::candidates::insert_binding_checked(&tx, b)?;
             }

@@ -408,7 +408,11 @@ fn concurrent_resolvers_have_exactly_one_winner() {
                     workspace_id: "ws".into(),
                     contention_id: contention,
                     resolution: if i % 2 == 0 {
-                        Resolution::Transfer
+                        Resolution::Transfer {
+                            record: "{}".into(),
+                            task_id: "t".into(),
+                            session_id: None,
+                        }
                     } else {
                         Resolution::KeepOwner
                     },

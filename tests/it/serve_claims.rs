@@ -426,6 +426,8 @@ fn contentions_are_listed_with_what_is_allowed_and_resolved_exactly_once() {
     for key in ["d1", "d2"] {
         assert_eq!(acquire(&s, DAVE, "file:README", "write", key).0, 409);
     }
+    // The resource changes while contended: a transfer must take the hash anew.
+    std::fs::write(s.repo.join("README"), "changed while contended\n").unwrap();
     let list = s.ok(
         ALICE,
         "claim.contentions",
@@ -481,6 +483,16 @@ fn contentions_are_listed_with_what_is_allowed_and_resolved_exactly_once() {
     assert_eq!(t["claim"]["holder"], "member:dave");
     assert_eq!(t["claim"]["claim_id"], a["claim_id"]);
     assert_eq!(t["claim"]["fencing_token"], 2, "a transfer is a new grant");
+    let now_hash = s.ok(
+        DAVE,
+        "resource.show",
+        json!({"workspace_id": "ws1", "resource_id": "file:README"}),
+    );
+    assert_eq!(
+        t["claim"]["base_hash"], now_hash["resource"]["current_hash"],
+        "the base hash is taken at transfer"
+    );
+    assert_ne!(t["claim"]["base_hash"], a["base_hash"]);
     assert_eq!(
         resolve("transfer", "r1").1["replayed"],
         true,

@@ -126,7 +126,47 @@ impl Service {
         let resolution = match p.resolution {
             ResolutionKind::KeepOwner => Resolution::KeepOwner,
             ResolutionKind::RejectContender => Resolution::RejectContender,
-            ResolutionKind::Transfer => Resolution::Transfer,
+            ResolutionKind::Transfer => {
+                // The contender's own request becomes the claim's record, with the base hash
+                // taken now (the resource may have changed since the refused attempt).
+                let mut request: Record = serde_json::from_value(open.record["request"].clone())
+                    .map_err(|e| {
+                        ServiceError::record(
+                            format!("contention {} request", open.contention_id),
+                            e,
+                        )
+                    })?;
+                let challenged = self
+                    .claim_in(&p.workspace_id, &open.challenged_claim)
+                    .await?;
+                let wants_write =
+                    matches!(open.record["mode"].as_str(), Some("write" | "exclusive"));
+                request.base_hash = if wants_write {
+                    let worktree = self.governed(actor, &p.workspace_id, Permission::Admin)?;
+                    let resource = ResourceId::parse(&challenged.resource_id)
+                        .map_err(ServiceError::internal)?;
+                    Some(
+                        Self::current_hash(worktree, resource)
+                            .await
+                            .map_err(|e| {
+                                ServiceError::precondition(format!(
+                                    "the resource cannot be read for the transfer: {e}"
+                                ))
+                            })?
+                            .unwrap_or_default(),
+                    )
+                } else {
+                    None
+                };
+                let now = crate::ids::rfc3339(self.ctx.clock.now());
+                request.acquired_at = now.clone();
+                request.heartbeat_at = now;
+                Resolution::Transfer {
+                    task_id: request.task_id.clone(),
+                    session_id: request.session_id.clone(),
+                    record: serde_json::to_string(&request).expect("a claim record serializes"),
+                }
+            }
             ResolutionKind::ExtendLease => {
                 let c = self
                     .claim_in(&p.workspace_id, &open.challenged_claim)
