@@ -18,13 +18,16 @@ pub fn check_repo_path(path: &str) -> Result<(), String> {
         return Err("must not contain NUL, newline or carriage return".into());
     }
     for comp in path.split('/') {
-        match comp {
-            "" => return Err("must not contain empty components".into()),
-            "." | ".." => return Err("must not contain '.' or '..' components".into()),
-            c if is_dotgit_alias(c) => {
-                return Err(format!("must not contain {c:?}, which git treats as .git"));
-            }
-            _ => {}
+        if comp.is_empty() {
+            return Err("must not contain empty components".into());
+        }
+        if comp == "." || comp == ".." {
+            return Err("must not contain '.' or '..' components".into());
+        }
+        if is_dotgit_alias(comp) {
+            return Err(format!(
+                "must not contain {comp:?}, which git treats as .git"
+            ));
         }
     }
     Ok(())

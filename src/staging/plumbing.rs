@@ -49,6 +49,39 @@ pub struct CommitStamp<'a> {
 }
 
 impl Repo {
+    /// Checks that `path` is the top of a non-bare working tree (what a governed workspace's
+    /// `worktree` must be): not bare, not a subdirectory of another tree.
+    pub fn check_work_tree(path: &std::path::Path) -> Result<(), String> {
+        let mut cmd = super::git_command();
+        cmd.arg("-C")
+            .arg(path)
+            .args(["rev-parse", "--is-bare-repository", "--show-toplevel"]);
+        let (_, out) = run_git(cmd, &[0])
+            .map_err(|_| format!("{} is not a git working tree", path.display()))?;
+        let out = String::from_utf8_lossy(&out);
+        let mut lines = out.lines();
+        if lines.next() != Some("false") {
+            return Err(format!(
+                "{} is a bare repository, not a working tree",
+                path.display()
+            ));
+        }
+        let top = lines
+            .next()
+            .map(std::path::PathBuf::from)
+            .unwrap_or_default();
+        let canonical =
+            std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        if top != canonical {
+            return Err(format!(
+                "{} is inside the working tree {}, not its top",
+                path.display(),
+                top.display()
+            ));
+        }
+        Ok(())
+    }
+
     pub(super) fn run_with_input(
         &self,
         mut cmd: std::process::Command,
@@ -492,4 +525,42 @@ impl Repo {
 
 fn oid_len(any_oid: &str) -> usize {
     any_oid.len()
+}
+
+#[cfg(test)]
+mod work_tree_tests {
+    use super::*;
+    use std::process::Command;
+
+    #[test]
+    fn a_governed_worktree_must_be_the_top_of_a_non_bare_tree() {
+        let d = tempfile::tempdir().unwrap();
+        let run = |args: &[&str]| {
+            assert!(
+                Command::new("git")
+                    .args(args)
+                    .output()
+                    .unwrap()
+                    .status
+                    .success(),
+                "{args:?}"
+            );
+        };
+        let tree = d.path().join("tree");
+        run(&["init", "-q", tree.to_str().unwrap()]);
+        std::fs::create_dir(tree.join("sub")).unwrap();
+        Repo::check_work_tree(&tree).unwrap();
+        let e = Repo::check_work_tree(&tree.join("sub")).unwrap_err();
+        assert!(e.contains("not its top"), "{e}");
+        let bare = d.path().join("bare.git");
+        run(&["init", "-q", "--bare", bare.to_str().unwrap()]);
+        assert!(Repo::check_work_tree(&bare).unwrap_err().contains("bare"));
+        let plain = d.path().join("plain");
+        std::fs::create_dir(&plain).unwrap();
+        assert!(
+            Repo::check_work_tree(&plain)
+                .unwrap_err()
+                .contains("not a git working tree")
+        );
+    }
 }

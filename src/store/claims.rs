@@ -72,85 +72,11 @@ pub enum Acquired {
     },
 }
 
-/// A contention row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContentionRow {
-    pub contention_id: String,
-    pub requester: String,
-    pub challenged_claim: String,
-    pub state: String,
-    pub created_at: String,
-    /// `{resource_id, mode, request, resolution?, reason?, resolved_by?, resolved_at?}`.
-    pub record: serde_json::Value,
-}
-
-fn contention_row(r: &rusqlite::Row) -> rusqlite::Result<ContentionRow> {
-    let record: String = r.get(5)?;
-    Ok(ContentionRow {
-        contention_id: r.get(0)?,
-        requester: r.get(1)?,
-        challenged_claim: r.get(2)?,
-        state: r.get(3)?,
-        created_at: r.get(4)?,
-        record: serde_json::from_str(&record).unwrap_or_default(),
-    })
-}
-
-/// How a contention is settled.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Resolution {
-    KeepOwner,
-    RejectContender,
-    /// The challenged claim goes to the contender, with a new fencing token and the
-    /// contender's record (task, session, base hash taken now).
-    Transfer {
-        record: String,
-        task_id: String,
-        session_id: Option<String>,
-    },
-    /// The challenged claim's lease grows by `ttl_seconds` (never shorter).
-    ExtendLease {
-        ttl_seconds: i64,
-    },
-}
-
-impl Resolution {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Resolution::KeepOwner => "keep_owner",
-            Resolution::RejectContender => "reject_contender",
-            Resolution::Transfer { .. } => "transfer",
-            Resolution::ExtendLease { .. } => "extend_lease",
-        }
-    }
-}
-
-/// A resolution to apply.
-#[derive(Debug, Clone)]
-pub struct Resolve {
-    pub workspace_id: String,
-    pub contention_id: String,
-    pub resolution: Resolution,
-    pub reason: String,
-    pub actor: String,
-    pub now: i64,
-    pub at: String,
-    pub binding: Option<super::Binding>,
-}
-
-/// What a resolution changed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resolved {
-    pub contention_id: String,
-    /// The claim it extended or transferred.
-    pub claim_id: Option<String>,
-}
-
-const CLAIM_COLUMNS: &str = "claim_id, workspace_id, resource_id, holder, mode, status, fencing_token, expires_at, span_start, span_end, version, record";
+pub(super) const CLAIM_COLUMNS: &str = "claim_id, workspace_id, resource_id, holder, mode, status, fencing_token, expires_at, span_start, span_end, version, record";
 /// [`CLAIM_COLUMNS`] plus the row's position, for paging.
 const CLAIM_COLUMNS_SEQ: &str = "claim_id, workspace_id, resource_id, holder, mode, status, fencing_token, expires_at, span_start, span_end, version, record, rowid";
 
-fn row(r: &rusqlite::Row) -> rusqlite::Result<ClaimRow> {
+pub(super) fn row(r: &rusqlite::Row) -> rusqlite::Result<ClaimRow> {
     let mode: String = r.get(4)?;
     let status: String = r.get(5)?;
     let bad = |what: &str, v: &str| {
@@ -190,7 +116,7 @@ fn row(r: &rusqlite::Row) -> rusqlite::Result<ClaimRow> {
 }
 
 #[allow(clippy::too_many_arguments)] // one column each; a struct would only rename them
-fn event(
+pub(super) fn event(
     tx: &rusqlite::Transaction,
     workspace_id: &str,
     subject: &str,
@@ -207,6 +133,17 @@ fn event(
         params![workspace_id, subject, kind, actor, prior, new, payload, at],
     )?;
     Ok(())
+}
+
+/// The claim `id` inside a transaction, or `Conflict` when there is none.
+pub(super) fn claim_by_id(tx: &rusqlite::Transaction, id: &str) -> Result<ClaimRow, StoreError> {
+    tx.query_row(
+        &format!("SELECT {CLAIM_COLUMNS} FROM claims WHERE claim_id = ?1"),
+        params![id],
+        row,
+    )
+    .optional()?
+    .ok_or_else(|| StoreError::Conflict(format!("claim {id} does not exist")))
 }
 
 impl Store {
@@ -404,14 +341,7 @@ impl Store {
         let at = at.to_string();
         self.call(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let current = tx
-                .query_row(
-                    &format!("SELECT {CLAIM_COLUMNS} FROM claims WHERE claim_id = ?1"),
-                    params![id],
-                    row,
-                )
-                .optional()?
-                .ok_or_else(|| StoreError::Conflict(format!("claim {id} does not exist")))?;
+            let current = claim_by_id(&tx, &id)?;
             if current.version != expected_version {
                 return Err(StoreError::Conflict(format!(
                     "claim {id} is at version {}, not {expected_version}",
@@ -495,14 +425,7 @@ impl Store {
         let (id, actor, at) = (claim_id.to_string(), actor.to_string(), at.to_string());
         self.call(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let current = tx
-                .query_row(
-                    &format!("SELECT {CLAIM_COLUMNS} FROM claims WHERE claim_id = ?1"),
-                    params![id],
-                    row,
-                )
-                .optional()?
-                .ok_or_else(|| StoreError::Conflict(format!("claim {id} does not exist")))?;
+            let current = claim_by_id(&tx, &id)?;
             current.status.on(ClaimEvent::Extend)?;
             let expiry = new_expiry.max(current.expires_at);
             let changed = tx.execute(
@@ -646,144 +569,6 @@ impl Store {
                 })?
                 .collect::<rusqlite::Result<_>>()?;
             Ok(rows)
-        })
-        .await
-    }
-
-    /// Contentions of a workspace, oldest first, filtered.
-    pub async fn list_contentions(
-        &self,
-        workspace_id: &str,
-        state: Option<String>,
-        limit: u32,
-    ) -> Result<Vec<ContentionRow>, StoreError> {
-        let ws = workspace_id.to_string();
-        self.call(move |c| {
-            let mut st = c.prepare(
-                "SELECT contention_id, requester, challenged_claim, state, created_at, record
-                 FROM contentions WHERE workspace_id = ?1 AND (?2 IS NULL OR state = ?2)
-                 ORDER BY rowid LIMIT ?3",
-            )?;
-            let rows = st
-                .query_map(params![ws, state, limit], contention_row)?
-                .collect::<rusqlite::Result<_>>()?;
-            Ok(rows)
-        })
-        .await
-    }
-
-    /// Resolves an open contention, in one transaction with everything it changes and its
-    /// events: exactly one of concurrent resolvers wins (the others get `Conflict`).
-    pub async fn resolve_contention(&self, r: Resolve) -> Result<Resolved, StoreError> {
-        self.call(move |c| {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let cont = tx
-                .query_row(
-                    "SELECT contention_id, requester, challenged_claim, state, created_at, record
-                     FROM contentions WHERE contention_id = ?1 AND workspace_id = ?2",
-                    params![r.contention_id, r.workspace_id],
-                    contention_row,
-                )
-                .optional()?
-                .ok_or_else(|| StoreError::Conflict(format!("contention {} does not exist", r.contention_id)))?;
-            if cont.state != "open" {
-                return Err(StoreError::Conflict(format!(
-                    "contention {} is already resolved",
-                    r.contention_id
-                )));
-            }
-            let claim = tx.query_row(
-                &format!("SELECT {CLAIM_COLUMNS} FROM claims WHERE claim_id = ?1"),
-                params![cont.challenged_claim],
-                row,
-            )?;
-            let mut changed_claim = None;
-            let resolution_name = r.resolution.as_str();
-            match r.resolution {
-                Resolution::KeepOwner | Resolution::RejectContender => {}
-                Resolution::ExtendLease { ttl_seconds } => {
-                    claim.status.on(ClaimEvent::Extend)?;
-                    let expiry = claim.expires_at.max(r.now.saturating_add(ttl_seconds));
-                    tx.execute(
-                        "UPDATE claims SET expires_at = ?1, version = version + 1 WHERE claim_id = ?2",
-                        params![expiry, claim.claim_id],
-                    )?;
-                    event(&tx, &r.workspace_id, &claim.claim_id, "claim.extend", &r.actor,
-                        Some(claim.status.as_str()), Some(claim.status.as_str()),
-                        &serde_json::json!({"expires_at": expiry, "contention": cont.contention_id}).to_string(), &r.at)?;
-                    changed_claim = Some(claim.claim_id.clone());
-                }
-                Resolution::Transfer {
-                    record,
-                    task_id,
-                    session_id,
-                } => {
-                    claim.status.on(ClaimEvent::Transfer)?;
-                    if claim.expires_at <= r.now {
-                        return Err(StoreError::Conflict("the challenged claim has expired; nothing to transfer".into()));
-                    }
-                    let mode_str = cont.record["mode"].as_str().unwrap_or_default().to_string();
-                    let mode = ClaimMode::ALL
-                        .into_iter()
-                        .find(|m| m.as_str() == mode_str)
-                        .ok_or_else(|| StoreError::Corrupt { id: cont.contention_id.clone(), message: format!("mode {mode_str:?}") })?;
-                    let resource = ResourceId::parse(&claim.resource_id)
-                        .map_err(|m| StoreError::Corrupt { id: claim.claim_id.clone(), message: m })?;
-                    // Re-check: the new holder must not conflict with anyone else.
-                    let others: Vec<ClaimRow> = {
-                        let mut st = tx.prepare(&format!(
-                            "SELECT {CLAIM_COLUMNS} FROM claims
-                             WHERE workspace_id = ?1 AND status = 'active' AND expires_at > ?2 AND claim_id <> ?3"
-                        ))?;
-                        st.query_map(params![r.workspace_id, r.now, claim.claim_id], row)?
-                            .collect::<rusqlite::Result<_>>()?
-                    };
-                    for o in &others {
-                        if o.holder == cont.requester || !o.mode.conflicts_with(mode) {
-                            continue;
-                        }
-                        let theirs = ResourceId::parse(&o.resource_id)
-                            .map_err(|m| StoreError::Corrupt { id: o.claim_id.clone(), message: m })?;
-                        if overlap(&resource, &theirs, claim.span.zip(o.span)).is_some() {
-                            return Err(StoreError::Conflict(format!(
-                                "the transfer would conflict with {} ({} by {})",
-                                o.claim_id, o.mode.as_str(), o.holder
-                            )));
-                        }
-                    }
-                    let token: i64 = tx.query_row(
-                        "UPDATE resources SET next_token = next_token + 1
-                         WHERE workspace_id = ?1 AND resource_id = ?2 RETURNING next_token - 1",
-                        params![r.workspace_id, claim.resource_id],
-                        |x| x.get(0),
-                    )?;
-                    tx.execute(
-                        "UPDATE claims SET holder = ?1, mode = ?2, fencing_token = ?3, record = ?4,
-                            task_id = ?5, session_id = ?6, version = version + 1
-                         WHERE claim_id = ?7",
-                        params![cont.requester, mode.as_str(), token, record, task_id, session_id, claim.claim_id],
-                    )?;
-                    event(&tx, &r.workspace_id, &claim.claim_id, "claim.transfer", &r.actor,
-                        Some(claim.status.as_str()), Some(claim.status.as_str()),
-                        &serde_json::json!({"from": claim.holder, "to": cont.requester, "fencing_token": token,
-                                            "contention": cont.contention_id}).to_string(), &r.at)?;
-                    changed_claim = Some(claim.claim_id.clone());
-                }
-            }
-            tx.execute(
-                "UPDATE contentions SET state = 'resolved',
-                    record = json_set(record, '$.resolution', ?1, '$.reason', ?2, '$.resolved_by', ?3, '$.resolved_at', ?4)
-                 WHERE contention_id = ?5 AND state = 'open'",
-                params![resolution_name, r.reason, r.actor, r.at, cont.contention_id],
-            )?;
-            event(&tx, &r.workspace_id, &cont.contention_id, "contention.resolve", &r.actor,
-                Some("open"), Some("resolved"),
-                &serde_json::json!({"resolution": resolution_name, "reason": r.reason}).to_string(), &r.at)?;
-            if let Some(b) = &r.binding {
-                super::candidates::insert_binding_checked(&tx, b)?;
-            }
-            tx.commit()?;
-            Ok(Resolved { contention_id: cont.contention_id, claim_id: changed_claim })
         })
         .await
     }

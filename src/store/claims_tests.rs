@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::domain::claim::{ClaimEvent, ClaimMode, ClaimState, ResourceId, Span};
+use crate::store::contentions::{Resolution, Resolve};
 
 fn acquire(holder: &str, id: &str, mode: ClaimMode, now: i64, ttl: i64) -> Acquire {
     Acquire {

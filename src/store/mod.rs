@@ -7,6 +7,7 @@
 
 mod candidates;
 pub mod claims;
+pub mod contentions;
 mod migrations;
 
 pub use candidates::{Binding, Inserted, StoredCandidate};

@@ -83,7 +83,7 @@ impl Service {
         actor: &Actor,
         p: ResolveContentionParams,
     ) -> Result<Value, ServiceError> {
-        use crate::store::claims::{Resolution, Resolve};
+        use crate::store::contentions::{Resolution, Resolve};
         self.governed(actor, &p.workspace_id, Permission::Admin)?;
         crate::candidate::check_idempotency_key(&p.idempotency_key)
             .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
