@@ -38,8 +38,8 @@ fn wait_settled(addr: &str, cid: &str, vid: &str) -> Value {
     }
 }
 
-#[test]
-fn an_in_process_daemon_on_the_fake_runtime_classifies_every_job_end() {
+/// A repository with a base commit on main and an agent commit, and a config for it.
+fn repo_with_agent() -> (tempfile::TempDir, String, String, Config) {
     let dir = tempfile::tempdir().unwrap();
     let repo = dir.path().join("repo");
     std::fs::create_dir(&repo).unwrap();
@@ -62,6 +62,12 @@ fn an_in_process_daemon_on_the_fake_runtime_classifies_every_job_end() {
         hex::encode(Sha256::digest(TOKEN.as_bytes()))
     ))
     .unwrap();
+    (dir, base, agent, config)
+}
+
+#[test]
+fn an_in_process_daemon_on_the_fake_runtime_classifies_every_job_end() {
+    let (dir, base, agent, config) = repo_with_agent();
     let data = dir.path().join("data");
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -161,28 +167,7 @@ fn the_admission_seam_sees_the_candidate_and_admits_verification_steps_separatel
     use airlock::engine::service::{Admission, AdmissionFn, Admitted, ServiceError};
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    let dir = tempfile::tempdir().unwrap();
-    let repo = dir.path().join("repo");
-    std::fs::create_dir(&repo).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    std::fs::write(repo.join("README"), "base\n").unwrap();
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-q", "-m", "base"]);
-    let base = git(&repo, &["rev-parse", "HEAD"]);
-    git(&repo, &["checkout", "-q", "-b", "agent"]);
-    std::fs::write(repo.join("app.txt"), "app\n").unwrap();
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-q", "-m", "agent"]);
-    let agent = git(&repo, &["rev-parse", "HEAD"]);
-    git(&repo, &["checkout", "-q", "main"]);
-    let config = Config::parse(&format!(
-        "listen = \"127.0.0.1:0\"\ncheckout_filesystem = \"directory\"\n\
-         [workspaces.ws]\nrepo = \"{}\"\nmembers = {{ m = [\"view\", \"integrate\", \"verify\"] }}\n\
-         [[tokens]]\nsha256 = \"{}\"\nmember_id = \"m\"\n",
-        repo.display(),
-        hex::encode(Sha256::digest(TOKEN.as_bytes()))
-    ))
-    .unwrap();
+    let (dir, base, agent, config) = repo_with_agent();
 
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let admitted = Arc::new(AtomicUsize::new(0));
