@@ -172,3 +172,32 @@ pub const DEFAULT_CLAIM_TTL_SECONDS: u64 = 900;
 pub const MAX_CLAIM_LIST_LIMIT: u32 = 200;
 /// Longest `task_id`, `session_id` or `rationale`.
 pub const MAX_CLAIM_TEXT_BYTES: usize = 4096;
+
+/// Bounds of the `max_patch_bytes` config (a patch `proposal.create` accepts); the parser's own
+/// ceiling [`MAX_PATCH_PARSE_BYTES`] is the upper one.
+pub const MAX_PATCH_BYTES: std::ops::RangeInclusive<usize> = 1024..=MAX_PATCH_PARSE_BYTES;
+/// `max_patch_bytes` when the config names none.
+pub const DEFAULT_MAX_PATCH_BYTES: usize = 8 * 1024 * 1024;
+/// What a patch may grow to when JSON-escaped: a control byte becomes `\u00XX`, 6 bytes.
+pub const JSON_ESCAPE_FACTOR: usize = 6;
+/// Room for the rest of a proposal request beside its patch (title, summary, resources, tests).
+pub const PROPOSAL_ENVELOPE_BYTES: usize = 2 * 1024 * 1024;
+
+/// The request body limit of `proposal.create` and `proposal.attach_patch`: the patch, JSON-escaped
+/// at worst, plus the envelope.
+pub fn patch_body_limit(max_patch_bytes: usize) -> usize {
+    max_patch_bytes * JSON_ESCAPE_FACTOR + PROPOSAL_ENVELOPE_BYTES
+}
+
+/// Longest proposal title, in bytes.
+pub const MAX_PROPOSAL_TITLE_BYTES: usize = 512;
+/// Longest proposal summary and rollback notes (Markdown), in bytes.
+pub const MAX_PROPOSAL_TEXT_BYTES: usize = 64 * 1024;
+/// Most `affected_resources` a proposal names (given and found together).
+pub const MAX_AFFECTED_RESOURCES: usize = 1000;
+/// Most `expected_tests` argvs a proposal carries.
+pub const MAX_EXPECTED_TESTS: usize = 32;
+/// Most revisions one proposal may have.
+pub const MAX_PROPOSAL_REVISIONS: u64 = 100;
+/// Largest `proposal.list` page.
+pub const MAX_PROPOSAL_LIST_LIMIT: u32 = 200;

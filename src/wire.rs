@@ -301,3 +301,92 @@ pub struct ResourceShowParams {
     pub workspace_id: String,
     pub resource_id: String,
 }
+
+/// `proposal.create` parameters. The author is the authenticated actor.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProposalCreateParams {
+    pub workspace_id: String,
+    pub task_id: String,
+    #[serde(default)]
+    pub session_id: Option<String>,
+    #[serde(default)]
+    pub deliberation_id: Option<String>,
+    pub title: String,
+    pub summary_md: String,
+    #[serde(default)]
+    pub risk: Option<crate::domain::proposal::Risk>,
+    /// The patch, in Git's extended diff format.
+    pub patch: String,
+    #[serde(default)]
+    pub affected_resources: Option<Vec<String>>,
+    #[serde(default)]
+    pub expected_tests: Option<Vec<Vec<String>>>,
+    #[serde(default)]
+    pub rollback_notes: Option<String>,
+    /// The commit the patch was written against (full object id), if the author says.
+    #[serde(default)]
+    pub base_revision: Option<String>,
+    pub idempotency_key: String,
+}
+
+/// `proposal.attach_patch` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProposalAttachParams {
+    pub workspace_id: String,
+    pub proposal_id: String,
+    /// The proposal's `version` the author saw; another is `conflict`.
+    pub expected_version: u64,
+    pub patch: String,
+    #[serde(default)]
+    pub affected_resources: Option<Vec<String>>,
+    pub idempotency_key: String,
+}
+
+/// `proposal.get` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProposalParams {
+    pub workspace_id: String,
+    pub proposal_id: String,
+}
+
+/// Oldest or newest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ListOrder {
+    #[default]
+    Oldest,
+    Newest,
+}
+
+/// `proposal.list` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProposalListParams {
+    pub workspace_id: String,
+    #[serde(default)]
+    pub task_id: Option<String>,
+    #[serde(default)]
+    pub status: Option<crate::domain::proposal::ProposalState>,
+    #[serde(default)]
+    pub author: Option<String>,
+    #[serde(default)]
+    pub cursor: Option<String>,
+    #[serde(default)]
+    pub limit: Option<u32>,
+    #[serde(default)]
+    pub order: Option<ListOrder>,
+}
+
+/// `proposal.request_review`, `proposal.reject` (`reason_md` required) and `proposal.withdraw`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProposalTransitionParams {
+    pub workspace_id: String,
+    pub proposal_id: String,
+    #[serde(default)]
+    pub reason_md: Option<String>,
+    pub idempotency_key: String,
+}

@@ -5,6 +5,7 @@
 pub mod server;
 
 use crate::domain::claim::ClaimEvent;
+use crate::domain::proposal::ProposalEvent;
 use crate::engine::service::{Actor, Service, ServiceError, authenticate};
 use axum::Router;
 use axum::body::Body;
@@ -28,9 +29,14 @@ pub const EVIDENCE_BODY_LIMIT: usize = 40 * 1024 * 1024;
 /// Body limit of `integration.resolve` (the aggregate cap).
 pub const RESOLVE_BODY_LIMIT: usize = 16 * 1024 * 1024;
 
-/// Body limit per method, or `None` for an unknown method.
-pub fn body_limit(method: &str) -> Option<usize> {
+/// Body limit per method, or `None` for an unknown method. The two methods that carry a patch
+/// take `max_patch_bytes` JSON-escaped at worst plus an envelope
+/// ([`crate::limits::patch_body_limit`]).
+pub fn body_limit(method: &str, config: &crate::config::Config) -> Option<usize> {
     Some(match method {
+        "proposal.create" | "proposal.attach_patch" => {
+            crate::limits::patch_body_limit(config.max_patch_bytes)
+        }
         "evidence.record" => EVIDENCE_BODY_LIMIT,
         "integration.resolve" => RESOLVE_BODY_LIMIT,
         "integration.prepare" => PREPARE_BODY_LIMIT,
@@ -58,7 +64,12 @@ pub fn body_limit(method: &str) -> Option<usize> {
         | "claim.resolve_contention"
         | "claim.reconcile"
         | "claim.end_session"
-        | "resource.show" => SMALL_BODY_LIMIT,
+        | "resource.show"
+        | "proposal.get"
+        | "proposal.list"
+        | "proposal.request_review"
+        | "proposal.reject"
+        | "proposal.withdraw" => SMALL_BODY_LIMIT,
         _ => return None,
     })
 }
@@ -247,7 +258,7 @@ async fn handle(
     let token = bearer(&headers)?;
     let actor = authenticate(&st.service.ctx.config, token)
         .ok_or_else(|| ServiceError::Unauthenticated("unknown bearer token".into()))?;
-    let limit = body_limit(method)
+    let limit = body_limit(method, &st.service.ctx.config)
         .ok_or_else(|| ServiceError::NotFound(format!("unknown method {method:?}")))?;
     let body_timeout = st.service.ctx.config.body_read_timeout;
     let bytes = tokio::time::timeout(body_timeout, axum::body::to_bytes(body, limit))
@@ -363,6 +374,24 @@ async fn dispatch(
             Reply::Value(svc.claim_end_session(actor, parse(method, body)?).await?)
         }
         "resource.show" => Reply::Value(svc.resource_show(actor, parse(method, body)?).await?),
+        "proposal.create" => Reply::Value(svc.proposal_create(actor, parse(method, body)?).await?),
+        "proposal.attach_patch" => {
+            Reply::Value(svc.proposal_attach(actor, parse(method, body)?).await?)
+        }
+        "proposal.get" => Reply::Value(svc.proposal_get(actor, parse(method, body)?).await?),
+        "proposal.list" => Reply::Value(svc.proposal_list(actor, parse(method, body)?).await?),
+        "proposal.request_review" => Reply::Value(
+            svc.proposal_transition(actor, ProposalEvent::RequestReview, parse(method, body)?)
+                .await?,
+        ),
+        "proposal.reject" => Reply::Value(
+            svc.proposal_transition(actor, ProposalEvent::Reject, parse(method, body)?)
+                .await?,
+        ),
+        "proposal.withdraw" => Reply::Value(
+            svc.proposal_transition(actor, ProposalEvent::Withdraw, parse(method, body)?)
+                .await?,
+        ),
         other => return Err(ServiceError::NotFound(format!("unknown method {other:?}"))),
     })
 }

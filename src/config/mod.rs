@@ -62,6 +62,7 @@ struct RawConfig {
     header_read_timeout_seconds: Option<u64>,
     body_read_timeout_seconds: Option<u64>,
     keep_alive_idle_seconds: Option<u64>,
+    max_patch_bytes: Option<usize>,
     #[serde(default)]
     profiles: BTreeMap<String, RawProfile>,
     #[serde(default)]
@@ -238,6 +239,10 @@ pub struct Config {
     pub body_read_timeout: std::time::Duration,
     /// A keep-alive connection with no request in progress for this long is closed.
     pub keep_alive_idle: std::time::Duration,
+    /// Largest patch `proposal.create` and `proposal.attach_patch` accept, in bytes (the
+    /// request body limit of those two methods is derived from it: see
+    /// [`crate::limits::patch_body_limit`]).
+    pub max_patch_bytes: usize,
     pub profiles: BTreeMap<String, Profile>,
     pub workspaces: BTreeMap<String, Workspace>,
     pub tokens: Vec<Token>,
@@ -509,7 +514,21 @@ impl Config {
             raw.keep_alive_idle_seconds,
             limits::DEFAULT_KEEP_ALIVE_IDLE_SECONDS,
         )?;
+        let max_patch_bytes = raw
+            .max_patch_bytes
+            .unwrap_or(limits::DEFAULT_MAX_PATCH_BYTES);
+        if !limits::MAX_PATCH_BYTES.contains(&max_patch_bytes) {
+            return Err(ConfigError::Invalid {
+                field: "max_patch_bytes".into(),
+                message: format!(
+                    "{max_patch_bytes} must be between {} and {}",
+                    limits::MAX_PATCH_BYTES.start(),
+                    limits::MAX_PATCH_BYTES.end()
+                ),
+            });
+        }
         Ok(Config {
+            max_patch_bytes,
             header_read_timeout,
             body_read_timeout,
             keep_alive_idle,

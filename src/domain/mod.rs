@@ -9,6 +9,7 @@ pub mod claim;
 pub mod delivery;
 pub mod git;
 pub mod path;
+pub mod proposal;
 pub mod verification;
 
 /// A transition the state machine does not allow from the current state.

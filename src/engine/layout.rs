@@ -8,13 +8,14 @@
 //! <data_dir>/locks/<key>.lock                    a live worker's flock
 //! <data_dir>/evidence/<ref>.transcript           evidence packet transcripts
 //! <data_dir>/candidates/<id>/transcripts/<i>     candidate-owned transcript copies
+//! <data_dir>/patches/<sha256>.patch               proposal revisions, named by their digest
 //! ```
 
 use std::path::{Path, PathBuf};
 
 /// Directories Airlock keeps beneath its data dir, created (without following symlinks) in
 /// this order when the data dir is opened.
-pub const SUBDIRS: [&str; 7] = [
+pub const SUBDIRS: [&str; 8] = [
     "checkouts",
     "locks",
     "artifacts",
@@ -22,6 +23,7 @@ pub const SUBDIRS: [&str; 7] = [
     "artifacts/quarantine",
     "evidence",
     "candidates",
+    "patches",
 ];
 
 /// The paths of one data dir.
@@ -78,6 +80,15 @@ impl DataLayout {
         self.root.join("candidates").join(candidate_id)
     }
 
+    pub fn patches(&self) -> PathBuf {
+        self.root.join("patches")
+    }
+
+    /// The artifact of the proposal revision whose patch bytes have SHA-256 `digest`.
+    pub fn patch_artifact(&self, digest: &str) -> PathBuf {
+        self.patches().join(format!("{digest}.patch"))
+    }
+
     pub fn candidate_transcripts(&self, candidate_id: &str) -> PathBuf {
         self.candidate_dir(candidate_id).join("transcripts")
     }
@@ -97,6 +108,7 @@ mod tests {
             l.quarantine(),
             l.transcript("e"),
             l.candidate_transcripts("c"),
+            l.patch_artifact("d"),
         ] {
             let rel = p.strip_prefix("/d").unwrap().to_string_lossy().into_owned();
             assert!(

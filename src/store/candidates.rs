@@ -318,7 +318,7 @@ impl Store {
     }
 }
 
-fn existing_binding(
+pub(super) fn existing_binding(
     tx: &rusqlite::Transaction,
     b: &Binding,
 ) -> Result<Option<Inserted>, StoreError> {
@@ -346,7 +346,7 @@ pub(super) fn insert_binding_checked(
     insert_binding(tx, b)
 }
 
-fn insert_binding(tx: &rusqlite::Transaction, b: &Binding) -> Result<(), StoreError> {
+pub(super) fn insert_binding(tx: &rusqlite::Transaction, b: &Binding) -> Result<(), StoreError> {
     tx.execute(
         "INSERT INTO idempotency (workspace_id, actor_key, operation, idempotency_key, digest, result_id, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",

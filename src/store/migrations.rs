@@ -131,6 +131,46 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         );
         CREATE INDEX events_by_subject ON events (workspace_id, subject, seq);",
     ),
+    (
+        7,
+        "proposals with immutable revisions and decisions",
+        "CREATE TABLE proposals (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            proposal_id TEXT NOT NULL UNIQUE,
+            workspace_id TEXT NOT NULL,
+            author TEXT NOT NULL,
+            task_id TEXT NOT NULL,
+            status TEXT NOT NULL
+                CHECK (status IN ('pending','in_review','accepted','rejected','withdrawn')),
+            version INTEGER NOT NULL CHECK (version >= 1),
+            current_revision TEXT NOT NULL,
+            record TEXT NOT NULL
+        );
+        CREATE INDEX proposals_by_workspace ON proposals (workspace_id, seq);
+        CREATE TABLE proposal_revisions (
+            proposal_id TEXT NOT NULL REFERENCES proposals (proposal_id),
+            number INTEGER NOT NULL CHECK (number >= 1),
+            revision TEXT NOT NULL CHECK (length(revision) = 64),
+            bytes INTEGER NOT NULL CHECK (bytes >= 0),
+            created_at TEXT NOT NULL,
+            affected_resources TEXT NOT NULL,
+            PRIMARY KEY (proposal_id, number),
+            UNIQUE (proposal_id, revision)
+        );
+        CREATE TABLE decisions (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            decision_id TEXT NOT NULL UNIQUE,
+            workspace_id TEXT NOT NULL,
+            proposal_id TEXT REFERENCES proposals (proposal_id),
+            revision TEXT,
+            task_id TEXT,
+            decision TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            rationale_md TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX decisions_by_workspace ON decisions (workspace_id, seq);",
+    ),
 ];
 
 /// The newest schema version this binary knows.

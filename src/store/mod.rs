@@ -9,6 +9,7 @@ mod candidates;
 pub mod claims;
 pub mod contentions;
 mod migrations;
+pub mod proposals;
 
 pub use candidates::{Binding, Inserted, StoredCandidate};
 

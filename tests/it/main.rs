@@ -13,5 +13,6 @@ mod serve_access;
 mod serve_assembly;
 mod serve_claims;
 mod serve_lifecycle;
+mod serve_proposals;
 mod support;
 mod toolchain;

@@ -3,4 +3,5 @@
 
 pub mod claims;
 pub mod contentions;
+pub mod proposals;
 pub mod resources;

@@ -55,7 +55,7 @@ impl Server {
     }
 
     /// On the fake runtime, with `ws1` governed (its repository is the worktree): alice also
-    /// holds `propose` and `admin`, dave `propose`; bob still only views.
+    /// holds `propose` and `admin`, dave `propose`; bob views and reviews.
     pub fn fake_governed() -> Server {
         Self::launch("", true, true)
     }
@@ -82,7 +82,7 @@ impl Server {
             format!(
                 "listen = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\n{extra}\n\
                  [workspaces.ws1]\n{repo_key} = \"{repo}\"\n\
-                 members = {{ alice = [\"view\", \"integrate\", \"verify\", \"decide\", \"push\"{alice_extra}], bob = [\"view\"], dave = [\"view\", \"decide\"{dave_extra}] }}\n\
+                 members = {{ alice = [\"view\", \"integrate\", \"verify\", \"decide\", \"push\"{alice_extra}], bob = [\"view\"{bob_extra}], dave = [\"view\", \"decide\"{dave_extra}] }}\n\
                  [workspaces.ws2]\nrepo = \"{repo2}\"\nmembers = {{ carol = [\"view\", \"integrate\"] }}\n\
                  [[tokens]]\nsha256 = \"{a}\"\nmember_id = \"alice\"\n\
                  [[tokens]]\nsha256 = \"{b}\"\nmember_id = \"bob\"\n\
@@ -92,6 +92,7 @@ impl Server {
                 data = dir.path().join("data").display(),
                 repo_key = if governed { "worktree" } else { "repo" },
                 alice_extra = if governed { ", \"propose\", \"admin\"" } else { "" },
+                bob_extra = if governed { ", \"review\"" } else { "" },
                 dave_extra = if governed { ", \"propose\"" } else { "" },
                 repo = repo.display(),
                 repo2 = repo2.display(),

@@ -1,0 +1,794 @@
+//! Proposals (seed 000): `proposal.create`, `proposal.attach_patch`, `proposal.get`,
+//! `proposal.list`, `proposal.request_review`, `proposal.reject` and `proposal.withdraw`.
+//!
+//! A patch is parsed by the strict parser before anything is written, stored as an artifact
+//! named by the SHA-256 of its bytes (fsynced, and checked against its name whenever it is
+//! read) and only then named by a revision row. The author must hold an active, unexpired
+//! write or exclusive claim on every affected resource. A new revision never changes an old
+//! one: everything bound to a revision names its digest, so evidence about revision n stops
+//! counting the moment n+1 is current.
+
+use super::claims::{check_text, page_limit};
+use crate::config::Permission;
+use crate::domain::claim::{ClaimState, ResourceId, directory_contains};
+use crate::domain::proposal::{ProposalEvent, ProposalState, Risk};
+use crate::engine::service::{Actor, Service, ServiceError};
+use crate::limits;
+use crate::patch::Patch;
+use crate::store::claims::ClaimFilter;
+use crate::store::proposals::{NewDecision, ProposalFilter, ProposalRow, RevisionRow};
+use crate::store::{Binding, Inserted};
+use crate::wire::{
+    ListOrder, ProposalAttachParams, ProposalCreateParams, ProposalListParams, ProposalParams,
+    ProposalTransitionParams,
+};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+/// The private part of a proposal row: what the wire object carries beyond the columns.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Record {
+    session_id: Option<String>,
+    deliberation_id: Option<String>,
+    title: String,
+    summary_md: String,
+    risk: Risk,
+    affected_resources: Vec<String>,
+    expected_tests: Vec<Vec<String>>,
+    rollback_notes: Option<String>,
+    base_revision: Option<String>,
+    created_at: String,
+    updated_at: String,
+    /// The reason given with the last transition (a rejection's, a withdrawal's).
+    reason_md: Option<String>,
+}
+
+/// Does resource `r` cover the touched path `path` (so no `file:` resource is added for it)?
+fn names_path(r: &ResourceId, path: &str) -> bool {
+    match r {
+        ResourceId::File { path: p } | ResourceId::Symbol { path: p, .. } => p == path,
+        ResourceId::Directory { path: d } => directory_contains(d, path),
+        ResourceId::Other { .. } => false,
+    }
+}
+
+/// Does a claim on `held` let its holder change `wanted`? The same id; a directory containing
+/// it; or, for a symbol, a claim on its whole file.
+fn claim_covers(held: &ResourceId, wanted: &ResourceId) -> bool {
+    if held == wanted {
+        return true;
+    }
+    match (held, wanted.path()) {
+        (ResourceId::Directory { path: d }, Some(p)) => directory_contains(d, p),
+        (ResourceId::File { path: f }, Some(p)) => {
+            matches!(wanted, ResourceId::Symbol { .. }) && f == p
+        }
+        (ResourceId::File { .. }, None)
+        | (ResourceId::Directory { .. }, None)
+        | (ResourceId::Symbol { .. }, _)
+        | (ResourceId::Other { .. }, _) => false,
+    }
+}
+
+/// The affected resources: the given ids (deduplicated, order kept), then `file:<path>` for
+/// every touched path none of them names (seed 000's rule).
+fn affected_resources(
+    given: Option<&[String]>,
+    patch: &Patch,
+) -> Result<Vec<ResourceId>, ServiceError> {
+    let mut out: Vec<ResourceId> = Vec::new();
+    for (i, id) in given.unwrap_or_default().iter().enumerate() {
+        let r = ResourceId::parse(id).map_err(|m| {
+            ServiceError::invalid_field(
+                format!("affected_resources[{i}]"),
+                format!("affected_resources[{i}] {id:?}: {m}"),
+            )
+        })?;
+        if !out.contains(&r) {
+            out.push(r);
+        }
+    }
+    for f in &patch.files {
+        for path in f.paths() {
+            if !out.iter().any(|r| names_path(r, path)) {
+                out.push(ResourceId::File { path: path.into() });
+            }
+        }
+    }
+    if out.len() > limits::MAX_AFFECTED_RESOURCES {
+        return Err(ServiceError::invalid_field(
+            "affected_resources",
+            format!(
+                "the proposal affects {} resources; the limit is {}",
+                out.len(),
+                limits::MAX_AFFECTED_RESOURCES
+            ),
+        ));
+    }
+    Ok(out)
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+impl Service {
+    /// Checks a patch's size against `max_patch_bytes` and parses it strictly.
+    fn checked_patch(&self, patch: &str) -> Result<Patch, ServiceError> {
+        let max = self.ctx.config.max_patch_bytes;
+        if patch.len() > max {
+            return Err(ServiceError::exhausted(format!(
+                "patch is {} bytes; max_patch_bytes is {max}",
+                patch.len()
+            )));
+        }
+        if patch.is_empty() {
+            return Err(ServiceError::invalid_field("patch", "patch is empty"));
+        }
+        let parsed = crate::patch::parse(patch.as_bytes())
+            .map_err(|e| ServiceError::invalid_field("patch", format!("patch refused: {e}")))?;
+        if parsed.files.is_empty() {
+            return Err(ServiceError::invalid_field(
+                "patch",
+                "patch changes no file (no `diff --git` section)",
+            ));
+        }
+        Ok(parsed)
+    }
+
+    /// Refuses unless `author` holds an active, unexpired write or exclusive claim covering
+    /// every resource in `affected`; names every one that is not covered.
+    async fn check_held(
+        &self,
+        workspace_id: &str,
+        author: &str,
+        affected: &[ResourceId],
+    ) -> Result<(), ServiceError> {
+        let now = self.ctx.clock.now().unix_timestamp();
+        let held: Vec<ResourceId> = self
+            .ctx
+            .data
+            .store
+            .list_claims(ClaimFilter {
+                workspace_id: workspace_id.into(),
+                status: Some(ClaimState::Active),
+                holder: Some(author.into()),
+                limit: u32::MAX,
+                ..Default::default()
+            })
+            .await?
+            .into_iter()
+            .filter(|c| c.mode.writes() && c.expires_at > now)
+            .map(|c| ResourceId::parse(&c.resource_id).map_err(ServiceError::internal))
+            .collect::<Result<_, _>>()?;
+        let missing: Vec<String> = affected
+            .iter()
+            .filter(|a| !held.iter().any(|h| claim_covers(h, a)))
+            .map(ResourceId::id)
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(ServiceError::precondition_field(
+            "affected_resources",
+            format!(
+                "the author holds no active write or exclusive claim on {}",
+                missing.join(", ")
+            ),
+        ))
+    }
+
+    /// Stores the patch bytes as the artifact named by their digest, durably, before any row
+    /// names it. An artifact already there is kept if its bytes check out, replaced otherwise.
+    async fn store_patch(&self, bytes: Vec<u8>) -> Result<String, ServiceError> {
+        let digest = sha256_hex(&bytes);
+        let dir = self.ctx.data.layout.patches();
+        let name = format!("{digest}.patch");
+        let d = digest.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Ok(existing) = std::fs::read(dir.join(&name))
+                && sha256_hex(&existing) == d
+            {
+                return Ok(());
+            }
+            crate::artifacts::write_atomic(&dir, &name, &bytes).map(|_| ())
+        })
+        .await
+        .expect("writing a patch does not panic")
+        .map_err(|e| ServiceError::artifact("patch artifact", e))?;
+        Ok(digest)
+    }
+
+    /// The bytes of revision `digest`, checked against their name.
+    pub(crate) async fn read_patch(&self, digest: &str) -> Result<Vec<u8>, ServiceError> {
+        let path = self.ctx.data.layout.patch_artifact(digest);
+        let d = digest.to_string();
+        tokio::task::spawn_blocking(move || {
+            let bytes = std::fs::read(&path).map_err(|e| {
+                ServiceError::internal(format!("patch artifact {}: {e}", path.display()))
+            })?;
+            if sha256_hex(&bytes) != d {
+                return Err(ServiceError::internal(format!(
+                    "patch artifact {} does not match its digest: it was changed on disk",
+                    path.display()
+                )));
+            }
+            Ok(bytes)
+        })
+        .await
+        .expect("reading a patch does not panic")
+    }
+
+    async fn proposal_in(
+        &self,
+        workspace_id: &str,
+        proposal_id: &str,
+    ) -> Result<ProposalRow, ServiceError> {
+        let not_found = || {
+            ServiceError::NotFound(format!(
+                "proposal {proposal_id:?} not found in workspace {workspace_id:?}"
+            ))
+        };
+        let p = self
+            .ctx
+            .data
+            .store
+            .proposal(proposal_id)
+            .await?
+            .ok_or_else(not_found)?;
+        if p.workspace_id != workspace_id {
+            return Err(not_found());
+        }
+        Ok(p)
+    }
+
+    fn record_of(p: &ProposalRow) -> Result<Record, ServiceError> {
+        serde_json::from_str(&p.record)
+            .map_err(|e| ServiceError::record(format!("proposal {} record", p.proposal_id), e))
+    }
+
+    /// The proposal as the API shows it.
+    async fn proposal_view(&self, p: &ProposalRow) -> Result<Value, ServiceError> {
+        let r = Self::record_of(p)?;
+        let revisions: Vec<Value> = self
+            .ctx
+            .data
+            .store
+            .revisions(&p.proposal_id)
+            .await?
+            .into_iter()
+            .map(|v| {
+                json!({"revision": v.revision, "number": v.number, "bytes": v.bytes,
+                       "created_at": v.created_at, "current": v.revision == p.current_revision})
+            })
+            .collect();
+        Ok(json!({
+            "proposal_id": p.proposal_id,
+            "workspace_id": p.workspace_id,
+            "task_id": p.task_id,
+            "session_id": r.session_id,
+            "deliberation_id": r.deliberation_id,
+            "author": p.author,
+            "title": r.title,
+            "summary_md": r.summary_md,
+            "risk": r.risk,
+            "status": p.status,
+            "version": p.version,
+            "current_revision": p.current_revision,
+            "revisions": revisions,
+            "affected_resources": r.affected_resources,
+            "expected_tests": r.expected_tests,
+            "rollback_notes": r.rollback_notes,
+            "base_revision": r.base_revision,
+            "reason_md": r.reason_md,
+            "created_at": r.created_at,
+            "updated_at": r.updated_at,
+        }))
+    }
+
+    async fn proposal_reply(&self, p: &ProposalRow) -> Result<Value, ServiceError> {
+        Ok(json!({"proposal": self.proposal_view(p).await?}))
+    }
+
+    /// `proposal.create`.
+    pub async fn proposal_create(
+        &self,
+        actor: &Actor,
+        p: ProposalCreateParams,
+    ) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::Propose)?;
+        crate::candidate::check_idempotency_key(&p.idempotency_key)
+            .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
+        check_text("task_id", &p.task_id, true)?;
+        for (field, v) in [
+            ("session_id", &p.session_id),
+            ("deliberation_id", &p.deliberation_id),
+        ] {
+            if let Some(v) = v {
+                check_text(field, v, true)?;
+            }
+        }
+        check_bounded("title", &p.title, true, limits::MAX_PROPOSAL_TITLE_BYTES)?;
+        check_bounded(
+            "summary_md",
+            &p.summary_md,
+            true,
+            limits::MAX_PROPOSAL_TEXT_BYTES,
+        )?;
+        if let Some(n) = &p.rollback_notes {
+            check_bounded("rollback_notes", n, false, limits::MAX_PROPOSAL_TEXT_BYTES)?;
+        }
+        if let Some(b) = &p.base_revision
+            && !is_object_id(b)
+        {
+            return Err(ServiceError::invalid_field(
+                "base_revision",
+                format!("base_revision {b:?} is not a full commit id (40 or 64 lowercase hex)"),
+            ));
+        }
+        let tests = p.expected_tests.clone().unwrap_or_default();
+        if tests.len() > limits::MAX_EXPECTED_TESTS {
+            return Err(ServiceError::invalid_field(
+                "expected_tests",
+                format!(
+                    "expected_tests has {} entries; the limit is {}",
+                    tests.len(),
+                    limits::MAX_EXPECTED_TESTS
+                ),
+            ));
+        }
+        for (i, argv) in tests.iter().enumerate() {
+            crate::verification::validate_argv(argv).map_err(|e| {
+                ServiceError::invalid_field(
+                    format!("expected_tests[{i}]"),
+                    format!("expected_tests[{i}]: {e}"),
+                )
+            })?;
+        }
+        let patch = self.checked_patch(&p.patch)?;
+        let author = actor.key();
+        let digest = crate::candidate::digest(&ProposalCreateParams {
+            idempotency_key: String::new(),
+            ..p.clone()
+        });
+        if let Some(id) = self
+            .bound_result(
+                &p.workspace_id,
+                &author,
+                "proposal.create",
+                &p.idempotency_key,
+                &digest,
+            )
+            .await?
+        {
+            let row = self.proposal_in(&p.workspace_id, &id).await?;
+            return self.proposal_reply(&row).await;
+        }
+        let affected = affected_resources(p.affected_resources.as_deref(), &patch)?;
+        self.check_held(&p.workspace_id, &author, &affected).await?;
+        let bytes = p.patch.len() as i64;
+        let revision = self.store_patch(p.patch.into_bytes()).await?;
+        let now = self.now_rfc3339();
+        let proposal_id = format!("prp_{}", crate::ids::new_creation_key());
+        let ids: Vec<String> = affected.iter().map(ResourceId::id).collect();
+        let record = Record {
+            session_id: p.session_id,
+            deliberation_id: p.deliberation_id,
+            title: p.title,
+            summary_md: p.summary_md,
+            risk: p.risk.unwrap_or_default(),
+            affected_resources: ids.clone(),
+            expected_tests: tests,
+            rollback_notes: p.rollback_notes,
+            base_revision: p.base_revision,
+            created_at: now.clone(),
+            updated_at: now.clone(),
+            reason_md: None,
+        };
+        let row = ProposalRow {
+            proposal_id: proposal_id.clone(),
+            workspace_id: p.workspace_id.clone(),
+            author: author.clone(),
+            task_id: p.task_id,
+            status: ProposalState::Pending,
+            version: 1,
+            current_revision: revision.clone(),
+            record: serde_json::to_string(&record).expect("a proposal record serializes"),
+            seq: 0,
+        };
+        let first = RevisionRow {
+            number: 1,
+            revision,
+            bytes,
+            created_at: now,
+            affected_resources: serde_json::to_string(&ids).expect("ids serialize"),
+        };
+        let binding = Binding {
+            workspace_id: p.workspace_id.clone(),
+            actor_key: author,
+            operation: "proposal.create".into(),
+            idempotency_key: p.idempotency_key,
+            digest: digest.clone(),
+            result_id: proposal_id.clone(),
+        };
+        let id = match self
+            .ctx
+            .data
+            .store
+            .create_proposal(row, first, binding)
+            .await?
+        {
+            Inserted::New => proposal_id,
+            Inserted::Existing {
+                digest: bound,
+                result_id,
+            } if bound == digest => result_id,
+            Inserted::Existing { .. } => {
+                return Err(ServiceError::Conflict(
+                    "idempotency_key was already used with different parameters".into(),
+                ));
+            }
+        };
+        let row = self.proposal_in(&p.workspace_id, &id).await?;
+        self.proposal_reply(&row).await
+    }
+
+    /// `proposal.attach_patch`: revision n+1, by the author, while `pending` or `in_review`.
+    pub async fn proposal_attach(
+        &self,
+        actor: &Actor,
+        p: ProposalAttachParams,
+    ) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::Propose)?;
+        crate::candidate::check_idempotency_key(&p.idempotency_key)
+            .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
+        let patch = self.checked_patch(&p.patch)?;
+        let author = actor.key();
+        let digest = crate::candidate::digest(&ProposalAttachParams {
+            idempotency_key: String::new(),
+            ..p.clone()
+        });
+        if let Some(id) = self
+            .bound_result(
+                &p.workspace_id,
+                &author,
+                "proposal.attach_patch",
+                &p.idempotency_key,
+                &digest,
+            )
+            .await?
+        {
+            let row = self.proposal_in(&p.workspace_id, &id).await?;
+            return self.proposal_reply(&row).await;
+        }
+        let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
+        if row.author != author {
+            return Err(ServiceError::PermissionDenied(
+                "only the proposal's author attaches a patch".into(),
+            ));
+        }
+        row.status.on(ProposalEvent::AttachPatch)?;
+        if row.version as u64 != p.expected_version {
+            return Err(ServiceError::Conflict(format!(
+                "proposal {} is at version {}, not expected_version {}",
+                row.proposal_id, row.version, p.expected_version
+            )));
+        }
+        let revisions = self.ctx.data.store.revisions(&row.proposal_id).await?;
+        let new_digest = sha256_hex(p.patch.as_bytes());
+        if let Some(same) = revisions.iter().find(|r| r.revision == new_digest) {
+            return Err(ServiceError::precondition_field(
+                "patch",
+                format!(
+                    "this patch is already revision {} of the proposal; attach a different one",
+                    same.number
+                ),
+            ));
+        }
+        let number = revisions.len() as u64 + 1;
+        if number > limits::MAX_PROPOSAL_REVISIONS {
+            return Err(ServiceError::exhausted(format!(
+                "proposal {} has {} revisions; the limit is {}",
+                row.proposal_id,
+                revisions.len(),
+                limits::MAX_PROPOSAL_REVISIONS
+            )));
+        }
+        let affected = affected_resources(p.affected_resources.as_deref(), &patch)?;
+        self.check_held(&p.workspace_id, &author, &affected).await?;
+        let bytes = p.patch.len() as i64;
+        let revision = self.store_patch(p.patch.into_bytes()).await?;
+        let now = self.now_rfc3339();
+        let ids: Vec<String> = affected.iter().map(ResourceId::id).collect();
+        let mut record = Self::record_of(&row)?;
+        record.affected_resources = ids.clone();
+        record.updated_at = now.clone();
+        let next = RevisionRow {
+            number: number as i64,
+            revision,
+            bytes,
+            created_at: now,
+            affected_resources: serde_json::to_string(&ids).expect("ids serialize"),
+        };
+        let row = self
+            .ctx
+            .data
+            .store
+            .attach_revision(
+                &row.proposal_id,
+                row.version,
+                serde_json::to_string(&record).expect("a proposal record serializes"),
+                next,
+                &author,
+                Binding {
+                    workspace_id: p.workspace_id.clone(),
+                    actor_key: author.clone(),
+                    operation: "proposal.attach_patch".into(),
+                    idempotency_key: p.idempotency_key,
+                    digest,
+                    result_id: row.proposal_id.clone(),
+                },
+            )
+            .await?;
+        self.proposal_reply(&row).await
+    }
+
+    /// `proposal.request_review` and `proposal.withdraw` (the author), `proposal.reject` (a
+    /// member with `review` or `admin`; records a `rejected` decision; `reason_md` required).
+    pub async fn proposal_transition(
+        &self,
+        actor: &Actor,
+        event: ProposalEvent,
+        p: ProposalTransitionParams,
+    ) -> Result<Value, ServiceError> {
+        let method = format!("proposal.{}", event.as_str());
+        match event {
+            ProposalEvent::Reject => {
+                if self
+                    .governed(actor, &p.workspace_id, Permission::Review)
+                    .is_err()
+                {
+                    self.governed(actor, &p.workspace_id, Permission::Admin)?;
+                }
+            }
+            ProposalEvent::RequestReview | ProposalEvent::Withdraw => {
+                self.governed(actor, &p.workspace_id, Permission::Propose)?;
+            }
+            ProposalEvent::AttachPatch | ProposalEvent::Accept => {
+                return Err(ServiceError::internal(format!(
+                    "{method} is not a transition method"
+                )));
+            }
+        }
+        crate::candidate::check_idempotency_key(&p.idempotency_key)
+            .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
+        match (&p.reason_md, event) {
+            (None, ProposalEvent::Reject) => {
+                return Err(ServiceError::invalid_field(
+                    "reason_md",
+                    "proposal.reject needs a reason_md",
+                ));
+            }
+            (Some(r), _) => {
+                check_bounded("reason_md", r, true, limits::MAX_PROPOSAL_TEXT_BYTES)?;
+            }
+            (None, _) => {}
+        }
+        let key = actor.key();
+        let digest = crate::candidate::digest(&ProposalTransitionParams {
+            idempotency_key: String::new(),
+            ..p.clone()
+        });
+        if let Some(id) = self
+            .bound_result(&p.workspace_id, &key, &method, &p.idempotency_key, &digest)
+            .await?
+        {
+            let row = self.proposal_in(&p.workspace_id, &id).await?;
+            return self.proposal_reply(&row).await;
+        }
+        let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
+        let by_author = row.author == key;
+        match event {
+            ProposalEvent::RequestReview | ProposalEvent::Withdraw if !by_author => {
+                return Err(ServiceError::PermissionDenied(format!(
+                    "only the proposal's author may {}",
+                    event.as_str().replace('_', " ")
+                )));
+            }
+            ProposalEvent::Reject if by_author => {
+                return Err(ServiceError::PermissionDenied(
+                    "the author cannot reject their own proposal; withdraw it instead".into(),
+                ));
+            }
+            ProposalEvent::RequestReview
+            | ProposalEvent::Withdraw
+            | ProposalEvent::Reject
+            | ProposalEvent::AttachPatch
+            | ProposalEvent::Accept => {}
+        }
+        row.status.on(event)?;
+        let now = self.now_rfc3339();
+        let mut record = Self::record_of(&row)?;
+        record.updated_at = now.clone();
+        if p.reason_md.is_some() {
+            record.reason_md = p.reason_md.clone();
+        }
+        let decision = (event == ProposalEvent::Reject).then(|| NewDecision {
+            decision_id: format!("dec_{}", crate::ids::new_creation_key()),
+            decision: "rejected".into(),
+            rationale_md: p.reason_md.clone().unwrap_or_default(),
+        });
+        let row = self
+            .ctx
+            .data
+            .store
+            .transition_proposal(
+                &row.proposal_id,
+                row.version,
+                event,
+                serde_json::to_string(&record).expect("a proposal record serializes"),
+                &key,
+                decision,
+                Binding {
+                    workspace_id: p.workspace_id.clone(),
+                    actor_key: key.clone(),
+                    operation: method,
+                    idempotency_key: p.idempotency_key,
+                    digest,
+                    result_id: row.proposal_id.clone(),
+                },
+                &now,
+            )
+            .await?;
+        self.proposal_reply(&row).await
+    }
+
+    /// `proposal.get`: the proposal, its current revision's file list (from the parser) and
+    /// the decisions recorded about it.
+    pub async fn proposal_get(
+        &self,
+        actor: &Actor,
+        p: ProposalParams,
+    ) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::View)?;
+        let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
+        let bytes = self.read_patch(&row.current_revision).await?;
+        let patch = crate::patch::parse(&bytes).map_err(|e| {
+            ServiceError::internal(format!(
+                "stored revision {} no longer parses: {e}",
+                row.current_revision
+            ))
+        })?;
+        let files: Vec<Value> = patch
+            .files
+            .iter()
+            .map(|f| {
+                json!({"operation": f.kind.as_str(), "old_path": f.old_path, "new_path": f.new_path,
+                       "old_mode": f.old_mode.map(|m| m.as_str()),
+                       "new_mode": f.new_mode.map(|m| m.as_str()),
+                       "binary": f.binary, "added": f.added, "removed": f.removed})
+            })
+            .collect();
+        let decisions: Vec<Value> = self
+            .ctx
+            .data
+            .store
+            .decisions_of(&row.proposal_id)
+            .await?
+            .into_iter()
+            .map(|(id, revision, decision, actor, rationale, at)| {
+                json!({"decision_id": id, "revision": revision, "decision": decision,
+                       "actor": actor, "rationale_md": rationale, "created_at": at})
+            })
+            .collect();
+        Ok(
+            json!({"proposal": self.proposal_view(&row).await?, "files": files, "decisions": decisions}),
+        )
+    }
+
+    /// `proposal.list`: oldest first unless `order = "newest"`; default 50, 1..=200.
+    pub async fn proposal_list(
+        &self,
+        actor: &Actor,
+        p: ProposalListParams,
+    ) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::View)?;
+        let limit = page_limit(p.limit)?;
+        let after = match &p.cursor {
+            None => None,
+            Some(c) => Some(
+                c.strip_prefix("prc_")
+                    .and_then(|n| n.parse::<i64>().ok())
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| {
+                        ServiceError::invalid_field(
+                            "cursor",
+                            format!("cursor {c:?} is not a next_cursor this server returned"),
+                        )
+                    })?,
+            ),
+        };
+        let rows = self
+            .ctx
+            .data
+            .store
+            .list_proposals(ProposalFilter {
+                workspace_id: p.workspace_id.clone(),
+                task_id: p.task_id,
+                status: p.status,
+                author: p.author,
+                after,
+                newest_first: p.order.unwrap_or_default() == ListOrder::Newest,
+                limit,
+            })
+            .await?;
+        let mut proposals = Vec::with_capacity(rows.len());
+        for r in &rows {
+            proposals.push(self.proposal_view(r).await?);
+        }
+        let next = (rows.len() == limit as usize)
+            .then(|| rows.last().map(|r| format!("prc_{}", r.seq)))
+            .flatten();
+        Ok(json!({"proposals": proposals, "next_cursor": next}))
+    }
+}
+
+fn check_bounded(field: &str, v: &str, required: bool, max: usize) -> Result<(), ServiceError> {
+    if (required && v.trim().is_empty()) || v.len() > max {
+        return Err(ServiceError::invalid_field(
+            field,
+            format!(
+                "{field} must be {}..={max} bytes{}",
+                u8::from(required),
+                if required { " and not blank" } else { "" }
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A full Git object id: 40 (SHA-1) or 64 (SHA-256) lowercase hex digits.
+fn is_object_id(s: &str) -> bool {
+    (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(id: &str) -> ResourceId {
+        ResourceId::parse(id).unwrap()
+    }
+
+    #[test]
+    fn a_claim_covers_its_id_its_directory_contents_and_its_files_symbols() {
+        assert!(claim_covers(&r("file:a/b.rs"), &r("file:a/b.rs")));
+        assert!(claim_covers(&r("directory:a"), &r("file:a/b.rs")));
+        assert!(claim_covers(&r("directory:"), &r("directory:a")));
+        assert!(claim_covers(&r("file:a/b.rs"), &r("symbol:a/b.rs#f")));
+        assert!(!claim_covers(&r("file:a/b.rs"), &r("file:a/b.rsx")));
+        assert!(!claim_covers(&r("directory:a"), &r("file:ab/c")));
+        assert!(!claim_covers(&r("symbol:a/b.rs#f"), &r("file:a/b.rs")));
+        assert!(!claim_covers(&r("db:x"), &r("db:y")));
+        assert!(claim_covers(&r("db:x"), &r("db:x")));
+    }
+
+    #[test]
+    fn touched_paths_not_named_become_file_resources_once() {
+        let patch = crate::patch::parse(
+            b"diff --git a/x b/y\nsimilarity index 100%\nrename from x\nrename to y\n\
+              diff --git a/d/z b/d/z\n--- a/d/z\n+++ b/d/z\n@@ -1 +1 @@\n-a\n+b\n",
+        )
+        .unwrap();
+        let given = vec!["directory:d".to_string(), "directory:d".to_string()];
+        let ids: Vec<String> = affected_resources(Some(&given), &patch)
+            .unwrap()
+            .iter()
+            .map(ResourceId::id)
+            .collect();
+        assert_eq!(ids, ["directory:d", "file:x", "file:y"]);
+        let bad = vec!["file:../x".to_string()];
+        let e = affected_resources(Some(&bad), &patch).unwrap_err();
+        assert!(e.to_string().contains("affected_resources[0]"), "{e}");
+    }
+}
