@@ -21,6 +21,7 @@ pub mod process;
 pub mod sandbox;
 pub mod staging;
 pub mod store;
+pub mod symbols;
 pub mod verification;
 pub mod wire;
 pub mod worktree;

@@ -31,6 +31,8 @@ fn io(e: nix::errno::Errno) -> std::io::Error {
 enum Content {
     Missing,
     Bytes(Vec<u8>),
+    /// A symlink's target text.
+    Link(Vec<u8>),
     Directory(OwnedFd),
 }
 
@@ -64,7 +66,7 @@ fn entry_at(dir: &OwnedFd, name: &str) -> std::io::Result<Content> {
     let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
     if kind == SFlag::S_IFLNK {
         let target = nix::fcntl::readlinkat(dir.as_fd(), name).map_err(io)?;
-        Ok(Content::Bytes(target.into_encoded_bytes()))
+        Ok(Content::Link(target.into_encoded_bytes()))
     } else if kind == SFlag::S_IFREG {
         let fd = nix::fcntl::openat(
             dir.as_fd(),
@@ -96,9 +98,28 @@ fn entry_at(dir: &OwnedFd, name: &str) -> std::io::Result<Content> {
 pub fn file_hash(root: &Root, path: &str) -> std::io::Result<Option<String>> {
     match read_entry(root, path)? {
         Content::Missing => Ok(None),
-        Content::Bytes(b) => Ok(Some(hex::encode(Sha256::digest(&b)))),
+        Content::Bytes(b) | Content::Link(b) => Ok(Some(hex::encode(Sha256::digest(&b)))),
         Content::Directory(_) => Err(std::io::Error::other(format!(
             "{path:?} is a directory, not a file"
+        ))),
+    }
+}
+
+/// A regular file's bytes for a parser; `None` when it is missing. A symlink or a directory is
+/// an error (neither has symbols), as is a file larger than `max` bytes.
+pub fn source(root: &Root, path: &str, max: usize) -> std::io::Result<Option<Vec<u8>>> {
+    match read_entry(root, path)? {
+        Content::Missing => Ok(None),
+        Content::Bytes(b) if b.len() > max => Err(std::io::Error::other(format!(
+            "{path:?} is {} bytes; symbols are resolved in files of at most {max}",
+            b.len()
+        ))),
+        Content::Bytes(b) => Ok(Some(b)),
+        Content::Link(_) => Err(std::io::Error::other(format!(
+            "{path:?} is a symlink, not a source file"
+        ))),
+        Content::Directory(_) => Err(std::io::Error::other(format!(
+            "{path:?} is a directory, not a source file"
         ))),
     }
 }
@@ -110,7 +131,7 @@ pub fn range_hash(root: &Root, path: &str, span: Span) -> std::io::Result<Option
     }
     let bytes = match read_entry(root, path)? {
         Content::Missing => return Ok(None),
-        Content::Bytes(b) => b,
+        Content::Bytes(b) | Content::Link(b) => b,
         Content::Directory(_) => {
             return Err(std::io::Error::other(format!(
                 "{path:?} is a directory, not a file"
@@ -136,7 +157,7 @@ pub fn directory_hash(root: &Root, path: &str) -> std::io::Result<Option<String>
         match read_entry(root, path)? {
             Content::Missing => return Ok(None),
             Content::Directory(fd) => fd,
-            Content::Bytes(_) => {
+            Content::Bytes(_) | Content::Link(_) => {
                 return Err(std::io::Error::other(format!(
                     "{path:?} is not a directory"
                 )));
@@ -186,7 +207,7 @@ fn collect(
         match entry_at(&keep, &name)? {
             Content::Missing => {}
             Content::Directory(fd) => collect(fd, &rel, out, budget)?,
-            Content::Bytes(b) => {
+            Content::Bytes(b) | Content::Link(b) => {
                 if budget.0 == 0 {
                     return Err(std::io::Error::other(format!(
                         "the directory holds more than {} entries (MAX_DIRECTORY_HASH_ENTRIES)",

@@ -14,5 +14,6 @@ mod serve_assembly;
 mod serve_claims;
 mod serve_lifecycle;
 mod serve_proposals;
+mod serve_symbols;
 mod support;
 mod toolchain;

@@ -172,12 +172,6 @@ impl Service {
         check_ttl(ttl)?;
         let resource = ResourceId::parse(&p.resource_id)
             .map_err(|m| ServiceError::invalid_field("resource_id", m))?;
-        if matches!(resource, ResourceId::Symbol { .. }) {
-            return Err(ServiceError::precondition_field(
-                "resource_id",
-                "symbol claims need the symbol's span from a parser, which this server does not have yet; claim the file instead",
-            ));
-        }
         let actor_key = actor.key();
         let digest = crate::candidate::digest(&ClaimAcquireParams {
             idempotency_key: String::new(),
@@ -197,9 +191,11 @@ impl Service {
             let c = self.claim_in(&p.workspace_id, &claim_id).await?;
             return Ok(json!({"claim": self.claim_view(&c)?}));
         }
-        // Write and exclusive claims carry the resource's hash at grant.
-        let base_hash = if p.mode.writes() {
-            let current = Self::current_hash(worktree, resource.clone())
+        // A symbol's span is resolved in the worktree now (an unresolvable symbol is refused);
+        // write and exclusive claims carry the resource's hash at grant.
+        let needs_inspection = p.mode.writes() || matches!(resource, ResourceId::Symbol { .. });
+        let (current, span) = if needs_inspection {
+            Self::inspect(worktree, resource.clone())
                 .await
                 .map_err(|e| {
                     ServiceError::precondition_field(
@@ -207,7 +203,11 @@ impl Service {
                         format!("the resource cannot be read: {e}"),
                     )
                 })?
-                .unwrap_or_default();
+        } else {
+            (None, None)
+        };
+        let base_hash = if p.mode.writes() {
+            let current = current.unwrap_or_default();
             if let Some(given) = &p.base_hash
                 && *given != current
             {
@@ -243,7 +243,7 @@ impl Service {
                 claim_id: claim_id.clone(),
                 workspace_id: p.workspace_id.clone(),
                 resource,
-                span: None,
+                span,
                 holder: actor_key.clone(),
                 task_id: p.task_id.clone(),
                 session_id: p.session_id.clone(),

@@ -15,6 +15,7 @@ use crate::domain::proposal::{ProposalEvent, ProposalState, Risk};
 use crate::engine::service::{Actor, Service, ServiceError};
 use crate::limits;
 use crate::patch::Patch;
+use crate::patch::coverage::Held;
 use crate::store::claims::ClaimFilter;
 use crate::store::proposals::{NewDecision, ProposalFilter, ProposalRow, RevisionRow};
 use crate::store::{Binding, Inserted};
@@ -137,12 +138,16 @@ impl Service {
     }
 
     /// Refuses unless `author` holds an active, unexpired write or exclusive claim covering
-    /// every resource in `affected`; names every one that is not covered.
+    /// every resource in `affected` (naming every one that is not), and unless what the author
+    /// holds covers the patch (seed 000's coverage, symbols re-resolved now; every uncovered
+    /// item named).
     async fn check_held(
         &self,
         workspace_id: &str,
+        worktree: &std::path::Path,
         author: &str,
         affected: &[ResourceId],
+        patch: &Patch,
     ) -> Result<(), ServiceError> {
         let now = self.ctx.clock.now().unix_timestamp();
         let held: Vec<ResourceId> = self
@@ -166,14 +171,40 @@ impl Service {
             .filter(|a| !held.iter().any(|h| claim_covers(h, a)))
             .map(ResourceId::id)
             .collect();
-        if missing.is_empty() {
+        if !missing.is_empty() {
+            return Err(ServiceError::precondition_field(
+                "affected_resources",
+                format!(
+                    "the author holds no active write or exclusive claim on {}",
+                    missing.join(", ")
+                ),
+            ));
+        }
+        let mut covering = Vec::with_capacity(held.len());
+        for resource in held {
+            let span = match &resource {
+                ResourceId::Symbol { .. } => {
+                    Self::inspect(worktree.to_path_buf(), resource.clone())
+                        .await
+                        .ok()
+                        .and_then(|(_, span)| span)
+                }
+                ResourceId::File { .. }
+                | ResourceId::Directory { .. }
+                | ResourceId::Other { .. } => None,
+            };
+            covering.push(Held { resource, span });
+        }
+        let uncovered = crate::patch::coverage::check(patch, &covering);
+        if uncovered.is_empty() {
             return Ok(());
         }
+        let items: Vec<String> = uncovered.iter().map(ToString::to_string).collect();
         Err(ServiceError::precondition_field(
-            "affected_resources",
+            "patch",
             format!(
-                "the author holds no active write or exclusive claim on {}",
-                missing.join(", ")
+                "the author's claims do not cover the patch: {}",
+                items.join("; ")
             ),
         ))
     }
@@ -296,7 +327,7 @@ impl Service {
         actor: &Actor,
         p: ProposalCreateParams,
     ) -> Result<Value, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::Propose)?;
+        let worktree = self.governed(actor, &p.workspace_id, Permission::Propose)?;
         crate::candidate::check_idempotency_key(&p.idempotency_key)
             .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
         check_text("task_id", &p.task_id, true)?;
@@ -365,7 +396,8 @@ impl Service {
             return self.proposal_reply(&row).await;
         }
         let affected = affected_resources(p.affected_resources.as_deref(), &patch)?;
-        self.check_held(&p.workspace_id, &author, &affected).await?;
+        self.check_held(&p.workspace_id, &worktree, &author, &affected, &patch)
+            .await?;
         let bytes = p.patch.len() as i64;
         let revision = self.store_patch(p.patch.into_bytes()).await?;
         let now = self.now_rfc3339();
@@ -439,7 +471,7 @@ impl Service {
         actor: &Actor,
         p: ProposalAttachParams,
     ) -> Result<Value, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::Propose)?;
+        let worktree = self.governed(actor, &p.workspace_id, Permission::Propose)?;
         crate::candidate::check_idempotency_key(&p.idempotency_key)
             .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
         let patch = self.checked_patch(&p.patch)?;
@@ -495,7 +527,8 @@ impl Service {
             )));
         }
         let affected = affected_resources(p.affected_resources.as_deref(), &patch)?;
-        self.check_held(&p.workspace_id, &author, &affected).await?;
+        self.check_held(&p.workspace_id, &worktree, &author, &affected, &patch)
+            .await?;
         let bytes = p.patch.len() as i64;
         let revision = self.store_patch(p.patch.into_bytes()).await?;
         let now = self.now_rfc3339();

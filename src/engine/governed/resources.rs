@@ -3,26 +3,46 @@
 
 use super::claims::{Record, check_text};
 use crate::config::Permission;
-use crate::domain::claim::{ClaimEvent, ClaimState, ResourceId};
+use crate::domain::claim::{ClaimEvent, ClaimState, ResourceId, Span};
 use crate::engine::service::{Actor, Service, ServiceError};
 use crate::store::claims::ClaimFilter;
 use crate::wire::{EndSessionParams, ReconcileParams, ResourceShowParams};
 use serde_json::{Value, json};
 
 impl Service {
-    /// The current content hash of a file or directory resource beneath `worktree`.
+    /// The current content hash of a resource beneath `worktree` (a symbol's is the hash of
+    /// its lines as resolved now).
     pub(super) async fn current_hash(
         worktree: std::path::PathBuf,
         resource: ResourceId,
     ) -> Result<Option<String>, String> {
+        Ok(Self::inspect(worktree, resource).await?.0)
+    }
+
+    /// A resource as it is in the worktree now: its content hash and, for a symbol, the span a
+    /// parser finds. An unresolvable symbol is an error, never a zero span.
+    pub(super) async fn inspect(
+        worktree: std::path::PathBuf,
+        resource: ResourceId,
+    ) -> Result<(Option<String>, Option<Span>), String> {
         tokio::task::spawn_blocking(move || {
             let root = crate::beneath::Root::open(&worktree).map_err(|e| e.to_string())?;
             match &resource {
-                ResourceId::File { path } => crate::worktree::file_hash(&root, path),
-                ResourceId::Directory { path } => crate::worktree::directory_hash(&root, path),
-                ResourceId::Symbol { .. } | ResourceId::Other { .. } => Ok(None),
+                ResourceId::File { path } => crate::worktree::file_hash(&root, path)
+                    .map(|h| (h, None))
+                    .map_err(|e| e.to_string()),
+                ResourceId::Directory { path } => crate::worktree::directory_hash(&root, path)
+                    .map(|h| (h, None))
+                    .map_err(|e| e.to_string()),
+                ResourceId::Symbol { path, name } => {
+                    let span =
+                        crate::symbols::resolve_in(&root, path, name).map_err(|e| e.to_string())?;
+                    let hash = crate::worktree::range_hash(&root, path, span)
+                        .map_err(|e| e.to_string())?;
+                    Ok((hash, Some(span)))
+                }
+                ResourceId::Other { .. } => Ok((None, None)),
             }
-            .map_err(|e| e.to_string())
         })
         .await
         .expect("hashing does not panic")
@@ -152,7 +172,7 @@ impl Service {
         };
         let path = resource.path().map(str::to_string);
         let language = path.as_deref().and_then(language_of);
-        let hash = Self::current_hash(worktree, resource.clone())
+        let (hash, span) = Self::inspect(worktree, resource.clone())
             .await
             .map_err(|e| {
                 ServiceError::precondition_field(
@@ -166,8 +186,8 @@ impl Service {
             "path": path,
             "symbol": symbol,
             "language": language,
-            "span": Value::Null,
-            "exists": hash.is_some() || matches!(resource, ResourceId::Other { .. } | ResourceId::Symbol { .. }),
+            "span": span,
+            "exists": hash.is_some() || matches!(resource, ResourceId::Other { .. }),
             "current_hash": hash.unwrap_or_default(),
         }}))
     }
@@ -181,7 +201,8 @@ pub fn language_of(path: &str) -> Option<&'static str> {
         "py" => "python",
         "go" => "go",
         "js" | "mjs" | "cjs" | "jsx" => "javascript",
-        "ts" | "tsx" | "mts" | "cts" => "typescript",
+        "ts" | "mts" | "cts" => "typescript",
+        "tsx" => "tsx",
         "c" | "h" => "c",
         "cc" | "cpp" | "hpp" | "cxx" => "cpp",
         "java" => "java",
