@@ -166,12 +166,23 @@ pub struct ClaimAcquireParams {
     pub idempotency_key: String,
 }
 
-/// `claim.show`, `claim.release` and `claim.heartbeat` parameters.
+/// `claim.show` parameters.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimParams {
     pub workspace_id: String,
     pub claim_id: String,
+}
+
+/// `claim.release` and `claim.heartbeat` parameters (the key is optional for a heartbeat,
+/// which changes nothing but `heartbeat_at`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimKeyedParams {
+    pub workspace_id: String,
+    pub claim_id: String,
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
 }
 
 /// `claim.extend` parameters.
@@ -208,13 +219,14 @@ pub struct ClaimListParams {
 
 /// `claim.suspend`, `claim.revoke` and `claim.force_release` parameters (`reason` is required
 /// for a forced release).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimAdminParams {
     pub workspace_id: String,
     pub claim_id: String,
     #[serde(default)]
     pub reason: Option<String>,
+    pub idempotency_key: String,
 }
 
 /// `event.list` parameters: events after sequence number `since` (a cursor: the last `seq`
@@ -229,6 +241,9 @@ pub struct EventListParams {
     pub kind: Option<String>,
     #[serde(default)]
     pub since: Option<i64>,
+    /// `next_cursor` of the previous page (the same position as `since`, opaque).
+    #[serde(default)]
+    pub cursor: Option<String>,
     #[serde(default)]
     pub limit: Option<u32>,
 }
@@ -242,6 +257,9 @@ pub struct ContentionListParams {
     pub resource_id: Option<String>,
     #[serde(default)]
     pub state: Option<ContentionState>,
+    /// `next_cursor` of the previous page.
+    #[serde(default)]
+    pub cursor: Option<String>,
     #[serde(default)]
     pub limit: Option<u32>,
 }
@@ -278,20 +296,22 @@ pub struct ResolveContentionParams {
 }
 
 /// `claim.reconcile` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReconcileParams {
     pub workspace_id: String,
     #[serde(default)]
     pub holder: Option<String>,
+    pub idempotency_key: String,
 }
 
 /// `claim.end_session` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EndSessionParams {
     pub workspace_id: String,
     pub session_id: String,
+    pub idempotency_key: String,
 }
 
 /// `resource.show` parameters.

@@ -65,6 +65,21 @@ impl Store {
         .await
     }
 
+    /// Records a binding on its own (for calls whose changes are several transactions and
+    /// whose answer is the binding's result), unless it exists: then the existing one.
+    pub async fn bind(&self, b: Binding) -> Result<Inserted, StoreError> {
+        self.call(move |c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            if let Some(existing) = existing_binding(&tx, &b)? {
+                return Ok(existing);
+            }
+            insert_binding(&tx, &b)?;
+            tx.commit()?;
+            Ok(Inserted::New)
+        })
+        .await
+    }
+
     /// Inserts an evidence packet and its binding in one transaction, unless the binding exists.
     pub async fn insert_evidence(
         &self,

@@ -3,6 +3,7 @@
 //! with the refusal, a per-resource fencing token that only grows, an event row with every
 //! state change, and transitions that compare-and-set the prior state.
 
+use super::candidates::insert_binding_checked;
 use super::{Store, StoreError};
 use crate::domain::claim::{ClaimEvent, ClaimMode, ClaimState, ResourceId, Span, overlap};
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
@@ -25,6 +26,21 @@ pub struct ClaimRow {
     pub record: String,
     /// The row's position in the table (a paging cursor), when the query asked for it.
     pub seq: Option<i64>,
+}
+
+/// One checked state change of a claim.
+#[derive(Debug, Clone)]
+pub struct Transition {
+    pub claim_id: String,
+    pub expected_version: i64,
+    pub event: ClaimEvent,
+    pub actor: String,
+    /// An admin acting on another's claim.
+    pub forced: bool,
+    pub reason: Option<String>,
+    pub at: String,
+    /// The idempotency binding of the call that asked for it, committed with the change.
+    pub binding: Option<super::Binding>,
 }
 
 /// Which claims `list_claims` returns (every `None` matches all).
@@ -302,7 +318,7 @@ impl Store {
 
     /// Applies `event` to a claim that is still at `expected_version`, with its event row, in
     /// one transaction. A lost race (the version moved) is `Conflict`; an event the state does
-    /// not allow is `Conflict` too, naming the transition.
+    /// not allow is `IllegalTransition`.
     pub async fn transition_claim(
         &self,
         claim_id: &str,
@@ -312,47 +328,37 @@ impl Store {
         forced: bool,
         at: &str,
     ) -> Result<ClaimRow, StoreError> {
-        self.transition_claim_with(
-            claim_id,
+        self.transition_claim_with(Transition {
+            claim_id: claim_id.into(),
             expected_version,
-            claim_event,
-            actor,
+            event: claim_event,
+            actor: actor.into(),
             forced,
-            None,
-            at,
-        )
+            reason: None,
+            at: at.into(),
+            binding: None,
+        })
         .await
     }
 
-    /// [`Store::transition_claim`] with a reason recorded in the event.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn transition_claim_with(
-        &self,
-        claim_id: &str,
-        expected_version: i64,
-        claim_event: ClaimEvent,
-        actor: &str,
-        forced: bool,
-        reason: Option<String>,
-        at: &str,
-    ) -> Result<ClaimRow, StoreError> {
-        let id = claim_id.to_string();
-        let actor = actor.to_string();
-        let at = at.to_string();
+    /// [`Store::transition_claim`] with a reason recorded in the event and an idempotency
+    /// binding committed with the change.
+    pub async fn transition_claim_with(&self, t: Transition) -> Result<ClaimRow, StoreError> {
         self.call(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let current = claim_by_id(&tx, &id)?;
-            if current.version != expected_version {
+            let id = &t.claim_id;
+            let current = claim_by_id(&tx, id)?;
+            if current.version != t.expected_version {
                 return Err(StoreError::Conflict(format!(
-                    "claim {id} is at version {}, not {expected_version}",
-                    current.version
+                    "claim {id} is at version {}, not {}",
+                    current.version, t.expected_version
                 )));
             }
-            let next = current.status.on(claim_event)?;
+            let next = current.status.on(t.event)?;
             let changed = tx.execute(
                 "UPDATE claims SET status = ?1, version = version + 1
                  WHERE claim_id = ?2 AND version = ?3",
-                params![next.as_str(), id, expected_version],
+                params![next.as_str(), id, t.expected_version],
             )?;
             if changed != 1 {
                 return Err(StoreError::Conflict(format!(
@@ -362,14 +368,17 @@ impl Store {
             event(
                 &tx,
                 &current.workspace_id,
-                &id,
-                &format!("claim.{}", claim_event.as_str()),
-                &actor,
+                id,
+                &format!("claim.{}", t.event.as_str()),
+                &t.actor,
                 Some(current.status.as_str()),
                 Some(next.as_str()),
-                &serde_json::json!({"forced": forced, "reason": reason}).to_string(),
-                &at,
+                &serde_json::json!({"forced": t.forced, "reason": t.reason}).to_string(),
+                &t.at,
             )?;
+            if let Some(b) = &t.binding {
+                insert_binding_checked(&tx, b)?;
+            }
             tx.commit()?;
             Ok(ClaimRow {
                 status: next,
@@ -412,7 +421,8 @@ impl Store {
 
     /// Moves an active claim's expiry to `new_expiry` (never earlier: the caller computed it
     /// with [`crate::domain::claim::extended_expiry`]) and its record, compare-and-set on the
-    /// version, with its event; the token does not change.
+    /// version, with its event and binding; the token does not change.
+    #[allow(clippy::too_many_arguments)] // one value each; a struct would only rename them
     pub async fn extend_claim(
         &self,
         claim_id: &str,
@@ -421,12 +431,16 @@ impl Store {
         record: String,
         actor: &str,
         at: &str,
+        binding: Option<super::Binding>,
     ) -> Result<ClaimRow, StoreError> {
         let (id, actor, at) = (claim_id.to_string(), actor.to_string(), at.to_string());
         self.call(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let current = claim_by_id(&tx, &id)?;
             current.status.on(ClaimEvent::Extend)?;
+            if let Some(b) = &binding {
+                insert_binding_checked(&tx, b)?;
+            }
             let expiry = new_expiry.max(current.expires_at);
             let changed = tx.execute(
                 "UPDATE claims SET expires_at = ?1, record = ?2, version = version + 1
@@ -505,10 +519,12 @@ impl Store {
         claim_id: &str,
         expected_version: i64,
         record: String,
+        binding: Option<super::Binding>,
     ) -> Result<i64, StoreError> {
         let id = claim_id.to_string();
         self.call(move |c| {
-            let changed = c.execute(
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let changed = tx.execute(
                 "UPDATE claims SET record = ?1, version = version + 1
                  WHERE claim_id = ?2 AND version = ?3 AND status = 'active'",
                 params![record, id, expected_version],
@@ -518,6 +534,10 @@ impl Store {
                     "claim {id} changed or is no longer active"
                 )));
             }
+            if let Some(b) = &binding {
+                insert_binding_checked(&tx, b)?;
+            }
+            tx.commit()?;
             Ok(expected_version + 1)
         })
         .await

@@ -16,6 +16,8 @@ pub struct ContentionRow {
     pub created_at: String,
     /// `{resource_id, mode, request, resolution?, reason?, resolved_by?, resolved_at?}`.
     pub record: serde_json::Value,
+    /// The row's position (a paging cursor).
+    pub seq: i64,
 }
 
 fn contention_row(r: &rusqlite::Row) -> rusqlite::Result<ContentionRow> {
@@ -27,6 +29,7 @@ fn contention_row(r: &rusqlite::Row) -> rusqlite::Result<ContentionRow> {
         state: r.get(3)?,
         created_at: r.get(4)?,
         record: serde_json::from_str(&record).unwrap_or_default(),
+        seq: r.get(6)?,
     })
 }
 
@@ -86,19 +89,45 @@ impl Store {
         &self,
         workspace_id: &str,
         state: Option<String>,
+        resource_id: Option<String>,
+        after: i64,
         limit: u32,
     ) -> Result<Vec<ContentionRow>, StoreError> {
         let ws = workspace_id.to_string();
         self.call(move |c| {
             let mut st = c.prepare(
-                "SELECT contention_id, requester, challenged_claim, state, created_at, record
+                "SELECT contention_id, requester, challenged_claim, state, created_at, record, rowid
                  FROM contentions WHERE workspace_id = ?1 AND (?2 IS NULL OR state = ?2)
-                 ORDER BY rowid LIMIT ?3",
+                   AND (?3 IS NULL OR json_extract(record, '$.resource_id') = ?3)
+                   AND rowid > ?4
+                 ORDER BY rowid LIMIT ?5",
             )?;
             let rows = st
-                .query_map(params![ws, state, limit], contention_row)?
+                .query_map(
+                    params![ws, state, resource_id, after, limit],
+                    contention_row,
+                )?
                 .collect::<rusqlite::Result<_>>()?;
             Ok(rows)
+        })
+        .await
+    }
+
+    /// One contention of a workspace.
+    pub async fn contention(
+        &self,
+        workspace_id: &str,
+        contention_id: &str,
+    ) -> Result<Option<ContentionRow>, StoreError> {
+        let (ws, id) = (workspace_id.to_string(), contention_id.to_string());
+        self.call(move |c| {
+            Ok(c.query_row(
+                "SELECT contention_id, requester, challenged_claim, state, created_at, record, rowid
+                 FROM contentions WHERE contention_id = ?1 AND workspace_id = ?2",
+                params![id, ws],
+                contention_row,
+            )
+            .optional()?)
         })
         .await
     }
@@ -110,7 +139,7 @@ impl Store {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let cont = tx
                 .query_row(
-                    "SELECT contention_id, requester, challenged_claim, state, created_at, record
+                    "SELECT contention_id, requester, challenged_claim, state, created_at, record, rowid
                      FROM contentions WHERE contention_id = ?1 AND workspace_id = ?2",
                     params![r.contention_id, r.workspace_id],
                     contention_row,

@@ -48,18 +48,33 @@ fn claims_follow_the_matrix_with_tokens_that_never_repeat() {
     let released = s.ok(
         ALICE,
         "claim.release",
-        json!({"workspace_id": "ws1", "claim_id": a["claim_id"]}),
+        json!({"workspace_id": "ws1", "claim_id": a["claim_id"], "idempotency_key": "rel1"}),
     );
     assert_eq!(released["changed"], true);
     assert_eq!(claim(&released)["status"], "released");
     let again = s.ok(
         ALICE,
         "claim.release",
-        json!({"workspace_id": "ws1", "claim_id": a["claim_id"]}),
+        json!({"workspace_id": "ws1", "claim_id": a["claim_id"], "idempotency_key": "rel2"}),
     );
     assert_eq!(
         again["changed"], false,
         "a repeated release changes nothing and says so"
+    );
+    let replayed = s.ok(
+        ALICE,
+        "claim.release",
+        json!({"workspace_id": "ws1", "claim_id": a["claim_id"], "idempotency_key": "rel1"}),
+    );
+    assert_eq!(
+        replayed["changed"], true,
+        "a replay answers what the original call answered"
+    );
+    s.err(
+        ALICE,
+        "claim.release",
+        json!({"workspace_id": "ws1", "claim_id": a["claim_id"]}),
+        "invalid_argument",
     );
     let (st, d) = acquire(&s, DAVE, "file:README", "write", "d3");
     assert_eq!(st, 200, "{d}");
@@ -73,7 +88,7 @@ fn claims_follow_the_matrix_with_tokens_that_never_repeat() {
     s.ok(
         DAVE,
         "claim.release",
-        json!({"workspace_id": "ws1", "claim_id": claim(&d)["claim_id"]}),
+        json!({"workspace_id": "ws1", "claim_id": claim(&d)["claim_id"], "idempotency_key": "rel3"}),
     );
     let (st, e) = acquire(&s, ALICE, "directory:", "write", "a3");
     assert_eq!(st, 200, "{e}");
@@ -189,6 +204,32 @@ fn expiry_needs_no_sweep_and_extension_never_shortens() {
         json!({"workspace_id": "ws1", "claim_id": id, "ttl_seconds": 120, "idempotency_key": "e2"}),
     );
     assert_eq!(claim(&ext)["expires_at"], "2026-06-01T12:02:30.000000000Z");
+    // A replay extends nothing more; the key with another ttl is a conflict.
+    let replay = s.ok(
+        ALICE,
+        "claim.extend",
+        json!({"workspace_id": "ws1", "claim_id": id, "ttl_seconds": 120, "idempotency_key": "e2"}),
+    );
+    assert_eq!(claim(&replay)["version"], claim(&ext)["version"]);
+    s.err(
+        ALICE,
+        "claim.extend",
+        json!({"workspace_id": "ws1", "claim_id": id, "ttl_seconds": 600, "idempotency_key": "e2"}),
+        "conflict",
+    );
+    // A keyed heartbeat replays too; an unkeyed one is simply sent again.
+    let hb = json!({"workspace_id": "ws1", "claim_id": id, "idempotency_key": "h1"});
+    let first = s.ok(ALICE, "claim.heartbeat", hb.clone());
+    assert_eq!(
+        s.ok(ALICE, "claim.heartbeat", hb)["claim"]["version"],
+        first["claim"]["version"]
+    );
+    let unkeyed = s.ok(
+        ALICE,
+        "claim.heartbeat",
+        json!({"workspace_id": "ws1", "claim_id": id}),
+    );
+    assert_ne!(unkeyed["claim"]["version"], first["claim"]["version"]);
     // Only the holder extends.
     s.err(
         DAVE,
@@ -243,13 +284,13 @@ fn identity_permissions_replays_and_hostile_input() {
     s.err(
         DAVE,
         "claim.release",
-        json!({"workspace_id": "ws1", "claim_id": claim(&r)["claim_id"]}),
+        json!({"workspace_id": "ws1", "claim_id": claim(&r)["claim_id"], "idempotency_key": "x"}),
         "permission_denied",
     );
     let forced = s.ok(
         ALICE,
         "claim.release",
-        json!({"workspace_id": "ws1", "claim_id": claim(&r)["claim_id"]}),
+        json!({"workspace_id": "ws1", "claim_id": claim(&r)["claim_id"], "idempotency_key": "x"}),
     );
     assert_eq!(claim(&forced)["status"], "released");
     // Hostile resource ids, modes, ttl and a stale base hash, each naming its field.
@@ -323,15 +364,29 @@ fn admins_suspend_revoke_and_force_release_with_events_and_the_sweep_marks_expir
     s.set_clock(t0);
     let (_, d) = acquire(&s, DAVE, "file:README", "write", "d1");
     let id = claim(&d)["claim_id"].clone();
-    let body =
-        |reason: Option<&str>| json!({"workspace_id": "ws1", "claim_id": id, "reason": reason});
+    let n = std::cell::Cell::new(0);
+    let body = |reason: Option<&str>| {
+        n.set(n.get() + 1);
+        json!({"workspace_id": "ws1", "claim_id": id, "reason": reason,
+               "idempotency_key": format!("adm{}", n.get())})
+    };
     // Only admins; a forced release needs a reason.
     s.err(DAVE, "claim.suspend", body(None), "permission_denied");
     let m = s.err(ALICE, "claim.force_release", body(None), "invalid_argument");
     assert!(m.contains("reason"), "{m}");
     // A suspended claim blocks nobody; suspending it again is not allowed.
-    let sus = s.ok(ALICE, "claim.suspend", body(Some("reconcile by hand")));
+    let sus_body = body(Some("reconcile by hand"));
+    let sus = s.ok(ALICE, "claim.suspend", sus_body.clone());
     assert_eq!(claim(&sus)["status"], "suspended");
+    let replay = s.ok(ALICE, "claim.suspend", sus_body.clone());
+    assert_eq!(
+        claim(&replay)["version"],
+        claim(&sus)["version"],
+        "a replay moves nothing"
+    );
+    let mut other = sus_body.clone();
+    other["reason"] = json!("another reason");
+    s.err(ALICE, "claim.suspend", other, "conflict");
     s.err(ALICE, "claim.suspend", body(None), "failed_precondition");
     let (st, a) = acquire(&s, ALICE, "file:README", "write", "a1");
     assert_eq!(st, 200, "{a}");
@@ -392,6 +447,41 @@ fn admins_suspend_revoke_and_force_release_with_events_and_the_sweep_marks_expir
             .unwrap()
             .iter()
             .all(|e| e["seq"].as_i64() > ev["next_since"].as_i64())
+    );
+    // Pages of one, by cursor, walk every event of the workspace once, in order.
+    let all = s.ok(ALICE, "event.list", json!({"workspace_id": "ws1"}));
+    let mut paged = vec![];
+    let mut cursor = Value::Null;
+    loop {
+        let v = s.ok(
+            ALICE,
+            "event.list",
+            json!({"workspace_id": "ws1", "limit": 1, "cursor": cursor}),
+        );
+        paged.extend(
+            v["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["seq"].clone()),
+        );
+        cursor = v["next_cursor"].clone();
+        if cursor.is_null() {
+            break;
+        }
+    }
+    let every: Vec<Value> = all["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].clone())
+        .collect();
+    assert_eq!(paged, every);
+    s.err(
+        ALICE,
+        "event.list",
+        json!({"workspace_id": "ws1", "since": 1, "cursor": "evc_1"}),
+        "invalid_argument",
     );
     // The maintenance pass marks an expired claim with an event.
     s.set_clock(t0 + time::Duration::seconds(2000));
@@ -494,15 +584,16 @@ fn contentions_are_listed_with_what_is_allowed_and_resolved_exactly_once() {
     );
     assert_ne!(t["claim"]["base_hash"], a["base_hash"]);
     assert_eq!(
-        resolve("transfer", "r1").1["replayed"],
-        true,
-        "same key: the original outcome"
+        resolve("transfer", "r1").1,
+        t,
+        "same key: the original answer"
     );
     let (st, v) = resolve("keep_owner", "r2");
     assert_eq!(st, 412, "already resolved: {v}");
     let done = s.ok(ALICE, "claim.contentions", json!({"workspace_id": "ws1"}));
     assert_eq!(done["contentions"][0]["state"], "resolved");
     assert_eq!(done["contentions"][0]["allowed_resolutions"], json!([]));
+    assert_eq!(done["next_cursor"], Value::Null, "one short page");
 
     // A transfer that would conflict with a third claim changes nothing.
     let (_, b) = acquire(&s, ALICE, "file:x.txt", "read", "a2");
@@ -609,10 +700,20 @@ fn reconcile_suspends_changed_resources_and_sessions_release_what_they_asked() {
     s.err(
         DAVE,
         "claim.reconcile",
-        json!({"workspace_id": "ws1"}),
+        json!({"workspace_id": "ws1", "idempotency_key": "rc0"}),
         "permission_denied",
     );
-    let r = s.ok(ALICE, "claim.reconcile", json!({"workspace_id": "ws1"}));
+    let r = s.ok(
+        ALICE,
+        "claim.reconcile",
+        json!({"workspace_id": "ws1", "idempotency_key": "rc1"}),
+    );
+    let replay = s.ok(
+        ALICE,
+        "claim.reconcile",
+        json!({"workspace_id": "ws1", "idempotency_key": "rc1"}),
+    );
+    assert_eq!(replay, r, "a replay answers the original answer");
     // README changed; docs/ did not exist at grant and now does: both are changes.
     let mut suspended: Vec<&str> = r["suspended"]
         .as_array()
@@ -639,7 +740,7 @@ fn reconcile_suspends_changed_resources_and_sessions_release_what_they_asked() {
     let r = s.ok(
         ALICE,
         "claim.reconcile",
-        json!({"workspace_id": "ws1", "holder": "member:dave"}),
+        json!({"workspace_id": "ws1", "holder": "member:dave", "idempotency_key": "rc2"}),
     );
     assert_eq!(
         r["unreadable"][0]["claim_id"],
@@ -656,7 +757,7 @@ fn reconcile_suspends_changed_resources_and_sessions_release_what_they_asked() {
     let ended = s.ok(
         DAVE,
         "claim.end_session",
-        json!({"workspace_id": "ws1", "session_id": "s1"}),
+        json!({"workspace_id": "ws1", "session_id": "s1", "idempotency_key": "es1"}),
     );
     assert_eq!(ended["released"], json!([claim(&fresh)["claim_id"]]));
     let k = s.ok(
@@ -665,4 +766,60 @@ fn reconcile_suspends_changed_resources_and_sessions_release_what_they_asked() {
         json!({"workspace_id": "ws1", "claim_id": claim(&kept)["claim_id"]}),
     );
     assert_eq!(claim(&k)["status"], "active", "hold claims stay");
+}
+
+#[test]
+fn contentions_page_with_a_cursor_and_filter_by_resource_before_the_limit() {
+    let s = Server::fake_governed();
+    for i in 0..5 {
+        let (st, _) = acquire(
+            &s,
+            ALICE,
+            &format!("file:f{i}"),
+            "exclusive",
+            &format!("a{i}"),
+        );
+        assert_eq!(st, 200);
+        assert_eq!(
+            acquire(&s, DAVE, &format!("file:f{i}"), "read", &format!("d{i}")).0,
+            409
+        );
+    }
+    let mut seen = vec![];
+    let mut cursor = Value::Null;
+    loop {
+        let v = s.ok(
+            BOB,
+            "claim.contentions",
+            json!({"workspace_id": "ws1", "limit": 2, "cursor": cursor}),
+        );
+        seen.extend(
+            v["contentions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["requested_resource_id"].as_str().unwrap().to_string()),
+        );
+        cursor = v["next_cursor"].clone();
+        if cursor.is_null() {
+            break;
+        }
+    }
+    assert_eq!(
+        seen,
+        ["file:f0", "file:f1", "file:f2", "file:f3", "file:f4"]
+    );
+    // The resource filter applies before the page is cut: f4's contention is on page one.
+    let v = s.ok(
+        BOB,
+        "claim.contentions",
+        json!({"workspace_id": "ws1", "limit": 1, "resource_id": "file:f4"}),
+    );
+    assert_eq!(v["contentions"][0]["requested_resource_id"], "file:f4");
+    s.err(
+        BOB,
+        "claim.contentions",
+        json!({"workspace_id": "ws1", "cursor": "bogus"}),
+        "invalid_argument",
+    );
 }

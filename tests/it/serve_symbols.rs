@@ -121,12 +121,20 @@ fn reconcile_re_resolves_spans_so_moved_code_is_unchanged_and_edited_code_is_not
     // Lines inserted above both move them; b's body changes too.
     let moved = format!("// header\n\n{}", LIB.replace("    2\n", "    22\n"));
     std::fs::write(s.repo.join("src/lib.rs"), moved).unwrap();
-    let r = s.ok(ALICE, "claim.reconcile", json!({"workspace_id": "ws1"}));
+    let r = s.ok(
+        ALICE,
+        "claim.reconcile",
+        json!({"workspace_id": "ws1", "idempotency_key": "r1"}),
+    );
     assert_eq!(r["unchanged"], json!([a["claim"]["claim_id"]]), "{r}");
     assert_eq!(r["suspended"], json!([b["claim"]["claim_id"]]), "{r}");
     // A symbol that no longer resolves is reported, never taken as unchanged.
     std::fs::write(s.repo.join("src/lib.rs"), "pub fn c() {}\n").unwrap();
-    let r = s.ok(ALICE, "claim.reconcile", json!({"workspace_id": "ws1"}));
+    let r = s.ok(
+        ALICE,
+        "claim.reconcile",
+        json!({"workspace_id": "ws1", "idempotency_key": "r2"}),
+    );
     assert_eq!(
         r["unreadable"][0]["claim_id"], a["claim"]["claim_id"],
         "{r}"

@@ -8,10 +8,10 @@ use crate::domain::claim::{ClaimEvent, ClaimState, ResourceId, extended_expiry};
 use crate::engine::service::{Actor, Service, ServiceError};
 use crate::limits;
 use crate::store::Binding;
-use crate::store::claims::{Acquire, Acquired, ClaimRow};
+use crate::store::claims::{Acquire, Acquired, ClaimRow, Transition};
 use crate::wire::{
-    ClaimAcquireParams, ClaimAdminParams, ClaimExtendParams, ClaimListParams, ClaimParams,
-    EventListParams,
+    ClaimAcquireParams, ClaimAdminParams, ClaimExtendParams, ClaimKeyedParams, ClaimListParams,
+    ClaimParams, EventListParams,
 };
 use serde_json::{Value, json};
 
@@ -72,7 +72,53 @@ fn check_ttl(ttl: u64) -> Result<(), ServiceError> {
     Ok(())
 }
 
+/// A checked idempotency key and the digest of the request it came with (the key left out).
+pub(super) struct Keyed {
+    pub(super) key: String,
+    pub(super) digest: String,
+    pub(super) operation: &'static str,
+}
+
+impl Keyed {
+    pub(super) fn new<T: serde::Serialize>(
+        operation: &'static str,
+        key: &str,
+        params_without_key: &T,
+    ) -> Result<Keyed, ServiceError> {
+        crate::candidate::check_idempotency_key(key)
+            .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
+        Ok(Keyed {
+            key: key.to_string(),
+            digest: crate::candidate::digest(params_without_key),
+            operation,
+        })
+    }
+
+    pub(super) fn binding(&self, workspace_id: &str, actor: &Actor, result_id: &str) -> Binding {
+        Binding {
+            workspace_id: workspace_id.to_string(),
+            actor_key: actor.key(),
+            operation: self.operation.to_string(),
+            idempotency_key: self.key.clone(),
+            digest: self.digest.clone(),
+            result_id: result_id.to_string(),
+        }
+    }
+}
+
 impl Service {
+    /// The result id an earlier call with this key recorded (a replay), if any; the key with
+    /// other parameters is `conflict`.
+    pub(super) async fn replay_of(
+        &self,
+        workspace_id: &str,
+        actor: &Actor,
+        k: &Keyed,
+    ) -> Result<Option<String>, ServiceError> {
+        self.bound_result(workspace_id, &actor.key(), k.operation, &k.key, &k.digest)
+            .await
+    }
+
     /// The workspace's worktree root, if the actor may use `perm` there and it is governed.
     pub(super) fn governed(
         &self,
@@ -285,9 +331,19 @@ impl Service {
         p: ClaimExtendParams,
     ) -> Result<Value, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::Propose)?;
-        crate::candidate::check_idempotency_key(&p.idempotency_key)
-            .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
+        let k = Keyed::new(
+            "claim.extend",
+            &p.idempotency_key,
+            &ClaimExtendParams {
+                idempotency_key: String::new(),
+                ..p.clone()
+            },
+        )?;
         check_ttl(p.ttl_seconds)?;
+        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+            let c = self.claim_in(&p.workspace_id, &id).await?;
+            return Ok(json!({"claim": self.claim_view(&c)?}));
+        }
         let c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
         if c.holder != actor.key() {
             return Err(ServiceError::PermissionDenied(
@@ -323,23 +379,40 @@ impl Service {
                 serde_json::to_string(&r).expect("a claim record serializes"),
                 &actor.key(),
                 &crate::ids::rfc3339(now),
+                Some(k.binding(&p.workspace_id, actor, &p.claim_id)),
             )
             .await?;
         Ok(json!({"claim": self.claim_view(&c)?}))
     }
 
     /// `claim.release`: by the holder (or an admin, recorded as forced). Releasing a released
-    /// claim again changes nothing and says so.
+    /// claim again changes nothing and says so (`changed: false`, no event, no binding); a
+    /// replay of the call that released it answers `changed: true` again.
     pub async fn claim_release(
         &self,
         actor: &Actor,
-        p: ClaimParams,
+        p: ClaimKeyedParams,
     ) -> Result<Value, ServiceError> {
         let admin = self
             .governed(actor, &p.workspace_id, Permission::Admin)
             .is_ok();
         if !admin {
             self.governed(actor, &p.workspace_id, Permission::Propose)?;
+        }
+        let key = p.idempotency_key.clone().ok_or_else(|| {
+            ServiceError::invalid_field("idempotency_key", "claim.release needs an idempotency_key")
+        })?;
+        let k = Keyed::new(
+            "claim.release",
+            &key,
+            &ClaimKeyedParams {
+                idempotency_key: None,
+                ..p.clone()
+            },
+        )?;
+        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+            let c = self.claim_in(&p.workspace_id, &id).await?;
+            return Ok(json!({"claim": self.claim_view(&c)?, "changed": true}));
         }
         let c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
         let holder = c.holder == actor.key();
@@ -355,14 +428,16 @@ impl Service {
             .ctx
             .data
             .store
-            .transition_claim(
-                &c.claim_id,
-                c.version,
-                ClaimEvent::Release,
-                &actor.key(),
-                !holder,
-                &self.now_rfc3339(),
-            )
+            .transition_claim_with(Transition {
+                claim_id: c.claim_id.clone(),
+                expected_version: c.version,
+                event: ClaimEvent::Release,
+                actor: actor.key(),
+                forced: !holder,
+                reason: None,
+                at: self.now_rfc3339(),
+                binding: Some(k.binding(&p.workspace_id, actor, &c.claim_id)),
+            })
             .await?;
         Ok(json!({"claim": self.claim_view(&c)?, "changed": true}))
     }
@@ -426,9 +501,26 @@ impl Service {
     pub async fn claim_heartbeat(
         &self,
         actor: &Actor,
-        p: ClaimParams,
+        p: ClaimKeyedParams,
     ) -> Result<Value, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::Propose)?;
+        let k = match &p.idempotency_key {
+            None => None,
+            Some(key) => Some(Keyed::new(
+                "claim.heartbeat",
+                key,
+                &ClaimKeyedParams {
+                    idempotency_key: None,
+                    ..p.clone()
+                },
+            )?),
+        };
+        if let Some(k) = &k
+            && let Some(id) = self.replay_of(&p.workspace_id, actor, k).await?
+        {
+            let c = self.claim_in(&p.workspace_id, &id).await?;
+            return Ok(json!({"claim": self.claim_view(&c)?}));
+        }
         let mut c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
         if c.holder != actor.key() {
             return Err(ServiceError::PermissionDenied(
@@ -449,7 +541,12 @@ impl Service {
             .ctx
             .data
             .store
-            .touch_claim(&c.claim_id, c.version, record.clone())
+            .touch_claim(
+                &c.claim_id,
+                c.version,
+                record.clone(),
+                k.map(|k| k.binding(&p.workspace_id, actor, &p.claim_id)),
+            )
             .await?;
         c.record = record;
         Ok(json!({"claim": self.claim_view(&c)?}))
@@ -465,8 +562,31 @@ impl Service {
         p: ClaimAdminParams,
     ) -> Result<Value, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::Admin)?;
+        let operation = match event {
+            ClaimEvent::Suspend => "claim.suspend",
+            ClaimEvent::Revoke => "claim.revoke",
+            ClaimEvent::Release => "claim.force_release",
+            ClaimEvent::Resume | ClaimEvent::Expire | ClaimEvent::Transfer | ClaimEvent::Extend => {
+                return Err(ServiceError::internal(format!(
+                    "{} is not an admin method",
+                    event.as_str()
+                )));
+            }
+        };
+        let k = Keyed::new(
+            operation,
+            &p.idempotency_key,
+            &ClaimAdminParams {
+                idempotency_key: String::new(),
+                ..p.clone()
+            },
+        )?;
         if let Some(r) = &p.reason {
             check_text("reason", r, true)?;
+        }
+        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+            let c = self.claim_in(&p.workspace_id, &id).await?;
+            return Ok(json!({"claim": self.claim_view(&c)?}));
         }
         if event == ClaimEvent::Release && p.reason.is_none() {
             return Err(ServiceError::invalid_field(
@@ -480,15 +600,16 @@ impl Service {
             .ctx
             .data
             .store
-            .transition_claim_with(
-                &c.claim_id,
-                c.version,
+            .transition_claim_with(Transition {
+                claim_id: c.claim_id.clone(),
+                expected_version: c.version,
                 event,
-                &actor.key(),
+                actor: actor.key(),
                 forced,
-                p.reason.clone(),
-                &self.now_rfc3339(),
-            )
+                reason: p.reason.clone(),
+                at: self.now_rfc3339(),
+                binding: Some(k.binding(&p.workspace_id, actor, &c.claim_id)),
+            })
             .await?;
         Ok(json!({"claim": self.claim_view(&c)?}))
     }
@@ -513,17 +634,36 @@ impl Service {
     ) -> Result<Value, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let limit = page_limit(p.limit)?;
+        let after = match (&p.cursor, p.since) {
+            (Some(_), Some(_)) => {
+                return Err(ServiceError::invalid_field(
+                    "cursor",
+                    "give cursor or since, not both",
+                ));
+            }
+            (Some(c), None) => c
+                .strip_prefix("evc_")
+                .and_then(|n| n.parse::<i64>().ok())
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| {
+                    ServiceError::invalid_field(
+                        "cursor",
+                        format!("cursor {c:?} is not a next_cursor this server returned"),
+                    )
+                })?,
+            (None, Some(since)) if since < 0 => {
+                return Err(ServiceError::invalid_field(
+                    "since",
+                    format!("since is {since}; it is a sequence number, 0 or more"),
+                ));
+            }
+            (None, since) => since.unwrap_or(0),
+        };
         let rows = self
             .ctx
             .data
             .store
-            .list_events(
-                &p.workspace_id,
-                p.subject,
-                p.kind,
-                p.since.unwrap_or(0),
-                limit,
-            )
+            .list_events(&p.workspace_id, p.subject, p.kind, after, limit)
             .await?;
         let events: Vec<Value> = rows
             .into_iter()
@@ -534,7 +674,12 @@ impl Service {
                        "at": at})
             })
             .collect();
-        let next = events.last().map(|e| e["seq"].clone());
-        Ok(json!({"events": events, "next_since": next}))
+        // `next_since` is the last seq seen (poll with it for what comes later);
+        // `next_cursor` is set when the page was full.
+        let last = events.last().and_then(|e| e["seq"].as_i64());
+        let next_cursor = (events.len() == limit as usize)
+            .then(|| last.map(|n| format!("evc_{n}")))
+            .flatten();
+        Ok(json!({"events": events, "next_since": last, "next_cursor": next_cursor}))
     }
 }

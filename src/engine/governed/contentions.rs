@@ -23,21 +23,31 @@ impl Service {
             ContentionState::Open => "open".to_string(),
             ContentionState::Resolved => "resolved".to_string(),
         });
+        let after = match &p.cursor {
+            None => 0,
+            Some(c) => c
+                .strip_prefix("cnc_")
+                .and_then(|n| n.parse::<i64>().ok())
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    ServiceError::invalid_field(
+                        "cursor",
+                        format!("cursor {c:?} is not a next_cursor this server returned"),
+                    )
+                })?,
+        };
         let rows = self
             .ctx
             .data
             .store
-            .list_contentions(&p.workspace_id, state, limit)
+            .list_contentions(&p.workspace_id, state, p.resource_id.clone(), after, limit)
             .await?;
+        let next = (rows.len() == limit as usize)
+            .then(|| rows.last().map(|c| format!("cnc_{}", c.seq)))
+            .flatten();
         let now = self.ctx.clock.now().unix_timestamp();
         let mut out = Vec::new();
         for c in rows {
-            if p.resource_id
-                .as_ref()
-                .is_some_and(|r| c.record["resource_id"] != *r)
-            {
-                continue;
-            }
             let challenged = self.ctx.data.store.claim(&c.challenged_claim).await?;
             let live = challenged
                 .as_ref()
@@ -45,7 +55,8 @@ impl Service {
             let allowed: &[&str] = match (c.state.as_str(), live) {
                 ("open", true) => &["keep_owner", "reject_contender", "transfer", "extend_lease"],
                 ("open", false) => &["keep_owner", "reject_contender"],
-                _ => &[],
+                // Resolved (the only other state the table allows): nothing is left to do.
+                (_, _) => &[],
             };
             let lease = challenged.as_ref().and_then(|x| {
                 time::OffsetDateTime::from_unix_timestamp(x.expires_at)
@@ -73,7 +84,7 @@ impl Service {
                 "allowed_resolutions": allowed,
             }));
         }
-        Ok(json!({"contentions": out}))
+        Ok(json!({"contentions": out, "next_cursor": next}))
     }
 
     /// `claim.resolve_contention` (admin): exactly one of concurrent resolvers wins; a
@@ -104,16 +115,33 @@ impl Service {
             .await?
             .is_some()
         {
-            return Ok(json!({"contention_id": p.contention_id, "replayed": true}));
+            // The original answer: the resolution and the claim it extended or transferred.
+            let c = self
+                .ctx
+                .data
+                .store
+                .contention(&p.workspace_id, &p.contention_id)
+                .await?
+                .ok_or_else(|| ServiceError::internal("a bound contention is gone"))?;
+            let claim = match p.resolution {
+                ResolutionKind::Transfer | ResolutionKind::ExtendLease => Some(
+                    self.claim_view(&self.claim_in(&p.workspace_id, &c.challenged_claim).await?)?,
+                ),
+                ResolutionKind::KeepOwner
+                | ResolutionKind::RejectContender
+                | ResolutionKind::Split
+                | ResolutionKind::Narrow => None,
+            };
+            return Ok(
+                json!({"contention_id": c.contention_id, "resolution": p.resolution, "claim": claim}),
+            );
         }
         let open = self
             .ctx
             .data
             .store
-            .list_contentions(&p.workspace_id, None, u32::MAX)
+            .contention(&p.workspace_id, &p.contention_id)
             .await?
-            .into_iter()
-            .find(|c| c.contention_id == p.contention_id)
             .ok_or_else(|| {
                 ServiceError::NotFound(format!("contention {:?} not found", p.contention_id))
             })?;

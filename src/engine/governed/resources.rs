@@ -1,11 +1,12 @@
 //! Resources as they are in the worktree now: `resource.show`, `claim.reconcile` (suspend
 //! claims whose resource changed) and `claim.end_session`.
 
-use super::claims::{Record, check_text};
+use super::claims::{Keyed, Record, check_text};
 use crate::config::Permission;
 use crate::domain::claim::{ClaimEvent, ClaimState, ResourceId, Span};
 use crate::engine::service::{Actor, Service, ServiceError};
-use crate::store::claims::ClaimFilter;
+use crate::store::Inserted;
+use crate::store::claims::{ClaimFilter, Transition};
 use crate::wire::{EndSessionParams, ReconcileParams, ResourceShowParams};
 use serde_json::{Value, json};
 
@@ -57,6 +58,17 @@ impl Service {
         p: ReconcileParams,
     ) -> Result<Value, ServiceError> {
         let worktree = self.governed(actor, &p.workspace_id, Permission::Admin)?;
+        let k = Keyed::new(
+            "claim.reconcile",
+            &p.idempotency_key,
+            &ReconcileParams {
+                idempotency_key: String::new(),
+                ..p.clone()
+            },
+        )?;
+        if let Some(answer) = self.replay_of(&p.workspace_id, actor, &k).await? {
+            return stored_answer(&answer);
+        }
         let rows = self
             .ctx
             .data
@@ -90,21 +102,24 @@ impl Service {
                     self.ctx
                         .data
                         .store
-                        .transition_claim_with(
-                            &c.claim_id,
-                            c.version,
-                            ClaimEvent::Suspend,
-                            &actor.key(),
-                            true,
-                            Some("the resource changed since the claim was granted".into()),
-                            &self.now_rfc3339(),
-                        )
+                        .transition_claim_with(Transition {
+                            claim_id: c.claim_id.clone(),
+                            expected_version: c.version,
+                            event: ClaimEvent::Suspend,
+                            actor: actor.key(),
+                            forced: true,
+                            reason: Some("the resource changed since the claim was granted".into()),
+                            at: self.now_rfc3339(),
+                            binding: None,
+                        })
                         .await?;
                     suspended.push(c.claim_id.clone());
                 }
             }
         }
-        Ok(json!({"suspended": suspended, "unchanged": unchanged, "unreadable": unreadable}))
+        let answer =
+            json!({"suspended": suspended, "unchanged": unchanged, "unreadable": unreadable});
+        self.keep_answer(&p.workspace_id, actor, &k, answer).await
     }
 
     /// `claim.end_session`: the session's claims with `resume_policy = "release"` are
@@ -116,6 +131,17 @@ impl Service {
     ) -> Result<Value, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::Propose)?;
         check_text("session_id", &p.session_id, true)?;
+        let k = Keyed::new(
+            "claim.end_session",
+            &p.idempotency_key,
+            &EndSessionParams {
+                idempotency_key: String::new(),
+                ..p.clone()
+            },
+        )?;
+        if let Some(answer) = self.replay_of(&p.workspace_id, actor, &k).await? {
+            return stored_answer(&answer);
+        }
         let rows = self
             .ctx
             .data
@@ -139,20 +165,51 @@ impl Service {
                 self.ctx
                     .data
                     .store
-                    .transition_claim_with(
-                        &c.claim_id,
-                        c.version,
-                        ClaimEvent::Release,
-                        &actor.key(),
-                        false,
-                        Some(format!("session {} ended", p.session_id)),
-                        &self.now_rfc3339(),
-                    )
+                    .transition_claim_with(Transition {
+                        claim_id: c.claim_id.clone(),
+                        expected_version: c.version,
+                        event: ClaimEvent::Release,
+                        actor: actor.key(),
+                        forced: false,
+                        reason: Some(format!("session {} ended", p.session_id)),
+                        at: self.now_rfc3339(),
+                        binding: None,
+                    })
                     .await?;
                 released.push(c.claim_id);
             }
         }
-        Ok(json!({"released": released}))
+        self.keep_answer(&p.workspace_id, actor, &k, json!({"released": released}))
+            .await
+    }
+
+    /// Binds the key of a call made of several transactions to its answer (kept as the
+    /// binding's result), after those transactions. A crash before this leaves the key
+    /// unbound; a retry then does the work again, which finds nothing left to change. Two
+    /// concurrent calls with one key: the first answer recorded is the one both replay.
+    async fn keep_answer(
+        &self,
+        workspace_id: &str,
+        actor: &Actor,
+        k: &Keyed,
+        answer: Value,
+    ) -> Result<Value, ServiceError> {
+        let text = answer.to_string();
+        match self
+            .ctx
+            .data
+            .store
+            .bind(k.binding(workspace_id, actor, &text))
+            .await?
+        {
+            Inserted::New => Ok(answer),
+            Inserted::Existing { digest, result_id } if digest == k.digest => {
+                stored_answer(&result_id)
+            }
+            Inserted::Existing { .. } => Err(ServiceError::Conflict(
+                "idempotency_key was already used with different parameters".into(),
+            )),
+        }
     }
 
     /// `resource.show`: what an agent inspects before claiming.
@@ -214,4 +271,9 @@ pub fn language_of(path: &str) -> Option<&'static str> {
         "yaml" | "yml" => "yaml",
         _ => return None,
     })
+}
+
+/// The answer a keyed multi-transaction call recorded.
+fn stored_answer(text: &str) -> Result<Value, ServiceError> {
+    serde_json::from_str(text).map_err(|e| ServiceError::record("a recorded answer", e))
 }
