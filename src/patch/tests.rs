@@ -581,3 +581,165 @@ fn damaged_patches_never_panic_the_parser() {
         let _ = parse(&p);
     }
 }
+
+mod properties {
+    //! Property tests (proptest, shrinking to a minimal failing input): whatever the bytes,
+    //! the parser answers without panicking, and what it accepts keeps its promises.
+    use super::super::*;
+    use proptest::prelude::*;
+
+    fn name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("a".to_string()),
+            Just("dir/b.rs".to_string()),
+            Just("\"q\\tx\"".to_string()),
+            Just("\"na\\303\\257ve\"".to_string()),
+            Just("../up".to_string()),
+            Just(".git/config".to_string()),
+            Just("/abs".to_string()),
+            "[a-z]{1,3}(/[a-z]{1,3}){0,2}",
+        ]
+    }
+
+    /// Lines shaped like the extended diff grammar, in any order and any combination.
+    fn line() -> impl Strategy<Value = String> {
+        prop_oneof![
+            (name(), name()).prop_map(|(a, b)| format!("diff --git a/{a} b/{b}")),
+            name().prop_map(|n| format!("--- a/{n}")),
+            name().prop_map(|n| format!("+++ b/{n}")),
+            Just("--- /dev/null".to_string()),
+            Just("+++ /dev/null".to_string()),
+            (0u64..5, 0u64..5, 0u64..5, 0u64..5)
+                .prop_map(|(a, b, c, d)| format!("@@ -{a},{b} +{c},{d} @@")),
+            (0u64..5, 0u64..5).prop_map(|(a, c)| format!("@@ -{a} +{c} @@ fn x()")),
+            "[ +-][ -~]{0,12}",
+            Just("\\ No newline at end of file".to_string()),
+            Just("new file mode 100644".to_string()),
+            Just("deleted file mode 100755".to_string()),
+            Just("old mode 100644".to_string()),
+            Just("new mode 120000".to_string()),
+            name().prop_map(|n| format!("rename from {n}")),
+            name().prop_map(|n| format!("rename to {n}")),
+            name().prop_map(|n| format!("copy from {n}")),
+            (0u8..=100).prop_map(|p| format!("similarity index {p}%")),
+            ("[0-9a-f]{7,40}", "[0-9a-f]{7,40}")
+                .prop_map(|(a, b)| format!("index {a}..{b} 100644")),
+            (name(), name()).prop_map(|(a, b)| format!("Binary files a/{a} and b/{b} differ")),
+            Just("GIT binary patch".to_string()),
+            (0u64..64).prop_map(|k| format!("literal {k}")),
+            (0u64..64).prop_map(|k| format!("delta {k}")),
+            "[A-Za-z][0-9A-Za-z!#$%&()*+;<=>?@^_`{|}~-]{0,20}",
+            Just(String::new()),
+        ]
+    }
+
+    /// One well-formed modification section: `ctx` context lines, then `rem` removed and
+    /// `add` added lines.
+    fn section(path: &str, ctx: usize, rem: usize, add: usize) -> String {
+        let mut s = format!(
+            "diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1,{} +1,{} @@\n",
+            ctx + rem,
+            ctx + add
+        );
+        for i in 0..ctx {
+            s.push_str(&format!(" ctx {i}\n"));
+        }
+        for i in 0..rem {
+            s.push_str(&format!("-old {i}\n"));
+        }
+        for i in 0..add {
+            s.push_str(&format!("+new {i}\n"));
+        }
+        s
+    }
+
+    /// Well-formed patches: 1..6 files with distinct safe names and random hunk shapes.
+    fn well_formed() -> impl Strategy<Value = (String, Vec<(String, u64, u64)>)> {
+        proptest::collection::btree_map(
+            "[a-z]{1,4}(/[a-z]{1,4}){0,2}",
+            (0usize..4, 0usize..5, 0usize..5),
+            1..6,
+        )
+        .prop_filter("a hunk changes something", |m| {
+            m.values().all(|(_, r, a)| r + a > 0)
+        })
+        .prop_filter("no name is a directory of another", |m| {
+            m.keys()
+                .all(|a| m.keys().all(|b| !b.starts_with(&format!("{a}/"))))
+        })
+        .prop_map(|m| {
+            let text: String = m
+                .iter()
+                .map(|(p, (c, r, a))| section(p, *c, *r, *a))
+                .collect();
+            let want = m
+                .iter()
+                .map(|(p, (_, r, a))| (p.clone(), *a as u64, *r as u64))
+                .collect();
+            (text, want)
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn well_formed_patches_parse_to_exactly_their_model((text, want) in well_formed()) {
+            let patch = parse(text.as_bytes()).map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+            let got: Vec<(String, u64, u64)> = patch
+                .files
+                .iter()
+                .map(|f| (f.new_path.clone().unwrap_or_default(), f.added, f.removed))
+                .collect();
+            prop_assert_eq!(got, want);
+        }
+
+        #[test]
+        fn a_well_formed_patch_with_one_grammar_line_spliced_in_never_panics(
+            (text, _) in well_formed(),
+            extra in line(),
+            at in any::<prop::sample::Index>(),
+        ) {
+            let mut lines: Vec<&str> = text.lines().collect();
+            let i = at.index(lines.len() + 1);
+            lines.insert(i, &extra);
+            let damaged = lines.join("\n") + "\n";
+            if let Ok(patch) = parse(damaged.as_bytes()) {
+                let mut seen = std::collections::HashSet::new();
+                for f in &patch.files {
+                    for p in f.paths() {
+                        prop_assert!(check_path(p).is_ok(), "unsafe path accepted: {p:?}");
+                        prop_assert!(seen.insert(p.to_string()), "{p:?} touched twice");
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+            let _ = parse(&bytes);
+        }
+
+        #[test]
+        fn grammar_shaped_input_never_panics_and_accepted_patches_keep_their_promises(
+            lines in proptest::collection::vec(line(), 0..40),
+            trailing_newline in any::<bool>(),
+        ) {
+            let mut text = lines.join("\n");
+            if trailing_newline {
+                text.push('\n');
+            }
+            if let Ok(patch) = parse(text.as_bytes()) {
+                let mut seen = std::collections::HashSet::new();
+                for f in &patch.files {
+                    for p in f.paths() {
+                        prop_assert!(check_path(p).is_ok(), "unsafe path accepted: {p:?}");
+                        prop_assert!(seen.insert(p.to_string()), "{p:?} touched twice");
+                    }
+                    let changed: u64 = f.changed.iter().map(|r| r.len).sum();
+                    prop_assert!(changed <= f.removed, "changed old lines {changed} > removed {}", f.removed);
+                }
+            }
+        }
+    }
+}
