@@ -151,6 +151,36 @@ pub(super) fn event(
     Ok(())
 }
 
+/// Takes the resource's next fencing token (its counter only grows) for `claim_id`, with the
+/// resource's event, inside the grant's transaction.
+pub(super) fn issue_token(
+    tx: &rusqlite::Transaction,
+    workspace_id: &str,
+    resource_id: &str,
+    actor: &str,
+    claim_id: &str,
+    at: &str,
+) -> rusqlite::Result<i64> {
+    let token: i64 = tx.query_row(
+        "UPDATE resources SET next_token = next_token + 1
+         WHERE workspace_id = ?1 AND resource_id = ?2 RETURNING next_token - 1",
+        params![workspace_id, resource_id],
+        |r| r.get(0),
+    )?;
+    event(
+        tx,
+        workspace_id,
+        resource_id,
+        "resource.token_issued",
+        actor,
+        None,
+        None,
+        &serde_json::json!({"fencing_token": token, "claim_id": claim_id}).to_string(),
+        at,
+    )?;
+    Ok(token)
+}
+
 /// The claim `id` inside a transaction, or `Conflict` when there is none.
 pub(super) fn claim_by_id(tx: &rusqlite::Transaction, id: &str) -> Result<ClaimRow, StoreError> {
     tx.query_row(
@@ -235,16 +265,31 @@ impl Store {
                 return Ok(Acquired::Refused { challenged, opened });
             }
             let resource_id = a.resource.id();
-            tx.execute(
+            let created = tx.execute(
                 "INSERT INTO resources (workspace_id, resource_id, next_token, created_at)
                  VALUES (?1, ?2, 1, ?3) ON CONFLICT DO NOTHING",
                 params![a.workspace_id, resource_id, a.now_rfc3339],
             )?;
-            let token: i64 = tx.query_row(
-                "UPDATE resources SET next_token = next_token + 1
-                 WHERE workspace_id = ?1 AND resource_id = ?2 RETURNING next_token - 1",
-                params![a.workspace_id, resource_id],
-                |r| r.get(0),
+            if created == 1 {
+                event(
+                    &tx,
+                    &a.workspace_id,
+                    &resource_id,
+                    "resource.created",
+                    &a.holder,
+                    None,
+                    None,
+                    "{}",
+                    &a.now_rfc3339,
+                )?;
+            }
+            let token = issue_token(
+                &tx,
+                &a.workspace_id,
+                &resource_id,
+                &a.holder,
+                &a.claim_id,
+                &a.now_rfc3339,
             )?;
             let granted = ClaimRow {
                 claim_id: a.claim_id.clone(),

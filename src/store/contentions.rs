@@ -211,11 +211,13 @@ impl Store {
                             )));
                         }
                     }
-                    let token: i64 = tx.query_row(
-                        "UPDATE resources SET next_token = next_token + 1
-                         WHERE workspace_id = ?1 AND resource_id = ?2 RETURNING next_token - 1",
-                        params![r.workspace_id, claim.resource_id],
-                        |x| x.get(0),
+                    let token = super::claims::issue_token(
+                        &tx,
+                        &r.workspace_id,
+                        &claim.resource_id,
+                        &r.actor,
+                        &claim.claim_id,
+                        &r.at,
                     )?;
                     tx.execute(
                         "UPDATE claims SET holder = ?1, mode = ?2, fencing_token = ?3, record = ?4,

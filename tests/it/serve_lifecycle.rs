@@ -110,9 +110,32 @@ fn expiry_with_an_injectable_clock() {
         },
         "candidate expired",
     );
-    assert!(
-        s.git_refs(&format!("refs/airlock/candidates/{cid}/"))
-            .is_empty()
+    // The fence is saved before the clean-up; the tombstone's retention starts when the
+    // clean-up has finished (its purge time is then saved). Moving the clock before that would
+    // start the retention 62 days on, so wait for both, reading the daemon's database.
+    wait_for(
+        || {
+            s.git_refs(&format!("refs/airlock/candidates/{cid}/"))
+                .is_empty()
+        },
+        "owned refs removed",
+    );
+    let db = s.dir.path().join("data/airlock.db");
+    wait_for(
+        || {
+            let c = rusqlite::Connection::open_with_flags(
+                &db,
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+            )
+            .unwrap();
+            c.query_row(
+                "SELECT purge_after IS NOT NULL FROM candidates WHERE candidate_id = ?1",
+                [&cid],
+                |r| r.get::<_, bool>(0),
+            )
+            .unwrap()
+        },
+        "tombstone retention started",
     );
     // Sixty-two days on: the tombstone is purged.
     s.set_clock(now + Duration::from_secs(62 * 86_400));
