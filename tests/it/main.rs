@@ -12,6 +12,7 @@ mod runner;
 mod serve_access;
 mod serve_assembly;
 mod serve_claims;
+mod serve_contentions;
 mod serve_governed;
 mod serve_lifecycle;
 mod serve_proposals;

@@ -8,27 +8,27 @@
 //! one: everything bound to a revision names its digest, so evidence about revision n stops
 //! counting the moment n+1 is current.
 
-use super::claims::{check_text, page_limit};
+mod affected;
+mod reads;
+
+use super::claims::check_text;
 use crate::config::Permission;
-use crate::domain::claim::{ClaimState, ResourceId, directory_contains};
+use crate::domain::claim::{ClaimState, ResourceId};
 use crate::domain::proposal::{ProposalEvent, ProposalState, Risk};
 use crate::engine::service::{Actor, Service, ServiceError};
 use crate::limits;
 use crate::patch::Patch;
 use crate::patch::coverage::Held;
 use crate::store::claims::ClaimFilter;
-use crate::store::proposals::{NewDecision, ProposalFilter, ProposalRow, RevisionRow};
+use crate::store::proposals::{NewDecision, ProposalRow, RevisionRow};
 use crate::store::{Binding, Inserted};
-use crate::wire::{
-    ListOrder, ProposalAttachParams, ProposalCreateParams, ProposalListParams, ProposalParams,
-    ProposalTransitionParams,
-};
-use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
+use crate::wire::{ProposalAttachParams, ProposalCreateParams, ProposalTransitionParams};
+use affected::{affected_resources, claim_covers, sha256_hex};
+use serde_json::Value;
 
 /// The private part of a proposal row: what the wire object carries beyond the columns.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-struct Record {
+pub(super) struct Record {
     session_id: Option<String>,
     deliberation_id: Option<String>,
     title: String,
@@ -42,75 +42,6 @@ struct Record {
     updated_at: String,
     /// The reason given with the last transition (a rejection's, a withdrawal's).
     reason_md: Option<String>,
-}
-
-/// Does resource `r` cover the touched path `path` (so no `file:` resource is added for it)?
-fn names_path(r: &ResourceId, path: &str) -> bool {
-    match r {
-        ResourceId::File { path: p } | ResourceId::Symbol { path: p, .. } => p == path,
-        ResourceId::Directory { path: d } => directory_contains(d, path),
-        ResourceId::Other { .. } => false,
-    }
-}
-
-/// Does a claim on `held` let its holder change `wanted`? The same id; a directory containing
-/// it; or, for a symbol, a claim on its whole file.
-fn claim_covers(held: &ResourceId, wanted: &ResourceId) -> bool {
-    if held == wanted {
-        return true;
-    }
-    match (held, wanted.path()) {
-        (ResourceId::Directory { path: d }, Some(p)) => directory_contains(d, p),
-        (ResourceId::File { path: f }, Some(p)) => {
-            matches!(wanted, ResourceId::Symbol { .. }) && f == p
-        }
-        (ResourceId::File { .. }, None)
-        | (ResourceId::Directory { .. }, None)
-        | (ResourceId::Symbol { .. }, _)
-        | (ResourceId::Other { .. }, _) => false,
-    }
-}
-
-/// The affected resources: the given ids (deduplicated, order kept), then `file:<path>` for
-/// every touched path none of them names (seed 000's rule).
-fn affected_resources(
-    given: Option<&[String]>,
-    patch: &Patch,
-) -> Result<Vec<ResourceId>, ServiceError> {
-    let mut out: Vec<ResourceId> = Vec::new();
-    for (i, id) in given.unwrap_or_default().iter().enumerate() {
-        let r = ResourceId::parse(id).map_err(|m| {
-            ServiceError::invalid_field(
-                format!("affected_resources[{i}]"),
-                format!("affected_resources[{i}] {id:?}: {m}"),
-            )
-        })?;
-        if !out.contains(&r) {
-            out.push(r);
-        }
-    }
-    for f in &patch.files {
-        for path in f.paths() {
-            if !out.iter().any(|r| names_path(r, path)) {
-                out.push(ResourceId::File { path: path.into() });
-            }
-        }
-    }
-    if out.len() > limits::MAX_AFFECTED_RESOURCES {
-        return Err(ServiceError::invalid_field(
-            "affected_resources",
-            format!(
-                "the proposal affects {} resources; the limit is {}",
-                out.len(),
-                limits::MAX_AFFECTED_RESOURCES
-            ),
-        ));
-    }
-    Ok(out)
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 impl Service {
@@ -248,77 +179,6 @@ impl Service {
         })
         .await
         .expect("reading a patch does not panic")
-    }
-
-    async fn proposal_in(
-        &self,
-        workspace_id: &str,
-        proposal_id: &str,
-    ) -> Result<ProposalRow, ServiceError> {
-        let not_found = || {
-            ServiceError::NotFound(format!(
-                "proposal {proposal_id:?} not found in workspace {workspace_id:?}"
-            ))
-        };
-        let p = self
-            .ctx
-            .data
-            .store
-            .proposal(proposal_id)
-            .await?
-            .ok_or_else(not_found)?;
-        if p.workspace_id != workspace_id {
-            return Err(not_found());
-        }
-        Ok(p)
-    }
-
-    fn record_of(p: &ProposalRow) -> Result<Record, ServiceError> {
-        serde_json::from_str(&p.record)
-            .map_err(|e| ServiceError::record(format!("proposal {} record", p.proposal_id), e))
-    }
-
-    /// The proposal as the API shows it.
-    async fn proposal_view(&self, p: &ProposalRow) -> Result<Value, ServiceError> {
-        let r = Self::record_of(p)?;
-        let revisions: Vec<Value> = self
-            .ctx
-            .data
-            .store
-            .revisions(&p.proposal_id)
-            .await?
-            .into_iter()
-            .map(|v| {
-                json!({"revision": v.revision, "number": v.number, "bytes": v.bytes,
-                       "created_at": v.created_at, "current": v.revision == p.current_revision})
-            })
-            .collect();
-        Ok(json!({
-            "proposal_id": p.proposal_id,
-            "workspace_id": p.workspace_id,
-            "task_id": p.task_id,
-            "session_id": r.session_id,
-            "deliberation_id": r.deliberation_id,
-            "author": p.author,
-            "title": r.title,
-            "summary_md": r.summary_md,
-            "risk": r.risk,
-            "status": p.status,
-            "version": p.version,
-            "current_revision": p.current_revision,
-            "revisions": revisions,
-            "affected_resources": r.affected_resources,
-            "expected_tests": r.expected_tests,
-            "rollback_notes": r.rollback_notes,
-            "base_revision": r.base_revision,
-            "reason_md": r.reason_md,
-            "created_at": r.created_at,
-            "updated_at": r.updated_at,
-        }))
-    }
-
-    async fn proposal_reply(&self, p: &ProposalRow) -> Result<Value, ServiceError> {
-        Ok(json!({"proposal": self.proposal_view(p).await?}))
     }
 
     /// `proposal.create`.
@@ -675,95 +535,6 @@ impl Service {
             .await?;
         self.proposal_reply(&row).await
     }
-
-    /// `proposal.get`: the proposal, its current revision's file list (from the parser) and
-    /// the decisions recorded about it.
-    pub async fn proposal_get(
-        &self,
-        actor: &Actor,
-        p: ProposalParams,
-    ) -> Result<Value, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::View)?;
-        let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
-        let bytes = self.read_patch(&row.current_revision).await?;
-        let patch = crate::patch::parse(&bytes).map_err(|e| {
-            ServiceError::internal(format!(
-                "stored revision {} no longer parses: {e}",
-                row.current_revision
-            ))
-        })?;
-        let files: Vec<Value> = patch
-            .files
-            .iter()
-            .map(|f| {
-                json!({"operation": f.kind.as_str(), "old_path": f.old_path, "new_path": f.new_path,
-                       "old_mode": f.old_mode.map(|m| m.as_str()),
-                       "new_mode": f.new_mode.map(|m| m.as_str()),
-                       "binary": f.binary, "added": f.added, "removed": f.removed})
-            })
-            .collect();
-        let decisions: Vec<Value> = self
-            .ctx
-            .data
-            .store
-            .decisions_of(&row.proposal_id)
-            .await?
-            .into_iter()
-            .map(|(id, revision, decision, actor, rationale, at)| {
-                json!({"decision_id": id, "revision": revision, "decision": decision,
-                       "actor": actor, "rationale_md": rationale, "created_at": at})
-            })
-            .collect();
-        Ok(
-            json!({"proposal": self.proposal_view(&row).await?, "files": files, "decisions": decisions}),
-        )
-    }
-
-    /// `proposal.list`: oldest first unless `order = "newest"`; default 50, 1..=200.
-    pub async fn proposal_list(
-        &self,
-        actor: &Actor,
-        p: ProposalListParams,
-    ) -> Result<Value, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::View)?;
-        let limit = page_limit(p.limit)?;
-        let after = match &p.cursor {
-            None => None,
-            Some(c) => Some(
-                c.strip_prefix("prc_")
-                    .and_then(|n| n.parse::<i64>().ok())
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| {
-                        ServiceError::invalid_field(
-                            "cursor",
-                            format!("cursor {c:?} is not a next_cursor this server returned"),
-                        )
-                    })?,
-            ),
-        };
-        let rows = self
-            .ctx
-            .data
-            .store
-            .list_proposals(ProposalFilter {
-                workspace_id: p.workspace_id.clone(),
-                task_id: p.task_id,
-                status: p.status,
-                author: p.author,
-                after,
-                newest_first: p.order.unwrap_or_default() == ListOrder::Newest,
-                limit,
-            })
-            .await?;
-        let mut proposals = Vec::with_capacity(rows.len());
-        for r in &rows {
-            proposals.push(self.proposal_view(r).await?);
-        }
-        let next = (rows.len() == limit as usize)
-            .then(|| rows.last().map(|r| format!("prc_{}", r.seq)))
-            .flatten();
-        Ok(json!({"proposals": proposals, "next_cursor": next}))
-    }
 }
 
 fn check_bounded(field: &str, v: &str, required: bool, max: usize) -> Result<(), ServiceError> {
@@ -783,45 +554,4 @@ fn check_bounded(field: &str, v: &str, required: bool, max: usize) -> Result<(),
 /// A full Git object id: 40 (SHA-1) or 64 (SHA-256) lowercase hex digits.
 fn is_object_id(s: &str) -> bool {
     (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn r(id: &str) -> ResourceId {
-        ResourceId::parse(id).unwrap()
-    }
-
-    #[test]
-    fn a_claim_covers_its_id_its_directory_contents_and_its_files_symbols() {
-        assert!(claim_covers(&r("file:a/b.rs"), &r("file:a/b.rs")));
-        assert!(claim_covers(&r("directory:a"), &r("file:a/b.rs")));
-        assert!(claim_covers(&r("directory:"), &r("directory:a")));
-        assert!(claim_covers(&r("file:a/b.rs"), &r("symbol:a/b.rs#f")));
-        assert!(!claim_covers(&r("file:a/b.rs"), &r("file:a/b.rsx")));
-        assert!(!claim_covers(&r("directory:a"), &r("file:ab/c")));
-        assert!(!claim_covers(&r("symbol:a/b.rs#f"), &r("file:a/b.rs")));
-        assert!(!claim_covers(&r("db:x"), &r("db:y")));
-        assert!(claim_covers(&r("db:x"), &r("db:x")));
-    }
-
-    #[test]
-    fn touched_paths_not_named_become_file_resources_once() {
-        let patch = crate::patch::parse(
-            b"diff --git a/x b/y\nsimilarity index 100%\nrename from x\nrename to y\n\
-              diff --git a/d/z b/d/z\n--- a/d/z\n+++ b/d/z\n@@ -1 +1 @@\n-a\n+b\n",
-        )
-        .unwrap();
-        let given = vec!["directory:d".to_string(), "directory:d".to_string()];
-        let ids: Vec<String> = affected_resources(Some(&given), &patch)
-            .unwrap()
-            .iter()
-            .map(ResourceId::id)
-            .collect();
-        assert_eq!(ids, ["directory:d", "file:x", "file:y"]);
-        let bad = vec!["file:../x".to_string()];
-        let e = affected_resources(Some(&bad), &patch).unwrap_err();
-        assert!(e.to_string().contains("affected_resources[0]"), "{e}");
-    }
 }

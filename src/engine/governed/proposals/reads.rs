@@ -1,0 +1,171 @@
+//! The read side of proposals: `proposal.get`, `proposal.list` and the wire object.
+
+use super::super::claims::page_limit;
+use super::Record;
+use crate::config::Permission;
+use crate::engine::service::{Actor, Service, ServiceError};
+use crate::store::proposals::{ProposalFilter, ProposalRow};
+use crate::wire::{ListOrder, ProposalListParams, ProposalParams};
+use serde_json::{Value, json};
+
+impl Service {
+    pub(super) async fn proposal_in(
+        &self,
+        workspace_id: &str,
+        proposal_id: &str,
+    ) -> Result<ProposalRow, ServiceError> {
+        let not_found = || {
+            ServiceError::NotFound(format!(
+                "proposal {proposal_id:?} not found in workspace {workspace_id:?}"
+            ))
+        };
+        let p = self
+            .ctx
+            .data
+            .store
+            .proposal(proposal_id)
+            .await?
+            .ok_or_else(not_found)?;
+        if p.workspace_id != workspace_id {
+            return Err(not_found());
+        }
+        Ok(p)
+    }
+
+    pub(super) fn record_of(p: &ProposalRow) -> Result<Record, ServiceError> {
+        serde_json::from_str(&p.record)
+            .map_err(|e| ServiceError::record(format!("proposal {} record", p.proposal_id), e))
+    }
+
+    /// The proposal as the API shows it.
+    pub(super) async fn proposal_view(&self, p: &ProposalRow) -> Result<Value, ServiceError> {
+        let r = Self::record_of(p)?;
+        let revisions: Vec<Value> = self
+            .ctx
+            .data
+            .store
+            .revisions(&p.proposal_id)
+            .await?
+            .into_iter()
+            .map(|v| {
+                json!({"revision": v.revision, "number": v.number, "bytes": v.bytes,
+                       "created_at": v.created_at, "current": v.revision == p.current_revision})
+            })
+            .collect();
+        Ok(json!({
+            "proposal_id": p.proposal_id,
+            "workspace_id": p.workspace_id,
+            "task_id": p.task_id,
+            "session_id": r.session_id,
+            "deliberation_id": r.deliberation_id,
+            "author": p.author,
+            "title": r.title,
+            "summary_md": r.summary_md,
+            "risk": r.risk,
+            "status": p.status,
+            "version": p.version,
+            "current_revision": p.current_revision,
+            "revisions": revisions,
+            "affected_resources": r.affected_resources,
+            "expected_tests": r.expected_tests,
+            "rollback_notes": r.rollback_notes,
+            "base_revision": r.base_revision,
+            "reason_md": r.reason_md,
+            "created_at": r.created_at,
+            "updated_at": r.updated_at,
+        }))
+    }
+
+    pub(super) async fn proposal_reply(&self, p: &ProposalRow) -> Result<Value, ServiceError> {
+        Ok(json!({"proposal": self.proposal_view(p).await?}))
+    }
+
+    /// `proposal.get`: the proposal, its current revision's file list (from the parser) and
+    /// the decisions recorded about it.
+    pub async fn proposal_get(
+        &self,
+        actor: &Actor,
+        p: ProposalParams,
+    ) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::View)?;
+        let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
+        let bytes = self.read_patch(&row.current_revision).await?;
+        let patch = crate::patch::parse(&bytes).map_err(|e| {
+            ServiceError::internal(format!(
+                "stored revision {} no longer parses: {e}",
+                row.current_revision
+            ))
+        })?;
+        let files: Vec<Value> = patch
+            .files
+            .iter()
+            .map(|f| {
+                json!({"operation": f.kind.as_str(), "old_path": f.old_path, "new_path": f.new_path,
+                       "old_mode": f.old_mode.map(|m| m.as_str()),
+                       "new_mode": f.new_mode.map(|m| m.as_str()),
+                       "binary": f.binary, "added": f.added, "removed": f.removed})
+            })
+            .collect();
+        let decisions: Vec<Value> = self
+            .ctx
+            .data
+            .store
+            .decisions_of(&row.proposal_id)
+            .await?
+            .into_iter()
+            .map(|(id, revision, decision, actor, rationale, at)| {
+                json!({"decision_id": id, "revision": revision, "decision": decision,
+                       "actor": actor, "rationale_md": rationale, "created_at": at})
+            })
+            .collect();
+        Ok(
+            json!({"proposal": self.proposal_view(&row).await?, "files": files, "decisions": decisions}),
+        )
+    }
+
+    /// `proposal.list`: oldest first unless `order = "newest"`; default 50, 1..=200.
+    pub async fn proposal_list(
+        &self,
+        actor: &Actor,
+        p: ProposalListParams,
+    ) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::View)?;
+        let limit = page_limit(p.limit)?;
+        let after = match &p.cursor {
+            None => None,
+            Some(c) => Some(
+                c.strip_prefix("prc_")
+                    .and_then(|n| n.parse::<i64>().ok())
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| {
+                        ServiceError::invalid_field(
+                            "cursor",
+                            format!("cursor {c:?} is not a next_cursor this server returned"),
+                        )
+                    })?,
+            ),
+        };
+        let rows = self
+            .ctx
+            .data
+            .store
+            .list_proposals(ProposalFilter {
+                workspace_id: p.workspace_id.clone(),
+                task_id: p.task_id,
+                status: p.status,
+                author: p.author,
+                after,
+                newest_first: p.order.unwrap_or_default() == ListOrder::Newest,
+                limit,
+            })
+            .await?;
+        let mut proposals = Vec::with_capacity(rows.len());
+        for r in &rows {
+            proposals.push(self.proposal_view(r).await?);
+        }
+        let next = (rows.len() == limit as usize)
+            .then(|| rows.last().map(|r| format!("prc_{}", r.seq)))
+            .flatten();
+        Ok(json!({"proposals": proposals, "next_cursor": next}))
+    }
+}
