@@ -27,8 +27,13 @@ pub(super) fn split_header_names(s: &str) -> HeaderNames {
         && s.len() % 2 == 1
     {
         let half = (s.len() - 1) / 2;
-        let (a, b) = (&s[..half], &s[half + 1..]);
-        if s.as_bytes()[half] == b' ' && b.strip_prefix("b/") == Some(&a[2..]) {
+        // The space test comes first: only then is `half` sure to be a char boundary (a byte in
+        // the middle of a multibyte character is never b' '; the fuzzer found the slice that
+        // panicked when this order was the other way round).
+        if s.as_bytes()[half] == b' '
+            && let (a, b) = (&s[..half], &s[half + 1..])
+            && b.strip_prefix("b/") == Some(&a[2..])
+        {
             let _ = rest;
             return pair(a, b);
         }

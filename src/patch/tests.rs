@@ -507,6 +507,21 @@ fn hostile_and_malformed_patches_are_refused_with_the_line() {
 }
 
 #[test]
+fn a_header_split_inside_a_multibyte_character_is_refused_not_a_panic() {
+    // Found by `cargo fuzz` (fuzz/): "a/" + a 3-byte character + "ab" is 7 bytes, so the
+    // midpoint test of the `a/X b/X` form sliced inside the character.
+    for header in [
+        &b"diff --git a/\xe9\x9f\x9fab\n"[..],
+        b"diff --git a/\xe9\x9f\x9fab b/x\n",
+        b"diff --git a/x\xe9\x9f\x9f b/x\xe9\x9f\x9f\n",
+    ] {
+        let _ = parse(header);
+    }
+    let p = parse("diff --git a/é b/é\nnew file mode 100644\n".as_bytes()).unwrap();
+    assert_eq!(p.files[0].new_path.as_deref(), Some("é"));
+}
+
+#[test]
 fn quoted_names_decode_as_git_writes_them() {
     assert_eq!(
         unquote("\"a/na\\303\\257ve\\tx\\\"y\\\\z\"", 1).unwrap(),
@@ -598,6 +613,8 @@ mod properties {
             Just(".git/config".to_string()),
             Just("/abs".to_string()),
             "[a-z]{1,3}(/[a-z]{1,3}){0,2}",
+            // Multibyte characters, so byte offsets can fall inside one.
+            "[a-zé韟 ]{1,5}",
         ]
     }
 
