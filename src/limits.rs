@@ -201,3 +201,5 @@ pub const MAX_EXPECTED_TESTS: usize = 32;
 pub const MAX_PROPOSAL_REVISIONS: u64 = 100;
 /// Largest `proposal.list` page.
 pub const MAX_PROPOSAL_LIST_LIMIT: u32 = 200;
+/// Most ended claims one maintenance pass removes (the rest wait for the next pass).
+pub const CLAIM_PURGE_BATCH: u32 = 1000;

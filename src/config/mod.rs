@@ -42,6 +42,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
 pub const DEFAULT_EVIDENCE_TTL_DAYS: u64 = 7;
 /// Days one-shot `airlock run` results are kept when the config names none.
 pub const DEFAULT_RUN_RETENTION_DAYS: u64 = 30;
+/// Days an ended claim is kept past its expiry when the config names none.
+pub const DEFAULT_CLAIM_RETENTION_DAYS: u64 = 30;
 /// Concurrent HTTP connections `airlock serve` keeps when the config names none.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 /// Seconds between periodic recovery and expiry passes of the daemon.
@@ -58,6 +60,7 @@ struct RawConfig {
     checkout_filesystem: Option<CheckoutFilesystem>,
     min_free_bytes: Option<u64>,
     run_retention_days: Option<u64>,
+    claim_retention_days: Option<u64>,
     max_connections: Option<usize>,
     header_read_timeout_seconds: Option<u64>,
     body_read_timeout_seconds: Option<u64>,
@@ -231,6 +234,9 @@ pub struct Config {
     pub min_free_bytes: u64,
     /// How long one-shot `airlock run` results are kept.
     pub run_retention: std::time::Duration,
+    /// How long a claim that ended (released, revoked, expired) is kept past its expiry, with
+    /// its events and contentions.
+    pub claim_retention: std::time::Duration,
     /// Most concurrent HTTP connections `airlock serve` keeps open.
     pub max_connections: usize,
     /// Time a client has to send a request's headers.
@@ -475,6 +481,16 @@ impl Config {
                 &limits::RUN_RETENTION_DAYS,
             ));
         }
+        let claim_days = raw
+            .claim_retention_days
+            .unwrap_or(DEFAULT_CLAIM_RETENTION_DAYS);
+        if !limits::RUN_RETENTION_DAYS.contains(&claim_days) {
+            return Err(bound(
+                "claim_retention_days",
+                claim_days,
+                &limits::RUN_RETENTION_DAYS,
+            ));
+        }
         let max_connections = raw.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
         if !(1..=limits::MAX_CONNECTIONS_BOUND).contains(&max_connections) {
             return Err(ConfigError::Invalid {
@@ -535,6 +551,7 @@ impl Config {
             checkout_filesystem: raw.checkout_filesystem.unwrap_or_default(),
             min_free_bytes: raw.min_free_bytes.unwrap_or(limits::DEFAULT_MIN_FREE_BYTES),
             run_retention: std::time::Duration::from_secs(retention_days * 86_400),
+            claim_retention: std::time::Duration::from_secs(claim_days * 86_400),
             max_connections,
             max_concurrent_verifications: max_concurrent,
             data_dir: raw

@@ -146,6 +146,9 @@ fn workspaces_and_tokens() {
             "body_read_timeout_seconds",
         ),
         ("keep_alive_idle_seconds = 0\n", "keep_alive_idle_seconds"),
+        ("claim_retention_days = 0\n", "claim_retention_days"),
+        ("max_patch_bytes = 100\n", "max_patch_bytes"),
+        ("max_patch_bytes = 999999999\n", "max_patch_bytes"),
         ("checkout_filesystem = \"tmpfs\"\n", "checkout_filesystem"),
         (
             "[[tokens]]\nsha256 = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nmember_id = \"a\"\n\

@@ -1,6 +1,6 @@
 //! The daemon's periodic work, in a fixed order: recovery of interrupted verifications (and
 //! retention of one-shot results), delivery reconciliation from receipts, evidence expiry,
-//! candidate expiry, claim expiry, packing Airlock's private refs, pruning idle per-candidate
+//! candidate expiry, claim expiry and retention, packing Airlock's private refs, pruning idle per-candidate
 //! locks.
 //! Every step's failure is logged and retried on the next pass; no step depends on an earlier
 //! one having succeeded.
@@ -35,6 +35,11 @@ pub async fn pass(service: &Service, runtime: &dyn ContainerRuntime) {
         Ok(0) => {}
         Ok(n) => tracing::info!(expired = n, "claims past their expiry marked expired"),
         Err(e) => tracing::error!(error = %e, "claim expiry failed; will retry"),
+    }
+    match service.purge_ended_claims().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(purged = n, "ended claims past claim_retention_days removed"),
+        Err(e) => tracing::error!(error = %e, "claim retention failed; will retry"),
     }
     pack_refs(service).await;
     let pruned = service.prune_candidate_locks();

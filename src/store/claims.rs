@@ -557,6 +557,41 @@ impl Store {
         .await
     }
 
+    /// Removes claims that ended (released, revoked, expired) and expired before `before`
+    /// (Unix seconds), with their events, their contentions and those contentions' events,
+    /// at most `limit` per call, in one transaction. Resource rows stay: their token counters
+    /// must never start again.
+    pub async fn purge_ended_claims(&self, before: i64, limit: u32) -> Result<usize, StoreError> {
+        self.call(move |c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let ids: Vec<String> = {
+                let mut st = tx.prepare(
+                    "SELECT claim_id FROM claims
+                     WHERE status IN ('released','revoked','expired') AND expires_at < ?1
+                     ORDER BY expires_at LIMIT ?2",
+                )?;
+                st.query_map(params![before, limit], |r| r.get(0))?
+                    .collect::<rusqlite::Result<_>>()?
+            };
+            for id in &ids {
+                tx.execute(
+                    "DELETE FROM events WHERE subject IN
+                        (SELECT contention_id FROM contentions WHERE challenged_claim = ?1)",
+                    params![id],
+                )?;
+                tx.execute(
+                    "DELETE FROM contentions WHERE challenged_claim = ?1",
+                    params![id],
+                )?;
+                tx.execute("DELETE FROM events WHERE subject = ?1", params![id])?;
+                tx.execute("DELETE FROM claims WHERE claim_id = ?1", params![id])?;
+            }
+            tx.commit()?;
+            Ok(ids.len())
+        })
+        .await
+    }
+
     /// Replaces an active claim's record (a heartbeat), compare-and-set on the version. Not a
     /// state change, so no event.
     pub async fn touch_claim(

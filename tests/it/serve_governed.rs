@@ -367,3 +367,70 @@ fn every_unsafe_path_is_refused_naming_the_field() {
     let (st, v) = acquire(&s, ALICE, "file:m\\a.rs", "read", "ok");
     assert_eq!(st, 200, "{v}");
 }
+
+#[test]
+fn ended_claims_are_removed_after_the_retention_with_their_events_and_tokens_keep_growing() {
+    let s = governed_with_source("maintenance_interval_seconds = 1\nclaim_retention_days = 30");
+    let keys = Keys(std::cell::Cell::new(0));
+    let t0 = time::OffsetDateTime::now_utc();
+    s.set_clock(t0);
+    let day = time::Duration::days(1);
+    let body = |resource: &str, ttl: u64, key: String| {
+        json!({"workspace_id": "ws1", "task_id": "t", "resource_id": resource, "mode": "write",
+               "ttl_seconds": ttl, "idempotency_key": key})
+    };
+    let a = s.ok(ALICE, "claim.acquire", body("file:m/a.rs", 60, keys.next()))["claim"].clone();
+    s.ok(
+        ALICE,
+        "claim.release",
+        json!({"workspace_id": "ws1", "claim_id": a["claim_id"], "idempotency_key": keys.next()}),
+    );
+    let b = s.ok(
+        ALICE,
+        "claim.acquire",
+        body("file:m/ab.rs", 86_400, keys.next()),
+    )["claim"]
+        .clone();
+    let (st, _) = s.call(DAVE, "claim.acquire", body("file:m/ab.rs", 60, keys.next()));
+    assert_eq!(st, 409, "a contention on b");
+    s.set_clock(t0 + day * 10);
+    let c = s.ok(
+        ALICE,
+        "claim.acquire",
+        body("file:m/sub/c.txt", 86_400, keys.next()),
+    )["claim"]
+        .clone();
+    let show = |c: &Value| {
+        s.call(
+            ALICE,
+            "claim.show",
+            json!({"workspace_id": "ws1", "claim_id": c["claim_id"]}),
+        )
+        .0
+    };
+    assert_eq!((show(&a), show(&b)), (200, 200), "within the retention");
+    // 32 days on: a (expired at t0 + 60 s) and b (t0 + 1 day) are past 30 days; c is not.
+    s.set_clock(t0 + day * 32);
+    crate::support::daemon::wait_for(|| show(&a) == 404 && show(&b) == 404, "a and b purged");
+    assert_eq!(show(&c), 200);
+    for gone in [&a, &b] {
+        let ev = s.ok(
+            ALICE,
+            "event.list",
+            json!({"workspace_id": "ws1", "subject": gone["claim_id"]}),
+        );
+        assert_eq!(ev["events"], json!([]), "{ev}");
+    }
+    let open = s.ok(ALICE, "claim.contentions", json!({"workspace_id": "ws1"}));
+    assert_eq!(
+        open["contentions"],
+        json!([]),
+        "b's contention went with it"
+    );
+    // The resource rows stay: the next grant on a's file continues its counter.
+    let again = s.ok(ALICE, "claim.acquire", body("file:m/a.rs", 60, keys.next()));
+    assert!(
+        again["claim"]["fencing_token"].as_i64() > a["fencing_token"].as_i64(),
+        "{again}"
+    );
+}

@@ -626,6 +626,19 @@ impl Service {
             .await?)
     }
 
+    /// The maintenance pass's retention: ended claims more than `claim_retention_days` past
+    /// their expiry are removed with their events and contentions, a bounded batch at a time.
+    pub async fn purge_ended_claims(&self) -> Result<usize, ServiceError> {
+        let keep = self.ctx.config.claim_retention.as_secs() as i64;
+        let before = self.ctx.clock.now().unix_timestamp().saturating_sub(keep);
+        Ok(self
+            .ctx
+            .data
+            .store
+            .purge_ended_claims(before, limits::CLAIM_PURGE_BATCH)
+            .await?)
+    }
+
     /// `event.list`: a governed workspace's events after `since`, oldest first.
     pub async fn event_list(
         &self,
