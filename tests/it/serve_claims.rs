@@ -6,15 +6,6 @@
 use crate::support::daemon::{ALICE, BOB, DAVE, RUN_A, Server};
 use serde_json::{Value, json};
 
-fn acquire(s: &Server, token: &str, resource: &str, mode: &str, key: &str) -> (u16, Value) {
-    s.call(
-        token,
-        "claim.acquire",
-        json!({"workspace_id": "ws1", "task_id": "t1", "resource_id": resource, "mode": mode,
-               "idempotency_key": key}),
-    )
-}
-
 fn claim(v: &Value) -> &Value {
     &v["claim"]
 }
@@ -22,7 +13,7 @@ fn claim(v: &Value) -> &Value {
 #[test]
 fn claims_follow_the_matrix_with_tokens_that_never_repeat() {
     let s = Server::fake_governed();
-    let (st, a) = acquire(&s, ALICE, "directory:", "write", "a1");
+    let (st, a) = s.acquire(ALICE, "directory:", "write", "a1");
     assert_eq!(st, 200, "{a}");
     let a = claim(&a).clone();
     assert_eq!(
@@ -41,7 +32,7 @@ fn claims_follow_the_matrix_with_tokens_that_never_repeat() {
         json!({"workspace_id": "ws1", "task_id": "t2", "resource_id": "file:README", "mode": "write", "idempotency_key": "d1"}),
         "conflict");
     assert!(m.contains(a["claim_id"].as_str().unwrap()), "{m}");
-    let (st, r) = acquire(&s, DAVE, "file:README", "read", "d2");
+    let (st, r) = s.acquire(DAVE, "file:README", "read", "d2");
     assert_eq!(st, 200, "{r}");
     assert_eq!(claim(&r)["base_hash"], Value::Null, "reads carry no hash");
     // Released, the resource is free; the next grant has a larger token.
@@ -76,21 +67,21 @@ fn claims_follow_the_matrix_with_tokens_that_never_repeat() {
         json!({"workspace_id": "ws1", "claim_id": a["claim_id"]}),
         "invalid_argument",
     );
-    let (st, d) = acquire(&s, DAVE, "file:README", "write", "d3");
+    let (st, d) = s.acquire(DAVE, "file:README", "write", "d3");
     assert_eq!(st, 200, "{d}");
     assert_eq!(
         claim(&d)["fencing_token"],
         2,
         "a counter per resource: dave's read was its first grant"
     );
-    let (st, e) = acquire(&s, ALICE, "directory:", "write", "a2");
+    let (st, e) = s.acquire(ALICE, "directory:", "write", "a2");
     assert_eq!(st, 409, "dave writes README inside it: {e}");
     s.ok(
         DAVE,
         "claim.release",
         json!({"workspace_id": "ws1", "claim_id": claim(&d)["claim_id"], "idempotency_key": "rel3"}),
     );
-    let (st, e) = acquire(&s, ALICE, "directory:", "write", "a3");
+    let (st, e) = s.acquire(ALICE, "directory:", "write", "a3");
     assert_eq!(st, 200, "{e}");
     assert_eq!(
         claim(&e)["fencing_token"],
@@ -239,7 +230,7 @@ fn expiry_needs_no_sweep_and_extension_never_shortens() {
     );
     // One second before expiry it blocks; at the instant it expires it does not, unswept.
     s.set_clock(t0 + time::Duration::seconds(149));
-    assert_eq!(acquire(&s, DAVE, "file:README", "read", "d1").0, 409);
+    assert_eq!(s.acquire(DAVE, "file:README", "read", "d1").0, 409);
     s.set_clock(t0 + time::Duration::seconds(150));
     let shown = s.ok(
         ALICE,
@@ -247,7 +238,7 @@ fn expiry_needs_no_sweep_and_extension_never_shortens() {
         json!({"workspace_id": "ws1", "claim_id": id}),
     );
     assert_eq!(claim(&shown)["status"], "expired");
-    assert_eq!(acquire(&s, DAVE, "file:README", "write", "d2").0, 200);
+    assert_eq!(s.acquire(DAVE, "file:README", "write", "d2").0, 200);
     s.err(
         ALICE,
         "claim.extend",
@@ -272,14 +263,14 @@ fn identity_permissions_replays_and_hostile_input() {
         json!({"workspace_id": "ws1", "task_id": "t", "resource_id": "file:README", "mode": "read", "idempotency_key": "k"}),
         "permission_denied");
     // A run token claims as its run.
-    let (st, r) = acquire(&s, RUN_A, "file:notes.md", "write", "r1");
+    let (st, r) = s.acquire(RUN_A, "file:notes.md", "write", "r1");
     assert_eq!(st, 200, "{r}");
     assert_eq!(claim(&r)["holder"], "run:ws1/run_a");
     assert_eq!(claim(&r)["base_hash"], "", "a missing file hashes as empty");
     // The same key: the same claim; other parameters: conflict.
-    let (_, again) = acquire(&s, RUN_A, "file:notes.md", "write", "r1");
+    let (_, again) = s.acquire(RUN_A, "file:notes.md", "write", "r1");
     assert_eq!(claim(&again)["claim_id"], claim(&r)["claim_id"]);
-    assert_eq!(acquire(&s, RUN_A, "file:other.md", "write", "r1").0, 409);
+    assert_eq!(s.acquire(RUN_A, "file:other.md", "write", "r1").0, 409);
     // Only the holder or an admin releases; an admin's release is forced.
     s.err(
         DAVE,
@@ -362,7 +353,7 @@ fn admins_suspend_revoke_and_force_release_with_events_and_the_sweep_marks_expir
     let s = Server::fake_governed_with("maintenance_interval_seconds = 1");
     let t0 = time::OffsetDateTime::now_utc();
     s.set_clock(t0);
-    let (_, d) = acquire(&s, DAVE, "file:README", "write", "d1");
+    let (_, d) = s.acquire(DAVE, "file:README", "write", "d1");
     let id = claim(&d)["claim_id"].clone();
     let n = std::cell::Cell::new(0);
     let body = |reason: Option<&str>| {
@@ -388,7 +379,7 @@ fn admins_suspend_revoke_and_force_release_with_events_and_the_sweep_marks_expir
     other["reason"] = json!("another reason");
     s.err(ALICE, "claim.suspend", other, "conflict");
     s.err(ALICE, "claim.suspend", body(None), "failed_precondition");
-    let (st, a) = acquire(&s, ALICE, "file:README", "write", "a1");
+    let (st, a) = s.acquire(ALICE, "file:README", "write", "a1");
     assert_eq!(st, 200, "{a}");
     let forced = s.ok(ALICE, "claim.force_release", body(Some("stuck agent")));
     assert_eq!(claim(&forced)["status"], "released");

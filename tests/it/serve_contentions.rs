@@ -5,15 +5,6 @@
 use crate::support::daemon::{ALICE, BOB, DAVE, RUN_A, Server};
 use serde_json::{Value, json};
 
-fn acquire(s: &Server, token: &str, resource: &str, mode: &str, key: &str) -> (u16, Value) {
-    s.call(
-        token,
-        "claim.acquire",
-        json!({"workspace_id": "ws1", "task_id": "t1", "resource_id": resource, "mode": mode,
-               "idempotency_key": key}),
-    )
-}
-
 fn claim(v: &Value) -> &Value {
     &v["claim"]
 }
@@ -21,10 +12,10 @@ fn claim(v: &Value) -> &Value {
 #[test]
 fn contentions_are_listed_with_what_is_allowed_and_resolved_exactly_once() {
     let s = Server::fake_governed();
-    let (_, a) = acquire(&s, ALICE, "file:README", "write", "a1");
+    let (_, a) = s.acquire(ALICE, "file:README", "write", "a1");
     let a = claim(&a).clone();
     for key in ["d1", "d2"] {
-        assert_eq!(acquire(&s, DAVE, "file:README", "write", key).0, 409);
+        assert_eq!(s.acquire(DAVE, "file:README", "write", key).0, 409);
     }
     // The resource changes while contended: a transfer must take the hash anew.
     std::fs::write(s.repo.join("README"), "changed while contended\n").unwrap();
@@ -106,10 +97,10 @@ fn contentions_are_listed_with_what_is_allowed_and_resolved_exactly_once() {
     assert_eq!(done["next_cursor"], Value::Null, "one short page");
 
     // A transfer that would conflict with a third claim changes nothing.
-    let (_, b) = acquire(&s, ALICE, "file:x.txt", "read", "a2");
+    let (_, b) = s.acquire(ALICE, "file:x.txt", "read", "a2");
     let b = claim(&b).clone();
-    assert_eq!(acquire(&s, RUN_A, "file:x.txt", "read", "r3").0, 200);
-    assert_eq!(acquire(&s, DAVE, "file:x.txt", "exclusive", "d3").0, 409);
+    assert_eq!(s.acquire(RUN_A, "file:x.txt", "read", "r3").0, 200);
+    assert_eq!(s.acquire(DAVE, "file:x.txt", "exclusive", "d3").0, 409);
     let open = s.ok(
         ALICE,
         "claim.contentions",
@@ -156,16 +147,11 @@ fn contentions_are_listed_with_what_is_allowed_and_resolved_exactly_once() {
 fn contentions_page_with_a_cursor_and_filter_by_resource_before_the_limit() {
     let s = Server::fake_governed();
     for i in 0..5 {
-        let (st, _) = acquire(
-            &s,
-            ALICE,
-            &format!("file:f{i}"),
-            "exclusive",
-            &format!("a{i}"),
-        );
+        let (st, _) = s.acquire(ALICE, &format!("file:f{i}"), "exclusive", &format!("a{i}"));
         assert_eq!(st, 200);
         assert_eq!(
-            acquire(&s, DAVE, &format!("file:f{i}"), "read", &format!("d{i}")).0,
+            s.acquire(DAVE, &format!("file:f{i}"), "read", &format!("d{i}"))
+                .0,
             409
         );
     }

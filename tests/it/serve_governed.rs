@@ -40,15 +40,6 @@ impl Keys {
     }
 }
 
-fn acquire(s: &Server, token: &str, resource: &str, mode: &str, key: &str) -> (u16, Value) {
-    s.call(
-        token,
-        "claim.acquire",
-        json!({"workspace_id": "ws1", "task_id": "t", "resource_id": resource, "mode": mode,
-               "idempotency_key": key}),
-    )
-}
-
 #[test]
 fn the_conflict_matrix_for_every_mode_pair_and_every_overlap_kind() {
     let s = governed_with_source("");
@@ -80,9 +71,9 @@ fn the_conflict_matrix_for_every_mode_pair_and_every_overlap_kind() {
             for b in MODES {
                 // Both orders: the matrix and the overlap rules are symmetric.
                 for (r1, r2) in [(first, second), (second, first)] {
-                    let (st, held) = acquire(&s, ALICE, r1, a, &keys.next());
+                    let (st, held) = s.acquire(ALICE, r1, a, &keys.next());
                     assert_eq!(st, 200, "{r1} {a}: {held}");
-                    let (st, v) = acquire(&s, DAVE, r2, b, &keys.next());
+                    let (st, v) = s.acquire(DAVE, r2, b, &keys.next());
                     let want = if overlaps && seed_conflicts(a, b) {
                         409
                     } else {
@@ -140,7 +131,7 @@ fn twenty_concurrent_overlapping_write_acquires_have_exactly_one_winner() {
                             format!("file:r{round}/x")
                         };
                         barrier.wait();
-                        acquire(s, t, &id, "write", &format!("race{round}-{i}"))
+                        s.acquire(t, &id, "write", &format!("race{round}-{i}"))
                     })
                 })
                 .collect();
@@ -225,9 +216,9 @@ fn resource_rows(s: &Server) -> Vec<(String, i64)> {
 #[test]
 fn a_refused_acquire_creates_or_changes_no_resource_row() {
     let s = governed_with_source("");
-    let (st, _) = acquire(&s, ALICE, "directory:m", "exclusive", "a1");
+    let (st, _) = s.acquire(ALICE, "directory:m", "exclusive", "a1");
     assert_eq!(st, 200);
-    let (st, _) = acquire(&s, ALICE, "file:m/ab.rs", "write", "a2");
+    let (st, _) = s.acquire(ALICE, "file:m/ab.rs", "write", "a2");
     assert_eq!(st, 200);
     let before = resource_rows(&s);
     // A resource with no row yet, and one with a row: both refused, neither touched.
@@ -235,11 +226,11 @@ fn a_refused_acquire_creates_or_changes_no_resource_row() {
         .iter()
         .enumerate()
     {
-        let (st, v) = acquire(&s, DAVE, id, "read", &format!("d{i}"));
+        let (st, v) = s.acquire(DAVE, id, "read", &format!("d{i}"));
         assert_eq!(st, 409, "{id}: {v}");
     }
     // Refused for bad input too (an unresolvable symbol, a stale base hash).
-    let (st, _) = acquire(&s, DAVE, "symbol:m/a.rs#nope", "read", "d9");
+    let (st, _) = s.acquire(DAVE, "symbol:m/a.rs#nope", "read", "d9");
     assert_eq!(st, 412);
     assert_eq!(resource_rows(&s), before);
 }
@@ -343,7 +334,7 @@ fn every_unsafe_path_is_refused_naming_the_field() {
         "nocolon",
     ];
     for (i, id) in unsafe_ids.iter().enumerate() {
-        let (st, v) = acquire(&s, ALICE, id, "read", &format!("u{i}"));
+        let (st, v) = s.acquire(ALICE, id, "read", &format!("u{i}"));
         assert_eq!(st, 400, "{id:?}: {v}");
         assert!(
             v["error"]["message"]
@@ -364,7 +355,7 @@ fn every_unsafe_path_is_refused_naming_the_field() {
         "no refused id left a resource row"
     );
     // A backslash is an ordinary filename character.
-    let (st, v) = acquire(&s, ALICE, "file:m\\a.rs", "read", "ok");
+    let (st, v) = s.acquire(ALICE, "file:m\\a.rs", "read", "ok");
     assert_eq!(st, 200, "{v}");
 }
 

@@ -4,7 +4,7 @@
 
 use crate::support::daemon::{ALICE, DAVE, Server};
 use crate::support::repo::git;
-use serde_json::{Value, json};
+use serde_json::json;
 
 const LIB: &str = "pub fn a() -> u32 {\n    1\n}\n\npub fn b() -> u32 {\n    2\n}\n";
 
@@ -15,15 +15,6 @@ fn setup() -> Server {
     git(&s.repo, &["add", "-A"]);
     git(&s.repo, &["commit", "-q", "-m", "lib"]);
     s
-}
-
-fn acquire(s: &Server, token: &str, resource: &str, mode: &str, key: &str) -> (u16, Value) {
-    s.call(
-        token,
-        "claim.acquire",
-        json!({"workspace_id": "ws1", "task_id": "t1", "resource_id": resource, "mode": mode,
-               "idempotency_key": key}),
-    )
 }
 
 fn diff_of(s: &Server, new_lib: &str) -> String {
@@ -40,7 +31,7 @@ fn diff_of(s: &Server, new_lib: &str) -> String {
 #[test]
 fn symbol_claims_carry_the_parsers_span_and_overlap_by_it() {
     let s = setup();
-    let (st, a) = acquire(&s, ALICE, "symbol:src/lib.rs#a", "write", "a1");
+    let (st, a) = s.acquire(ALICE, "symbol:src/lib.rs#a", "write", "a1");
     assert_eq!(st, 200, "{a}");
     assert_eq!(
         a["claim"]["resource"]["span"],
@@ -49,13 +40,13 @@ fn symbol_claims_carry_the_parsers_span_and_overlap_by_it() {
     assert_eq!(a["claim"]["resource"]["symbol"], "a");
     assert_eq!(a["claim"]["base_hash"].as_str().unwrap().len(), 64);
     // b's lines do not overlap a's: dave may write it; the whole file he may not.
-    let (st, b) = acquire(&s, DAVE, "symbol:src/lib.rs#b", "write", "d1");
+    let (st, b) = s.acquire(DAVE, "symbol:src/lib.rs#b", "write", "d1");
     assert_eq!(st, 200, "{b}");
     assert_eq!(
         b["claim"]["resource"]["span"],
         json!({"start": 5, "end": 7})
     );
-    let (st, _) = acquire(&s, DAVE, "file:src/lib.rs", "write", "d2");
+    let (st, _) = s.acquire(DAVE, "file:src/lib.rs", "write", "d2");
     assert_eq!(st, 409, "a file claim overlaps the symbols in it");
     // Unresolvable symbols are refused, never granted with a zero span.
     for (id, needle) in [
@@ -87,7 +78,7 @@ fn symbol_claims_carry_the_parsers_span_and_overlap_by_it() {
 #[test]
 fn a_proposal_changes_only_lines_inside_its_claimed_symbols() {
     let s = setup();
-    let (st, _) = acquire(&s, ALICE, "symbol:src/lib.rs#a", "write", "a1");
+    let (st, _) = s.acquire(ALICE, "symbol:src/lib.rs#a", "write", "a1");
     assert_eq!(st, 200);
     let inside = diff_of(&s, &LIB.replace("    1\n", "    10\n"));
     let outside = diff_of(&s, &LIB.replace("    2\n", "    20\n"));
@@ -116,8 +107,8 @@ fn a_proposal_changes_only_lines_inside_its_claimed_symbols() {
 #[test]
 fn reconcile_re_resolves_spans_so_moved_code_is_unchanged_and_edited_code_is_not() {
     let s = setup();
-    let (_, a) = acquire(&s, ALICE, "symbol:src/lib.rs#a", "write", "a1");
-    let (_, b) = acquire(&s, ALICE, "symbol:src/lib.rs#b", "write", "a2");
+    let (_, a) = s.acquire(ALICE, "symbol:src/lib.rs#a", "write", "a1");
+    let (_, b) = s.acquire(ALICE, "symbol:src/lib.rs#b", "write", "a2");
     // Lines inserted above both move them; b's body changes too.
     let moved = format!("// header\n\n{}", LIB.replace("    2\n", "    22\n"));
     std::fs::write(s.repo.join("src/lib.rs"), moved).unwrap();

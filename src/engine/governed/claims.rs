@@ -29,6 +29,39 @@ pub(super) struct Record {
     pub(super) heartbeat_at: String,
 }
 
+/// An opaque paging cursor: `<prefix><position>`, as a previous page's `next_cursor` said;
+/// `None` for the first page.
+pub(super) fn parse_cursor(
+    prefix: &str,
+    cursor: Option<&str>,
+) -> Result<Option<i64>, ServiceError> {
+    let Some(c) = cursor else {
+        return Ok(None);
+    };
+    c.strip_prefix(prefix)
+        .and_then(|n| n.parse::<i64>().ok())
+        .filter(|n| *n >= 0)
+        .map(Some)
+        .ok_or_else(|| {
+            ServiceError::invalid_field(
+                "cursor",
+                format!("cursor {c:?} is not a next_cursor this server returned"),
+            )
+        })
+}
+
+/// The `next_cursor` of a page: set when the page is full (more may follow).
+pub(super) fn next_cursor(
+    prefix: &str,
+    len: usize,
+    limit: u32,
+    last: Option<i64>,
+) -> Option<String> {
+    (len == limit as usize)
+        .then(|| last.map(|n| format!("{prefix}{n}")))
+        .flatten()
+}
+
 /// A list's page size: default 50, 1..=200.
 pub(super) fn page_limit(limit: Option<u32>) -> Result<u32, ServiceError> {
     let limit = limit.unwrap_or(limits::DEFAULT_LIST_LIMIT);
@@ -457,20 +490,7 @@ impl Service {
     ) -> Result<Value, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let limit = page_limit(p.limit)?;
-        let before = match &p.cursor {
-            None => None,
-            Some(c) => Some(
-                c.strip_prefix("clc_")
-                    .and_then(|n| n.parse::<i64>().ok())
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| {
-                        ServiceError::invalid_field(
-                            "cursor",
-                            format!("cursor {c:?} is not a next_cursor this server returned"),
-                        )
-                    })?,
-            ),
-        };
+        let before = parse_cursor("clc_", p.cursor.as_deref())?;
         let rows = self
             .ctx
             .data
@@ -490,10 +510,7 @@ impl Service {
             .iter()
             .map(|c| self.claim_view(c))
             .collect::<Result<Vec<_>, _>>()?;
-        // A full page may have more after it.
-        let next = (rows.len() == limit as usize)
-            .then(|| rows.last().and_then(|c| c.seq).map(|n| format!("clc_{n}")))
-            .flatten();
+        let next = next_cursor("clc_", rows.len(), limit, rows.last().and_then(|c| c.seq));
         Ok(json!({"claims": claims, "next_cursor": next}))
     }
 
@@ -654,16 +671,7 @@ impl Service {
                     "give cursor or since, not both",
                 ));
             }
-            (Some(c), None) => c
-                .strip_prefix("evc_")
-                .and_then(|n| n.parse::<i64>().ok())
-                .filter(|n| *n >= 0)
-                .ok_or_else(|| {
-                    ServiceError::invalid_field(
-                        "cursor",
-                        format!("cursor {c:?} is not a next_cursor this server returned"),
-                    )
-                })?,
+            (Some(c), None) => parse_cursor("evc_", Some(c))?.unwrap_or(0),
             (None, Some(since)) if since < 0 => {
                 return Err(ServiceError::invalid_field(
                     "since",
@@ -690,9 +698,7 @@ impl Service {
         // `next_since` is the last seq seen (poll with it for what comes later);
         // `next_cursor` is set when the page was full.
         let last = events.last().and_then(|e| e["seq"].as_i64());
-        let next_cursor = (events.len() == limit as usize)
-            .then(|| last.map(|n| format!("evc_{n}")))
-            .flatten();
-        Ok(json!({"events": events, "next_since": last, "next_cursor": next_cursor}))
+        let next = next_cursor("evc_", events.len(), limit, last);
+        Ok(json!({"events": events, "next_since": last, "next_cursor": next}))
     }
 }

@@ -1,7 +1,7 @@
 //! `claim.contentions` and `claim.resolve_contention`: refused acquires as the admin sees
 //! them, and their one-time resolution.
 
-use super::claims::{Record, check_text, page_limit};
+use super::claims::{Record, check_text, next_cursor, page_limit, parse_cursor};
 use crate::config::Permission;
 use crate::domain::claim::{ClaimState, ResourceId};
 use crate::engine::service::{Actor, Service, ServiceError};
@@ -23,28 +23,14 @@ impl Service {
             ContentionState::Open => "open".to_string(),
             ContentionState::Resolved => "resolved".to_string(),
         });
-        let after = match &p.cursor {
-            None => 0,
-            Some(c) => c
-                .strip_prefix("cnc_")
-                .and_then(|n| n.parse::<i64>().ok())
-                .filter(|n| *n > 0)
-                .ok_or_else(|| {
-                    ServiceError::invalid_field(
-                        "cursor",
-                        format!("cursor {c:?} is not a next_cursor this server returned"),
-                    )
-                })?,
-        };
+        let after = parse_cursor("cnc_", p.cursor.as_deref())?.unwrap_or(0);
         let rows = self
             .ctx
             .data
             .store
             .list_contentions(&p.workspace_id, state, p.resource_id.clone(), after, limit)
             .await?;
-        let next = (rows.len() == limit as usize)
-            .then(|| rows.last().map(|c| format!("cnc_{}", c.seq)))
-            .flatten();
+        let next = next_cursor("cnc_", rows.len(), limit, rows.last().map(|c| c.seq));
         let now = self.ctx.clock.now().unix_timestamp();
         let mut out = Vec::new();
         for c in rows {

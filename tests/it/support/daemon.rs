@@ -201,6 +201,16 @@ impl Server {
         v["error"]["message"].as_str().unwrap().to_string()
     }
 
+    /// `claim.acquire` of `resource` in ws1 for task `t1`.
+    pub fn acquire(&self, token: &str, resource: &str, mode: &str, key: &str) -> (u16, Value) {
+        self.call(
+            token,
+            "claim.acquire",
+            json!({"workspace_id": "ws1", "task_id": "t1", "resource_id": resource, "mode": mode,
+                   "idempotency_key": key}),
+        )
+    }
+
     pub fn head(&self) -> String {
         git(&self.repo, &["rev-parse", "main"])
     }

@@ -11,7 +11,7 @@
 mod affected;
 mod reads;
 
-use super::claims::check_text;
+use super::claims::{Keyed, check_text};
 use crate::config::Permission;
 use crate::domain::claim::{ClaimState, ResourceId};
 use crate::domain::proposal::{ProposalEvent, ProposalState, Risk};
@@ -19,9 +19,9 @@ use crate::engine::service::{Actor, Service, ServiceError};
 use crate::limits;
 use crate::patch::Patch;
 use crate::patch::coverage::Held;
+use crate::store::Inserted;
 use crate::store::claims::ClaimFilter;
 use crate::store::proposals::{NewDecision, ProposalRow, RevisionRow};
-use crate::store::{Binding, Inserted};
 use crate::wire::{ProposalAttachParams, ProposalCreateParams, ProposalTransitionParams};
 use affected::{affected_resources, claim_covers, sha256_hex};
 use serde_json::Value;
@@ -188,8 +188,14 @@ impl Service {
         p: ProposalCreateParams,
     ) -> Result<Value, ServiceError> {
         let worktree = self.governed(actor, &p.workspace_id, Permission::Propose)?;
-        crate::candidate::check_idempotency_key(&p.idempotency_key)
-            .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
+        let k = Keyed::new(
+            "proposal.create",
+            &p.idempotency_key,
+            &ProposalCreateParams {
+                idempotency_key: String::new(),
+                ..p.clone()
+            },
+        )?;
         check_text("task_id", &p.task_id, true)?;
         for (field, v) in [
             ("session_id", &p.session_id),
@@ -238,20 +244,7 @@ impl Service {
         }
         let patch = self.checked_patch(&p.patch)?;
         let author = actor.key();
-        let digest = crate::candidate::digest(&ProposalCreateParams {
-            idempotency_key: String::new(),
-            ..p.clone()
-        });
-        if let Some(id) = self
-            .bound_result(
-                &p.workspace_id,
-                &author,
-                "proposal.create",
-                &p.idempotency_key,
-                &digest,
-            )
-            .await?
-        {
+        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
             let row = self.proposal_in(&p.workspace_id, &id).await?;
             return self.proposal_reply(&row).await;
         }
@@ -295,14 +288,7 @@ impl Service {
             created_at: now,
             affected_resources: serde_json::to_string(&ids).expect("ids serialize"),
         };
-        let binding = Binding {
-            workspace_id: p.workspace_id.clone(),
-            actor_key: author,
-            operation: "proposal.create".into(),
-            idempotency_key: p.idempotency_key,
-            digest: digest.clone(),
-            result_id: proposal_id.clone(),
-        };
+        let binding = k.binding(&p.workspace_id, actor, &proposal_id);
         let id = match self
             .ctx
             .data
@@ -314,7 +300,7 @@ impl Service {
             Inserted::Existing {
                 digest: bound,
                 result_id,
-            } if bound == digest => result_id,
+            } if bound == k.digest => result_id,
             Inserted::Existing { .. } => {
                 return Err(ServiceError::Conflict(
                     "idempotency_key was already used with different parameters".into(),
@@ -332,24 +318,17 @@ impl Service {
         p: ProposalAttachParams,
     ) -> Result<Value, ServiceError> {
         let worktree = self.governed(actor, &p.workspace_id, Permission::Propose)?;
-        crate::candidate::check_idempotency_key(&p.idempotency_key)
-            .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
+        let k = Keyed::new(
+            "proposal.attach_patch",
+            &p.idempotency_key,
+            &ProposalAttachParams {
+                idempotency_key: String::new(),
+                ..p.clone()
+            },
+        )?;
         let patch = self.checked_patch(&p.patch)?;
         let author = actor.key();
-        let digest = crate::candidate::digest(&ProposalAttachParams {
-            idempotency_key: String::new(),
-            ..p.clone()
-        });
-        if let Some(id) = self
-            .bound_result(
-                &p.workspace_id,
-                &author,
-                "proposal.attach_patch",
-                &p.idempotency_key,
-                &digest,
-            )
-            .await?
-        {
+        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
             let row = self.proposal_in(&p.workspace_id, &id).await?;
             return self.proposal_reply(&row).await;
         }
@@ -413,14 +392,7 @@ impl Service {
                 serde_json::to_string(&record).expect("a proposal record serializes"),
                 next,
                 &author,
-                Binding {
-                    workspace_id: p.workspace_id.clone(),
-                    actor_key: author.clone(),
-                    operation: "proposal.attach_patch".into(),
-                    idempotency_key: p.idempotency_key,
-                    digest,
-                    result_id: row.proposal_id.clone(),
-                },
+                k.binding(&p.workspace_id, actor, &row.proposal_id),
             )
             .await?;
         self.proposal_reply(&row).await
@@ -434,8 +406,7 @@ impl Service {
         event: ProposalEvent,
         p: ProposalTransitionParams,
     ) -> Result<Value, ServiceError> {
-        let method = format!("proposal.{}", event.as_str());
-        match event {
+        let method = match event {
             ProposalEvent::Reject => {
                 if self
                     .governed(actor, &p.workspace_id, Permission::Review)
@@ -443,18 +414,31 @@ impl Service {
                 {
                     self.governed(actor, &p.workspace_id, Permission::Admin)?;
                 }
+                "proposal.reject"
             }
             ProposalEvent::RequestReview | ProposalEvent::Withdraw => {
                 self.governed(actor, &p.workspace_id, Permission::Propose)?;
+                if event == ProposalEvent::Withdraw {
+                    "proposal.withdraw"
+                } else {
+                    "proposal.request_review"
+                }
             }
             ProposalEvent::AttachPatch | ProposalEvent::Accept => {
                 return Err(ServiceError::internal(format!(
-                    "{method} is not a transition method"
+                    "{} is not a transition method",
+                    event.as_str()
                 )));
             }
-        }
-        crate::candidate::check_idempotency_key(&p.idempotency_key)
-            .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
+        };
+        let k = Keyed::new(
+            method,
+            &p.idempotency_key,
+            &ProposalTransitionParams {
+                idempotency_key: String::new(),
+                ..p.clone()
+            },
+        )?;
         match (&p.reason_md, event) {
             (None, ProposalEvent::Reject) => {
                 return Err(ServiceError::invalid_field(
@@ -468,14 +452,7 @@ impl Service {
             (None, _) => {}
         }
         let key = actor.key();
-        let digest = crate::candidate::digest(&ProposalTransitionParams {
-            idempotency_key: String::new(),
-            ..p.clone()
-        });
-        if let Some(id) = self
-            .bound_result(&p.workspace_id, &key, &method, &p.idempotency_key, &digest)
-            .await?
-        {
+        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
             let row = self.proposal_in(&p.workspace_id, &id).await?;
             return self.proposal_reply(&row).await;
         }
@@ -522,14 +499,7 @@ impl Service {
                 serde_json::to_string(&record).expect("a proposal record serializes"),
                 &key,
                 decision,
-                Binding {
-                    workspace_id: p.workspace_id.clone(),
-                    actor_key: key.clone(),
-                    operation: method,
-                    idempotency_key: p.idempotency_key,
-                    digest,
-                    result_id: row.proposal_id.clone(),
-                },
+                k.binding(&p.workspace_id, actor, &row.proposal_id),
                 &now,
             )
             .await?;

@@ -1,6 +1,6 @@
 //! The read side of proposals: `proposal.get`, `proposal.list` and the wire object.
 
-use super::super::claims::page_limit;
+use super::super::claims::{next_cursor, page_limit, parse_cursor};
 use super::Record;
 use crate::config::Permission;
 use crate::engine::service::{Actor, Service, ServiceError};
@@ -131,20 +131,7 @@ impl Service {
     ) -> Result<Value, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let limit = page_limit(p.limit)?;
-        let after = match &p.cursor {
-            None => None,
-            Some(c) => Some(
-                c.strip_prefix("prc_")
-                    .and_then(|n| n.parse::<i64>().ok())
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| {
-                        ServiceError::invalid_field(
-                            "cursor",
-                            format!("cursor {c:?} is not a next_cursor this server returned"),
-                        )
-                    })?,
-            ),
-        };
+        let after = parse_cursor("prc_", p.cursor.as_deref())?;
         let rows = self
             .ctx
             .data
@@ -163,9 +150,7 @@ impl Service {
         for r in &rows {
             proposals.push(self.proposal_view(r).await?);
         }
-        let next = (rows.len() == limit as usize)
-            .then(|| rows.last().map(|r| format!("prc_{}", r.seq)))
-            .flatten();
+        let next = next_cursor("prc_", rows.len(), limit, rows.last().map(|r| r.seq));
         Ok(json!({"proposals": proposals, "next_cursor": next}))
     }
 }
