@@ -9,6 +9,7 @@ pub mod claim;
 pub mod delivery;
 pub mod git;
 pub mod path;
+pub mod policy;
 pub mod proposal;
 pub mod verification;
 
