@@ -4,6 +4,8 @@
 //! Architecture invariant: a caller can only *name* a profile. Nothing a client sends reaches
 //! these values.
 
+pub mod governance;
+
 use crate::limits;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -83,6 +85,9 @@ struct RawWorkspace {
     #[serde(default)]
     members: BTreeMap<String, Vec<Permission>>,
     distinct_approver: Option<bool>,
+    #[serde(default)]
+    roles: BTreeMap<String, Vec<String>>,
+    policy: Option<governance::RawPolicy>,
 }
 
 /// Where job checkouts live (`checkout_filesystem`).
@@ -154,8 +159,13 @@ pub struct Workspace {
     pub worktree: Option<PathBuf>,
     pub profile: String,
     pub members: BTreeMap<String, Vec<Permission>>,
-    /// The member who requested a delivery may not decide it (default `true`).
+    /// The member who requested a delivery may not decide it (default `true`); the member who
+    /// requested a human approval may not decide it either.
     pub distinct_approver: bool,
+    /// Review roles by holder: a member id, or `run:<run_id>`.
+    pub roles: BTreeMap<String, Vec<String>>,
+    /// The policy that gates apply on the governed path.
+    pub policy: crate::domain::policy::Policy,
 }
 
 /// Who a bearer token authenticates.
@@ -395,6 +405,8 @@ impl Config {
                     });
                 }
             };
+            let roles = governance::roles(&id, w.roles)?;
+            let policy = governance::policy(&id, w.policy)?;
             workspaces.insert(
                 id.clone(),
                 Workspace {
@@ -404,6 +416,8 @@ impl Config {
                     profile,
                     members: w.members,
                     distinct_approver: w.distinct_approver.unwrap_or(true),
+                    roles,
+                    policy,
                 },
             );
         }

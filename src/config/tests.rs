@@ -213,3 +213,75 @@ fn governed_workspaces_name_their_worktree_and_the_new_permissions_parse() {
     }
     Config::parse("[workspaces.g]\nworktree = \"/a\"\nrepo = \"/a\"\n").unwrap();
 }
+
+#[test]
+fn roles_and_policy_parse_with_defaults_and_bounds() {
+    let c = Config::parse(
+        "[workspaces.g]\nworktree = \"/srv/checkout\"\n\
+         members = { carol = [\"review\"] }\n\
+         [workspaces.g.roles]\ncarol = [\"reviewer\", \"security\"]\n\"run:r1\" = [\"dba\"]\n\
+         [workspaces.g.policy]\nrequired_approvals = 2\nhigh_risk_paths = [\"migrations/**\"]\n\
+         path_roles = [{ glob = \"src/db/**\", role = \"dba\" }]\nsecurity_review = \"always\"\n\
+         human_approval = \"never\"\nrequired_tests = true\n\
+         [workspaces.plain]\nrepo = \"/r\"\n",
+    )
+    .unwrap();
+    let g = &c.workspaces["g"];
+    assert_eq!(g.roles["carol"], ["reviewer", "security"]);
+    assert_eq!(g.roles["run:r1"], ["dba"]);
+    let p = &g.policy;
+    assert_eq!(p.required_approvals, 2);
+    assert_eq!(p.required_roles, ["reviewer"], "the default stays");
+    assert_eq!(p.path_roles[0].role, "dba");
+    assert_eq!(p.security_review, crate::domain::policy::Gate::Always);
+    assert_eq!(p.human_approval, crate::domain::policy::Gate::Never);
+    assert!(p.required_tests);
+    assert_eq!(
+        c.workspaces["plain"].policy,
+        crate::domain::policy::Policy::default()
+    );
+    let ws = "[workspaces.g]\nworktree = \"/srv/checkout\"\n";
+    for (extra, needle) in [
+        (
+            "[workspaces.g.roles]\ncarol = [\"Reviewer\"]\n",
+            "workspaces.g.roles.carol",
+        ),
+        (
+            "[workspaces.g.roles]\n\"run:\" = [\"x\"]\n",
+            "workspaces.g.roles.run:",
+        ),
+        (
+            "[workspaces.g.roles]\n\"a b\" = [\"x\"]\n",
+            "workspaces.g.roles.a b",
+        ),
+        (
+            "[workspaces.g.policy]\nrequired_approvals = 33\n",
+            "required_approvals",
+        ),
+        (
+            "[workspaces.g.policy]\nrequired_roles = [\"\"]\n",
+            "required_roles",
+        ),
+        (
+            "[workspaces.g.policy]\nhigh_risk_paths = [\"/abs\"]\n",
+            "high_risk_paths[0]",
+        ),
+        (
+            "[workspaces.g.policy]\nhigh_risk_paths = [\"a**\"]\n",
+            "high_risk_paths[0]",
+        ),
+        (
+            "[workspaces.g.policy]\npath_roles = [{ glob = \"a\", role = \"A\" }]\n",
+            "path_roles[0].role",
+        ),
+        (
+            "[workspaces.g.policy]\nsecurity_review = \"sometimes\"\n",
+            "security_review",
+        ),
+        ("[workspaces.g.policy]\nquorum = 3\n", "quorum"),
+    ] {
+        let text = format!("{ws}{extra}");
+        let e = Config::parse(&text).unwrap_err().to_string();
+        assert!(e.contains(needle), "{text}: {e}");
+    }
+}

@@ -1,0 +1,134 @@
+//! The governed path's per-workspace config: who holds which review roles, and the policy
+//! that gates apply (`[workspaces.<id>.roles]`, `[workspaces.<id>.policy]`).
+
+use super::ConfigError;
+use crate::domain::policy::{Gate, PathRole, Policy, check_glob};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// Most roles one holder has, globs in one list, and path roles.
+pub const MAX_ROLES_PER_HOLDER: usize = 32;
+pub const MAX_POLICY_GLOBS: usize = 256;
+/// Bounds of `required_approvals`.
+pub const MAX_REQUIRED_APPROVALS: u32 = 32;
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPolicy {
+    required_approvals: Option<u32>,
+    required_roles: Option<Vec<String>>,
+    #[serde(default)]
+    high_risk_paths: Vec<String>,
+    #[serde(default)]
+    path_roles: Vec<RawPathRole>,
+    security_review: Option<Gate>,
+    human_approval: Option<Gate>,
+    required_tests: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPathRole {
+    glob: String,
+    role: String,
+}
+
+/// A role name: 1..=64 of lowercase letters, digits, `_` and `-`.
+pub fn is_role(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+fn invalid(field: String, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field,
+        message: message.into(),
+    }
+}
+
+/// Validates a workspace's roles: holders are member ids or `run:<run_id>`.
+pub(super) fn roles(
+    ws: &str,
+    raw: BTreeMap<String, Vec<String>>,
+) -> Result<BTreeMap<String, Vec<String>>, ConfigError> {
+    for (holder, list) in &raw {
+        let field = format!("workspaces.{ws}.roles.{holder}");
+        let id = holder.strip_prefix("run:").unwrap_or(holder);
+        if !super::is_identifier(id) {
+            return Err(invalid(
+                field,
+                "a role holder is a member id or \"run:<run_id>\" (1..=128 letters, digits, '_', '-' or '.')",
+            ));
+        }
+        if list.len() > MAX_ROLES_PER_HOLDER {
+            return Err(invalid(
+                field,
+                format!("at most {MAX_ROLES_PER_HOLDER} roles per holder"),
+            ));
+        }
+        if let Some(bad) = list.iter().find(|r| !is_role(r)) {
+            return Err(invalid(
+                field,
+                format!("role {bad:?}: 1..=64 of a-z, 0-9, '_' and '-'"),
+            ));
+        }
+    }
+    Ok(raw)
+}
+
+/// Validates and completes a workspace's policy (defaults: one approval, role `reviewer`,
+/// security review and human approval for high-risk changes, tests not required).
+pub(super) fn policy(ws: &str, raw: Option<RawPolicy>) -> Result<Policy, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(Policy::default());
+    };
+    let field = |k: &str| format!("workspaces.{ws}.policy.{k}");
+    let d = Policy::default();
+    let required_approvals = raw.required_approvals.unwrap_or(d.required_approvals);
+    if required_approvals > MAX_REQUIRED_APPROVALS {
+        return Err(invalid(
+            field("required_approvals"),
+            format!("{required_approvals} must be between 0 and {MAX_REQUIRED_APPROVALS}"),
+        ));
+    }
+    let required_roles = raw.required_roles.unwrap_or(d.required_roles);
+    if let Some(bad) = required_roles.iter().find(|r| !is_role(r)) {
+        return Err(invalid(
+            field("required_roles"),
+            format!("role {bad:?}: 1..=64 of a-z, 0-9, '_' and '-'"),
+        ));
+    }
+    if raw.high_risk_paths.len() > MAX_POLICY_GLOBS || raw.path_roles.len() > MAX_POLICY_GLOBS {
+        return Err(invalid(
+            field("high_risk_paths"),
+            format!("at most {MAX_POLICY_GLOBS} globs in high_risk_paths and in path_roles"),
+        ));
+    }
+    for (i, g) in raw.high_risk_paths.iter().enumerate() {
+        check_glob(g).map_err(|m| invalid(field(&format!("high_risk_paths[{i}]")), m))?;
+    }
+    let mut path_roles = Vec::with_capacity(raw.path_roles.len());
+    for (i, r) in raw.path_roles.into_iter().enumerate() {
+        check_glob(&r.glob).map_err(|m| invalid(field(&format!("path_roles[{i}].glob")), m))?;
+        if !is_role(&r.role) {
+            return Err(invalid(
+                field(&format!("path_roles[{i}].role")),
+                format!("role {:?}: 1..=64 of a-z, 0-9, '_' and '-'", r.role),
+            ));
+        }
+        path_roles.push(PathRole {
+            glob: r.glob,
+            role: r.role,
+        });
+    }
+    Ok(Policy {
+        required_approvals,
+        required_roles,
+        high_risk_paths: raw.high_risk_paths,
+        path_roles,
+        security_review: raw.security_review.unwrap_or(d.security_review),
+        human_approval: raw.human_approval.unwrap_or(d.human_approval),
+        required_tests: raw.required_tests.unwrap_or(d.required_tests),
+    })
+}
