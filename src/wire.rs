@@ -410,3 +410,101 @@ pub struct ProposalTransitionParams {
     pub reason_md: Option<String>,
     pub idempotency_key: String,
 }
+
+/// `vote.cast` parameters. The voter is the authenticated actor.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VoteCastParams {
+    pub workspace_id: String,
+    pub proposal_id: String,
+    /// The current revision's digest.
+    pub revision: String,
+    pub vote: crate::domain::policy::VoteKind,
+    #[serde(default)]
+    pub confidence: Option<f64>,
+    pub reason_md: String,
+    pub idempotency_key: String,
+}
+
+/// `vote.list` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VoteListParams {
+    pub workspace_id: String,
+    pub proposal_id: String,
+    #[serde(default)]
+    pub revision: Option<String>,
+}
+
+/// `security.review` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecurityReviewParams {
+    pub workspace_id: String,
+    pub proposal_id: String,
+    pub revision: String,
+    pub verdict: crate::domain::policy::SecurityVerdict,
+    pub notes_md: String,
+    pub idempotency_key: String,
+}
+
+/// `human.request_approval` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestApprovalParams {
+    pub workspace_id: String,
+    pub proposal_id: String,
+    pub revision: String,
+    pub idempotency_key: String,
+}
+
+/// `human.decide` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HumanDecideParams {
+    pub workspace_id: String,
+    pub approval_id: String,
+    pub approve: bool,
+    /// With `approve`: lift requirements that only votes block (never a security review).
+    #[serde(default, rename = "override")]
+    pub override_votes: Option<bool>,
+    pub reason_md: String,
+    pub idempotency_key: String,
+}
+
+/// `decision.record` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionRecordParams {
+    pub workspace_id: String,
+    pub decision: String,
+    pub rationale_md: String,
+    #[serde(default)]
+    pub proposal_id: Option<String>,
+    #[serde(default)]
+    pub revision: Option<String>,
+    #[serde(default)]
+    pub task_id: Option<String>,
+    pub idempotency_key: String,
+}
+
+/// `decision.list` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionListParams {
+    pub workspace_id: String,
+    #[serde(default)]
+    pub proposal_id: Option<String>,
+    #[serde(default)]
+    pub task_id: Option<String>,
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
+
+/// `policy.evaluate` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyEvaluateParams {
+    pub workspace_id: String,
+    pub proposal_id: String,
+}

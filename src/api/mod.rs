@@ -69,7 +69,15 @@ pub fn body_limit(method: &str, config: &crate::config::Config) -> Option<usize>
         | "proposal.list"
         | "proposal.request_review"
         | "proposal.reject"
-        | "proposal.withdraw" => SMALL_BODY_LIMIT,
+        | "proposal.withdraw"
+        | "vote.cast"
+        | "vote.list"
+        | "security.review"
+        | "human.request_approval"
+        | "human.decide"
+        | "decision.record"
+        | "decision.list"
+        | "policy.evaluate" => SMALL_BODY_LIMIT,
         _ => return None,
     })
 }
@@ -388,6 +396,16 @@ async fn dispatch(
             svc.proposal_transition(actor, ProposalEvent::Reject, parse(method, body)?)
                 .await?,
         ),
+        "vote.cast" => Reply::Value(svc.vote_cast(actor, parse(method, body)?).await?),
+        "vote.list" => Reply::Value(svc.vote_list(actor, parse(method, body)?).await?),
+        "security.review" => Reply::Value(svc.security_review(actor, parse(method, body)?).await?),
+        "human.request_approval" => {
+            Reply::Value(svc.human_request_approval(actor, parse(method, body)?).await?)
+        }
+        "human.decide" => Reply::Value(svc.human_decide(actor, parse(method, body)?).await?),
+        "decision.record" => Reply::Value(svc.decision_record(actor, parse(method, body)?).await?),
+        "decision.list" => Reply::Value(svc.decision_list(actor, parse(method, body)?).await?),
+        "policy.evaluate" => Reply::Value(svc.policy_evaluate(actor, parse(method, body)?).await?),
         "proposal.withdraw" => Reply::Value(
             svc.proposal_transition(actor, ProposalEvent::Withdraw, parse(method, body)?)
                 .await?,

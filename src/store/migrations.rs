@@ -171,6 +171,64 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         );
         CREATE INDEX decisions_by_workspace ON decisions (workspace_id, seq);",
     ),
+    (
+        8,
+        "review plans, votes, security reviews and human approvals bound to revisions",
+        "CREATE TABLE review_plans (
+            proposal_id TEXT NOT NULL REFERENCES proposals (proposal_id),
+            revision TEXT NOT NULL CHECK (length(revision) = 64),
+            plan TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (proposal_id, revision)
+        );
+        CREATE TABLE votes (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            vote_id TEXT NOT NULL UNIQUE,
+            workspace_id TEXT NOT NULL,
+            proposal_id TEXT NOT NULL REFERENCES proposals (proposal_id),
+            revision TEXT NOT NULL CHECK (length(revision) = 64),
+            voter TEXT NOT NULL,
+            roles TEXT NOT NULL,
+            vote TEXT NOT NULL CHECK (vote IN
+                ('approve','approve_with_notes','revise','reject','veto','abstain')),
+            confidence REAL NOT NULL CHECK (confidence >= 0.0 AND confidence <= 1.0),
+            reason_md TEXT NOT NULL,
+            current INTEGER NOT NULL CHECK (current IN (0, 1)),
+            created_at TEXT NOT NULL
+        );
+        CREATE UNIQUE INDEX votes_one_current
+            ON votes (proposal_id, revision, voter) WHERE current = 1;
+        CREATE INDEX votes_by_proposal ON votes (proposal_id, seq);
+        CREATE TABLE security_reviews (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            review_id TEXT NOT NULL UNIQUE,
+            workspace_id TEXT NOT NULL,
+            proposal_id TEXT NOT NULL REFERENCES proposals (proposal_id),
+            revision TEXT NOT NULL CHECK (length(revision) = 64),
+            reviewer TEXT NOT NULL,
+            verdict TEXT NOT NULL CHECK (verdict IN ('pass','fail','needs_changes')),
+            notes_md TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX security_reviews_by_proposal ON security_reviews (proposal_id, seq);
+        CREATE TABLE approvals (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            approval_id TEXT NOT NULL UNIQUE,
+            workspace_id TEXT NOT NULL,
+            proposal_id TEXT NOT NULL REFERENCES proposals (proposal_id),
+            revision TEXT NOT NULL CHECK (length(revision) = 64),
+            requested_by TEXT NOT NULL,
+            state TEXT NOT NULL CHECK (state IN ('pending','approved','denied')),
+            decided_by TEXT,
+            override INTEGER NOT NULL DEFAULT 0 CHECK (override IN (0, 1)),
+            reason_md TEXT,
+            created_at TEXT NOT NULL,
+            decided_at TEXT
+        );
+        CREATE UNIQUE INDEX approvals_one_pending
+            ON approvals (proposal_id, revision) WHERE state = 'pending';
+        CREATE INDEX approvals_by_proposal ON approvals (proposal_id, seq);",
+    ),
 ];
 
 /// The newest schema version this binary knows.

@@ -10,6 +10,7 @@ pub mod claims;
 pub mod contentions;
 mod migrations;
 pub mod proposals;
+pub mod reviews;
 
 pub use candidates::{Binding, Inserted, StoredCandidate};
 

@@ -155,7 +155,9 @@ impl Store {
     }
 
     /// Adds revision n+1 to a proposal at `expected_version` (compare-and-set), replacing its
-    /// record, with its event and binding in the same transaction.
+    /// record, with its event and binding in the same transaction (and, for a proposal in
+    /// review, the new revision's review plan).
+    #[allow(clippy::too_many_arguments)] // one value each; a struct would only rename them
     pub async fn attach_revision(
         &self,
         proposal_id: &str,
@@ -164,6 +166,7 @@ impl Store {
         next: RevisionRow,
         actor: &str,
         binding: Binding,
+        plan: Option<String>,
     ) -> Result<ProposalRow, StoreError> {
         let (id, actor) = (proposal_id.to_string(), actor.to_string());
         self.call(move |c| {
@@ -212,6 +215,12 @@ impl Store {
                 .to_string(),
                 &next.created_at,
             )?;
+            // A proposal in review gets a fresh plan for the new revision, in this transaction.
+            if status == ProposalState::InReview
+                && let Some(plan) = &plan
+            {
+                super::reviews::save_plan(&tx, &id, &next.revision, plan, &next.created_at)?;
+            }
             insert_binding_checked(&tx, &binding)?;
             let p = load(&tx, &id)?;
             tx.commit()?;
@@ -233,6 +242,7 @@ impl Store {
         decision: Option<NewDecision>,
         binding: Binding,
         at: &str,
+        plan: Option<String>,
     ) -> Result<ProposalRow, StoreError> {
         let (id, actor, at) = (proposal_id.to_string(), actor.to_string(), at.to_string());
         self.call(move |c| {
@@ -280,6 +290,11 @@ impl Store {
                 &payload.to_string(),
                 &at,
             )?;
+            if next == ProposalState::InReview
+                && let Some(plan) = &plan
+            {
+                super::reviews::save_plan(&tx, &id, &p.current_revision, plan, &at)?;
+            }
             insert_binding_checked(&tx, &binding)?;
             let p = load(&tx, &id)?;
             tx.commit()?;

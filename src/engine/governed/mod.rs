@@ -5,3 +5,4 @@ pub mod claims;
 pub mod contentions;
 pub mod proposals;
 pub mod resources;
+pub mod reviews;

@@ -33,7 +33,7 @@ pub(super) struct Record {
     deliberation_id: Option<String>,
     title: String,
     summary_md: String,
-    risk: Risk,
+    pub(in crate::engine::governed) risk: Risk,
     affected_resources: Vec<String>,
     expected_tests: Vec<Vec<String>>,
     rollback_notes: Option<String>,
@@ -375,6 +375,16 @@ impl Service {
         let mut record = Self::record_of(&row)?;
         record.affected_resources = ids.clone();
         record.updated_at = now.clone();
+        // In review, the new revision gets fresh assignments (saved with it).
+        let paths: Vec<String> = patch
+            .files
+            .iter()
+            .flat_map(|f| f.paths().map(str::to_string))
+            .collect();
+        let ws = self.authorize(actor, &p.workspace_id, Permission::Propose)?;
+        let plan = self
+            .plan(ws, &row.author, &revision, record.risk, &paths)
+            .to_string();
         let next = RevisionRow {
             number: number as i64,
             revision,
@@ -393,6 +403,7 @@ impl Service {
                 next,
                 &author,
                 k.binding(&p.workspace_id, actor, &row.proposal_id),
+                Some(plan),
             )
             .await?;
         self.proposal_reply(&row).await
@@ -488,6 +499,17 @@ impl Service {
             decision: "rejected".into(),
             rationale_md: p.reason_md.clone().unwrap_or_default(),
         });
+        // Requesting review persists the plan of the current revision with the transition.
+        let plan = if event == ProposalEvent::RequestReview {
+            let ws = self.authorize(actor, &p.workspace_id, Permission::Propose)?;
+            let paths = self.touched_paths(&row.current_revision).await?;
+            Some(
+                self.plan(ws, &row.author, &row.current_revision, record.risk, &paths)
+                    .to_string(),
+            )
+        } else {
+            None
+        };
         let row = self
             .ctx
             .data
@@ -501,8 +523,23 @@ impl Service {
                 decision,
                 k.binding(&p.workspace_id, actor, &row.proposal_id),
                 &now,
+                plan,
             )
             .await?;
+        if event == ProposalEvent::RequestReview {
+            let plan = self
+                .ctx
+                .data
+                .store
+                .review_plan(&row.proposal_id, &row.current_revision)
+                .await?
+                .map(|t| serde_json::from_str::<Value>(&t))
+                .transpose()
+                .map_err(|e| ServiceError::record("a review plan", e))?;
+            let mut reply = self.proposal_reply(&row).await?;
+            reply["review_plan"] = plan.unwrap_or(Value::Null);
+            return Ok(reply);
+        }
         self.proposal_reply(&row).await
     }
 }

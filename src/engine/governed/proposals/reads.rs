@@ -9,7 +9,7 @@ use crate::wire::{ListOrder, ProposalListParams, ProposalParams};
 use serde_json::{Value, json};
 
 impl Service {
-    pub(super) async fn proposal_in(
+    pub(in crate::engine::governed) async fn proposal_in(
         &self,
         workspace_id: &str,
         proposal_id: &str,
@@ -32,7 +32,7 @@ impl Service {
         Ok(p)
     }
 
-    pub(super) fn record_of(p: &ProposalRow) -> Result<Record, ServiceError> {
+    pub(in crate::engine::governed) fn record_of(p: &ProposalRow) -> Result<Record, ServiceError> {
         serde_json::from_str(&p.record)
             .map_err(|e| ServiceError::record(format!("proposal {} record", p.proposal_id), e))
     }
@@ -118,9 +118,12 @@ impl Service {
                        "actor": actor, "rationale_md": rationale, "created_at": at})
             })
             .collect();
-        Ok(
-            json!({"proposal": self.proposal_view(&row).await?, "files": files, "decisions": decisions}),
-        )
+        let risk = Self::record_of(&row)?.risk;
+        let mut reply = self.review_picture(&row, risk).await?;
+        reply["proposal"] = self.proposal_view(&row).await?;
+        reply["files"] = Value::Array(files);
+        reply["decisions"] = Value::Array(decisions);
+        Ok(reply)
     }
 
     /// `proposal.list`: oldest first unless `order = "newest"`; default 50, 1..=200.

@@ -1,0 +1,673 @@
+//! Review evidence and the policy verdict (seed 000): `vote.cast`, `vote.list`,
+//! `security.review`, `human.request_approval`, `human.decide`, `decision.record`,
+//! `decision.list` and `policy.evaluate`, plus the review plan `proposal.request_review`
+//! persists.
+//!
+//! Who acts is always the token's actor. Evidence names the revision it is about and is
+//! refused for any revision but the current one; the verdict only ever reads evidence of the
+//! current revision, so nothing bound to older bytes counts.
+
+use super::claims::{Keyed, check_text, page_limit};
+use crate::config::{Permission, Workspace};
+use crate::domain::policy::{
+    ApprovalEvent, ApprovalEvidence, ApprovalState, Evidence, ReviewEvidence, SECURITY, Verdict,
+    VoteEvidence, evaluate,
+};
+use crate::domain::proposal::{ProposalState, Risk, is_revision};
+use crate::engine::service::{Actor, Service, ServiceError};
+use crate::limits;
+use crate::store::proposals::ProposalRow;
+use crate::store::reviews::{DecisionRow, NewVote};
+use crate::wire::{
+    DecisionListParams, DecisionRecordParams, HumanDecideParams, PolicyEvaluateParams,
+    RequestApprovalParams, SecurityReviewParams, VoteCastParams, VoteListParams,
+};
+use serde_json::{Value, json};
+
+/// The review roles `actor` holds in `ws` (`run:<run_id>` for runs).
+pub(super) fn roles_of(ws: &Workspace, actor: &Actor) -> Vec<String> {
+    let key = match actor {
+        Actor::Member { member_id } => member_id.clone(),
+        Actor::Run { run_id, .. } => format!("run:{run_id}"),
+        Actor::System { .. } => return vec![],
+    };
+    ws.roles.get(&key).cloned().unwrap_or_default()
+}
+
+fn check_revision(revision: &str) -> Result<(), ServiceError> {
+    if is_revision(revision) {
+        return Ok(());
+    }
+    Err(ServiceError::invalid_field(
+        "revision",
+        format!("revision {revision:?} is not a revision digest (64 lowercase hex digits)"),
+    ))
+}
+
+fn check_md(field: &str, v: &str, required: bool) -> Result<(), ServiceError> {
+    if (required && v.trim().is_empty()) || v.len() > limits::MAX_PROPOSAL_TEXT_BYTES {
+        return Err(ServiceError::invalid_field(
+            field,
+            format!(
+                "{field} must be {}..={} bytes{}",
+                u8::from(required),
+                limits::MAX_PROPOSAL_TEXT_BYTES,
+                if required { " and not blank" } else { "" }
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A store refusal about the revision or the state, as the precondition it is.
+fn evidence_refused(e: crate::store::StoreError) -> ServiceError {
+    match e {
+        crate::store::StoreError::Conflict(m)
+            if m.contains("is not current") || m.contains("not in_review") =>
+        {
+            ServiceError::precondition_field("revision", m)
+        }
+        other => other.into(),
+    }
+}
+
+impl Service {
+    /// Who may review in `workspace_id`: a member with `review`, or a run holding a role.
+    /// Never the proposal's author. Returns the workspace and the actor's roles.
+    fn reviewer<'a>(
+        &'a self,
+        actor: &Actor,
+        workspace_id: &str,
+        author: &str,
+        what: &str,
+    ) -> Result<(&'a Workspace, Vec<String>), ServiceError> {
+        let ws = match actor {
+            Actor::Run { .. } => self.authorize(actor, workspace_id, Permission::View)?,
+            Actor::Member { .. } | Actor::System { .. } => {
+                self.authorize(actor, workspace_id, Permission::Review)?
+            }
+        };
+        let roles = roles_of(ws, actor);
+        if matches!(actor, Actor::Run { .. }) && roles.is_empty() {
+            return Err(ServiceError::PermissionDenied(format!(
+                "a run may {what} only when it holds a review role in workspace {workspace_id:?}"
+            )));
+        }
+        if actor.key() == author {
+            return Err(ServiceError::PermissionDenied(format!(
+                "the author cannot {what} their own proposal"
+            )));
+        }
+        Ok((ws, roles))
+    }
+
+    /// Every path the revision touches (both sides of renames and copies).
+    pub(super) async fn touched_paths(&self, revision: &str) -> Result<Vec<String>, ServiceError> {
+        let bytes = self.read_patch(revision).await?;
+        let patch = crate::patch::parse(&bytes).map_err(|e| {
+            ServiceError::internal(format!("stored revision {revision} no longer parses: {e}"))
+        })?;
+        Ok(patch
+            .files
+            .iter()
+            .flat_map(|f| f.paths().map(str::to_string))
+            .collect())
+    }
+
+    /// The review plan of a revision: the roles the policy requires and, for each, the
+    /// members (with `review`) and runs holding it, never the author.
+    pub(super) fn plan(
+        &self,
+        ws: &Workspace,
+        author: &str,
+        revision: &str,
+        risk: Risk,
+        paths: &[String],
+    ) -> Value {
+        let policy = &ws.policy;
+        let high_risk = policy.is_high_risk(risk, paths);
+        let holders = |role: &str| -> Vec<String> {
+            ws.roles
+                .iter()
+                .filter(|(_, roles)| roles.iter().any(|r| r == role))
+                .filter_map(|(holder, _)| match holder.strip_prefix("run:") {
+                    Some(run) => Some(format!("run:{}/{run}", ws.id)),
+                    None => ws
+                        .members
+                        .get(holder)
+                        .filter(|p| p.contains(&Permission::Review))
+                        .map(|_| format!("member:{holder}")),
+                })
+                .filter(|k| k != author)
+                .collect()
+        };
+        let roles: Vec<Value> = policy
+            .routing_roles(risk, paths)
+            .iter()
+            .map(|r| json!({"role": r, "candidates": holders(r)}))
+            .collect();
+        json!({
+            "revision": revision,
+            "required_roles": roles,
+            "high_risk": high_risk,
+            "security_review_required": policy.security_review.applies(high_risk),
+            "human_approval_required": policy.human_approval.applies(high_risk),
+        })
+    }
+
+    /// The verdict of `p`'s current revision under its workspace's policy.
+    pub(super) async fn verdict(
+        &self,
+        ws: &Workspace,
+        p: &ProposalRow,
+        risk: Risk,
+    ) -> Result<Verdict, ServiceError> {
+        let store = &self.ctx.data.store;
+        let rev = p.current_revision.clone();
+        let votes = store
+            .votes(&p.proposal_id, Some(rev.clone()))
+            .await?
+            .into_iter()
+            .filter(|v| v.current)
+            .map(|v| VoteEvidence {
+                vote_id: v.vote_id,
+                voter: v.voter,
+                roles: v.roles,
+                vote: v.vote,
+            })
+            .collect();
+        let security = store
+            .security_reviews(&p.proposal_id)
+            .await?
+            .into_iter()
+            .rfind(|r| r.revision == rev)
+            .map(|r| ReviewEvidence {
+                review_id: r.review_id,
+                reviewer: r.reviewer,
+                verdict: r.verdict,
+            });
+        let approval = store
+            .approvals(&p.proposal_id)
+            .await?
+            .into_iter()
+            .rfind(|a| a.revision == rev)
+            .map(|a| ApprovalEvidence {
+                approval_id: a.approval_id,
+                state: a.state,
+                decided_by: a.decided_by,
+                override_votes: a.override_votes,
+                reason_md: a.reason_md,
+            });
+        let evidence = Evidence {
+            risk,
+            paths: self.touched_paths(&rev).await?,
+            votes,
+            security,
+            approval,
+            // Test results of a revision arrive with patch.validate (part 3).
+            tests: None,
+        };
+        Ok(evaluate(&ws.policy, &evidence))
+    }
+
+    /// The review side of `proposal.get`: the current revision's plan, votes (history
+    /// included), security reviews, approvals, and the verdict.
+    pub(in crate::engine::governed) async fn review_picture(
+        &self,
+        p: &ProposalRow,
+        risk: Risk,
+    ) -> Result<Value, ServiceError> {
+        let ws = self
+            .ctx
+            .config
+            .workspaces
+            .get(&p.workspace_id)
+            .ok_or_else(|| ServiceError::internal("the proposal's workspace is gone"))?;
+        let store = &self.ctx.data.store;
+        let rev = &p.current_revision;
+        let plan = match store.review_plan(&p.proposal_id, rev).await? {
+            Some(text) => Some(
+                serde_json::from_str::<Value>(&text)
+                    .map_err(|e| ServiceError::record("a review plan", e))?,
+            ),
+            None => None,
+        };
+        let votes = store.votes(&p.proposal_id, Some(rev.clone())).await?;
+        let reviews: Vec<_> = store
+            .security_reviews(&p.proposal_id)
+            .await?
+            .into_iter()
+            .filter(|r| &r.revision == rev)
+            .collect();
+        let approvals: Vec<_> = store
+            .approvals(&p.proposal_id)
+            .await?
+            .into_iter()
+            .filter(|a| &a.revision == rev)
+            .collect();
+        Ok(json!({
+            "review_plan": plan,
+            "votes": votes,
+            "security_reviews": reviews,
+            "approvals": approvals,
+            "verdict": self.verdict(ws, p, risk).await?,
+        }))
+    }
+
+    /// `vote.cast`.
+    pub async fn vote_cast(&self, actor: &Actor, p: VoteCastParams) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::View)?;
+        let k = Keyed::new(
+            "vote.cast",
+            &p.idempotency_key,
+            &VoteCastParams {
+                idempotency_key: String::new(),
+                ..p.clone()
+            },
+        )?;
+        check_revision(&p.revision)?;
+        check_md("reason_md", &p.reason_md, true)?;
+        let confidence = p.confidence.unwrap_or(1.0);
+        if !(0.0..=1.0).contains(&confidence) {
+            return Err(ServiceError::invalid_field(
+                "confidence",
+                format!("confidence is {confidence}; it must be between 0.0 and 1.0"),
+            ));
+        }
+        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+            let v = self
+                .ctx
+                .data
+                .store
+                .vote(&id)
+                .await?
+                .ok_or_else(|| ServiceError::internal("a bound vote is gone"))?;
+            return Ok(json!({"vote": v}));
+        }
+        let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
+        let (_, roles) = self.reviewer(actor, &p.workspace_id, &row.author, "vote on")?;
+        let vote_id = format!("vot_{}", crate::ids::new_creation_key());
+        let v = self
+            .ctx
+            .data
+            .store
+            .cast_vote(NewVote {
+                vote_id: vote_id.clone(),
+                proposal_id: row.proposal_id.clone(),
+                revision: p.revision.clone(),
+                voter: actor.key(),
+                roles,
+                vote: p.vote,
+                confidence,
+                reason_md: p.reason_md.clone(),
+                at: self.now_rfc3339(),
+                binding: k.binding(&p.workspace_id, actor, &vote_id),
+            })
+            .await
+            .map_err(evidence_refused)?;
+        Ok(json!({"vote": v}))
+    }
+
+    /// `vote.list`: oldest first, history included (`current` marks each voter's newest).
+    pub async fn vote_list(&self, actor: &Actor, p: VoteListParams) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::View)?;
+        if let Some(r) = &p.revision {
+            check_revision(r)?;
+        }
+        let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
+        let votes = self
+            .ctx
+            .data
+            .store
+            .votes(&row.proposal_id, p.revision)
+            .await?;
+        Ok(json!({"votes": votes}))
+    }
+
+    /// `security.review`: by a reviewer holding the `security` role.
+    pub async fn security_review(
+        &self,
+        actor: &Actor,
+        p: SecurityReviewParams,
+    ) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::View)?;
+        let k = Keyed::new(
+            "security.review",
+            &p.idempotency_key,
+            &SecurityReviewParams {
+                idempotency_key: String::new(),
+                ..p.clone()
+            },
+        )?;
+        check_revision(&p.revision)?;
+        check_md("notes_md", &p.notes_md, false)?;
+        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+            let r = self
+                .ctx
+                .data
+                .store
+                .security_reviews(&p.proposal_id)
+                .await?
+                .into_iter()
+                .find(|r| r.review_id == id)
+                .ok_or_else(|| ServiceError::internal("a bound security review is gone"))?;
+            return Ok(json!({"security_review": r}));
+        }
+        let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
+        let (_, roles) = self.reviewer(actor, &p.workspace_id, &row.author, "review")?;
+        if !roles.iter().any(|r| r == SECURITY) {
+            return Err(ServiceError::PermissionDenied(format!(
+                "a security review needs the {SECURITY:?} role"
+            )));
+        }
+        let review_id = format!("sec_{}", crate::ids::new_creation_key());
+        let r = self
+            .ctx
+            .data
+            .store
+            .record_security_review(
+                &review_id,
+                &row.proposal_id,
+                &p.revision,
+                &actor.key(),
+                p.verdict,
+                &p.notes_md,
+                &self.now_rfc3339(),
+                k.binding(&p.workspace_id, actor, &review_id),
+            )
+            .await
+            .map_err(evidence_refused)?;
+        Ok(json!({"security_review": r}))
+    }
+
+    /// `human.request_approval`: by the author or a member with `review`, `approve` or
+    /// `admin`; one pending approval per revision.
+    pub async fn human_request_approval(
+        &self,
+        actor: &Actor,
+        p: RequestApprovalParams,
+    ) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::View)?;
+        let k = Keyed::new(
+            "human.request_approval",
+            &p.idempotency_key,
+            &RequestApprovalParams {
+                idempotency_key: String::new(),
+                ..p.clone()
+            },
+        )?;
+        check_revision(&p.revision)?;
+        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+            return self.approval_reply(&id).await;
+        }
+        let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
+        let may = actor.key() == row.author
+            || [Permission::Review, Permission::Approve, Permission::Admin]
+                .into_iter()
+                .any(|perm| self.authorize(actor, &p.workspace_id, perm).is_ok());
+        if !may {
+            return Err(ServiceError::PermissionDenied(
+                "a human approval is requested by the author or a member with review, approve or admin"
+                    .into(),
+            ));
+        }
+        let approval_id = format!("apr_{}", crate::ids::new_creation_key());
+        let a = self
+            .ctx
+            .data
+            .store
+            .request_approval(
+                &approval_id,
+                &row.proposal_id,
+                &p.revision,
+                &actor.key(),
+                &self.now_rfc3339(),
+                k.binding(&p.workspace_id, actor, &approval_id),
+            )
+            .await
+            .map_err(|e| match e {
+                crate::store::StoreError::Conflict(m) if m.contains("already pending") => {
+                    ServiceError::precondition(m)
+                }
+                other => evidence_refused(other),
+            })?;
+        Ok(json!({"approval": a}))
+    }
+
+    async fn approval_reply(&self, approval_id: &str) -> Result<Value, ServiceError> {
+        let a = self
+            .ctx
+            .data
+            .store
+            .approval(approval_id)
+            .await?
+            .ok_or_else(|| ServiceError::internal("a bound approval is gone"))?;
+        Ok(json!({"approval": a}))
+    }
+
+    /// `human.decide`: a member with `approve` (never a run token, never the author, never
+    /// the requester while `distinct_approver` holds). `override: true` (with approve) lets
+    /// the verdict pass requirements only votes block; never a security review.
+    pub async fn human_decide(
+        &self,
+        actor: &Actor,
+        p: HumanDecideParams,
+    ) -> Result<Value, ServiceError> {
+        if matches!(actor, Actor::Run { .. }) {
+            return Err(ServiceError::PermissionDenied(
+                "a run token can never give human approval".into(),
+            ));
+        }
+        let ws = self.authorize(actor, &p.workspace_id, Permission::Approve)?;
+        self.governed(actor, &p.workspace_id, Permission::Approve)?;
+        let k = Keyed::new(
+            "human.decide",
+            &p.idempotency_key,
+            &HumanDecideParams {
+                idempotency_key: String::new(),
+                ..p.clone()
+            },
+        )?;
+        check_md("reason_md", &p.reason_md, true)?;
+        let override_votes = p.override_votes.unwrap_or(false);
+        if override_votes && !p.approve {
+            return Err(ServiceError::invalid_field(
+                "override",
+                "override needs approve: true (a denial overrides nothing)",
+            ));
+        }
+        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+            return self.approval_reply(&id).await;
+        }
+        let not_found = || {
+            ServiceError::NotFound(format!(
+                "approval {:?} not found in workspace {:?}",
+                p.approval_id, p.workspace_id
+            ))
+        };
+        let a = self
+            .ctx
+            .data
+            .store
+            .approval(&p.approval_id)
+            .await?
+            .ok_or_else(not_found)?;
+        if a.workspace_id != p.workspace_id {
+            return Err(not_found());
+        }
+        let row = self.proposal_in(&p.workspace_id, &a.proposal_id).await?;
+        if actor.key() == row.author {
+            return Err(ServiceError::PermissionDenied(
+                "the author cannot approve their own proposal".into(),
+            ));
+        }
+        if ws.distinct_approver && actor.key() == a.requested_by {
+            return Err(ServiceError::PermissionDenied(
+                "distinct_approver: the member who requested this approval cannot decide it; another member with approve must"
+                    .into(),
+            ));
+        }
+        if a.state != ApprovalState::Pending {
+            return Err(ServiceError::precondition(format!(
+                "approval {} is already {}",
+                a.approval_id,
+                a.state.as_str()
+            )));
+        }
+        let decided = self
+            .ctx
+            .data
+            .store
+            .decide_approval(
+                &a.approval_id,
+                if p.approve {
+                    ApprovalEvent::Approve
+                } else {
+                    ApprovalEvent::Deny
+                },
+                &actor.key(),
+                override_votes,
+                &p.reason_md,
+                &self.now_rfc3339(),
+                k.binding(&p.workspace_id, actor, &a.approval_id),
+            )
+            .await
+            .map_err(evidence_refused)?;
+        Ok(json!({"approval": decided}))
+    }
+
+    /// `decision.record`: an immutable decision, alone, about a task, or about a proposal
+    /// revision (the current one when only `proposal_id` is given).
+    pub async fn decision_record(
+        &self,
+        actor: &Actor,
+        p: DecisionRecordParams,
+    ) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::View)?;
+        let ws = self.authorize(actor, &p.workspace_id, Permission::View)?;
+        let may = match actor {
+            Actor::Run { .. } => !roles_of(ws, actor).is_empty(),
+            Actor::Member { .. } | Actor::System { .. } => {
+                [Permission::Review, Permission::Approve, Permission::Admin]
+                    .into_iter()
+                    .any(|perm| self.authorize(actor, &p.workspace_id, perm).is_ok())
+            }
+        };
+        if !may {
+            return Err(ServiceError::PermissionDenied(
+                "decisions are recorded by members with review, approve or admin, or runs holding a review role"
+                    .into(),
+            ));
+        }
+        let k = Keyed::new(
+            "decision.record",
+            &p.idempotency_key,
+            &DecisionRecordParams {
+                idempotency_key: String::new(),
+                ..p.clone()
+            },
+        )?;
+        if !(1..=64).contains(&p.decision.len())
+            || !p
+                .decision
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+        {
+            return Err(ServiceError::invalid_field(
+                "decision",
+                "decision is a label of 1..=64 of a-z, 0-9, '_' and '-' (approved, rejected, deferred, ...)",
+            ));
+        }
+        check_md("rationale_md", &p.rationale_md, true)?;
+        if let Some(t) = &p.task_id {
+            check_text("task_id", t, true)?;
+        }
+        if let Some(r) = &p.revision {
+            check_revision(r)?;
+        }
+        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+            let d = self
+                .ctx
+                .data
+                .store
+                .decision(&id)
+                .await?
+                .ok_or_else(|| ServiceError::internal("a bound decision is gone"))?;
+            return Ok(json!({"decision": d}));
+        }
+        let revision = match (&p.proposal_id, &p.revision) {
+            (None, Some(_)) => {
+                return Err(ServiceError::invalid_field(
+                    "revision",
+                    "a revision needs its proposal_id",
+                ));
+            }
+            (None, None) => None,
+            (Some(pid), r) => {
+                let row = self.proposal_in(&p.workspace_id, pid).await?;
+                Some(r.clone().unwrap_or(row.current_revision))
+            }
+        };
+        let decision_id = format!("dec_{}", crate::ids::new_creation_key());
+        let d = self
+            .ctx
+            .data
+            .store
+            .record_decision(
+                DecisionRow {
+                    decision_id: decision_id.clone(),
+                    workspace_id: p.workspace_id.clone(),
+                    proposal_id: p.proposal_id.clone(),
+                    revision,
+                    task_id: p.task_id.clone(),
+                    decision: p.decision.clone(),
+                    decided_by: actor.key(),
+                    rationale_md: p.rationale_md.clone(),
+                    created_at: self.now_rfc3339(),
+                },
+                k.binding(&p.workspace_id, actor, &decision_id),
+            )
+            .await
+            .map_err(|e| match e {
+                crate::store::StoreError::Conflict(m) if m.contains("has no revision") => {
+                    ServiceError::precondition_field("revision", m)
+                }
+                other => other.into(),
+            })?;
+        Ok(json!({"decision": d}))
+    }
+
+    /// `decision.list`: oldest first.
+    pub async fn decision_list(
+        &self,
+        actor: &Actor,
+        p: DecisionListParams,
+    ) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::View)?;
+        let limit = page_limit(p.limit)?;
+        let rows = self
+            .ctx
+            .data
+            .store
+            .decisions(&p.workspace_id, p.proposal_id, p.task_id, limit)
+            .await?;
+        Ok(json!({"decisions": rows}))
+    }
+
+    /// `policy.evaluate`: the verdict for the current revision only.
+    pub async fn policy_evaluate(
+        &self,
+        actor: &Actor,
+        p: PolicyEvaluateParams,
+    ) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::View)?;
+        let ws = self.authorize(actor, &p.workspace_id, Permission::View)?;
+        let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
+        let risk = Self::record_of(&row)?.risk;
+        let verdict = self.verdict(ws, &row, risk).await?;
+        Ok(json!({"proposal_id": row.proposal_id, "revision": row.current_revision,
+                  "status": row.status, "verdict": verdict,
+                  "note": (row.status != ProposalState::InReview)
+                      .then_some("the proposal is not in review; the verdict is informational")}))
+    }
+}
