@@ -399,9 +399,10 @@ async fn dispatch(
         "vote.cast" => Reply::Value(svc.vote_cast(actor, parse(method, body)?).await?),
         "vote.list" => Reply::Value(svc.vote_list(actor, parse(method, body)?).await?),
         "security.review" => Reply::Value(svc.security_review(actor, parse(method, body)?).await?),
-        "human.request_approval" => {
-            Reply::Value(svc.human_request_approval(actor, parse(method, body)?).await?)
-        }
+        "human.request_approval" => Reply::Value(
+            svc.human_request_approval(actor, parse(method, body)?)
+                .await?,
+        ),
         "human.decide" => Reply::Value(svc.human_decide(actor, parse(method, body)?).await?),
         "decision.record" => Reply::Value(svc.decision_record(actor, parse(method, body)?).await?),
         "decision.list" => Reply::Value(svc.decision_list(actor, parse(method, body)?).await?),

@@ -72,7 +72,11 @@ pub struct DecisionRow {
     pub created_at: String,
 }
 
-fn parse_enum<T: Copy>(all: &[T], name: impl Fn(T) -> &'static str, v: &str) -> rusqlite::Result<T> {
+fn parse_enum<T: Copy>(
+    all: &[T],
+    name: impl Fn(T) -> &'static str,
+    v: &str,
+) -> rusqlite::Result<T> {
     all.iter().copied().find(|x| name(*x) == v).ok_or_else(|| {
         rusqlite::Error::FromSqlConversionFailure(
             0,
@@ -82,8 +86,7 @@ fn parse_enum<T: Copy>(all: &[T], name: impl Fn(T) -> &'static str, v: &str) -> 
     })
 }
 
-const VOTE_COLUMNS: &str =
-    "vote_id, proposal_id, revision, voter, roles, vote, confidence, reason_md, current, created_at";
+const VOTE_COLUMNS: &str = "vote_id, proposal_id, revision, voter, roles, vote, confidence, reason_md, current, created_at";
 
 fn vote_row(r: &rusqlite::Row) -> rusqlite::Result<VoteRow> {
     let roles: String = r.get(4)?;

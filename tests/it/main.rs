@@ -16,6 +16,7 @@ mod serve_contentions;
 mod serve_governed;
 mod serve_lifecycle;
 mod serve_proposals;
+mod serve_reviews;
 mod serve_symbols;
 mod support;
 mod toolchain;

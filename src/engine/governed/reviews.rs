@@ -665,9 +665,11 @@ impl Service {
         let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
         let risk = Self::record_of(&row)?.risk;
         let verdict = self.verdict(ws, &row, risk).await?;
-        Ok(json!({"proposal_id": row.proposal_id, "revision": row.current_revision,
+        Ok(
+            json!({"proposal_id": row.proposal_id, "revision": row.current_revision,
                   "status": row.status, "verdict": verdict,
                   "note": (row.status != ProposalState::InReview)
-                      .then_some("the proposal is not in review; the verdict is informational")}))
+                      .then_some("the proposal is not in review; the verdict is informational")}),
+        )
     }
 }

@@ -17,6 +17,10 @@ pub const CAROL: &str = "carol-token-other-workspace";
 pub const RUN_A: &str = "run-a-token";
 /// A second decider in ws1: deliveries alice requests are decided by dave (distinct_approver).
 pub const DAVE: &str = "dave-token-decider";
+/// On governed servers: a member of ws1 with `view`, `review` and `approve`.
+pub const ERIN: &str = "erin-token-reviewer-approver";
+/// On governed servers: a member of ws1 with `view` and `review`.
+pub const SAM: &str = "sam-token-reviewer";
 
 pub fn sha(s: &str) -> String {
     hex::encode(Sha256::digest(s.as_bytes()))
@@ -55,7 +59,8 @@ impl Server {
     }
 
     /// On the fake runtime, with `ws1` governed (its repository is the worktree): alice also
-    /// holds `propose` and `admin`, dave `propose`; bob views and reviews.
+    /// holds `propose` and `admin`, dave `propose`; bob views and reviews; erin reviews and
+    /// approves; sam reviews (roles come from the test's extra config).
     pub fn fake_governed() -> Server {
         Self::launch("", true, true)
     }
@@ -82,18 +87,27 @@ impl Server {
             format!(
                 "listen = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\n{extra}\n\
                  [workspaces.ws1]\n{repo_key} = \"{repo}\"\n\
-                 members = {{ alice = [\"view\", \"integrate\", \"verify\", \"decide\", \"push\"{alice_extra}], bob = [\"view\"{bob_extra}], dave = [\"view\", \"decide\"{dave_extra}] }}\n\
+                 members = {{ alice = [\"view\", \"integrate\", \"verify\", \"decide\", \"push\"{alice_extra}], bob = [\"view\"{bob_extra}], dave = [\"view\", \"decide\"{dave_extra}]{more_members} }}\n\
                  [workspaces.ws2]\nrepo = \"{repo2}\"\nmembers = {{ carol = [\"view\", \"integrate\"] }}\n\
                  [[tokens]]\nsha256 = \"{a}\"\nmember_id = \"alice\"\n\
                  [[tokens]]\nsha256 = \"{b}\"\nmember_id = \"bob\"\n\
                  [[tokens]]\nsha256 = \"{c}\"\nmember_id = \"carol\"\n\
                  [[tokens]]\nsha256 = \"{d}\"\nmember_id = \"dave\"\n\
-                 [[tokens]]\nsha256 = \"{r}\"\nrun_id = \"run_a\"\nworkspace_id = \"ws1\"\n",
+                 [[tokens]]\nsha256 = \"{r}\"\nrun_id = \"run_a\"\nworkspace_id = \"ws1\"\n\
+                 [[tokens]]\nsha256 = \"{e}\"\nmember_id = \"erin\"\n\
+                 [[tokens]]\nsha256 = \"{f}\"\nmember_id = \"sam\"\n",
                 data = dir.path().join("data").display(),
                 repo_key = if governed { "worktree" } else { "repo" },
                 alice_extra = if governed { ", \"propose\", \"admin\"" } else { "" },
                 bob_extra = if governed { ", \"review\"" } else { "" },
                 dave_extra = if governed { ", \"propose\"" } else { "" },
+                more_members = if governed {
+                    ", erin = [\"view\", \"review\", \"approve\"], sam = [\"view\", \"review\"]"
+                } else {
+                    ""
+                },
+                e = sha(ERIN),
+                f = sha(SAM),
                 repo = repo.display(),
                 repo2 = repo2.display(),
                 a = sha(ALICE),
