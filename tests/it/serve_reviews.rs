@@ -161,6 +161,11 @@ fn votes_bind_to_the_current_revision_and_older_evidence_never_counts() {
     assert_eq!(v["vote"]["roles"], json!(["reviewer"]));
     assert_eq!(v["vote"]["confidence"], 1.0);
     assert_eq!(verdict(&s, &id)["approvable"], true);
+    let asked = s.ok(
+        ALICE,
+        "human.request_approval",
+        json!({"workspace_id": "ws1", "proposal_id": id, "revision": rev1, "idempotency_key": "q1"}),
+    );
     // A new revision: bob's vote was about other bytes.
     let readme = std::fs::read_to_string(s.repo.join("README")).unwrap();
     std::fs::write(s.repo.join("README"), format!("{readme}two\n")).unwrap();
@@ -184,7 +189,8 @@ fn votes_bind_to_the_current_revision_and_older_evidence_never_counts() {
     let v = verdict(&s, &id);
     assert_eq!(v["approvable"], false, "{v}");
     assert_eq!(req(&v, "approvals")["state"], "missing");
-    // Evidence for the old revision is refused now.
+    // Evidence for the old revision is refused now, and its pending approval cannot be
+    // decided: it is about other bytes.
     let (st, e) = vote(&s, BOB, &id, &rev1, "approve", "b2");
     assert_eq!(st, 412, "{e}");
     assert!(
@@ -194,6 +200,13 @@ fn votes_bind_to_the_current_revision_and_older_evidence_never_counts() {
             .contains("not current"),
         "{e}"
     );
+    let (st, e) = s.call(
+        ERIN,
+        "human.decide",
+        json!({"workspace_id": "ws1", "approval_id": asked["approval"]["approval_id"],
+               "approve": true, "reason_md": "ok", "idempotency_key": "late"}),
+    );
+    assert_eq!(st, 412, "{e}");
     let got = s.ok(
         BOB,
         "proposal.get",
@@ -243,6 +256,19 @@ fn who_may_vote_review_and_approve() {
     let s = server("security_review = \"always\"\nhuman_approval = \"always\"\n");
     let p = proposal(&s, "README", "normal", "a");
     let (id, rev) = ids(&p);
+    // Not in review: no votes.
+    let pending = {
+        let v = s.ok(
+            ALICE,
+            "proposal.withdraw",
+            json!({"workspace_id": "ws1", "proposal_id": id, "idempotency_key": "w"}),
+        );
+        assert_eq!(v["proposal"]["status"], "withdrawn");
+        let (st, e) = vote(&s, BOB, &id, &rev, "approve", "late");
+        assert_eq!(st, 412, "{e}");
+        proposal(&s, "README", "normal", "b")
+    };
+    let (id, rev) = ids(&pending);
     // The author never votes, reviews or approves; dave has no review permission.
     assert_eq!(vote(&s, ALICE, &id, &rev, "approve", "x1").0, 403);
     assert_eq!(vote(&s, DAVE, &id, &rev, "approve", "x2").0, 403);
