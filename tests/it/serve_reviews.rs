@@ -414,6 +414,14 @@ fn each_gate_on_and_off_and_an_override_never_satisfies_security() {
     );
     assert_eq!(decided["approval"]["state"], "approved");
     assert_eq!(decided["approval"]["override"], true);
+    let replay = s.ok(
+        ERIN,
+        "human.decide",
+        json!({"workspace_id": "ws1", "approval_id": asked["approval"]["approval_id"],
+               "approve": true, "override": true, "reason_md": "the veto is about style",
+               "idempotency_key": "d"}),
+    );
+    assert_eq!(replay, decided, "a replay answers the original decision");
     let v = verdict(&s, &id);
     assert_eq!(req(&v, "no_blocking_votes")["state"], "overridden");
     assert_eq!(req(&v, "human_approval")["state"], "satisfied");
