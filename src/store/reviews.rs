@@ -156,6 +156,29 @@ fn decision_row(r: &rusqlite::Row) -> rusqlite::Result<DecisionRow> {
     })
 }
 
+fn vote_by_id(c: &rusqlite::Connection, id: &str) -> rusqlite::Result<Option<VoteRow>> {
+    c.query_row(
+        &format!("SELECT {VOTE_COLUMNS} FROM votes WHERE vote_id = ?1"),
+        params![id],
+        vote_row,
+    )
+    .optional()
+}
+
+fn approval_by_id(c: &rusqlite::Connection, id: &str) -> rusqlite::Result<Option<ApprovalRow>> {
+    c.query_row(
+        &format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE approval_id = ?1"),
+        params![id],
+        approval_row,
+    )
+    .optional()
+}
+
+/// A row this transaction just wrote.
+fn written<T>(row: rusqlite::Result<Option<T>>, what: &str) -> Result<T, StoreError> {
+    row?.ok_or_else(|| StoreError::Conflict(format!("{what} vanished inside its transaction")))
+}
+
 /// Inside a transaction: the proposal must be in review with `revision` current.
 fn require_current(
     tx: &rusqlite::Transaction,
@@ -243,11 +266,7 @@ impl Store {
                 &v.at,
             )?;
             insert_binding_checked(&tx, &v.binding)?;
-            let row = tx.query_row(
-                &format!("SELECT {VOTE_COLUMNS} FROM votes WHERE vote_id = ?1"),
-                params![v.vote_id],
-                vote_row,
-            )?;
+            let row = written(vote_by_id(&tx, &v.vote_id), "the vote")?;
             tx.commit()?;
             Ok(row)
         })
@@ -277,15 +296,7 @@ impl Store {
     /// One vote.
     pub async fn vote(&self, vote_id: &str) -> Result<Option<VoteRow>, StoreError> {
         let id = vote_id.to_string();
-        self.call(move |c| {
-            Ok(c.query_row(
-                &format!("SELECT {VOTE_COLUMNS} FROM votes WHERE vote_id = ?1"),
-                params![id],
-                vote_row,
-            )
-            .optional()?)
-        })
-        .await
+        self.call(move |c| Ok(vote_by_id(c, &id)?)).await
     }
 
     /// Records a security review of the current revision.
@@ -408,11 +419,7 @@ impl Store {
                 &at,
             )?;
             insert_binding_checked(&tx, &binding)?;
-            let row = tx.query_row(
-                &format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE approval_id = ?1"),
-                params![aid],
-                approval_row,
-            )?;
+            let row = written(approval_by_id(&tx, &aid), "the approval")?;
             tx.commit()?;
             Ok(row)
         })
@@ -440,14 +447,7 @@ impl Store {
         );
         self.call(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let a = tx
-                .query_row(
-                    &format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE approval_id = ?1"),
-                    params![aid],
-                    approval_row,
-                )
-                .optional()?
-                .ok_or_else(|| StoreError::Conflict(format!("approval {aid} does not exist")))?;
+            let a = approval_by_id(&tx, &aid)?.ok_or_else(|| StoreError::Conflict(format!("approval {aid} does not exist")))?;
             let next = a.state.on(decision)?;
             require_current(&tx, &a.proposal_id, &a.revision)?;
             let n = tx.execute(
@@ -472,11 +472,7 @@ impl Store {
                 &at,
             )?;
             insert_binding_checked(&tx, &binding)?;
-            let row = tx.query_row(
-                &format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE approval_id = ?1"),
-                params![aid],
-                approval_row,
-            )?;
+            let row = written(approval_by_id(&tx, &aid), "the approval")?;
             tx.commit()?;
             Ok(row)
         })
@@ -486,15 +482,7 @@ impl Store {
     /// One approval.
     pub async fn approval(&self, approval_id: &str) -> Result<Option<ApprovalRow>, StoreError> {
         let id = approval_id.to_string();
-        self.call(move |c| {
-            Ok(c.query_row(
-                &format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE approval_id = ?1"),
-                params![id],
-                approval_row,
-            )
-            .optional()?)
-        })
-        .await
+        self.call(move |c| Ok(approval_by_id(c, &id)?)).await
     }
 
     /// A proposal's approvals, oldest first.
