@@ -203,3 +203,6 @@ pub const MAX_PROPOSAL_REVISIONS: u64 = 100;
 pub const MAX_PROPOSAL_LIST_LIMIT: u32 = 200;
 /// Most ended claims one maintenance pass removes (the rest wait for the next pass).
 pub const CLAIM_PURGE_BATCH: u32 = 1000;
+/// `proposal.preview` diff pages: default and largest, in lines.
+pub const DEFAULT_PREVIEW_DIFF_LINES: u32 = 500;
+pub const MAX_PREVIEW_DIFF_LINES: u32 = 5000;

@@ -508,3 +508,29 @@ pub struct PolicyEvaluateParams {
     pub workspace_id: String,
     pub proposal_id: String,
 }
+
+/// Which part of a revision `proposal.preview` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PreviewPart {
+    Metadata,
+    Files,
+    Diff,
+    Raw,
+    Symbols,
+}
+
+/// `proposal.preview` parameters (the revision defaults to the current one).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProposalPreviewParams {
+    pub workspace_id: String,
+    pub proposal_id: String,
+    #[serde(default)]
+    pub revision: Option<String>,
+    pub part: PreviewPart,
+    #[serde(default)]
+    pub cursor: Option<String>,
+    #[serde(default)]
+    pub limit: Option<u32>,
+}

@@ -77,7 +77,8 @@ pub fn body_limit(method: &str, config: &crate::config::Config) -> Option<usize>
         | "human.decide"
         | "decision.record"
         | "decision.list"
-        | "policy.evaluate" => SMALL_BODY_LIMIT,
+        | "policy.evaluate"
+        | "proposal.preview" => SMALL_BODY_LIMIT,
         _ => return None,
     })
 }
@@ -407,6 +408,9 @@ async fn dispatch(
         "decision.record" => Reply::Value(svc.decision_record(actor, parse(method, body)?).await?),
         "decision.list" => Reply::Value(svc.decision_list(actor, parse(method, body)?).await?),
         "policy.evaluate" => Reply::Value(svc.policy_evaluate(actor, parse(method, body)?).await?),
+        "proposal.preview" => {
+            Reply::Value(svc.proposal_preview(actor, parse(method, body)?).await?)
+        }
         "proposal.withdraw" => Reply::Value(
             svc.proposal_transition(actor, ProposalEvent::Withdraw, parse(method, body)?)
                 .await?,

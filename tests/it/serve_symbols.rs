@@ -138,3 +138,125 @@ fn reconcile_re_resolves_spans_so_moved_code_is_unchanged_and_edited_code_is_not
         "{r}"
     );
 }
+
+#[test]
+fn a_preview_pages_files_and_diff_gives_the_exact_bytes_and_the_touched_symbols() {
+    let s = setup();
+    let head = s.head();
+    s.acquire(ALICE, "directory:", "write", "c1");
+    // Touch b's body and add a file; the worktree's README too.
+    std::fs::write(
+        s.repo.join("src/lib.rs"),
+        LIB.replace("    2\n", "    20\n"),
+    )
+    .unwrap();
+    std::fs::write(s.repo.join("README"), "base\nmore\n").unwrap();
+    std::fs::write(s.repo.join("new.txt"), "n\n").unwrap();
+    git(&s.repo, &["add", "-A", "--intent-to-add"]);
+    let out = std::process::Command::new("git")
+        .args(["diff", "--no-color"])
+        .current_dir(&s.repo)
+        .output()
+        .unwrap();
+    git(&s.repo, &["reset", "-q", "--hard"]);
+    git(&s.repo, &["clean", "-q", "-fd"]);
+    let patch = String::from_utf8(out.stdout).unwrap();
+    let p = s.ok(
+        ALICE,
+        "proposal.create",
+        json!({"workspace_id": "ws1", "task_id": "t1", "title": "t", "summary_md": "s",
+               "patch": patch, "base_revision": head, "idempotency_key": "p1"}),
+    );
+    let id = p["proposal"]["proposal_id"].clone();
+    let preview = |part: &str, extra: serde_json::Value| {
+        let mut b = json!({"workspace_id": "ws1", "proposal_id": id, "part": part});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        s.ok(DAVE, "proposal.preview", b)
+    };
+    let m = preview("metadata", json!({}));
+    assert_eq!(
+        (
+            m["files"].as_u64(),
+            m["added"].as_u64(),
+            m["removed"].as_u64()
+        ),
+        (Some(3), Some(3), Some(1))
+    );
+    assert_eq!(m["stale_base"], false);
+    assert_eq!(m["worktree_head"], head.as_str());
+    // The worktree moves on: the base is stale.
+    std::fs::write(s.repo.join("other"), "o\n").unwrap();
+    git(&s.repo, &["add", "-A"]);
+    git(&s.repo, &["commit", "-q", "-m", "moved"]);
+    assert_eq!(preview("metadata", json!({}))["stale_base"], true);
+    // Files in pages of two.
+    let f1 = preview("files", json!({"limit": 2}));
+    assert_eq!(f1["files"].as_array().unwrap().len(), 2);
+    let f2 = preview("files", json!({"limit": 2, "cursor": f1["next_cursor"]}));
+    assert_eq!(f2["files"].as_array().unwrap().len(), 1);
+    assert_eq!(f2["next_cursor"], serde_json::Value::Null);
+    assert_eq!(f2["files"][0]["operation"], "modify");
+    // The diff's lines, paged, are the patch's lines exactly (no phantom last line).
+    let mut lines = vec![];
+    let mut cursor = serde_json::Value::Null;
+    loop {
+        let d = preview("diff", json!({"limit": 5, "cursor": cursor}));
+        lines.extend(
+            d["lines"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| l.as_str().unwrap().to_string()),
+        );
+        cursor = d["next_cursor"].clone();
+        if cursor.is_null() {
+            break;
+        }
+    }
+    assert_eq!(lines.join("\n") + "\n", patch);
+    let raw = preview("raw", json!({}));
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(raw["patch"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(bytes, patch.as_bytes());
+    assert_eq!(raw["sha256"], p["proposal"]["current_revision"]);
+    // Symbols: b's lines changed, a's did not; other files say why they have none.
+    let sy = preview("symbols", json!({}));
+    let files = sy["files"].as_array().unwrap();
+    let lib = files.iter().find(|f| f["path"] == "src/lib.rs").unwrap();
+    assert_eq!(lib["symbols"].as_array().unwrap().len(), 1, "{lib}");
+    assert_eq!(lib["symbols"][0]["resource_id"], "symbol:src/lib.rs#b");
+    let readme = files.iter().find(|f| f["path"] == "README").unwrap();
+    assert!(
+        readme["note"].as_str().unwrap().contains("no parser"),
+        "{readme}"
+    );
+    let created = files.iter().find(|f| f["path"] == "new.txt").unwrap();
+    assert!(
+        created["note"].as_str().unwrap().contains("created"),
+        "{created}"
+    );
+    // Bad input names its field.
+    for (b, field) in [
+        (json!({"part": "everything"}), "part"),
+        (json!({"part": "diff", "limit": 5001}), "limit"),
+        (json!({"part": "files", "cursor": "nope"}), "cursor"),
+        (json!({"part": "raw", "revision": "abc"}), "revision"),
+    ] {
+        let mut body = json!({"workspace_id": "ws1", "proposal_id": id});
+        for (k, v) in b.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let m = s.err(DAVE, "proposal.preview", body, "invalid_argument");
+        assert!(m.contains(field), "{m}");
+    }
+    s.err(
+        DAVE,
+        "proposal.preview",
+        json!({"workspace_id": "ws1", "proposal_id": id, "part": "raw", "revision": "0".repeat(64)}),
+        "not_found",
+    );
+}

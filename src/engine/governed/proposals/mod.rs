@@ -9,6 +9,7 @@
 //! counting the moment n+1 is current.
 
 mod affected;
+mod preview;
 mod reads;
 
 use super::claims::{Keyed, check_text};

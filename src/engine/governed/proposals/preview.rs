@@ -1,0 +1,222 @@
+//! `proposal.preview`: what a revision changes, for humans and tools, in pages. Every part is
+//! computed from the revision's checked artifact (never a path the caller names), so two
+//! previews of one revision always describe the same bytes.
+
+use super::super::claims::parse_cursor;
+use crate::config::Permission;
+use crate::domain::claim::Span;
+use crate::domain::proposal::is_revision;
+use crate::engine::service::{Actor, Service, ServiceError};
+use crate::limits;
+use crate::patch::{ChangeKind, FileChange, Patch};
+use crate::wire::{PreviewPart, ProposalPreviewParams};
+use base64::Engine;
+use serde_json::{Value, json};
+
+fn page(
+    limit: Option<u32>,
+    default: u32,
+    max: u32,
+    cursor: Option<&str>,
+    prefix: &str,
+) -> Result<(u32, usize), ServiceError> {
+    let limit = limit.unwrap_or(default);
+    if !(1..=max).contains(&limit) {
+        return Err(ServiceError::invalid_field(
+            "limit",
+            format!("limit is {limit}; it must be between 1 and {max}"),
+        ));
+    }
+    let from = parse_cursor(prefix, cursor)?.unwrap_or(0) as usize;
+    Ok((limit, from))
+}
+
+fn file_json(f: &FileChange) -> Value {
+    json!({"operation": f.kind.as_str(), "old_path": f.old_path, "new_path": f.new_path,
+           "old_mode": f.old_mode.map(|m| m.as_str()), "new_mode": f.new_mode.map(|m| m.as_str()),
+           "binary": f.binary, "added": f.added, "removed": f.removed,
+           "similarity": f.similarity, "symlink_target": f.symlink_target})
+}
+
+/// The changed old-side lines of a file as spans (an insertion touches the line before it).
+fn changed_spans(f: &FileChange) -> Vec<Span> {
+    f.changed
+        .iter()
+        .map(|r| {
+            if r.len == 0 {
+                let at = r.start.max(1);
+                Span {
+                    start: at.saturating_sub(1).max(1),
+                    end: at,
+                }
+            } else {
+                Span {
+                    start: r.start,
+                    end: r.start + r.len - 1,
+                }
+            }
+        })
+        .collect()
+}
+
+impl Service {
+    /// `proposal.preview`.
+    pub async fn proposal_preview(
+        &self,
+        actor: &Actor,
+        p: ProposalPreviewParams,
+    ) -> Result<Value, ServiceError> {
+        let worktree = self.governed(actor, &p.workspace_id, Permission::View)?;
+        let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
+        let revision = p.revision.clone().unwrap_or(row.current_revision.clone());
+        if !is_revision(&revision) {
+            return Err(ServiceError::invalid_field(
+                "revision",
+                format!("revision {revision:?} is not a revision digest (64 lowercase hex digits)"),
+            ));
+        }
+        let revisions = self.ctx.data.store.revisions(&row.proposal_id).await?;
+        if !revisions.iter().any(|r| r.revision == revision) {
+            return Err(ServiceError::NotFound(format!(
+                "proposal {} has no revision {revision}",
+                row.proposal_id
+            )));
+        }
+        let bytes = self.read_patch(&revision).await?;
+        let patch = crate::patch::parse(&bytes).map_err(|e| {
+            ServiceError::internal(format!("stored revision {revision} no longer parses: {e}"))
+        })?;
+        let head = {
+            let repo = self.repo(&p.workspace_id).clone();
+            tokio::task::spawn_blocking(move || repo.resolve_commit("HEAD").ok())
+                .await
+                .expect("rev-parse does not panic")
+        };
+        let base = Self::record_of(&row)?.base_revision;
+        let mut reply = json!({"proposal_id": row.proposal_id, "revision": revision,
+                               "current": revision == row.current_revision, "part": p.part});
+        let body = match p.part {
+            PreviewPart::Metadata => json!({
+                "base_revision": base,
+                "worktree_head": head,
+                "stale_base": base.as_ref().is_some_and(|b| Some(b) != head.as_ref()),
+                "files": patch.files.len(),
+                "added": patch.files.iter().map(|f| f.added).sum::<u64>(),
+                "removed": patch.files.iter().map(|f| f.removed).sum::<u64>(),
+                "binary": patch.files.iter().filter(|f| f.binary).count(),
+                "bytes": bytes.len(),
+            }),
+            PreviewPart::Files => {
+                let (limit, from) = page(
+                    p.limit,
+                    limits::DEFAULT_LIST_LIMIT,
+                    limits::MAX_CLAIM_LIST_LIMIT,
+                    p.cursor.as_deref(),
+                    "pvf_",
+                )?;
+                let items: Vec<Value> = patch
+                    .files
+                    .iter()
+                    .skip(from)
+                    .take(limit as usize)
+                    .map(file_json)
+                    .collect();
+                let end = from + items.len();
+                let more = end < patch.files.len();
+                json!({"files": items, "next_cursor": more.then(|| format!("pvf_{end}"))})
+            }
+            PreviewPart::Diff => {
+                let (limit, from) = page(
+                    p.limit,
+                    limits::DEFAULT_PREVIEW_DIFF_LINES,
+                    limits::MAX_PREVIEW_DIFF_LINES,
+                    p.cursor.as_deref(),
+                    "pvd_",
+                )?;
+                let text = String::from_utf8_lossy(&bytes);
+                let all: Vec<&str> = text
+                    .strip_suffix('\n')
+                    .unwrap_or(&text)
+                    .split('\n')
+                    .collect();
+                let lines: Vec<&str> = all
+                    .iter()
+                    .skip(from)
+                    .take(limit as usize)
+                    .copied()
+                    .collect();
+                let end = from + lines.len();
+                json!({"lines": lines, "first_line": from + 1, "total_lines": all.len(),
+                       "next_cursor": (end < all.len()).then(|| format!("pvd_{end}"))})
+            }
+            PreviewPart::Raw => json!({
+                "encoding": "base64",
+                "patch": base64::engine::general_purpose::STANDARD.encode(&bytes),
+                "sha256": revision,
+                "bytes": bytes.len(),
+            }),
+            PreviewPart::Symbols => json!({"files": self.touched_symbols(worktree, &patch).await}),
+        };
+        if let (Some(r), Some(b)) = (reply.as_object_mut(), body.as_object()) {
+            r.extend(b.clone());
+        }
+        Ok(reply)
+    }
+
+    /// For each modified file, the declarations of the worktree's current file whose spans
+    /// meet the changed lines. A file that cannot be indexed says why; nothing is skipped.
+    async fn touched_symbols(&self, worktree: std::path::PathBuf, patch: &Patch) -> Vec<Value> {
+        let files: Vec<(String, ChangeKind, Vec<Span>)> = patch
+            .files
+            .iter()
+            .filter_map(|f| {
+                f.old_path
+                    .clone()
+                    .or_else(|| f.new_path.clone())
+                    .map(|p| (p, f.kind, changed_spans(f)))
+            })
+            .collect();
+        tokio::task::spawn_blocking(move || {
+            let root = match crate::beneath::Root::open(&worktree) {
+                Ok(r) => r,
+                Err(e) => {
+                    return files
+                        .iter()
+                        .map(|(path, _, _)| json!({"path": path, "symbols": [], "note": format!("the worktree cannot be opened: {e}")}))
+                        .collect();
+                }
+            };
+            files
+                .into_iter()
+                .map(|(path, kind, spans)| {
+                    if kind == ChangeKind::Create {
+                        return json!({"path": path, "symbols": [], "note": "a created file has no current declarations"});
+                    }
+                    let Some(lang) = crate::symbols::Language::detect(&path) else {
+                        return json!({"path": path, "symbols": [], "note": "no parser for this file type"});
+                    };
+                    let src = match crate::worktree::source(&root, &path, crate::symbols::MAX_SYMBOL_SOURCE_BYTES) {
+                        Ok(Some(s)) => s,
+                        Ok(None) => return json!({"path": path, "symbols": [], "note": "the file does not exist in the worktree"}),
+                        Err(e) => return json!({"path": path, "symbols": [], "note": e.to_string()}),
+                    };
+                    match crate::symbols::symbols(lang, &path, &src) {
+                        Err(e) => json!({"path": path, "symbols": [], "note": e.to_string()}),
+                        Ok(all) => {
+                            let hit: Vec<Value> = all
+                                .into_iter()
+                                .filter(|s| spans.iter().any(|c| c.start <= s.span.end && s.span.start <= c.end))
+                                .map(|s| json!({"resource_id": format!("symbol:{path}#{}", s.name),
+                                                "name": s.name, "kind": s.kind,
+                                                "span": s.span}))
+                                .collect();
+                            json!({"path": path, "language": lang.as_str(), "symbols": hit})
+                        }
+                    }
+                })
+                .collect()
+        })
+        .await
+        .expect("indexing does not panic")
+    }
+}
