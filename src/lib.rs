@@ -5,6 +5,7 @@
 #![deny(unsafe_code)]
 
 pub mod api;
+pub mod apply;
 pub mod artifacts;
 pub mod beneath;
 pub mod candidate;
