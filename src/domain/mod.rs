@@ -11,6 +11,7 @@ pub mod git;
 pub mod path;
 pub mod policy;
 pub mod proposal;
+pub mod transaction;
 pub mod verification;
 
 /// A transition the state machine does not allow from the current state.

@@ -1,0 +1,210 @@
+//! The apply transaction's state machine (issue 13; seed 000's transactions "succeeded" on any
+//! control action whatever their state). Each phase is committed before its side effect:
+//! `prepared` (staged files and the rollback artifact being written), `installing` (renames
+//! into the worktree), `applied`. Recovery decides from the files: a transaction that reached
+//! `installing` is rolled forward, one still `prepared` is undone (`cancelled`), and one whose
+//! paths are neither pre- nor post-image is `needs_attention`.
+
+use super::IllegalTransition;
+use serde::{Deserialize, Serialize};
+
+/// Where an apply transaction is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TxState {
+    Prepared,
+    Installing,
+    Applied,
+    RolledBack,
+    Cancelled,
+    Failed,
+    NeedsAttention,
+}
+
+/// What moves a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxEvent {
+    /// Staging and the rollback artifact are durable; renames begin.
+    BeginInstall,
+    /// Every path holds its post-image.
+    Complete,
+    /// A preparation was undone (by `cancel` or by recovery before `installing`).
+    Cancel,
+    /// A step failed before anything visible changed.
+    Fail,
+    /// Recovery found paths that are neither pre- nor post-image.
+    Flag,
+    /// A compensation restored every pre-image.
+    RollBack,
+}
+
+/// What `transaction.control` may ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ControlAction {
+    /// A new transaction from a fresh validation of the same revision.
+    Retry,
+    /// Undo a transaction interrupted in `prepared`.
+    Cancel,
+    /// File a reverse patch as a new proposal.
+    Compensate,
+}
+
+impl TxState {
+    pub const ALL: [TxState; 7] = [
+        TxState::Prepared,
+        TxState::Installing,
+        TxState::Applied,
+        TxState::RolledBack,
+        TxState::Cancelled,
+        TxState::Failed,
+        TxState::NeedsAttention,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TxState::Prepared => "prepared",
+            TxState::Installing => "installing",
+            TxState::Applied => "applied",
+            TxState::RolledBack => "rolled_back",
+            TxState::Cancelled => "cancelled",
+            TxState::Failed => "failed",
+            TxState::NeedsAttention => "needs_attention",
+        }
+    }
+
+    /// Work may still be in flight (recovery looks at these after a crash).
+    pub fn is_open(self) -> bool {
+        match self {
+            TxState::Prepared | TxState::Installing => true,
+            TxState::Applied
+            | TxState::RolledBack
+            | TxState::Cancelled
+            | TxState::Failed
+            | TxState::NeedsAttention => false,
+        }
+    }
+
+    pub fn on(self, event: TxEvent) -> Result<TxState, IllegalTransition> {
+        use TxEvent as E;
+        use TxState as S;
+        let next = match (self, event) {
+            (S::Prepared, E::BeginInstall) => Some(S::Installing),
+            (S::Installing, E::Complete) => Some(S::Applied),
+            (S::Prepared, E::Cancel) => Some(S::Cancelled),
+            (S::Prepared, E::Fail) => Some(S::Failed),
+            (S::Prepared, E::Flag) | (S::Installing, E::Flag) => Some(S::NeedsAttention),
+            (S::Applied, E::RollBack) => Some(S::RolledBack),
+            (S::Prepared, E::Complete)
+            | (S::Prepared, E::RollBack)
+            | (S::Installing, E::BeginInstall)
+            | (S::Installing, E::Cancel)
+            | (S::Installing, E::Fail)
+            | (S::Installing, E::RollBack)
+            | (S::Applied, E::BeginInstall)
+            | (S::Applied, E::Complete)
+            | (S::Applied, E::Cancel)
+            | (S::Applied, E::Fail)
+            | (S::Applied, E::Flag)
+            | (S::RolledBack, _)
+            | (S::Cancelled, _)
+            | (S::Failed, _)
+            | (S::NeedsAttention, _) => None,
+        };
+        next.ok_or(IllegalTransition {
+            machine: "transaction",
+            from: self.as_str(),
+            event: event.as_str(),
+        })
+    }
+
+    /// The control actions this state accepts (what `transaction.recovery` offers).
+    pub fn actions(self) -> &'static [ControlAction] {
+        match self {
+            TxState::Prepared => &[ControlAction::Cancel],
+            TxState::Applied => &[ControlAction::Compensate],
+            TxState::Failed | TxState::Cancelled => &[ControlAction::Retry],
+            TxState::Installing | TxState::RolledBack | TxState::NeedsAttention => &[],
+        }
+    }
+}
+
+impl TxEvent {
+    pub const ALL: [TxEvent; 6] = [
+        TxEvent::BeginInstall,
+        TxEvent::Complete,
+        TxEvent::Cancel,
+        TxEvent::Fail,
+        TxEvent::Flag,
+        TxEvent::RollBack,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TxEvent::BeginInstall => "begin_install",
+            TxEvent::Complete => "complete",
+            TxEvent::Cancel => "cancel",
+            TxEvent::Fail => "fail",
+            TxEvent::Flag => "flag",
+            TxEvent::RollBack => "roll_back",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_open_states_move_and_the_happy_path_is_three_phases() {
+        for s in TxState::ALL {
+            let moves = TxEvent::ALL
+                .into_iter()
+                .filter(|e| s.on(*e).is_ok())
+                .count();
+            match s {
+                TxState::Prepared | TxState::Installing | TxState::Applied => {
+                    assert!(moves > 0, "{s:?}")
+                }
+                TxState::RolledBack
+                | TxState::Cancelled
+                | TxState::Failed
+                | TxState::NeedsAttention => assert_eq!(moves, 0, "{s:?}"),
+            }
+        }
+        let s = TxState::Prepared.on(TxEvent::BeginInstall).unwrap();
+        assert_eq!(s.on(TxEvent::Complete), Ok(TxState::Applied));
+    }
+
+    #[test]
+    fn an_install_that_began_is_never_cancelled_or_failed() {
+        // Once renames may have happened, only finishing forward or a human can end it.
+        for e in [TxEvent::Cancel, TxEvent::Fail] {
+            assert!(TxState::Installing.on(e).is_err());
+        }
+        assert_eq!(
+            TxState::Installing.on(TxEvent::Flag),
+            Ok(TxState::NeedsAttention)
+        );
+    }
+
+    #[test]
+    fn control_actions_follow_the_state() {
+        assert_eq!(TxState::Prepared.actions(), [ControlAction::Cancel]);
+        assert_eq!(TxState::Applied.actions(), [ControlAction::Compensate]);
+        assert_eq!(TxState::Failed.actions(), [ControlAction::Retry]);
+        assert!(TxState::Installing.actions().is_empty());
+        assert!(TxState::NeedsAttention.actions().is_empty());
+        // Every action a state offers is one its transitions (or a new transaction) can do.
+        for s in TxState::ALL {
+            for a in s.actions() {
+                let ok = match a {
+                    ControlAction::Cancel => s.on(TxEvent::Cancel).is_ok(),
+                    ControlAction::Compensate => s == TxState::Applied,
+                    ControlAction::Retry => !s.is_open() && s != TxState::Applied,
+                };
+                assert!(ok, "{s:?} offers {a:?}");
+            }
+        }
+    }
+}
