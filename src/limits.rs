@@ -206,3 +206,10 @@ pub const CLAIM_PURGE_BATCH: u32 = 1000;
 /// `proposal.preview` diff pages: default and largest, in lines.
 pub const DEFAULT_PREVIEW_DIFF_LINES: u32 = 500;
 pub const MAX_PREVIEW_DIFF_LINES: u32 = 5000;
+/// The sandboxed dry run of `patch.validate`: its timeout, and the most bytes of post-images
+/// it may write.
+pub const DRY_RUN_TIMEOUT_SECONDS: u64 = 120;
+pub const MAX_DRY_RUN_OUTPUT_BYTES: u64 = 256 * 1024 * 1024;
+/// Bounds of `validation_ttl_seconds` (how long a validation can be applied), and its default.
+pub const VALIDATION_TTL_SECONDS: std::ops::RangeInclusive<u64> = 60..=86_400;
+pub const DEFAULT_VALIDATION_TTL_SECONDS: u64 = 3600;

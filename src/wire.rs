@@ -534,3 +534,54 @@ pub struct ProposalPreviewParams {
     #[serde(default)]
     pub limit: Option<u32>,
 }
+
+/// `patch.validate` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ValidateParams {
+    pub workspace_id: String,
+    pub proposal_id: String,
+    pub revision: String,
+    pub idempotency_key: String,
+}
+
+/// `patch.validation_show` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ValidationShowParams {
+    pub workspace_id: String,
+    pub validation_id: String,
+}
+
+/// `patch.apply` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApplyParams {
+    pub workspace_id: String,
+    pub proposal_id: String,
+    pub validation_id: String,
+    pub idempotency_key: String,
+}
+
+/// `transaction.show`, `transaction.phases` and `transaction.recovery` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransactionParams {
+    pub workspace_id: String,
+    pub transaction_id: String,
+}
+
+/// `transaction.list` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransactionListParams {
+    pub workspace_id: String,
+    #[serde(default)]
+    pub status: Option<crate::domain::transaction::TxState>,
+    #[serde(default)]
+    pub proposal_id: Option<String>,
+    #[serde(default)]
+    pub cursor: Option<String>,
+    #[serde(default)]
+    pub limit: Option<u32>,
+}

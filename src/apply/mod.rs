@@ -533,3 +533,75 @@ pub fn read_artifact(artifact_dir: &Path, transaction_id: &str) -> Result<Rollba
         .map_err(|e| ApplyError::Artifact(format!("{}: {e}", path.display())))?;
     Rollback::from_bytes(&bytes, transaction_id)
 }
+
+/// Every file and symlink beneath `dir` of the tree at `root_path` (a job's output), by path
+/// relative to `dir`, read without following any symlink, within `max_files` and `max_bytes`.
+/// A missing `dir` is an empty harvest; a fifo, socket or device is refused.
+pub fn collect_tree(
+    root_path: &Path,
+    dir: &str,
+    max_files: usize,
+    max_bytes: u64,
+) -> Result<Vec<(String, Image)>, String> {
+    let root = Root::open(root_path).map_err(|e| format!("open {}: {e}", root_path.display()))?;
+    let top = match root.open_at(
+        Path::new(dir),
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) => return Err(format!("{dir}: {e}")),
+    };
+    let mut out = Vec::new();
+    let mut bytes = 0u64;
+    let mut stack = vec![(top, String::new())];
+    while let Some((fd, prefix)) = stack.pop() {
+        let keep = fd.try_clone().map_err(|e| e.to_string())?;
+        let d = nix::dir::Dir::from_fd(fd).map_err(|e| e.to_string())?;
+        let mut names = Vec::new();
+        for e in d {
+            let e = e.map_err(|e| e.to_string())?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name != "." && name != ".." {
+                names.push(name);
+            }
+        }
+        for name in names {
+            let rel = if prefix.is_empty() {
+                name.clone()
+            } else {
+                format!("{prefix}/{name}")
+            };
+            let st =
+                nix::sys::stat::fstatat(keep.as_fd(), name.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+                    .map_err(|e| format!("{rel}: {e}"))?;
+            if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR {
+                let sub = nix::fcntl::openat(
+                    keep.as_fd(),
+                    name.as_str(),
+                    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|e| format!("{rel}: {e}"))?;
+                stack.push((sub, rel));
+                continue;
+            }
+            if out.len() == max_files {
+                return Err(format!("the job wrote more than {max_files} files"));
+            }
+            let image = read_image(&keep, &rel, &name).map_err(|e| e.to_string())?;
+            bytes += match &image {
+                Image::File { bytes, .. } => bytes.len() as u64,
+                Image::Symlink { target } => target.len() as u64,
+                Image::Absent => 0,
+            };
+            if bytes > max_bytes {
+                return Err(format!("the job wrote more than {max_bytes} bytes"));
+            }
+            out.push((rel, image));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}

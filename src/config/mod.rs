@@ -63,6 +63,7 @@ struct RawConfig {
     min_free_bytes: Option<u64>,
     run_retention_days: Option<u64>,
     claim_retention_days: Option<u64>,
+    validation_ttl_seconds: Option<u64>,
     max_connections: Option<usize>,
     header_read_timeout_seconds: Option<u64>,
     body_read_timeout_seconds: Option<u64>,
@@ -247,6 +248,8 @@ pub struct Config {
     /// How long a claim that ended (released, revoked, expired) is kept past its expiry, with
     /// its events and contentions.
     pub claim_retention: std::time::Duration,
+    /// How long a `patch.validate` result can be applied.
+    pub validation_ttl: std::time::Duration,
     /// Most concurrent HTTP connections `airlock serve` keeps open.
     pub max_connections: usize,
     /// Time a client has to send a request's headers.
@@ -505,6 +508,16 @@ impl Config {
                 &limits::RUN_RETENTION_DAYS,
             ));
         }
+        let vttl = raw
+            .validation_ttl_seconds
+            .unwrap_or(limits::DEFAULT_VALIDATION_TTL_SECONDS);
+        if !limits::VALIDATION_TTL_SECONDS.contains(&vttl) {
+            return Err(bound(
+                "validation_ttl_seconds",
+                vttl,
+                &limits::VALIDATION_TTL_SECONDS,
+            ));
+        }
         let max_connections = raw.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
         if !(1..=limits::MAX_CONNECTIONS_BOUND).contains(&max_connections) {
             return Err(ConfigError::Invalid {
@@ -566,6 +579,7 @@ impl Config {
             min_free_bytes: raw.min_free_bytes.unwrap_or(limits::DEFAULT_MIN_FREE_BYTES),
             run_retention: std::time::Duration::from_secs(retention_days * 86_400),
             claim_retention: std::time::Duration::from_secs(claim_days * 86_400),
+            validation_ttl: std::time::Duration::from_secs(vttl),
             max_connections,
             max_concurrent_verifications: max_concurrent,
             data_dir: raw

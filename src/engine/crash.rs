@@ -28,11 +28,18 @@ pub enum CrashPoint {
     ResolveAfterIntent,
     /// After delivery's ref transaction, before the aggregate is saved.
     DeliverAfterRefs,
+    /// After an apply's `prepared` row, before anything is staged.
+    ApplyAfterPrepared,
+    /// After the post-images are staged and the rollback artifact is durable, before
+    /// `installing` is committed.
+    ApplyAfterStaged,
+    /// After `installing` is committed, before the first rename.
+    ApplyAfterInstalling,
 }
 
 impl CrashPoint {
     /// Every crash point: the verification pipeline's in order, then the daemon's.
-    pub const ALL: [CrashPoint; 10] = [
+    pub const ALL: [CrashPoint; 13] = [
         CrashPoint::AfterInsert,
         CrashPoint::AfterCreate,
         CrashPoint::AfterStart,
@@ -43,6 +50,9 @@ impl CrashPoint {
         CrashPoint::PrepareAfterRetain,
         CrashPoint::ResolveAfterIntent,
         CrashPoint::DeliverAfterRefs,
+        CrashPoint::ApplyAfterPrepared,
+        CrashPoint::ApplyAfterStaged,
+        CrashPoint::ApplyAfterInstalling,
     ];
 
     /// The name `AIRLOCK_CRASH_AT` takes.
@@ -58,6 +68,9 @@ impl CrashPoint {
             CrashPoint::PrepareAfterRetain => "prepare_after_retain",
             CrashPoint::ResolveAfterIntent => "resolve_after_intent",
             CrashPoint::DeliverAfterRefs => "deliver_after_refs",
+            CrashPoint::ApplyAfterPrepared => "apply_after_prepared",
+            CrashPoint::ApplyAfterStaged => "apply_after_staged",
+            CrashPoint::ApplyAfterInstalling => "apply_after_installing",
         }
     }
 
@@ -73,7 +86,10 @@ impl CrashPoint {
             CrashPoint::PrepareAfterInsert
             | CrashPoint::PrepareAfterRetain
             | CrashPoint::ResolveAfterIntent
-            | CrashPoint::DeliverAfterRefs => false,
+            | CrashPoint::DeliverAfterRefs
+            | CrashPoint::ApplyAfterPrepared
+            | CrashPoint::ApplyAfterStaged
+            | CrashPoint::ApplyAfterInstalling => false,
         }
     }
 

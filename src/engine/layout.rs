@@ -9,13 +9,14 @@
 //! <data_dir>/evidence/<ref>.transcript           evidence packet transcripts
 //! <data_dir>/candidates/<id>/transcripts/<i>     candidate-owned transcript copies
 //! <data_dir>/patches/<sha256>.patch               proposal revisions, named by their digest
+//! <data_dir>/transactions/<id>.rollback.json      apply rollback artifacts
 //! ```
 
 use std::path::{Path, PathBuf};
 
 /// Directories Airlock keeps beneath its data dir, created (without following symlinks) in
 /// this order when the data dir is opened.
-pub const SUBDIRS: [&str; 8] = [
+pub const SUBDIRS: [&str; 9] = [
     "checkouts",
     "locks",
     "artifacts",
@@ -24,6 +25,7 @@ pub const SUBDIRS: [&str; 8] = [
     "evidence",
     "candidates",
     "patches",
+    "transactions",
 ];
 
 /// The paths of one data dir.
@@ -78,6 +80,11 @@ impl DataLayout {
 
     pub fn candidate_dir(&self, candidate_id: &str) -> PathBuf {
         self.root.join("candidates").join(candidate_id)
+    }
+
+    /// Where apply keeps its rollback artifacts.
+    pub fn transactions(&self) -> PathBuf {
+        self.root.join("transactions")
     }
 
     pub fn patches(&self) -> PathBuf {

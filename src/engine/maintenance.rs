@@ -1,6 +1,6 @@
 //! The daemon's periodic work, in a fixed order: recovery of interrupted verifications (and
 //! retention of one-shot results), delivery reconciliation from receipts, evidence expiry,
-//! candidate expiry, claim expiry and retention, packing Airlock's private refs, pruning idle per-candidate
+//! candidate expiry, claim expiry, apply recovery and claim retention, packing Airlock's private refs, pruning idle per-candidate
 //! locks.
 //! Every step's failure is logged and retried on the next pass; no step depends on an earlier
 //! one having succeeded.
@@ -35,6 +35,14 @@ pub async fn pass(service: &Service, runtime: &dyn ContainerRuntime) {
         Ok(0) => {}
         Ok(n) => tracing::info!(expired = n, "claims past their expiry marked expired"),
         Err(e) => tracing::error!(error = %e, "claim expiry failed; will retry"),
+    }
+    match service.recover_transactions().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            settled = n,
+            "interrupted applies recovered from their files"
+        ),
+        Err(e) => tracing::error!(error = %e, "apply recovery failed; will retry"),
     }
     match service.purge_ended_claims().await {
         Ok(0) => {}

@@ -250,7 +250,7 @@ impl Repo {
     }
 
     /// The empty tree's id in this repository's hash format.
-    fn empty_tree(&self) -> Result<String, StagingError> {
+    pub fn empty_tree(&self) -> Result<String, StagingError> {
         let mut cmd = self.git();
         cmd.args(["hash-object", "-t", "tree", "--stdin"]);
         // hash-object reads stdin; an empty tree is zero bytes.

@@ -229,6 +229,42 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
             ON approvals (proposal_id, revision) WHERE state = 'pending';
         CREATE INDEX approvals_by_proposal ON approvals (proposal_id, seq);",
     ),
+    (
+        9,
+        "validations and apply transactions with their phases",
+        "CREATE TABLE validations (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            validation_id TEXT NOT NULL UNIQUE,
+            workspace_id TEXT NOT NULL,
+            proposal_id TEXT NOT NULL REFERENCES proposals (proposal_id),
+            revision TEXT NOT NULL CHECK (length(revision) = 64),
+            expires_at INTEGER NOT NULL,
+            record TEXT NOT NULL
+        );
+        CREATE INDEX validations_by_proposal ON validations (proposal_id, seq);
+        CREATE TABLE transactions (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            transaction_id TEXT NOT NULL UNIQUE,
+            workspace_id TEXT NOT NULL,
+            proposal_id TEXT NOT NULL REFERENCES proposals (proposal_id),
+            revision TEXT NOT NULL CHECK (length(revision) = 64),
+            validation_id TEXT NOT NULL REFERENCES validations (validation_id),
+            status TEXT NOT NULL CHECK (status IN
+                ('prepared','installing','applied','rolled_back','cancelled','failed','needs_attention')),
+            version INTEGER NOT NULL CHECK (version >= 1),
+            record TEXT NOT NULL
+        );
+        CREATE INDEX transactions_by_workspace ON transactions (workspace_id, seq);
+        CREATE TABLE transaction_phases (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            transaction_id TEXT NOT NULL REFERENCES transactions (transaction_id),
+            phase TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            detail TEXT NOT NULL,
+            at TEXT NOT NULL
+        );
+        CREATE INDEX transaction_phases_by_tx ON transaction_phases (transaction_id, seq);",
+    ),
 ];
 
 /// The newest schema version this binary knows.

@@ -5,6 +5,7 @@
 //! Every state change is one transaction; transitions are compare-and-set with the affected row
 //! count checked, so a lost race is a [`StoreError::Conflict`], never a silent success.
 
+pub mod applies;
 mod candidates;
 pub mod claims;
 pub mod contentions;

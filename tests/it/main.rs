@@ -10,6 +10,7 @@ mod recovery;
 mod refusals;
 mod runner;
 mod serve_access;
+mod serve_apply;
 mod serve_assembly;
 mod serve_claims;
 mod serve_contentions;

@@ -27,6 +27,11 @@ fn covered_by(p: CrashPoint) -> &'static str {
         CrashPoint::DeliverAfterRefs => {
             "delivery::a_crash_between_the_ref_transaction_and_the_save_is_reconciled_from_the_receipt"
         }
+        CrashPoint::ApplyAfterPrepared
+        | CrashPoint::ApplyAfterStaged
+        | CrashPoint::ApplyAfterInstalling => {
+            "serve_apply::a_crash_at_every_apply_phase_recovers_to_exactly_pre_or_exactly_post"
+        }
     }
 }
 

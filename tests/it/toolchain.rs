@@ -5,7 +5,7 @@ use crate::support::*;
 use std::sync::OnceLock;
 
 /// Builds `airlock/toolchain` once per test run (a no-op when its content hash already exists).
-fn toolchain() -> bool {
+pub(crate) fn toolchain() -> bool {
     if !docker() {
         return false;
     }

@@ -155,12 +155,42 @@ impl Service {
         })
     }
 
-    /// The verdict of `p`'s current revision under its workspace's policy.
+    /// The verdict of `p`'s current revision under its workspace's policy, with the test
+    /// results of the newest complete validation of that revision.
     pub(super) async fn verdict(
         &self,
         ws: &Workspace,
         p: &ProposalRow,
         risk: Risk,
+    ) -> Result<Verdict, ServiceError> {
+        let mut tests = None;
+        for row in self
+            .ctx
+            .data
+            .store
+            .validations_of(&p.proposal_id)
+            .await?
+            .into_iter()
+            .rev()
+            .filter(|v| v.revision == p.current_revision)
+        {
+            let rec: super::validation::Record = serde_json::from_str(&row.record)
+                .map_err(|e| ServiceError::record("a validation", e))?;
+            if let Some(t) = self.test_evidence(&rec).await? {
+                tests = Some(t);
+                break;
+            }
+        }
+        self.verdict_with(ws, p, risk, tests).await
+    }
+
+    /// [`Service::verdict`] with the given test evidence.
+    pub(super) async fn verdict_with(
+        &self,
+        ws: &Workspace,
+        p: &ProposalRow,
+        risk: Risk,
+        tests: Option<crate::domain::policy::TestEvidence>,
     ) -> Result<Verdict, ServiceError> {
         let store = &self.ctx.data.store;
         let rev = p.current_revision.clone();
@@ -204,8 +234,7 @@ impl Service {
             votes,
             security,
             approval,
-            // Test results of a revision arrive with patch.validate (part 3).
-            tests: None,
+            tests,
         };
         Ok(evaluate(&ws.policy, &evidence))
     }

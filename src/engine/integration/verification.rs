@@ -153,7 +153,7 @@ impl Service {
     }
 
     /// Runs a recorded verification in the background, bounded by the concurrency permits.
-    pub(super) fn spawn_worker(&self, started: crate::engine::runner::pipeline::Started) {
+    pub(crate) fn spawn_worker(&self, started: crate::engine::runner::pipeline::Started) {
         let vid = started.verification.verification_id.clone();
         let engine = self.ctx.clone();
         let failures = self.persistence_failure.clone();

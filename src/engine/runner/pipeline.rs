@@ -52,6 +52,23 @@ pub struct Prepared {
     argv: Vec<String>,
     timeout_seconds: u64,
     extra_check: Option<ExtraSourceCheck>,
+    harvest: Option<Harvest>,
+}
+
+/// Where a harvest's files (or why there are none) are put for the caller.
+pub type HarvestSlot =
+    std::sync::Arc<std::sync::Mutex<Option<Result<Vec<(String, crate::apply::Image)>, String>>>>;
+
+/// A job whose output is files: after the container is destroyed and before the source
+/// check, trusted code reads every file and symlink the job left beneath `dir` of its checkout
+/// (never following a symlink, within `max_files` and `max_bytes`), hands them to `into`, and
+/// removes `dir`, so the source check still sees any other change as `source_changed`.
+#[derive(Clone)]
+pub struct Harvest {
+    pub dir: String,
+    pub max_files: usize,
+    pub max_bytes: u64,
+    pub into: HarvestSlot,
 }
 
 /// Links a verification to a candidate: recorded with the row, in the same transaction.
@@ -91,6 +108,12 @@ impl Prepared {
     /// Asks `gate` before the job's container is created and before it is started.
     pub fn admitting(mut self, gate: StepGate) -> Prepared {
         self.gate = Some(gate);
+        self
+    }
+
+    /// Collects the files the job writes beneath `h.dir` (see [`Harvest`]).
+    pub fn harvesting(mut self, h: Harvest) -> Prepared {
+        self.harvest = Some(h);
         self
     }
 }
@@ -154,6 +177,7 @@ impl Context {
             argv,
             timeout_seconds,
             extra_check,
+            harvest: None,
         })
     }
 
@@ -416,6 +440,23 @@ impl Context {
         if let JobEnd::Exited { code, oom_killed } = outcome.end {
             v.exit_code = Some(code);
             v.oom_killed = oom_killed;
+        }
+        // The container is gone: collect a harvesting job's output files first.
+        if let Some(h) = &p.harvest {
+            let tree = checkout.tree.clone();
+            let h2 = h.clone();
+            let collected = tokio::task::spawn_blocking(move || {
+                let got = crate::apply::collect_tree(&tree, &h2.dir, h2.max_files, h2.max_bytes);
+                let removed = match std::fs::remove_dir_all(tree.join(&h2.dir)) {
+                    Ok(()) => Ok(()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                    Err(e) => Err(format!("remove the job's {}: {e}", h2.dir)),
+                };
+                removed.and(got)
+            })
+            .await
+            .expect("harvesting does not panic");
+            *h.into.lock().expect("the harvest slot is not poisoned") = Some(collected);
         }
         // The container is gone; trusted code now compares the tree with the revision.
         let check = if outcome.end.needs_source_check() {

@@ -65,6 +65,11 @@ impl Server {
         Self::launch("", true, true)
     }
 
+    /// A governed daemon on real Docker (validation's dry run and tests need containers).
+    pub fn governed_with(extra: &str) -> Server {
+        Self::launch(extra, false, true)
+    }
+
     /// [`Server::fake_governed`] with extra top-level config.
     pub fn fake_governed_with(extra: &str) -> Server {
         Self::launch(extra, true, true)
@@ -98,7 +103,7 @@ impl Server {
                  [[tokens]]\nsha256 = \"{f}\"\nmember_id = \"sam\"\n",
                 data = dir.path().join("data").display(),
                 repo_key = if governed { "worktree" } else { "repo" },
-                alice_extra = if governed { ", \"propose\", \"admin\"" } else { "" },
+                alice_extra = if governed { ", \"propose\", \"admin\", \"apply\"" } else { "" },
                 bob_extra = if governed { ", \"review\"" } else { "" },
                 dave_extra = if governed { ", \"propose\"" } else { "" },
                 more_members = if governed {

@@ -17,7 +17,7 @@ pub(super) fn names_path(r: &ResourceId, path: &str) -> bool {
 
 /// Does a claim on `held` let its holder change `wanted`? The same id; a directory containing
 /// it; or, for a symbol, a claim on its whole file.
-pub(super) fn claim_covers(held: &ResourceId, wanted: &ResourceId) -> bool {
+pub(in crate::engine::governed) fn claim_covers(held: &ResourceId, wanted: &ResourceId) -> bool {
     if held == wanted {
         return true;
     }

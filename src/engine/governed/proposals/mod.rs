@@ -24,7 +24,8 @@ use crate::store::Inserted;
 use crate::store::claims::ClaimFilter;
 use crate::store::proposals::{NewDecision, ProposalRow, RevisionRow};
 use crate::wire::{ProposalAttachParams, ProposalCreateParams, ProposalTransitionParams};
-use affected::{affected_resources, claim_covers, sha256_hex};
+pub(in crate::engine::governed) use affected::claim_covers;
+use affected::{affected_resources, sha256_hex};
 use serde_json::Value;
 
 /// The private part of a proposal row: what the wire object carries beyond the columns.
@@ -35,8 +36,8 @@ pub(super) struct Record {
     title: String,
     summary_md: String,
     pub(in crate::engine::governed) risk: Risk,
-    affected_resources: Vec<String>,
-    expected_tests: Vec<Vec<String>>,
+    pub(in crate::engine::governed) affected_resources: Vec<String>,
+    pub(in crate::engine::governed) expected_tests: Vec<Vec<String>>,
     rollback_notes: Option<String>,
     base_revision: Option<String>,
     created_at: String,

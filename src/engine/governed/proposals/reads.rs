@@ -38,7 +38,10 @@ impl Service {
     }
 
     /// The proposal as the API shows it.
-    pub(super) async fn proposal_view(&self, p: &ProposalRow) -> Result<Value, ServiceError> {
+    pub(in crate::engine::governed) async fn proposal_view(
+        &self,
+        p: &ProposalRow,
+    ) -> Result<Value, ServiceError> {
         let r = Self::record_of(p)?;
         let revisions: Vec<Value> = self
             .ctx

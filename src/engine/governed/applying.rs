@@ -1,0 +1,650 @@
+//! `patch.apply`, the transaction reads, and the recovery of interrupted applies (issue 13).
+//!
+//! Under a per-workspace apply lock: recheck the validation (valid, complete, unexpired, for
+//! the current revision), the verdict (approvable now, with the validation's test results),
+//! every claim the validation recorded (still active, unexpired, the same fencing token) and
+//! the pre-images (checked again by the installer, byte for byte). Then the journal: the
+//! `prepared` row is committed before anything is staged, `installing` before the first
+//! rename, `applied` (and the proposal `accepted`) after every path holds its post-image.
+
+use super::claims::{Keyed, next_cursor, page_limit, parse_cursor};
+use super::validation::{Record as ValidationRecord, StageState};
+use crate::apply::{self, Change, Image, PathState, Plan};
+use crate::config::Permission;
+use crate::domain::claim::ClaimState;
+use crate::domain::policy::TestEvidence;
+use crate::domain::transaction::{TxEvent, TxState};
+use crate::engine::service::{Actor, Service, ServiceError};
+use crate::store::applies::TxRow;
+use crate::wire::{ApplyParams, TransactionListParams, TransactionParams};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// The private part of a transaction row.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct TxRecord {
+    applied_by: String,
+    paths: Vec<String>,
+    head_before: Option<String>,
+    head_after: Option<String>,
+    claims: Vec<String>,
+    approvals: Vec<String>,
+    test_verifications: Vec<String>,
+    rollback_sha256: Option<String>,
+    /// Per path: (before, after) fingerprints once applied.
+    hashes: Vec<Value>,
+    blocked_reason: Option<String>,
+    created_at: String,
+    updated_at: String,
+}
+
+impl Service {
+    fn tx_record(t: &TxRow) -> Result<TxRecord, ServiceError> {
+        serde_json::from_str(&t.record)
+            .map_err(|e| ServiceError::record(format!("transaction {}", t.transaction_id), e))
+    }
+
+    fn tx_view(t: &TxRow) -> Result<Value, ServiceError> {
+        let r = Self::tx_record(t)?;
+        Ok(json!({
+            "transaction_id": t.transaction_id,
+            "workspace_id": t.workspace_id,
+            "proposal_id": t.proposal_id,
+            "revision": t.revision,
+            "validation_id": t.validation_id,
+            "status": t.status,
+            "version": t.version,
+            "applied_by": r.applied_by,
+            "paths": r.paths,
+            "hashes": r.hashes,
+            "head_before": r.head_before,
+            "head_after": r.head_after,
+            "claims": r.claims,
+            "approvals": r.approvals,
+            "test_verifications": r.test_verifications,
+            "rollback_sha256": r.rollback_sha256,
+            "blocked_reason": r.blocked_reason,
+            "created_at": r.created_at,
+            "updated_at": r.updated_at,
+        }))
+    }
+
+    /// Test evidence of the current revision: the newest complete validation's tests.
+    pub(super) async fn test_evidence(
+        &self,
+        rec: &ValidationRecord,
+    ) -> Result<Option<TestEvidence>, ServiceError> {
+        let (state, _, passed) = self.tests_state(rec).await?;
+        Ok(match state {
+            StageState::Running => None,
+            StageState::Executed | StageState::Skipped | StageState::Failed => Some(TestEvidence {
+                all_passed: passed,
+                verification_ids: rec.test_verifications.clone(),
+            }),
+        })
+    }
+
+    async fn tx_in(&self, workspace_id: &str, id: &str) -> Result<TxRow, ServiceError> {
+        let not_found = || {
+            ServiceError::NotFound(format!(
+                "transaction {id:?} not found in workspace {workspace_id:?}"
+            ))
+        };
+        let t = self
+            .ctx
+            .data
+            .store
+            .transaction(id)
+            .await?
+            .ok_or_else(not_found)?;
+        if t.workspace_id != workspace_id {
+            return Err(not_found());
+        }
+        Ok(t)
+    }
+
+    /// `patch.apply`: members with `apply`.
+    pub async fn patch_apply(&self, actor: &Actor, p: ApplyParams) -> Result<Value, ServiceError> {
+        if matches!(actor, Actor::Run { .. }) {
+            return Err(ServiceError::PermissionDenied(
+                "patch.apply is for members with apply, never a run token".into(),
+            ));
+        }
+        let worktree = self.governed(actor, &p.workspace_id, Permission::Apply)?;
+        let k = Keyed::new(
+            "patch.apply",
+            &p.idempotency_key,
+            &ApplyParams {
+                idempotency_key: String::new(),
+                ..p.clone()
+            },
+        )?;
+        let lock = self.candidate_lock(&format!("apply/{}", p.workspace_id));
+        let _guard = lock.lock().await;
+        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+            let t = self.tx_in(&p.workspace_id, &id).await?;
+            return self.apply_reply(&t).await;
+        }
+        let (vrow, vrec) = self
+            .validation_in(&p.workspace_id, &p.validation_id)
+            .await?;
+        let prop = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
+        let pre = |m: String| ServiceError::precondition_field("validation_id", m);
+        if vrow.proposal_id != prop.proposal_id {
+            return Err(pre("the validation is of another proposal".into()));
+        }
+        if vrow.revision != prop.current_revision {
+            return Err(pre(format!(
+                "the validation is of revision {}, not the current {}",
+                vrow.revision, prop.current_revision
+            )));
+        }
+        if vrow.expires_at <= self.ctx.clock.now().unix_timestamp() {
+            return Err(pre(format!(
+                "the validation expired at {}",
+                vrec.expires_at
+            )));
+        }
+        let view = self.validation_view(&vrow, &vrec).await?;
+        if view["complete"] != true || view["valid"] != true {
+            return Err(pre(format!(
+                "the validation is not valid and complete: {}",
+                view["stages"]
+            )));
+        }
+        let ws = self.authorize(actor, &p.workspace_id, Permission::Apply)?;
+        let risk = Self::record_of(&prop)?.risk;
+        let tests = self.test_evidence(&vrec).await?;
+        let verdict = self.verdict_with(ws, &prop, risk, tests).await?;
+        if !verdict.approvable {
+            return Err(ServiceError::precondition(format!(
+                "the policy verdict is not approvable: {}",
+                serde_json::to_string(&verdict.requirements).unwrap_or_default()
+            )));
+        }
+        let now = self.ctx.clock.now().unix_timestamp();
+        for h in &vrec.claims {
+            let c = self.ctx.data.store.claim(&h.claim_id).await?;
+            let live = c.as_ref().is_some_and(|c| {
+                c.status == ClaimState::Active
+                    && c.expires_at > now
+                    && c.fencing_token == h.fencing_token
+            });
+            if !live {
+                return Err(ServiceError::precondition(format!(
+                    "claim {} on {} is no longer the validated grant (expired, released, or re-granted with a new fencing token)",
+                    h.claim_id, h.resource_id
+                )));
+            }
+        }
+        // The post-images, from the blobs the validation stored.
+        let repo = self.repo(&p.workspace_id).clone();
+        let posts = vrec.post_images.clone();
+        let changes = tokio::task::spawn_blocking(move || -> Result<Vec<Change>, String> {
+            posts
+                .iter()
+                .map(|pi| {
+                    let after = match (&pi.fingerprint, &pi.blob) {
+                        (apply::Fingerprint::Absent, _) => Image::Absent,
+                        (apply::Fingerprint::File { executable, .. }, Some(b)) => Image::File {
+                            executable: *executable,
+                            bytes: repo.read_blob(b).map_err(|e| e.to_string())?,
+                        },
+                        (apply::Fingerprint::Symlink { .. }, Some(b)) => Image::Symlink {
+                            target: String::from_utf8_lossy(
+                                &repo.read_blob(b).map_err(|e| e.to_string())?,
+                            )
+                            .into_owned(),
+                        },
+                        (_, None) => {
+                            return Err(format!("{}: the post-image blob is missing", pi.path));
+                        }
+                    };
+                    if after.fingerprint() != pi.fingerprint {
+                        return Err(format!(
+                            "{}: the stored post-image does not match its hash",
+                            pi.path
+                        ));
+                    }
+                    Ok(Change {
+                        path: pi.path.clone(),
+                        after,
+                    })
+                })
+                .collect()
+        })
+        .await
+        .expect("reading post-images does not panic")
+        .map_err(ServiceError::internal)?;
+
+        let transaction_id = format!("txn_{}", crate::ids::new_creation_key());
+        let at = self.now_rfc3339();
+        let record = TxRecord {
+            applied_by: actor.key(),
+            paths: changes.iter().map(|c| c.path.clone()).collect(),
+            head_before: vrec.worktree_head.clone(),
+            head_after: None,
+            claims: vrec.claims.iter().map(|c| c.claim_id.clone()).collect(),
+            approvals: verdict
+                .requirements
+                .iter()
+                .flat_map(|r| r.evidence.clone())
+                .collect(),
+            test_verifications: vrec.test_verifications.clone(),
+            rollback_sha256: None,
+            hashes: vec![],
+            blocked_reason: None,
+            created_at: at.clone(),
+            updated_at: at.clone(),
+        };
+        let t = self
+            .ctx
+            .data
+            .store
+            .open_transaction(
+                TxRow {
+                    transaction_id: transaction_id.clone(),
+                    workspace_id: p.workspace_id.clone(),
+                    proposal_id: prop.proposal_id.clone(),
+                    revision: vrow.revision.clone(),
+                    validation_id: vrow.validation_id.clone(),
+                    status: TxState::Prepared,
+                    version: 1,
+                    record: serde_json::to_string(&record).expect("a record serializes"),
+                    seq: 0,
+                },
+                &actor.key(),
+                &at,
+                k.binding(&p.workspace_id, actor, &transaction_id),
+            )
+            .await?;
+        crate::engine::crash::point(crate::engine::crash::CrashPoint::ApplyAfterPrepared);
+        let plan = Plan {
+            transaction_id: transaction_id.clone(),
+            head: vrec.worktree_head.clone(),
+            changes,
+        };
+        let expected = vrec.pre_images.clone();
+        let dir = self.ctx.data.layout.transactions();
+        let wt = worktree.clone();
+        let prepared = tokio::task::spawn_blocking(move || {
+            let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
+            // Paths the patch only reads (copy sources) must be unchanged too.
+            for (path, fp) in &expected {
+                if plan.changes.iter().any(|c| &c.path == path) {
+                    continue;
+                }
+                let now = apply::current(&root, path).map_err(|e| e.to_string())?;
+                if now.fingerprint() != *fp {
+                    return Err(format!("{path:?} changed since it was validated"));
+                }
+            }
+            apply::prepare(&root, &plan, Some(&expected), &dir).map_err(|e| e.to_string())
+        })
+        .await
+        .expect("prepare does not panic");
+        let rb = match prepared {
+            Ok(rb) => rb,
+            Err(reason) => {
+                let mut r = record.clone();
+                r.blocked_reason = Some(reason.clone());
+                r.updated_at = self.now_rfc3339();
+                self.ctx
+                    .data
+                    .store
+                    .advance_transaction(
+                        &transaction_id,
+                        t.version,
+                        TxEvent::Fail,
+                        serde_json::to_string(&r).expect("a record serializes"),
+                        &actor.key(),
+                        &json!({"reason": reason}).to_string(),
+                        &self.now_rfc3339(),
+                    )
+                    .await?;
+                return Err(ServiceError::precondition(format!(
+                    "apply refused before anything changed: {reason}"
+                )));
+            }
+        };
+        crate::engine::crash::point(crate::engine::crash::CrashPoint::ApplyAfterStaged);
+        let mut r = record.clone();
+        r.rollback_sha256 = Some(rb.digest());
+        r.updated_at = self.now_rfc3339();
+        let t = self
+            .ctx
+            .data
+            .store
+            .advance_transaction(
+                &transaction_id,
+                t.version,
+                TxEvent::BeginInstall,
+                serde_json::to_string(&r).expect("a record serializes"),
+                &actor.key(),
+                &json!({"rollback_sha256": rb.digest()}).to_string(),
+                &self.now_rfc3339(),
+            )
+            .await?;
+        crate::engine::crash::point(crate::engine::crash::CrashPoint::ApplyAfterInstalling);
+        let t = self
+            .finish_install(&worktree, t, r, rb, &actor.key())
+            .await?;
+        self.apply_reply(&t).await
+    }
+
+    /// Installs a transaction in `installing` and records it `applied`.
+    async fn finish_install(
+        &self,
+        worktree: &std::path::Path,
+        t: TxRow,
+        mut r: TxRecord,
+        rb: apply::Rollback,
+        actor: &str,
+    ) -> Result<TxRow, ServiceError> {
+        let wt = worktree.to_path_buf();
+        let rb2 = rb.clone();
+        let installed = tokio::task::spawn_blocking(move || {
+            let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
+            apply::finish_forward(&root, &rb2).map_err(|e| e.to_string())
+        })
+        .await
+        .expect("install does not panic");
+        if let Err(reason) = installed {
+            r.blocked_reason = Some(reason.clone());
+            r.updated_at = self.now_rfc3339();
+            self.ctx
+                .data
+                .store
+                .advance_transaction(
+                    &t.transaction_id,
+                    t.version,
+                    TxEvent::Flag,
+                    serde_json::to_string(&r).expect("a record serializes"),
+                    actor,
+                    &json!({"reason": reason}).to_string(),
+                    &self.now_rfc3339(),
+                )
+                .await?;
+            return Err(ServiceError::internal(format!(
+                "the install of {} stopped and needs attention: {reason}",
+                t.transaction_id
+            )));
+        }
+        r.hashes = rb
+            .entries
+            .iter()
+            .map(|e| json!({"path": e.path, "before": e.before.fingerprint(), "after": e.after}))
+            .collect();
+        r.head_after = {
+            let repo = self.repo(&t.workspace_id).clone();
+            tokio::task::spawn_blocking(move || repo.resolve_commit("HEAD").ok())
+                .await
+                .expect("rev-parse does not panic")
+        };
+        r.updated_at = self.now_rfc3339();
+        Ok(self
+            .ctx
+            .data
+            .store
+            .advance_transaction(
+                &t.transaction_id,
+                t.version,
+                TxEvent::Complete,
+                serde_json::to_string(&r).expect("a record serializes"),
+                actor,
+                "{}",
+                &self.now_rfc3339(),
+            )
+            .await?)
+    }
+
+    async fn apply_reply(&self, t: &TxRow) -> Result<Value, ServiceError> {
+        let prop = self.proposal_in(&t.workspace_id, &t.proposal_id).await?;
+        Ok(json!({"transaction": Self::tx_view(t)?, "proposal": self.proposal_view(&prop).await?}))
+    }
+
+    /// `transaction.show`.
+    pub async fn transaction_show(
+        &self,
+        actor: &Actor,
+        p: TransactionParams,
+    ) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::View)?;
+        let t = self.tx_in(&p.workspace_id, &p.transaction_id).await?;
+        Ok(json!({"transaction": Self::tx_view(&t)?}))
+    }
+
+    /// `transaction.phases`: oldest first.
+    pub async fn transaction_phases(
+        &self,
+        actor: &Actor,
+        p: TransactionParams,
+    ) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::View)?;
+        let t = self.tx_in(&p.workspace_id, &p.transaction_id).await?;
+        let phases: Vec<Value> = self
+            .ctx
+            .data
+            .store
+            .transaction_phases(&t.transaction_id)
+            .await?
+            .into_iter()
+            .map(|(phase, actor, detail, at)| {
+                json!({"phase": phase, "actor": actor,
+                       "detail": serde_json::from_str::<Value>(&detail).unwrap_or(Value::Null), "at": at})
+            })
+            .collect();
+        Ok(json!({"transaction_id": t.transaction_id, "phases": phases}))
+    }
+
+    /// `transaction.list`: newest first.
+    pub async fn transaction_list(
+        &self,
+        actor: &Actor,
+        p: TransactionListParams,
+    ) -> Result<Value, ServiceError> {
+        self.governed(actor, &p.workspace_id, Permission::View)?;
+        let limit = page_limit(p.limit)?;
+        let before = parse_cursor("txc_", p.cursor.as_deref())?;
+        let rows = self
+            .ctx
+            .data
+            .store
+            .list_transactions(&p.workspace_id, p.status, p.proposal_id, before, limit)
+            .await?;
+        let items = rows
+            .iter()
+            .map(Self::tx_view)
+            .collect::<Result<Vec<_>, _>>()?;
+        let next = next_cursor("txc_", rows.len(), limit, rows.last().map(|t| t.seq));
+        Ok(json!({"transactions": items, "next_cursor": next}))
+    }
+
+    /// `transaction.recovery`: each touched path's state from the files, the repository state
+    /// and what control would accept now.
+    pub async fn transaction_recovery(
+        &self,
+        actor: &Actor,
+        p: TransactionParams,
+    ) -> Result<Value, ServiceError> {
+        let worktree = self.governed(actor, &p.workspace_id, Permission::View)?;
+        let t = self.tx_in(&p.workspace_id, &p.transaction_id).await?;
+        let r = Self::tx_record(&t)?;
+        let dir = self.ctx.data.layout.transactions();
+        let id = t.transaction_id.clone();
+        let inspected = tokio::task::spawn_blocking(move || {
+            let rb = apply::read_artifact(&dir, &id).map_err(|e| e.to_string())?;
+            let root = crate::beneath::Root::open(&worktree).map_err(|e| e.to_string())?;
+            apply::inspect(&root, &rb).map_err(|e| e.to_string())
+        })
+        .await
+        .expect("inspection does not panic");
+        let (paths, state) = match &inspected {
+            Err(e) if t.status == TxState::Failed || t.status == TxState::Prepared => {
+                (json!([]), format!("not_started ({e})"))
+            }
+            Err(_) => (json!([]), "unknown".to_string()),
+            Ok(reports) => {
+                let all = |s: PathState| reports.iter().all(|r| r.state == s);
+                let state = if all(PathState::Post) {
+                    if t.status == TxState::Applied {
+                        "applied"
+                    } else {
+                        "partially_applied"
+                    }
+                } else if reports
+                    .iter()
+                    .all(|r| matches!(r.state, PathState::Pre | PathState::StagedOnly))
+                {
+                    "not_started"
+                } else if reports.iter().any(|r| r.state == PathState::Other) {
+                    if t.status == TxState::Applied {
+                        "applied_then_modified"
+                    } else {
+                        "unknown"
+                    }
+                } else {
+                    "partially_applied"
+                };
+                (
+                    serde_json::to_value(reports).unwrap_or_default(),
+                    state.to_string(),
+                )
+            }
+        };
+        Ok(
+            json!({"transaction_id": t.transaction_id, "status": t.status,
+                  "repository_state": state, "paths": paths,
+                  "actions": t.status.actions(), "blocked_reason": r.blocked_reason}),
+        )
+    }
+
+    /// Start-up and maintenance: finishes every interrupted apply from the files. `installing`
+    /// rolls forward, `prepared` is undone, and anything that is neither pre- nor post-image
+    /// becomes `needs_attention` with the paths named. Returns how many were settled.
+    pub async fn recover_transactions(&self) -> Result<usize, ServiceError> {
+        let mut n = 0;
+        for t in self.ctx.data.store.open_transactions().await? {
+            let Some(ws) = self.ctx.config.workspaces.get(&t.workspace_id) else {
+                continue;
+            };
+            let Some(worktree) = ws.worktree.clone() else {
+                continue;
+            };
+            let lock = self.candidate_lock(&format!("apply/{}", t.workspace_id));
+            let _guard = lock.lock().await;
+            let Some(t) = self.ctx.data.store.transaction(&t.transaction_id).await? else {
+                continue;
+            };
+            if !t.status.is_open() {
+                continue;
+            }
+            let mut r = Self::tx_record(&t)?;
+            let dir = self.ctx.data.layout.transactions();
+            let id = t.transaction_id.clone();
+            let artifact = tokio::task::spawn_blocking(move || apply::read_artifact(&dir, &id))
+                .await
+                .expect("reading an artifact does not panic");
+            let system = "system:recovery";
+            match (t.status, artifact) {
+                (TxState::Installing, Ok(rb)) => {
+                    self.finish_install(&worktree, t.clone(), r, rb, system).await.map(|_| ()).or_else(|e| {
+                        tracing::error!(transaction = %t.transaction_id, error = %e, "an interrupted apply needs attention");
+                        Ok::<(), ServiceError>(())
+                    })?;
+                }
+                (TxState::Prepared, Ok(rb)) => {
+                    let wt = worktree.clone();
+                    let undone = tokio::task::spawn_blocking(move || {
+                        let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
+                        apply::undo_prepare(&root, &rb).map_err(|e| e.to_string())
+                    })
+                    .await
+                    .expect("undo does not panic");
+                    let ev = match &undone {
+                        Ok(()) => TxEvent::Cancel,
+                        Err(reason) => {
+                            r.blocked_reason = Some(reason.clone());
+                            TxEvent::Flag
+                        }
+                    };
+                    r.updated_at = self.now_rfc3339();
+                    self.ctx
+                        .data
+                        .store
+                        .advance_transaction(
+                            &t.transaction_id,
+                            t.version,
+                            ev,
+                            serde_json::to_string(&r).expect("a record serializes"),
+                            system,
+                            &json!({"recovered": true}).to_string(),
+                            &self.now_rfc3339(),
+                        )
+                        .await?;
+                }
+                (TxState::Prepared, Err(_)) => {
+                    // Interrupted before the artifact was durable: only staged temp files (by
+                    // their deterministic names) can exist; remove them.
+                    let wt = worktree.clone();
+                    let paths = r.paths.clone();
+                    let id = t.transaction_id.clone();
+                    tokio::task::spawn_blocking(move || {
+                        for (i, p) in paths.iter().enumerate() {
+                            let (dir, _) = p.rsplit_once('/').unwrap_or(("", p));
+                            let staged = if dir.is_empty() {
+                                wt.join(apply::staged_name(&id, i))
+                            } else {
+                                wt.join(dir).join(apply::staged_name(&id, i))
+                            };
+                            let _ = std::fs::remove_file(staged);
+                        }
+                    })
+                    .await
+                    .expect("cleanup does not panic");
+                    r.updated_at = self.now_rfc3339();
+                    self.ctx
+                        .data
+                        .store
+                        .advance_transaction(
+                            &t.transaction_id,
+                            t.version,
+                            TxEvent::Cancel,
+                            serde_json::to_string(&r).expect("a record serializes"),
+                            system,
+                            &json!({"recovered": true, "artifact": "absent"}).to_string(),
+                            &self.now_rfc3339(),
+                        )
+                        .await?;
+                }
+                (TxState::Installing, Err(e)) => {
+                    r.blocked_reason = Some(format!("the rollback artifact is unusable: {e}"));
+                    r.updated_at = self.now_rfc3339();
+                    self.ctx
+                        .data
+                        .store
+                        .advance_transaction(
+                            &t.transaction_id,
+                            t.version,
+                            TxEvent::Flag,
+                            serde_json::to_string(&r).expect("a record serializes"),
+                            system,
+                            "{}",
+                            &self.now_rfc3339(),
+                        )
+                        .await?;
+                }
+                (
+                    TxState::Applied
+                    | TxState::RolledBack
+                    | TxState::Cancelled
+                    | TxState::Failed
+                    | TxState::NeedsAttention,
+                    _,
+                ) => continue,
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+}

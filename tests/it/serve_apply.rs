@@ -1,0 +1,356 @@
+//! patch.validate and patch.apply on real Docker and a real worktree: git applies the patch in
+//! the sandbox, the expected tests run on a private commit of the post-images, apply installs
+//! exactly the validated bytes under a journal, refuses a worktree edited after validation, a
+//! stale fencing token and a failing test, and a crash at every apply phase recovers, at the
+//! next start, to exactly the pre-images or exactly the post-images.
+
+use crate::support::daemon::{ALICE, BOB, Server, wait_for};
+use crate::support::http::request;
+use crate::support::repo::git;
+use serde_json::{Value, json};
+
+const EXTRA: &str = "[workspaces.ws1.roles]\nbob = [\"reviewer\"]\n\
+                     [workspaces.ws1.policy]\nsecurity_review = \"never\"\nhuman_approval = \"never\"\n";
+
+fn server() -> Option<Server> {
+    if !crate::toolchain::toolchain() {
+        return None;
+    }
+    let s = Server::governed_with(EXTRA);
+    std::fs::write(s.repo.join("old.txt"), "old\n").unwrap();
+    std::fs::write(s.repo.join("run.sh"), "#!/bin/sh\necho run\n").unwrap();
+    git(&s.repo, &["add", "-A"]);
+    git(&s.repo, &["commit", "-q", "-m", "more files"]);
+    Some(s)
+}
+
+/// What `git diff` prints for: README gains a line, docs/new.md is created, old.txt deleted,
+/// run.sh becomes executable.
+fn patch(s: &Server) -> String {
+    std::fs::write(s.repo.join("README"), "base\nmore\n").unwrap();
+    std::fs::create_dir_all(s.repo.join("docs")).unwrap();
+    std::fs::write(s.repo.join("docs/new.md"), "new\n").unwrap();
+    std::fs::remove_file(s.repo.join("old.txt")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        s.repo.join("run.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    git(&s.repo, &["add", "--intent-to-add", "docs/new.md"]);
+    let out = std::process::Command::new("git")
+        .args(["diff", "--no-color", "HEAD"])
+        .current_dir(&s.repo)
+        .output()
+        .unwrap();
+    git(&s.repo, &["reset", "-q", "--hard"]);
+    git(&s.repo, &["clean", "-q", "-fd"]);
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Claim, propose (with `tests`), review and approve; returns (proposal id, revision).
+fn approved(s: &Server, tests: Value, key: &str) -> (Value, String) {
+    s.ok(
+        ALICE,
+        "claim.acquire",
+        json!({"workspace_id": "ws1", "task_id": "t1", "resource_id": "directory:",
+               "mode": "write", "idempotency_key": format!("c-{key}")}),
+    );
+    let p = s.ok(
+        ALICE,
+        "proposal.create",
+        json!({"workspace_id": "ws1", "task_id": "t1", "title": "t", "summary_md": "s",
+               "patch": patch(s), "expected_tests": tests, "idempotency_key": format!("p-{key}")}),
+    );
+    let id = p["proposal"]["proposal_id"].clone();
+    let rev = p["proposal"]["current_revision"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    s.ok(
+        ALICE,
+        "proposal.request_review",
+        json!({"workspace_id": "ws1", "proposal_id": id, "idempotency_key": format!("r-{key}")}),
+    );
+    s.ok(
+        BOB,
+        "vote.cast",
+        json!({"workspace_id": "ws1", "proposal_id": id, "revision": rev, "vote": "approve",
+               "reason_md": "ok", "idempotency_key": format!("v-{key}")}),
+    );
+    (id, rev)
+}
+
+/// Validates and waits until the tests settle; returns the validation.
+fn validated(s: &Server, id: &Value, rev: &str, key: &str) -> Value {
+    let v = s.ok(
+        ALICE,
+        "patch.validate",
+        json!({"workspace_id": "ws1", "proposal_id": id, "revision": rev,
+               "idempotency_key": format!("val-{key}")}),
+    )["validation"]
+        .clone();
+    let vid = v["validation_id"].clone();
+    let mut last = v;
+    wait_for(
+        || {
+            last = s.ok(
+                ALICE,
+                "patch.validation_show",
+                json!({"workspace_id": "ws1", "validation_id": vid}),
+            )["validation"]
+                .clone();
+            last["complete"] == true
+        },
+        "the validation's tests settle",
+    );
+    last
+}
+
+fn stage<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap()
+}
+
+fn worktree(s: &Server) -> Vec<(String, String)> {
+    let mut out = vec![];
+    for (p, _) in [
+        ("README", 0),
+        ("docs/new.md", 0),
+        ("old.txt", 0),
+        ("run.sh", 0),
+    ] {
+        let full = s.repo.join(p);
+        let v = match std::fs::read(&full) {
+            Ok(b) => {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = std::fs::metadata(&full).unwrap().permissions().mode() & 0o777;
+                format!("{mode:o} {}", String::from_utf8_lossy(&b))
+            }
+            Err(_) => "absent".into(),
+        };
+        out.push((p.to_string(), v));
+    }
+    let stray: Vec<_> = walk(&s.repo)
+        .into_iter()
+        .filter(|p| p.contains(".airlock-stage-"))
+        .collect();
+    assert!(stray.is_empty(), "temp files left: {stray:?}");
+    out
+}
+
+fn walk(dir: &std::path::Path) -> Vec<String> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let p = e.path();
+        if e.file_name() == ".git" {
+            continue;
+        }
+        out.push(p.display().to_string());
+        if e.file_type().unwrap().is_dir() {
+            out.extend(walk(&p));
+        }
+    }
+    out
+}
+
+fn post() -> Vec<(String, String)> {
+    vec![
+        ("README".into(), "644 base\nmore\n".into()),
+        ("docs/new.md".into(), "644 new\n".into()),
+        ("old.txt".into(), "absent".into()),
+        ("run.sh".into(), "755 #!/bin/sh\necho run\n".into()),
+    ]
+}
+
+#[test]
+fn validate_in_the_sandbox_then_apply_installs_exactly_the_validated_bytes() {
+    let Some(s) = server() else { return };
+    let before = worktree(&s);
+    let (id, rev) = approved(
+        &s,
+        json!([[
+            "sh",
+            "-c",
+            "grep -q more README && test -f docs/new.md && test ! -e old.txt"
+        ]]),
+        "a",
+    );
+    let v = validated(&s, &id, &rev, "a");
+    assert_eq!(v["valid"], true, "{v}");
+    for name in [
+        "claims", "artifact", "parse", "coverage", "dry_run", "tests", "policy",
+    ] {
+        assert_eq!(stage(&v, name)["state"], "executed", "{name}: {v}");
+    }
+    assert_eq!(v["claims"].as_array().unwrap().len(), 1);
+    assert_eq!(v["post_images"].as_array().unwrap().len(), 4, "{v}");
+    assert_eq!(
+        worktree(&s),
+        before,
+        "validation changes nothing in the worktree"
+    );
+    let verdict = s.ok(
+        BOB,
+        "policy.evaluate",
+        json!({"workspace_id": "ws1", "proposal_id": id}),
+    );
+    assert_eq!(verdict["verdict"]["approvable"], true, "{verdict}");
+
+    let body = json!({"workspace_id": "ws1", "proposal_id": id,
+                      "validation_id": v["validation_id"], "idempotency_key": "apply-1"});
+    let a = s.ok(ALICE, "patch.apply", body.clone());
+    let t = &a["transaction"];
+    assert_eq!(t["status"], "applied", "{a}");
+    assert_eq!(a["proposal"]["status"], "accepted");
+    assert_eq!(t["rollback_sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(worktree(&s), post());
+    // A replay answers the same transaction and applies nothing again.
+    let again = s.ok(ALICE, "patch.apply", body);
+    assert_eq!(again["transaction"]["transaction_id"], t["transaction_id"]);
+    let phases = s.ok(
+        ALICE,
+        "transaction.phases",
+        json!({"workspace_id": "ws1", "transaction_id": t["transaction_id"]}),
+    );
+    let names: Vec<&str> = phases["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["phase"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["prepared", "installing", "applied"]);
+    let r = s.ok(
+        BOB,
+        "transaction.recovery",
+        json!({"workspace_id": "ws1", "transaction_id": t["transaction_id"]}),
+    );
+    assert_eq!(r["repository_state"], "applied", "{r}");
+    assert_eq!(r["actions"], json!(["compensate"]));
+    // Someone edits a touched file afterwards: recovery says so from the file.
+    std::fs::write(s.repo.join("README"), "edited later\n").unwrap();
+    let r = s.ok(
+        BOB,
+        "transaction.recovery",
+        json!({"workspace_id": "ws1", "transaction_id": t["transaction_id"]}),
+    );
+    assert_eq!(r["repository_state"], "applied_then_modified", "{r}");
+    let listed = s.ok(BOB, "transaction.list", json!({"workspace_id": "ws1"}));
+    assert_eq!(listed["transactions"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn apply_refuses_an_edited_worktree_a_stale_token_and_a_failing_test() {
+    let Some(s) = server() else { return };
+    let (id, rev) = approved(&s, json!([]), "a");
+    let v = validated(&s, &id, &rev, "a");
+    assert_eq!(v["valid"], true, "{v}");
+    assert_eq!(stage(&v, "tests")["state"], "skipped");
+    // The worktree changes after validation: apply refuses and touches nothing.
+    std::fs::write(s.repo.join("README"), "someone else\n").unwrap();
+    let snapshot = worktree(&s);
+    let m = s.err(
+        ALICE,
+        "patch.apply",
+        json!({"workspace_id": "ws1", "proposal_id": id, "validation_id": v["validation_id"],
+               "idempotency_key": "apply-1"}),
+        "failed_precondition",
+    );
+    assert!(m.contains("changed since it was validated"), "{m}");
+    assert_eq!(worktree(&s), snapshot);
+    std::fs::write(s.repo.join("README"), "base\n").unwrap();
+    // The claim is released and granted again: a new fencing token.
+    let claims = s.ok(
+        ALICE,
+        "claim.list",
+        json!({"workspace_id": "ws1", "status": "active"}),
+    );
+    let cid = claims["claims"][0]["claim_id"].clone();
+    s.ok(
+        ALICE,
+        "claim.release",
+        json!({"workspace_id": "ws1", "claim_id": cid, "idempotency_key": "rel"}),
+    );
+    s.ok(
+        ALICE,
+        "claim.acquire",
+        json!({"workspace_id": "ws1", "task_id": "t1", "resource_id": "directory:",
+               "mode": "write", "idempotency_key": "again"}),
+    );
+    let m = s.err(
+        ALICE,
+        "patch.apply",
+        json!({"workspace_id": "ws1", "proposal_id": id, "validation_id": v["validation_id"],
+               "idempotency_key": "apply-2"}),
+        "failed_precondition",
+    );
+    assert!(m.contains("fencing token"), "{m}");
+    // A failing expected test makes the validation invalid, and apply refuses it.
+    let s2 = server().unwrap();
+    let (id2, rev2) = approved(&s2, json!([["sh", "-c", "exit 3"]]), "b");
+    let v2 = validated(&s2, &id2, &rev2, "b");
+    assert_eq!(v2["valid"], false, "{v2}");
+    assert_eq!(stage(&v2, "tests")["state"], "failed");
+    let m = s2.err(
+        ALICE,
+        "patch.apply",
+        json!({"workspace_id": "ws1", "proposal_id": id2, "validation_id": v2["validation_id"],
+               "idempotency_key": "apply-3"}),
+        "failed_precondition",
+    );
+    assert!(m.contains("not valid"), "{m}");
+}
+
+#[test]
+fn a_crash_at_every_apply_phase_recovers_to_exactly_pre_or_exactly_post() {
+    for (point, want_status, want_files) in [
+        ("apply_after_prepared", "cancelled", false),
+        ("apply_after_staged", "cancelled", false),
+        ("apply_after_installing", "applied", true),
+    ] {
+        let Some(mut s) = server() else { return };
+        let pre = worktree(&s);
+        let (id, rev) = approved(&s, json!([]), "a");
+        let v = validated(&s, &id, &rev, "a");
+        s.restart(Some(point));
+        let body = json!({"workspace_id": "ws1", "proposal_id": id,
+                          "validation_id": v["validation_id"], "idempotency_key": "apply-1"});
+        let resp = request(
+            &s.addr,
+            "POST",
+            "/api/v1/patch.apply",
+            Some(ALICE),
+            body.to_string().as_bytes(),
+        );
+        assert!(
+            resp.is_none(),
+            "{point}: the daemon should have died mid-apply: {resp:?}"
+        );
+        s.wait_dead();
+        // The next start recovers from the files before it listens.
+        s.restart(None);
+        let listed = s.ok(BOB, "transaction.list", json!({"workspace_id": "ws1"}));
+        let t = &listed["transactions"][0];
+        assert_eq!(t["status"], want_status, "{point}: {listed}");
+        let files = worktree(&s);
+        if want_files {
+            assert_eq!(files, post(), "{point}");
+        } else {
+            assert_eq!(files, pre, "{point}");
+            // The validation still holds: a new apply succeeds.
+            let a = s.ok(
+                ALICE,
+                "patch.apply",
+                json!({"workspace_id": "ws1", "proposal_id": id,
+                       "validation_id": v["validation_id"], "idempotency_key": "apply-2"}),
+            );
+            assert_eq!(a["transaction"]["status"], "applied", "{point}: {a}");
+            assert_eq!(worktree(&s), post(), "{point}");
+        }
+    }
+}
