@@ -3,8 +3,9 @@
 # daemon: resource.show of a symbol (tree-sitter) -> a fenced symbol claim -> a conflicting
 # claim refused with a contention -> proposal.create with a patch inside the symbol ->
 # proposal.preview -> request_review (the persisted plan) -> vote -> policy.evaluate (human
-# approval missing) -> human.request_approval -> human.decide (another member) -> approvable.
-# Validation and apply (issue 13) are not built yet, so the walk stops at the verdict.
+# approval missing) -> human.request_approval -> human.decide (another member) -> approvable
+# -> patch.validate (git in the sandbox, the expected test on the post-images) -> patch.apply
+# (journaled install) -> transaction.recovery (judged from the files).
 # Exit 0 on success; otherwise the message names the failing step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,9 @@ cd "$(dirname "$0")/.."
 scripts/install-prereqs.sh >/dev/null
 cargo build --release --locked
 AIRLOCK=$PWD/target/release/airlock
+# The dry run runs git in the sandbox's toolchain image; the expected test in the minimal one.
+$AIRLOCK images build minimal --images-dir images >/dev/null
+$AIRLOCK images build toolchain --images-dir images >/dev/null
 
 work=$(mktemp -d)
 pid=""
@@ -37,7 +41,7 @@ listen = "127.0.0.1:0"
 data_dir = "$work/data"
 [workspaces.gov]
 worktree = "$wt"
-members = { agent = ["view", "propose"], other = ["view", "propose"], bob = ["view", "review"], erin = ["view", "review", "approve"] }
+members = { agent = ["view", "propose"], other = ["view", "propose"], bob = ["view", "review"], erin = ["view", "review", "approve", "apply"] }
 [workspaces.gov.roles]
 bob = ["reviewer"]
 erin = ["reviewer", "security"]
@@ -107,7 +111,8 @@ show("conflicting claim refused", error=e["error"]["message"], open_contentions=
 p = call("propose", agent, "proposal.create",
          {"workspace_id": ws, "task_id": "T-1", "title": "Greet the governed world",
           "summary_md": "Changes greet() only.", "patch": patch,
-          "affected_resources": [sym], "idempotency_key": "propose-1"})["proposal"]
+          "affected_resources": [sym], "expected_tests": [["sh", "-c", "grep -q governed src/lib.rs"]],
+          "idempotency_key": "propose-1"})["proposal"]
 pid, rev = p["proposal_id"], p["current_revision"]
 show("proposal.create", proposal_id=pid, revision=rev, affected_resources=p["affected_resources"])
 s = call("preview", bob, "proposal.preview", {"workspace_id": ws, "proposal_id": pid, "part": "symbols"})
@@ -139,8 +144,30 @@ show("policy.evaluate", approvable=verdict["approvable"],
      requirements=[(r["name"], r["state"]) for r in verdict["requirements"]])
 if not verdict["approvable"]:
     sys.exit(f"governed demo failed at step: evaluate: not approvable: {json.dumps(verdict)}")
+import time
+v = call("validate", erin, "patch.validate", {"workspace_id": ws, "proposal_id": pid, "revision": rev,
+                                               "idempotency_key": "validate-1"})["validation"]
+deadline = time.monotonic() + 300
+while not v["complete"]:
+    if time.monotonic() > deadline:
+        sys.exit("governed demo failed at step: validate: the tests did not settle in 300 s")
+    time.sleep(0.5)
+    v = call("validation_show", erin, "patch.validation_show",
+             {"workspace_id": ws, "validation_id": v["validation_id"]})["validation"]
+show("patch.validate", valid=v["valid"], stages=[(x["name"], x["state"]) for x in v["stages"]])
+if not v["valid"]:
+    sys.exit(f"governed demo failed at step: validate: {json.dumps(v['stages'])}")
+a = call("apply", erin, "patch.apply", {"workspace_id": ws, "proposal_id": pid,
+                                        "validation_id": v["validation_id"], "idempotency_key": "apply-1"})
+t = a["transaction"]
+show("patch.apply", transaction_id=t["transaction_id"], status=t["status"],
+     proposal_status=a["proposal"]["status"], rollback_sha256=t["rollback_sha256"][:16] + "...")
+r = call("recovery", bob, "transaction.recovery", {"workspace_id": ws, "transaction_id": t["transaction_id"]})
+show("transaction.recovery", repository_state=r["repository_state"],
+     paths=[(x["path"], x["state"]) for x in r["paths"]], actions=r["actions"])
 ev = call("events", agent, "event.list", {"workspace_id": ws, "limit": 200})["events"]
 show("event.list", events=len(ev), kinds=sorted({x["kind"] for x in ev}))
 PY
+echo "== the worktree now says: $(grep -o '"hello[^"]*"' "$wt/src/lib.rs")"
 kill -TERM "$pid"; wait "$pid"; pid=""
-echo "== airlock serve stopped; governed demo finished (validation and apply are issue 13)"
+echo "== airlock serve stopped; governed demo finished"
