@@ -1,8 +1,9 @@
 //! The governed path's per-workspace config: who holds which review roles, and the policy
 //! that gates apply (`[workspaces.<id>.roles]`, `[workspaces.<id>.policy]`).
 
-use super::ConfigError;
+use super::{ConfigError, bound};
 use crate::domain::policy::{Gate, PathRole, Policy, check_glob};
+use crate::limits;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -130,5 +131,53 @@ pub(super) fn policy(ws: &str, raw: Option<RawPolicy>) -> Result<Policy, ConfigE
         security_review: raw.security_review.unwrap_or(d.security_review),
         human_approval: raw.human_approval.unwrap_or(d.human_approval),
         required_tests: raw.required_tests.unwrap_or(d.required_tests),
+    })
+}
+
+/// Days an ended claim is kept past its expiry when the config names none.
+pub const DEFAULT_CLAIM_RETENTION_DAYS: u64 = 30;
+
+/// The governed path's top-level options, validated.
+pub(super) struct Options {
+    pub(super) max_patch_bytes: usize,
+    pub(super) claim_retention: std::time::Duration,
+    pub(super) validation_ttl: std::time::Duration,
+}
+
+/// `max_patch_bytes`, `claim_retention_days` and `validation_ttl_seconds`, with their
+/// defaults and bounds.
+pub(super) fn options(
+    max_patch_bytes: Option<usize>,
+    claim_retention_days: Option<u64>,
+    validation_ttl_seconds: Option<u64>,
+) -> Result<Options, ConfigError> {
+    let max_patch_bytes = max_patch_bytes.unwrap_or(limits::DEFAULT_MAX_PATCH_BYTES);
+    if !limits::MAX_PATCH_BYTES.contains(&max_patch_bytes) {
+        return Err(bound(
+            "max_patch_bytes",
+            max_patch_bytes,
+            &limits::MAX_PATCH_BYTES,
+        ));
+    }
+    let days = claim_retention_days.unwrap_or(DEFAULT_CLAIM_RETENTION_DAYS);
+    if !limits::RUN_RETENTION_DAYS.contains(&days) {
+        return Err(bound(
+            "claim_retention_days",
+            days,
+            &limits::RUN_RETENTION_DAYS,
+        ));
+    }
+    let ttl = validation_ttl_seconds.unwrap_or(limits::DEFAULT_VALIDATION_TTL_SECONDS);
+    if !limits::VALIDATION_TTL_SECONDS.contains(&ttl) {
+        return Err(bound(
+            "validation_ttl_seconds",
+            ttl,
+            &limits::VALIDATION_TTL_SECONDS,
+        ));
+    }
+    Ok(Options {
+        max_patch_bytes,
+        claim_retention: std::time::Duration::from_secs(days * 86_400),
+        validation_ttl: std::time::Duration::from_secs(ttl),
     })
 }

@@ -44,8 +44,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
 pub const DEFAULT_EVIDENCE_TTL_DAYS: u64 = 7;
 /// Days one-shot `airlock run` results are kept when the config names none.
 pub const DEFAULT_RUN_RETENTION_DAYS: u64 = 30;
-/// Days an ended claim is kept past its expiry when the config names none.
-pub const DEFAULT_CLAIM_RETENTION_DAYS: u64 = 30;
+pub use governance::DEFAULT_CLAIM_RETENTION_DAYS;
 /// Concurrent HTTP connections `airlock serve` keeps when the config names none.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 /// Seconds between periodic recovery and expiry passes of the daemon.
@@ -498,26 +497,11 @@ impl Config {
                 &limits::RUN_RETENTION_DAYS,
             ));
         }
-        let claim_days = raw
-            .claim_retention_days
-            .unwrap_or(DEFAULT_CLAIM_RETENTION_DAYS);
-        if !limits::RUN_RETENTION_DAYS.contains(&claim_days) {
-            return Err(bound(
-                "claim_retention_days",
-                claim_days,
-                &limits::RUN_RETENTION_DAYS,
-            ));
-        }
-        let vttl = raw
-            .validation_ttl_seconds
-            .unwrap_or(limits::DEFAULT_VALIDATION_TTL_SECONDS);
-        if !limits::VALIDATION_TTL_SECONDS.contains(&vttl) {
-            return Err(bound(
-                "validation_ttl_seconds",
-                vttl,
-                &limits::VALIDATION_TTL_SECONDS,
-            ));
-        }
+        let governed = governance::options(
+            raw.max_patch_bytes,
+            raw.claim_retention_days,
+            raw.validation_ttl_seconds,
+        )?;
         let max_connections = raw.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
         if !(1..=limits::MAX_CONNECTIONS_BOUND).contains(&max_connections) {
             return Err(ConfigError::Invalid {
@@ -557,29 +541,16 @@ impl Config {
             raw.keep_alive_idle_seconds,
             limits::DEFAULT_KEEP_ALIVE_IDLE_SECONDS,
         )?;
-        let max_patch_bytes = raw
-            .max_patch_bytes
-            .unwrap_or(limits::DEFAULT_MAX_PATCH_BYTES);
-        if !limits::MAX_PATCH_BYTES.contains(&max_patch_bytes) {
-            return Err(ConfigError::Invalid {
-                field: "max_patch_bytes".into(),
-                message: format!(
-                    "{max_patch_bytes} must be between {} and {}",
-                    limits::MAX_PATCH_BYTES.start(),
-                    limits::MAX_PATCH_BYTES.end()
-                ),
-            });
-        }
         Ok(Config {
-            max_patch_bytes,
+            max_patch_bytes: governed.max_patch_bytes,
             header_read_timeout,
             body_read_timeout,
             keep_alive_idle,
             checkout_filesystem: raw.checkout_filesystem.unwrap_or_default(),
             min_free_bytes: raw.min_free_bytes.unwrap_or(limits::DEFAULT_MIN_FREE_BYTES),
             run_retention: std::time::Duration::from_secs(retention_days * 86_400),
-            claim_retention: std::time::Duration::from_secs(claim_days * 86_400),
-            validation_ttl: std::time::Duration::from_secs(vttl),
+            claim_retention: governed.claim_retention,
+            validation_ttl: governed.validation_ttl,
             max_connections,
             max_concurrent_verifications: max_concurrent,
             data_dir: raw
@@ -618,7 +589,7 @@ pub fn is_identifier(s: &str) -> bool {
 }
 
 /// `field: <v> must be between <lo> and <hi>`.
-fn bound<T: std::fmt::Display>(
+pub(crate) fn bound<T: std::fmt::Display>(
     field: &str,
     v: T,
     range: &std::ops::RangeInclusive<T>,

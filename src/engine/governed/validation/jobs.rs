@@ -1,0 +1,350 @@
+//! The validation's sandbox jobs: the dry run (git applies the patch to a scratch index of the
+//! touched paths' current bytes, inside a container; trusted code harvests the post-images)
+//! and the expected tests (verifications of the worktree's HEAD tree with the post-images).
+
+use super::{PostImage, Record};
+use crate::apply::{Fingerprint, Image};
+use crate::engine::service::Service;
+use crate::limits;
+use crate::verification::Status;
+
+/// The dry run's script (bash in the toolchain image): index the pre-images exactly (no
+/// filters, no attributes), apply the patch to the index, and write the resulting index's
+/// blobs to `out/tree/` with their modes.
+const DRY_RUN_SCRIPT: &str = r#"set -euo pipefail
+export HOME=/tmp GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_TERMINAL_PROMPT=0
+w=/workspace
+git init -q /tmp/dry
+export GIT_DIR=/tmp/dry/.git GIT_INDEX_FILE=/tmp/dry/index
+cd "$w"
+while IFS= read -r -d '' rec; do
+  mode=${rec%% *}; path=${rec#* }
+  if [ "$mode" = 120000 ]; then
+    oid=$(readlink -- "pre/$path" | tr -d '\n' | git hash-object -w --stdin --no-filters)
+  else
+    oid=$(git hash-object -w --no-filters -- "pre/$path")
+  fi
+  git update-index --add --cacheinfo "$mode,$oid,$path"
+done < pre.index
+git apply --cached --check --whitespace=nowarn dry-run.patch
+git apply --cached --whitespace=nowarn dry-run.patch
+mkdir -p out/tree
+git ls-files -s -z | while IFS= read -r -d '' rec; do
+  meta=${rec%%$'\t'*}; path=${rec#*$'\t'}
+  mode=${meta%% *}; rest=${meta#* }; oid=${rest%% *}
+  mkdir -p -- "out/tree/$(dirname -- "$path")"
+  if [ "$mode" = 120000 ]; then
+    ln -s -- "$(git cat-file blob "$oid")" "out/tree/$path"
+  else
+    git cat-file blob "$oid" > "out/tree/$path"
+    if [ "$mode" = 100755 ]; then chmod 755 "out/tree/$path"; else chmod 644 "out/tree/$path"; fi
+  fi
+done
+echo "dry run: applied"
+"#;
+
+fn image_mode(i: &Image) -> Option<&'static str> {
+    match i {
+        Image::Absent => None,
+        Image::File {
+            executable: true, ..
+        } => Some("100755"),
+        Image::File {
+            executable: false, ..
+        } => Some("100644"),
+        Image::Symlink { .. } => Some("120000"),
+    }
+}
+
+impl Service {
+    /// The sandboxed dry run: fills `rec`'s pre- and post-images, or says why it failed.
+    pub(super) async fn dry_run(
+        &self,
+        workspace_id: &str,
+        worktree: &std::path::Path,
+        patch: &crate::patch::Patch,
+        bytes: &[u8],
+        rec: &mut Record,
+    ) -> Result<String, String> {
+        // The parser's paths: every side of every change; copy sources are read, not changed.
+        let mut read_paths: Vec<String> = vec![];
+        let mut changed_paths: Vec<String> = vec![];
+        for f in &patch.files {
+            for path in f.paths() {
+                if !read_paths.iter().any(|p| p == path) {
+                    read_paths.push(path.to_string());
+                }
+            }
+            let copy_source = matches!(f.kind, crate::patch::ChangeKind::Copy);
+            for path in f.paths() {
+                let is_source = copy_source && f.old_path.as_deref() == Some(path);
+                if !is_source && !changed_paths.iter().any(|p| p == path) {
+                    changed_paths.push(path.to_string());
+                }
+            }
+        }
+        let wt = worktree.to_path_buf();
+        let paths = read_paths.clone();
+        let pre: Vec<(String, Image)> = tokio::task::spawn_blocking(move || {
+            let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
+            paths
+                .into_iter()
+                .map(|p| {
+                    crate::apply::current(&root, &p)
+                        .map(|i| (p, i))
+                        .map_err(|e| e.to_string())
+                })
+                .collect::<Result<Vec<_>, String>>()
+        })
+        .await
+        .expect("reading pre-images does not panic")?;
+        rec.pre_images = pre
+            .iter()
+            .map(|(p, i)| (p.clone(), i.fingerprint()))
+            .collect();
+
+        // The job's input: pre/<path> for each existing pre-image, their modes, the patch.
+        let repo = self.repo(workspace_id).clone();
+        let patch_bytes = bytes.to_vec();
+        let pre2 = pre.clone();
+        let commit = tokio::task::spawn_blocking(move || -> Result<String, String> {
+            let e = |x: crate::staging::StagingError| x.to_string();
+            let mut edits = vec![];
+            let mut index = Vec::new();
+            for (path, img) in &pre2 {
+                let (content, mode) = match img {
+                    Image::Absent => continue,
+                    Image::File { bytes, .. } => (bytes.clone(), image_mode(img).expect("a file")),
+                    Image::Symlink { target } => (target.clone().into_bytes(), "120000"),
+                };
+                let blob = repo.write_blob(&content).map_err(e)?;
+                let fm = crate::domain::git::FileMode::parse(mode).expect("a known mode");
+                edits.push((format!("pre/{path}"), Some((blob, fm))));
+                index.extend_from_slice(format!("{mode} {path}").as_bytes());
+                index.push(0);
+            }
+            let regular = crate::domain::git::FileMode::Regular;
+            edits.push((
+                "pre.index".into(),
+                Some((repo.write_blob(&index).map_err(e)?, regular)),
+            ));
+            edits.push((
+                "dry-run.patch".into(),
+                Some((repo.write_blob(&patch_bytes).map_err(e)?, regular)),
+            ));
+            let tree = repo
+                .edit_tree(&repo.empty_tree().map_err(e)?, &edits)
+                .map_err(e)?;
+            repo.commit_tree(
+                &tree,
+                &[],
+                &crate::staging::plumbing::CommitStamp {
+                    message: "airlock dry run",
+                    time: 0,
+                },
+            )
+            .map_err(e)
+        })
+        .await
+        .expect("building the dry run does not panic")?;
+
+        let slot = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let prepared = self
+            .ctx
+            .prepare_commit(
+                self.repo(workspace_id).clone(),
+                commit,
+                crate::config::TOOLCHAIN_PROFILE,
+                vec!["bash".into(), "-c".into(), DRY_RUN_SCRIPT.into()],
+                limits::DRY_RUN_TIMEOUT_SECONDS,
+                None,
+            )
+            .await
+            .map_err(|e| format!("the dry run cannot start: {e}"))?
+            .harvesting(crate::engine::runner::pipeline::Harvest {
+                dir: "out".into(),
+                max_files: limits::MAX_PATCH_FILES * 2,
+                max_bytes: limits::MAX_DRY_RUN_OUTPUT_BYTES,
+                into: slot.clone(),
+            });
+        let (_tx, cancel) = tokio::sync::watch::channel(false);
+        let v = self
+            .ctx
+            .execute(prepared, cancel)
+            .await
+            .map_err(|e| format!("the dry run failed to run: {e}"))?;
+        rec.dry_run_verification = Some(v.verification_id.clone());
+        if v.status != Status::Passed {
+            return Err(format!(
+                "git apply in the sandbox: {} ({}): {}",
+                v.status.as_str(),
+                v.error.unwrap_or_default(),
+                v.output.trim()
+            ));
+        }
+        let harvested = slot
+            .lock()
+            .expect("the harvest slot is not poisoned")
+            .take()
+            .ok_or("the dry run left no output")?
+            .map_err(|e| format!("reading the dry run's output: {e}"))?;
+        let post: Vec<(String, Image)> = harvested
+            .into_iter()
+            .filter_map(|(p, i)| p.strip_prefix("tree/").map(|p| (p.to_string(), i)))
+            .collect();
+        // Git's changed paths, from the images: must be exactly the parser's.
+        let mut git_changed: Vec<String> = vec![];
+        for (path, before) in &pre {
+            let after = post
+                .iter()
+                .find(|(p, _)| p == path)
+                .map(|(_, i)| i.fingerprint())
+                .unwrap_or(Fingerprint::Absent);
+            if after != before.fingerprint() {
+                git_changed.push(path.clone());
+            }
+        }
+        for (path, _) in &post {
+            if !pre.iter().any(|(p, _)| p == path) {
+                git_changed.push(path.clone());
+            }
+        }
+        git_changed.sort();
+        let mut parser_changed = changed_paths.clone();
+        parser_changed.sort();
+        if git_changed != parser_changed {
+            return Err(format!(
+                "the sandboxed git changed {git_changed:?}, the parser expected {parser_changed:?}"
+            ));
+        }
+        let repo = self.repo(workspace_id).clone();
+        let changed = changed_paths.clone();
+        let post_images = tokio::task::spawn_blocking(move || -> Result<Vec<PostImage>, String> {
+            changed
+                .iter()
+                .map(|path| {
+                    let img = post
+                        .iter()
+                        .find(|(p, _)| p == path)
+                        .map(|(_, i)| i.clone())
+                        .unwrap_or(Image::Absent);
+                    let blob = match &img {
+                        Image::Absent => None,
+                        Image::File { bytes, .. } => {
+                            Some(repo.write_blob(bytes).map_err(|e| e.to_string())?)
+                        }
+                        Image::Symlink { target } => Some(
+                            repo.write_blob(target.as_bytes())
+                                .map_err(|e| e.to_string())?,
+                        ),
+                    };
+                    Ok(PostImage {
+                        path: path.clone(),
+                        fingerprint: img.fingerprint(),
+                        blob,
+                    })
+                })
+                .collect::<Result<Vec<_>, String>>()
+        })
+        .await
+        .expect("storing post-images does not panic")?;
+        rec.post_images = post_images;
+        Ok(format!(
+            "git applied the patch in the sandbox; {} paths change",
+            changed_paths.len()
+        ))
+    }
+
+    /// Starts each expected test as a verification of a private commit: the worktree's HEAD
+    /// tree with the post-images.
+    pub(super) async fn start_tests(
+        &self,
+        workspace_id: &str,
+        validation_id: &str,
+        tests: &[Vec<String>],
+        rec: &mut Record,
+    ) -> Result<(), String> {
+        let repo = self.repo(workspace_id).clone();
+        let head = rec.worktree_head.clone();
+        let edits: Vec<(String, Option<(String, crate::domain::git::FileMode)>)> = rec
+            .post_images
+            .iter()
+            .map(|p| {
+                let mode = match &p.fingerprint {
+                    Fingerprint::Absent => None,
+                    Fingerprint::File {
+                        executable: true, ..
+                    } => Some(crate::domain::git::FileMode::Executable),
+                    Fingerprint::File {
+                        executable: false, ..
+                    } => Some(crate::domain::git::FileMode::Regular),
+                    Fingerprint::Symlink { .. } => Some(crate::domain::git::FileMode::Symlink),
+                };
+                (
+                    p.path.clone(),
+                    mode.and_then(|m| p.blob.clone().map(|b| (b, m))),
+                )
+            })
+            .collect();
+        let vid = validation_id.to_string();
+        let commit = tokio::task::spawn_blocking(move || -> Result<String, String> {
+            let e = |x: crate::staging::StagingError| x.to_string();
+            let base = match &head {
+                Some(h) => repo.commit_tree_of(h).map_err(e)?,
+                None => repo.empty_tree().map_err(e)?,
+            };
+            let tree = repo.edit_tree(&base, &edits).map_err(e)?;
+            let parents: Vec<&str> = head.iter().map(String::as_str).collect();
+            let commit = repo
+                .commit_tree(
+                    &tree,
+                    &parents,
+                    &crate::staging::plumbing::CommitStamp {
+                        message: "airlock validation",
+                        time: 0,
+                    },
+                )
+                .map_err(e)?;
+            // Retained (and its post-image blobs with it) while the validation matters.
+            repo.update_refs(&[crate::staging::plumbing::RefOp::Create {
+                name: format!("refs/airlock/validations/{vid}"),
+                new: commit.clone(),
+            }])
+            .map_err(e)?;
+            Ok(commit)
+        })
+        .await
+        .expect("building the test commit does not panic")?;
+        rec.tests_commit = Some(commit.clone());
+        let profile = self
+            .ctx
+            .config
+            .workspaces
+            .get(workspace_id)
+            .map(|w| w.profile.clone())
+            .unwrap_or_default();
+        for argv in tests {
+            let prepared = self
+                .ctx
+                .prepare_commit(
+                    self.repo(workspace_id).clone(),
+                    commit.clone(),
+                    &profile,
+                    argv.clone(),
+                    limits::DEFAULT_TIMEOUT_SECONDS,
+                    None,
+                )
+                .await
+                .map_err(|e| format!("an expected test cannot start: {e}"))?;
+            let started = self
+                .ctx
+                .begin(prepared, None)
+                .await
+                .map_err(|e| format!("an expected test cannot be recorded: {e}"))?;
+            rec.test_verifications
+                .push(started.verification.verification_id.clone());
+            self.spawn_worker(started);
+        }
+        Ok(())
+    }
+}
