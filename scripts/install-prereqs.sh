@@ -3,7 +3,8 @@
 # Rust toolchain and a running Docker engine: busybox-static (copied into the minimal sandbox
 # image), mmdebstrap (builds the toolchain image's root filesystem), git, a C compiler and static
 # libc (for the syscall probe fixture), GNU time (peak RSS in the benchmark), e2fsprogs and mount
-# (per-job checkout filesystems), python3-pip (real documentation files the tests read).
+# (per-job checkout filesystems), python3-pip (real documentation files the tests read), strace
+# (the apply durability test).
 # Idempotent: installs only what is missing.
 set -euo pipefail
 
@@ -20,6 +21,8 @@ dpkg -s python3-pip >/dev/null 2>&1 || need+=(python3-pip)
 # Per-job checkout filesystems: mkfs.ext4 and losetup/mount (present on most hosts).
 command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
 command -v losetup >/dev/null 2>&1 || need+=(mount)
+# The apply durability test traces the daemon's syscalls.
+command -v strace >/dev/null 2>&1 || need+=(strace)
 
 if [ ${#need[@]} -gt 0 ]; then
   # Deduplicate.

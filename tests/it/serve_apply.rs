@@ -354,3 +354,86 @@ fn a_crash_at_every_apply_phase_recovers_to_exactly_pre_or_exactly_post() {
         }
     }
 }
+
+#[test]
+fn the_rollback_artifact_and_its_directory_are_fsynced_before_the_first_rename_into_the_worktree() {
+    let Some(s) = server() else { return };
+    let (id, rev) = approved(&s, json!([]), "a");
+    let v = validated(&s, &id, &rev, "a");
+    // Trace the live daemon (every thread) while it applies.
+    let trace = s.dir.path().join("apply.trace");
+    let mut strace = std::process::Command::new("strace")
+        .args([
+            "-f",
+            "-y",
+            "-qq",
+            "-e",
+            "trace=fsync,fdatasync,rename,renameat,renameat2,openat,unlinkat",
+            "-o",
+        ])
+        .arg(&trace)
+        .args(["-p", &s.pid().to_string()])
+        .spawn()
+        .expect("strace runs (scripts/install-prereqs.sh installs it)");
+    // Give strace time to attach to every thread.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let a = s.ok(
+        ALICE,
+        "patch.apply",
+        json!({"workspace_id": "ws1", "proposal_id": id, "validation_id": v["validation_id"],
+               "idempotency_key": "apply-1"}),
+    );
+    assert_eq!(a["transaction"]["status"], "applied");
+    let _ = nix_kill(strace.id());
+    let _ = strace.wait();
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let tx = a["transaction"]["transaction_id"].as_str().unwrap();
+    let artifact = format!("{tx}.rollback.json");
+    let find = |what: &str, pred: &dyn Fn(&str) -> bool| {
+        lines
+            .iter()
+            .position(|l| pred(l))
+            .unwrap_or_else(|| panic!("no {what} in the trace:\n{text}"))
+    };
+    let fsync_tmp = find("fsync of the artifact's temp file", &|l: &str| {
+        l.contains("fsync(") && l.contains(&format!(".{artifact}"))
+    });
+    let rename = find("rename of the artifact into place", &|l: &str| {
+        (l.contains("rename(") || l.contains("renameat")) && l.contains(&format!("/{artifact}\""))
+    });
+    let fsync_dir = rename
+        + lines[rename..]
+            .iter()
+            .position(|l| l.contains("fsync(") && l.contains("/transactions>"))
+            .unwrap_or_else(|| {
+                panic!("no fsync of the transactions directory after the rename:\n{text}")
+            });
+    let first_install = find("a rename into the worktree", &|l: &str| {
+        l.contains("renameat2(") && l.contains(".airlock-stage-")
+    });
+    assert!(
+        fsync_tmp < rename && rename < fsync_dir && fsync_dir < first_install,
+        "order: fsync temp {fsync_tmp}, rename {rename}, fsync dir {fsync_dir}, first install {first_install}\n{text}"
+    );
+    // Every staged file was fsynced before the artifact named it.
+    let staged_fsyncs = lines[..fsync_tmp]
+        .iter()
+        .filter(|l| l.contains("fsync(") && l.contains(".airlock-stage-"))
+        .count();
+    assert!(
+        staged_fsyncs >= 2,
+        "staged files fsynced first: {staged_fsyncs}\n{text}"
+    );
+}
+
+fn nix_kill(pid: u32) -> std::io::Result<()> {
+    let st = std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other("kill failed"))
+    }
+}
