@@ -585,3 +585,17 @@ pub struct TransactionListParams {
     #[serde(default)]
     pub limit: Option<u32>,
 }
+
+/// `transaction.control` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransactionControlParams {
+    pub workspace_id: String,
+    pub transaction_id: String,
+    pub action: crate::domain::transaction::ControlAction,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub allow_later_changes: Option<bool>,
+    pub idempotency_key: String,
+}

@@ -85,7 +85,8 @@ pub fn body_limit(method: &str, config: &crate::config::Config) -> Option<usize>
         | "transaction.show"
         | "transaction.list"
         | "transaction.phases"
-        | "transaction.recovery" => SMALL_BODY_LIMIT,
+        | "transaction.recovery"
+        | "transaction.control" => SMALL_BODY_LIMIT,
         _ => return None,
     })
 }
@@ -428,6 +429,9 @@ async fn dispatch(
         }
         "transaction.phases" => {
             Reply::Value(svc.transaction_phases(actor, parse(method, body)?).await?)
+        }
+        "transaction.control" => {
+            Reply::Value(svc.transaction_control(actor, parse(method, body)?).await?)
         }
         "transaction.recovery" => Reply::Value(
             svc.transaction_recovery(actor, parse(method, body)?)

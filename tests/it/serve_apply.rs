@@ -437,3 +437,74 @@ fn nix_kill(pid: u32) -> std::io::Result<()> {
         Err(std::io::Error::other("kill failed"))
     }
 }
+
+#[test]
+fn compensation_files_the_reverse_patch_and_its_apply_restores_exact_bytes_and_modes() {
+    let Some(s) = server() else { return };
+    let pre = worktree(&s);
+    let (id, rev) = approved(&s, json!([]), "a");
+    let v = validated(&s, &id, &rev, "a");
+    let a = s.ok(
+        ALICE,
+        "patch.apply",
+        json!({"workspace_id": "ws1", "proposal_id": id, "validation_id": v["validation_id"],
+               "idempotency_key": "apply-1"}),
+    );
+    let tx = a["transaction"]["transaction_id"].clone();
+    assert_eq!(worktree(&s), post());
+    let control = |action: &str, extra: Value, key: &str| {
+        let mut b = json!({"workspace_id": "ws1", "transaction_id": tx, "action": action,
+                           "idempotency_key": key});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        s.call(ALICE, "transaction.control", b)
+    };
+    // An applied transaction cannot be cancelled.
+    assert_eq!(control("cancel", json!({}), "c0").0, 412);
+    // A later edit refuses compensation unless allowed, with a reason.
+    std::fs::write(s.repo.join("docs/new.md"), "edited after\n").unwrap();
+    let (st, e) = control("compensate", json!({}), "c1");
+    assert_eq!(st, 412, "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("docs/new.md"),
+        "{e}"
+    );
+    std::fs::write(s.repo.join("docs/new.md"), "new\n").unwrap();
+    let (st, c) = control(
+        "compensate",
+        json!({"reason": "roll back the release"}),
+        "c2",
+    );
+    assert_eq!(st, 200, "{c}");
+    let comp = &c["proposal"];
+    assert_eq!(comp["risk"], "high");
+    assert_eq!(comp["author"], "member:alice");
+    let cid = comp["proposal_id"].clone();
+    let crev = comp["current_revision"].as_str().unwrap().to_string();
+    // The compensation is an ordinary proposal: review, validate, apply.
+    s.ok(
+        ALICE,
+        "proposal.request_review",
+        json!({"workspace_id": "ws1", "proposal_id": cid, "idempotency_key": "cr"}),
+    );
+    s.ok(
+        BOB,
+        "vote.cast",
+        json!({"workspace_id": "ws1", "proposal_id": cid, "revision": crev, "vote": "approve",
+               "reason_md": "revert", "idempotency_key": "cv"}),
+    );
+    let cv = validated(&s, &cid, &crev, "comp");
+    assert_eq!(cv["valid"], true, "{cv}");
+    let ca = s.ok(
+        ALICE,
+        "patch.apply",
+        json!({"workspace_id": "ws1", "proposal_id": cid, "validation_id": cv["validation_id"],
+               "idempotency_key": "apply-2"}),
+    );
+    assert_eq!(ca["transaction"]["status"], "applied", "{ca}");
+    assert_eq!(worktree(&s), pre, "exact bytes and modes restored");
+}

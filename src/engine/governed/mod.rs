@@ -4,6 +4,7 @@
 pub mod applying;
 pub mod claims;
 pub mod contentions;
+pub mod control;
 pub mod proposals;
 pub mod resources;
 pub mod reviews;
