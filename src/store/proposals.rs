@@ -95,6 +95,25 @@ fn load(tx: &rusqlite::Transaction, id: &str) -> Result<ProposalRow, StoreError>
     .ok_or_else(|| StoreError::Conflict(format!("proposal {id} does not exist")))
 }
 
+/// Refuses to move a proposal while an apply of it is open (its files may be half installed;
+/// the apply accepts the proposal when it completes).
+fn no_open_apply(tx: &rusqlite::Transaction, proposal_id: &str) -> Result<(), StoreError> {
+    let open: Option<String> = tx
+        .query_row(
+            "SELECT transaction_id FROM transactions
+             WHERE proposal_id = ?1 AND status IN ('prepared','installing')",
+            params![proposal_id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    match open {
+        Some(t) => Err(StoreError::Conflict(format!(
+            "transaction {t} is applying proposal {proposal_id}; wait until it settles"
+        ))),
+        None => Ok(()),
+    }
+}
+
 fn insert_revision(
     tx: &rusqlite::Transaction,
     proposal_id: &str,
@@ -172,6 +191,7 @@ impl Store {
         self.call(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let p = load(&tx, &id)?;
+            no_open_apply(&tx, &id)?;
             if p.version != expected_version {
                 return Err(StoreError::Conflict(format!(
                     "proposal {id} is at version {}, not expected_version {expected_version}",
@@ -248,6 +268,7 @@ impl Store {
         self.call(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let p = load(&tx, &id)?;
+            no_open_apply(&tx, &id)?;
             if p.version != expected_version {
                 return Err(StoreError::Conflict(format!("proposal {id} moved")));
             }

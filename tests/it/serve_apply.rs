@@ -508,3 +508,39 @@ fn compensation_files_the_reverse_patch_and_its_apply_restores_exact_bytes_and_m
     assert_eq!(ca["transaction"]["status"], "applied", "{ca}");
     assert_eq!(worktree(&s), pre, "exact bytes and modes restored");
 }
+
+#[test]
+fn a_proposal_not_in_review_is_never_applied_and_nothing_changes() {
+    let Some(s) = server() else { return };
+    let pre = worktree(&s);
+    s.ok(
+        ALICE,
+        "claim.acquire",
+        json!({"workspace_id": "ws1", "task_id": "t1", "resource_id": "directory:",
+               "mode": "write", "idempotency_key": "c"}),
+    );
+    let p = s.ok(
+        ALICE,
+        "proposal.create",
+        json!({"workspace_id": "ws1", "task_id": "t1", "title": "t", "summary_md": "s",
+               "patch": patch(&s), "idempotency_key": "p"}),
+    );
+    let id = p["proposal"]["proposal_id"].clone();
+    let rev = p["proposal"]["current_revision"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let v = validated(&s, &id, &rev, "a");
+    assert_eq!(v["valid"], true, "a pending proposal validates: {v}");
+    let m = s.err(
+        ALICE,
+        "patch.apply",
+        json!({"workspace_id": "ws1", "proposal_id": id, "validation_id": v["validation_id"],
+               "idempotency_key": "apply"}),
+        "failed_precondition",
+    );
+    assert!(m.contains("pending"), "{m}");
+    assert_eq!(worktree(&s), pre);
+    let listed = s.ok(BOB, "transaction.list", json!({"workspace_id": "ws1"}));
+    assert_eq!(listed["transactions"], json!([]));
+}

@@ -152,6 +152,14 @@ impl Service {
                 view["stages"]
             )));
         }
+        // Only a proposal in review is accepted by an apply: checked before anything is staged.
+        prop.status
+            .on(crate::domain::proposal::ProposalEvent::Accept)
+            .map_err(|e| {
+                ServiceError::precondition(format!(
+                    "{e}: request review (and approval) before applying"
+                ))
+            })?;
         let ws = self.authorize(actor, &p.workspace_id, Permission::Apply)?;
         let risk = Self::record_of(&prop)?.risk;
         let tests = self.test_evidence(&vrec).await?;
