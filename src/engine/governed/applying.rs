@@ -44,6 +44,34 @@ impl Service {
             .map_err(|e| ServiceError::record(format!("transaction {}", t.transaction_id), e))
     }
 
+    /// Moves a transaction by `ev` with `r` as its new record (stamped now), its phase detail
+    /// and event.
+    async fn advance(
+        &self,
+        transaction_id: &str,
+        version: i64,
+        ev: TxEvent,
+        r: &mut TxRecord,
+        actor: &str,
+        detail: &str,
+    ) -> Result<TxRow, ServiceError> {
+        r.updated_at = self.now_rfc3339();
+        Ok(self
+            .ctx
+            .data
+            .store
+            .advance_transaction(
+                transaction_id,
+                version,
+                ev,
+                serde_json::to_string(r).expect("a transaction record serializes"),
+                actor,
+                detail,
+                &self.now_rfc3339(),
+            )
+            .await?)
+    }
+
     fn tx_view(t: &TxRow) -> Result<Value, ServiceError> {
         let r = Self::tx_record(t)?;
         Ok(json!({
@@ -296,20 +324,15 @@ impl Service {
             Err(reason) => {
                 let mut r = record.clone();
                 r.blocked_reason = Some(reason.clone());
-                r.updated_at = self.now_rfc3339();
-                self.ctx
-                    .data
-                    .store
-                    .advance_transaction(
-                        &transaction_id,
-                        t.version,
-                        TxEvent::Fail,
-                        serde_json::to_string(&r).expect("a record serializes"),
-                        &actor.key(),
-                        &json!({"reason": reason}).to_string(),
-                        &self.now_rfc3339(),
-                    )
-                    .await?;
+                self.advance(
+                    &transaction_id,
+                    t.version,
+                    TxEvent::Fail,
+                    &mut r,
+                    &actor.key(),
+                    &json!({"reason": reason}).to_string(),
+                )
+                .await?;
                 return Err(ServiceError::precondition(format!(
                     "apply refused before anything changed: {reason}"
                 )));
@@ -318,19 +341,14 @@ impl Service {
         crate::engine::crash::point(crate::engine::crash::CrashPoint::ApplyAfterStaged);
         let mut r = record.clone();
         r.rollback_sha256 = Some(rb.digest());
-        r.updated_at = self.now_rfc3339();
         let t = self
-            .ctx
-            .data
-            .store
-            .advance_transaction(
+            .advance(
                 &transaction_id,
                 t.version,
                 TxEvent::BeginInstall,
-                serde_json::to_string(&r).expect("a record serializes"),
+                &mut r,
                 &actor.key(),
                 &json!({"rollback_sha256": rb.digest()}).to_string(),
-                &self.now_rfc3339(),
             )
             .await?;
         crate::engine::crash::point(crate::engine::crash::CrashPoint::ApplyAfterInstalling);
@@ -359,20 +377,15 @@ impl Service {
         .expect("install does not panic");
         if let Err(reason) = installed {
             r.blocked_reason = Some(reason.clone());
-            r.updated_at = self.now_rfc3339();
-            self.ctx
-                .data
-                .store
-                .advance_transaction(
-                    &t.transaction_id,
-                    t.version,
-                    TxEvent::Flag,
-                    serde_json::to_string(&r).expect("a record serializes"),
-                    actor,
-                    &json!({"reason": reason}).to_string(),
-                    &self.now_rfc3339(),
-                )
-                .await?;
+            self.advance(
+                &t.transaction_id,
+                t.version,
+                TxEvent::Flag,
+                &mut r,
+                actor,
+                &json!({"reason": reason}).to_string(),
+            )
+            .await?;
             return Err(ServiceError::internal(format!(
                 "the install of {} stopped and needs attention: {reason}",
                 t.transaction_id
@@ -389,21 +402,15 @@ impl Service {
                 .await
                 .expect("rev-parse does not panic")
         };
-        r.updated_at = self.now_rfc3339();
-        Ok(self
-            .ctx
-            .data
-            .store
-            .advance_transaction(
-                &t.transaction_id,
-                t.version,
-                TxEvent::Complete,
-                serde_json::to_string(&r).expect("a record serializes"),
-                actor,
-                "{}",
-                &self.now_rfc3339(),
-            )
-            .await?)
+        self.advance(
+            &t.transaction_id,
+            t.version,
+            TxEvent::Complete,
+            &mut r,
+            actor,
+            "{}",
+        )
+        .await
     }
 
     async fn apply_reply(&self, t: &TxRow) -> Result<Value, ServiceError> {
@@ -576,20 +583,15 @@ impl Service {
                             TxEvent::Flag
                         }
                     };
-                    r.updated_at = self.now_rfc3339();
-                    self.ctx
-                        .data
-                        .store
-                        .advance_transaction(
-                            &t.transaction_id,
-                            t.version,
-                            ev,
-                            serde_json::to_string(&r).expect("a record serializes"),
-                            system,
-                            &json!({"recovered": true}).to_string(),
-                            &self.now_rfc3339(),
-                        )
-                        .await?;
+                    self.advance(
+                        &t.transaction_id,
+                        t.version,
+                        ev,
+                        &mut r,
+                        system,
+                        &json!({"recovered": true}).to_string(),
+                    )
+                    .await?;
                 }
                 (TxState::Prepared, Err(_)) => {
                     // Interrupted before the artifact was durable: only staged temp files (by
@@ -610,37 +612,27 @@ impl Service {
                     })
                     .await
                     .expect("cleanup does not panic");
-                    r.updated_at = self.now_rfc3339();
-                    self.ctx
-                        .data
-                        .store
-                        .advance_transaction(
-                            &t.transaction_id,
-                            t.version,
-                            TxEvent::Cancel,
-                            serde_json::to_string(&r).expect("a record serializes"),
-                            system,
-                            &json!({"recovered": true, "artifact": "absent"}).to_string(),
-                            &self.now_rfc3339(),
-                        )
-                        .await?;
+                    self.advance(
+                        &t.transaction_id,
+                        t.version,
+                        TxEvent::Cancel,
+                        &mut r,
+                        system,
+                        &json!({"recovered": true, "artifact": "absent"}).to_string(),
+                    )
+                    .await?;
                 }
                 (TxState::Installing, Err(e)) => {
                     r.blocked_reason = Some(format!("the rollback artifact is unusable: {e}"));
-                    r.updated_at = self.now_rfc3339();
-                    self.ctx
-                        .data
-                        .store
-                        .advance_transaction(
-                            &t.transaction_id,
-                            t.version,
-                            TxEvent::Flag,
-                            serde_json::to_string(&r).expect("a record serializes"),
-                            system,
-                            "{}",
-                            &self.now_rfc3339(),
-                        )
-                        .await?;
+                    self.advance(
+                        &t.transaction_id,
+                        t.version,
+                        TxEvent::Flag,
+                        &mut r,
+                        system,
+                        "{}",
+                    )
+                    .await?;
                 }
                 (
                     TxState::Applied
