@@ -13,9 +13,9 @@ cd "$(dirname "$0")/.."
 scripts/install-prereqs.sh >/dev/null
 cargo build --release --locked
 AIRLOCK=$PWD/target/release/airlock
-# The dry run runs git in the sandbox's toolchain image; the expected test in the minimal one.
+# The dry run runs git in the sandbox's git image; the expected test in the minimal one.
 $AIRLOCK images build minimal --images-dir images >/dev/null
-$AIRLOCK images build toolchain --images-dir images >/dev/null
+$AIRLOCK images build git --images-dir images >/dev/null
 
 work=$(mktemp -d)
 pid=""

@@ -19,6 +19,10 @@ pub const DEFAULT_IMAGE: &str = "airlock/minimal:latest";
 pub const TOOLCHAIN_PROFILE: &str = "toolchain";
 /// Image of the built-in toolchain profile (`airlock images build toolchain`).
 pub const TOOLCHAIN_IMAGE: &str = "airlock/toolchain:latest";
+/// Name of the built-in profile the governed path's dry run uses (`git apply` in the sandbox).
+pub const GIT_PROFILE: &str = "git";
+/// Image of the built-in git profile (`airlock images build git`): Debian with git, nothing more.
+pub const GIT_IMAGE: &str = "airlock/git:latest";
 /// Data directory used when neither the config nor the command line names one.
 pub const DEFAULT_DATA_DIR: &str = ".airlock";
 
@@ -307,6 +311,33 @@ fn builtin_profiles() -> BTreeMap<String, RawProfile> {
                     (
                         "PATH",
                         "/opt/rust/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    ),
+                ]
+                .map(|(k, v)| (k.to_string(), v.to_string())),
+            )),
+            setup_script: None,
+        },
+    );
+    // The dry run applies one patch to a handful of files: small limits, git's HOME on /tmp.
+    m.insert(
+        GIT_PROFILE.to_string(),
+        RawProfile {
+            image: GIT_IMAGE.to_string(),
+            user: None,
+            working_dir: None,
+            memory_bytes: Some(512 << 20),
+            cpus: Some(1.0),
+            pids: Some(128),
+            tmp_bytes: Some(256 << 20),
+            disk_bytes: None,
+            inodes: None,
+            env: Some(BTreeMap::from(
+                [
+                    ("LANG", "C.UTF-8"),
+                    ("HOME", "/tmp"),
+                    (
+                        "PATH",
+                        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                     ),
                 ]
                 .map(|(k, v)| (k.to_string(), v.to_string())),

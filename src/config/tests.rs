@@ -37,6 +37,16 @@ fn builtin_toolchain_profile() {
 }
 
 #[test]
+fn builtin_git_profile_is_small() {
+    let c = Config::builtin();
+    let p = c.profile(GIT_PROFILE).unwrap();
+    assert_eq!(p.image, GIT_IMAGE);
+    assert_eq!(p.memory_bytes, 512 << 20);
+    assert_eq!(p.pids, 128);
+    assert_eq!(p.env["HOME"], "/tmp");
+}
+
+#[test]
 fn file_profiles_override_and_extend() {
     let c = Config::parse(
         "data_dir = \"/var/lib/airlock\"\n[profiles.big]\nimage = \"x:1\"\nmemory_bytes = 2147483648\ncpus = 2.5\n",

@@ -30,8 +30,14 @@ struct Manifest {
 #[derive(Debug, Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 struct RootfsBuild {
-    /// Script in the image directory that writes the rootfs tar to `$AIRLOCK_ROOTFS_TAR`.
+    /// Script that writes the rootfs tar to `$AIRLOCK_ROOTFS_TAR`: a file in the image
+    /// directory (`NAME`) or one shared by the images directory (`../NAME`). Its bytes are part
+    /// of the image's content hash either way.
     script: String,
+    /// Whether the host's Rust toolchain may be copied in (`--with-rust`, or by default when
+    /// the host has one). `false` for images that never build Rust (the git image).
+    #[serde(default = "yes")]
+    rust: bool,
     /// Dockerfile-style changes applied on import (ENV, USER, WORKDIR, ...).
     #[serde(default)]
     changes: Vec<String>,
@@ -42,6 +48,29 @@ struct RootfsBuild {
 pub struct BuildOptions {
     /// Copy the host's Rust toolchain into rootfs images: `None` = when the host has one.
     pub with_rust: Option<bool>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The rootfs script a manifest names: `NAME` in the image directory or `../NAME` beside it,
+/// with no other path component.
+fn rootfs_script(dir: &Path, name: &str, script: &str) -> Result<PathBuf, SandboxError> {
+    let file = script.strip_prefix("../").unwrap_or(script);
+    let base = if file.len() == script.len() {
+        dir.to_path_buf()
+    } else {
+        dir.parent().map(Path::to_path_buf).unwrap_or_default()
+    };
+    let path = base.join(file);
+    if file.is_empty() || file.contains('/') || file == ".." || !path.is_file() {
+        return Err(SandboxError::Build(format!(
+            "[{name}] rootfs script {script:?} must be a file in {} or its parent (\"../NAME\")",
+            dir.display()
+        )));
+    }
+    Ok(path)
 }
 
 fn load_manifest(dir: &Path) -> Result<Manifest, SandboxError> {
@@ -78,7 +107,7 @@ fn host_build_inputs() -> String {
         files.extend(more);
     }
     let mut inputs = String::new();
-    // An operator override of the package sources (see images/toolchain/build-rootfs.sh).
+    // An operator override of the package sources (see images/build-rootfs.sh).
     if let Ok(over) = std::env::var("AIRLOCK_APT_SOURCES") {
         inputs.push_str(&format!("AIRLOCK_APT_SOURCES={over}\n"));
         files.extend(over.split_whitespace().map(PathBuf::from));
@@ -354,15 +383,11 @@ impl Sandbox {
     ) -> Result<BuiltImage, SandboxError> {
         use futures_util::TryStreamExt;
         use tokio::io::AsyncReadExt;
-        let script = dir.join(&rootfs.script);
-        if rootfs.script.contains('/') || !script.is_file() {
-            return Err(SandboxError::Build(format!(
-                "[{name}] rootfs script {:?} must be a file in {}",
-                rootfs.script,
-                dir.display()
-            )));
-        }
+        let script = rootfs_script(dir, name, &rootfs.script)?;
+        let script_bytes = std::fs::read(&script)
+            .map_err(|e| SandboxError::Build(format!("[{name}] {}: {e}", script.display())))?;
         let rust = match opts.with_rust {
+            _ if !rootfs.rust => None,
             Some(false) => None,
             Some(true) => Some(host_rust().ok_or_else(|| {
                 SandboxError::Build(format!(
@@ -373,7 +398,8 @@ impl Sandbox {
         };
         let (_, context_sha) = build_context(dir)?;
         let inputs = format!(
-            "context {context_sha}\nrust {}\n{}",
+            "context {context_sha}\nscript {}\nrust {}\n{}",
+            hex::encode(Sha256::digest(&script_bytes)),
             rust.as_ref().map(|r| r.1.as_str()).unwrap_or("none"),
             host_build_inputs()
         );
@@ -397,6 +423,7 @@ impl Sandbox {
         let mut cmd = crate::process::command("bash");
         cmd.arg(&script)
             .env("AIRLOCK_ROOTFS_TAR", &tar_path)
+            .env("AIRLOCK_IMAGE_DIR", dir)
             .env(
                 "AIRLOCK_RUST_SYSROOT",
                 rust.as_ref().map(|r| r.0.as_os_str()).unwrap_or_default(),
@@ -554,6 +581,36 @@ mod tests {
             load_manifest(&d.path().join("fs")).is_err(),
             "unknown keys are refused"
         );
+    }
+
+    #[test]
+    fn a_rootfs_script_is_in_the_image_directory_or_shared_beside_it() {
+        let d = tempfile::tempdir().unwrap();
+        let img = d.path().join("fs");
+        std::fs::create_dir(&img).unwrap();
+        std::fs::write(img.join("own.sh"), "").unwrap();
+        std::fs::write(d.path().join("shared.sh"), "").unwrap();
+        assert_eq!(
+            rootfs_script(&img, "fs", "own.sh").unwrap(),
+            img.join("own.sh")
+        );
+        assert_eq!(
+            rootfs_script(&img, "fs", "../shared.sh").unwrap(),
+            d.path().join("shared.sh")
+        );
+        for bad in [
+            "",
+            "..",
+            "../",
+            "../../shared.sh",
+            "/etc/passwd",
+            "x/own.sh",
+            "missing.sh",
+            "../fs",
+        ] {
+            let e = rootfs_script(&img, "fs", bad).unwrap_err().to_string();
+            assert!(e.contains("must be a file in"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -2,26 +2,33 @@
 //! build tools, in the same hardened sandbox (no network, read-only root, non-root user).
 
 use crate::support::*;
-use std::sync::OnceLock;
 
 /// Builds `airlock/toolchain` once per test run (a no-op when its content hash already exists).
 pub(crate) fn toolchain() -> bool {
+    built("toolchain")
+}
+
+/// Builds the image directory `name` under `images/` once per test run (a no-op when its
+/// content hash already exists); false when Docker tests are skipped.
+pub(crate) fn built(name: &'static str) -> bool {
     if !docker() {
         return false;
     }
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
+    static BUILT: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut done = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if !done.contains(&name) {
         let out = std::process::Command::new(BIN)
-            .args(["images", "build", "toolchain", "--images-dir"])
+            .args(["images", "build", name, "--images-dir"])
             .arg(std::path::Path::new(ROOT).join("images"))
             .output()
             .expect("airlock images build runs");
         assert!(
             out.status.success(),
-            "airlock images build toolchain failed: {}",
+            "airlock images build {name} failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-    });
+        done.push(name);
+    }
     true
 }
 

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Builds the toolchain image's root filesystem as a tar at $AIRLOCK_ROOTFS_TAR.
+# Builds a Debian root filesystem image (toolchain, git) as a tar at $AIRLOCK_ROOTFS_TAR. Image
+# directories name it in their image.toml (`script = "../build-rootfs.sh"`); `airlock images
+# build` runs it with AIRLOCK_IMAGE_DIR set to the image's directory.
 #
 # - Debian release: the host's own (VERSION_CODENAME in /etc/os-release).
 # - Package source: the apt sources configured on this machine, read now (no mirror host name is
 #   written anywhere in the repository). Override with AIRLOCK_APT_SOURCES="file1 file2".
-# - Packages: packages.txt beside this script.
+# - Packages: packages.txt in $AIRLOCK_IMAGE_DIR.
 # - Sandbox user: uid/gid 65532 ("sandbox"), home /tmp.
 # - Rust: when AIRLOCK_RUST_SYSROOT is set, that toolchain's bin/ and lib/ are copied read-only
 #   to /opt/rust (docs and sources left out), so `cargo test --offline` works in the sandbox.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=${AIRLOCK_IMAGE_DIR:?AIRLOCK_IMAGE_DIR must name the image directory}
+name=$(basename "$here")
 out=${AIRLOCK_ROOTFS_TAR:?AIRLOCK_ROOTFS_TAR must name the output tar}
 rust=${AIRLOCK_RUST_SYSROOT:-}
 
@@ -33,7 +36,7 @@ if [ ${#sources[@]} -eq 0 ]; then
   exit 3
 fi
 packages=$(grep -v '^\s*#' "$here/packages.txt" | grep -v '^\s*$' | paste -sd, -)
-echo "toolchain rootfs: Debian $suite, packages $packages, sources ${sources[*]}, rust ${rust:-none}" >&2
+echo "$name rootfs: Debian $suite, packages $packages, sources ${sources[*]}, rust ${rust:-none}" >&2
 
 hooks=(
   --customize-hook='chroot "$1" groupadd --gid 65532 sandbox'
@@ -57,6 +60,6 @@ mmdebstrap --variant=minbase --mode=root --format=tar \
 rc=$?
 set -e
 if [ $rc -ne 0 ]; then
-  echo "building the toolchain rootfs failed (mmdebstrap exit $rc): check that the package source(s) ${sources[*]} can be reached from this machine" >&2
+  echo "building the $name rootfs failed (mmdebstrap exit $rc): check that the package source(s) ${sources[*]} can be reached from this machine" >&2
   exit $rc
 fi
