@@ -597,5 +597,9 @@ pub struct TransactionControlParams {
     pub reason: Option<String>,
     #[serde(default)]
     pub allow_later_changes: Option<bool>,
+    /// `retry` only: the fresh validation to apply (default: the newest complete one of the
+    /// same revision made after the retried transaction's).
+    #[serde(default)]
+    pub validation_id: Option<String>,
     pub idempotency_key: String,
 }

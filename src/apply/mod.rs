@@ -22,7 +22,7 @@ mod recover;
 #[cfg(test)]
 mod tests;
 
-pub use recover::{PathReport, PathState, finish_forward, inspect, undo_prepare};
+pub use recover::{PathReport, PathState, finish_forward, inspect, remove_staged, undo_prepare};
 
 use crate::beneath::Root;
 use nix::errno::Errno;
@@ -53,6 +53,9 @@ pub enum ApplyError {
     },
     #[error("rollback artifact: {0}")]
     Artifact(String),
+    /// No artifact was written (a crash before it was durable).
+    #[error("rollback artifact: {0} does not exist")]
+    ArtifactMissing(String),
 }
 
 fn refused(path: &str, reason: impl Into<String>) -> ApplyError {
@@ -529,9 +532,35 @@ pub(crate) fn install_steps(root: &Root, rb: &Rollback, limit: usize) -> Result<
 /// Reads the rollback artifact of `transaction_id` from `artifact_dir`.
 pub fn read_artifact(artifact_dir: &Path, transaction_id: &str) -> Result<Rollback, ApplyError> {
     let path = artifact_dir.join(format!("{transaction_id}.rollback.json"));
-    let bytes = std::fs::read(&path)
-        .map_err(|e| ApplyError::Artifact(format!("{}: {e}", path.display())))?;
+    let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => ApplyError::ArtifactMissing(path.display().to_string()),
+        _ => ApplyError::Artifact(format!("{}: {e}", path.display())),
+    })?;
     Rollback::from_bytes(&bytes, transaction_id)
+}
+
+/// Moves the unusable rollback artifact of `transaction_id` into `quarantine` (never read
+/// again), durably; returns its new name there.
+pub fn quarantine_artifact(
+    artifact_dir: &Path,
+    quarantine: &Path,
+    transaction_id: &str,
+) -> Result<String, ApplyError> {
+    let name = format!("{transaction_id}.rollback.json");
+    let mut target = name.clone();
+    let mut n = 1;
+    while quarantine.join(&target).exists() {
+        target = format!("{name}.{n}");
+        n += 1;
+    }
+    std::fs::rename(artifact_dir.join(&name), quarantine.join(&target))
+        .map_err(ioe(&name, "quarantine the rollback artifact"))?;
+    for d in [quarantine, artifact_dir] {
+        std::fs::File::open(d)
+            .and_then(|f| f.sync_all())
+            .map_err(ioe(&name, "fsync the artifact directories"))?;
+    }
+    Ok(target)
 }
 
 /// Every file and symlink beneath `dir` of the tree at `root_path` (a job's output), by path

@@ -170,3 +170,36 @@ pub fn undo_prepare(root: &Root, rb: &Rollback) -> Result<(), ApplyError> {
     }
     Ok(())
 }
+
+/// Removes the staged temp files of transaction `transaction_id` by their names (entry `i` of
+/// `paths` is staged as [`super::staged_name`]`(id, i)` beside it), opened beneath the root and
+/// never through a symlink: used when no usable rollback artifact lists them. Missing files
+/// and missing parents are fine.
+pub fn remove_staged(
+    root: &Root,
+    transaction_id: &str,
+    paths: &[String],
+) -> Result<(), ApplyError> {
+    for (i, path) in paths.iter().enumerate() {
+        let dir = match parent_dir(root, path) {
+            Ok(Some(dir)) => dir,
+            // Gone, or a symlink now: apply never staged through one.
+            Ok(None) | Err(ApplyError::Refused { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        let name = super::staged_name(transaction_id, i);
+        match nix::unistd::unlinkat(
+            dir.as_fd(),
+            name.as_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        ) {
+            Ok(()) => nix::unistd::fsync(dir.as_fd())
+                .map_err(|x| super::ioe(path, "fsync")(super::errno(x)))?,
+            Err(Errno::ENOENT) => {}
+            Err(x) => {
+                return Err(super::ioe(path, "remove the staged file")(super::errno(x)));
+            }
+        }
+    }
+    Ok(())
+}

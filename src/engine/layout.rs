@@ -10,13 +10,14 @@
 //! <data_dir>/candidates/<id>/transcripts/<i>     candidate-owned transcript copies
 //! <data_dir>/patches/<sha256>.patch               proposal revisions, named by their digest
 //! <data_dir>/transactions/<id>.rollback.json      apply rollback artifacts
+//! <data_dir>/transactions/quarantine/             corrupt rollback artifacts, never used
 //! ```
 
 use std::path::{Path, PathBuf};
 
 /// Directories Airlock keeps beneath its data dir, created (without following symlinks) in
 /// this order when the data dir is opened.
-pub const SUBDIRS: [&str; 9] = [
+pub const SUBDIRS: [&str; 10] = [
     "checkouts",
     "locks",
     "artifacts",
@@ -26,6 +27,7 @@ pub const SUBDIRS: [&str; 9] = [
     "candidates",
     "patches",
     "transactions",
+    "transactions/quarantine",
 ];
 
 /// The paths of one data dir.
@@ -87,6 +89,11 @@ impl DataLayout {
         self.root.join("transactions")
     }
 
+    /// Where recovery moves a rollback artifact that fails its checksum.
+    pub fn transactions_quarantine(&self) -> PathBuf {
+        self.transactions().join("quarantine")
+    }
+
     pub fn patches(&self) -> PathBuf {
         self.root.join("patches")
     }
@@ -116,6 +123,7 @@ mod tests {
             l.transcript("e"),
             l.candidate_transcripts("c"),
             l.patch_artifact("d"),
+            l.transactions_quarantine(),
         ] {
             let rel = p.strip_prefix("/d").unwrap().to_string_lossy().into_owned();
             assert!(

@@ -225,7 +225,8 @@ impl Store {
     }
 
     /// Moves a transaction at `expected_version` by `ev` (the domain decides), replacing its
-    /// record, with its phase row and event; reaching `applied` accepts the proposal too.
+    /// record, with its phase row, event and (for a control action) idempotency binding;
+    /// reaching `applied` accepts the proposal too.
     #[allow(clippy::too_many_arguments)] // one value each; a struct would only rename them
     pub async fn advance_transaction(
         &self,
@@ -236,6 +237,7 @@ impl Store {
         actor: &str,
         detail: &str,
         at: &str,
+        binding: Option<Binding>,
     ) -> Result<TxRow, StoreError> {
         let (id, actor, detail, at) = (
             id.to_string(),
@@ -259,6 +261,9 @@ impl Store {
                 return Err(StoreError::Conflict(format!("transaction {id} moved")));
             }
             phase(&tx, &id, next.as_str(), &actor, &detail, &at)?;
+            if let Some(b) = &binding {
+                insert_binding_checked(&tx, b)?;
+            }
             event(
                 &tx,
                 &cur.workspace_id,

@@ -13,7 +13,8 @@ const EXTRA: &str = "[workspaces.ws1.roles]\nbob = [\"reviewer\"]\n\
                      [workspaces.ws1.policy]\nsecurity_review = \"never\"\nhuman_approval = \"never\"\n";
 
 fn server() -> Option<Server> {
-    if !crate::toolchain::toolchain() {
+    // The dry run runs git in the git image; the expected tests in the workspace's profile.
+    if !crate::toolchain::built("git") {
         return None;
     }
     let s = Server::governed_with(EXTRA);
@@ -116,7 +117,22 @@ fn stage<'a>(v: &'a Value, name: &str) -> &'a Value {
         .unwrap()
 }
 
+/// The touched files' modes and bytes, and no staged temp file anywhere.
 fn worktree(s: &Server) -> Vec<(String, String)> {
+    let out = files(s);
+    let stray = strays(s);
+    assert!(stray.is_empty(), "temp files left: {stray:?}");
+    out
+}
+
+fn strays(s: &Server) -> Vec<String> {
+    walk(&s.repo)
+        .into_iter()
+        .filter(|p| p.contains(".airlock-stage-"))
+        .collect()
+}
+
+fn files(s: &Server) -> Vec<(String, String)> {
     let mut out = vec![];
     for (p, _) in [
         ("README", 0),
@@ -135,11 +151,6 @@ fn worktree(s: &Server) -> Vec<(String, String)> {
         };
         out.push((p.to_string(), v));
     }
-    let stray: Vec<_> = walk(&s.repo)
-        .into_iter()
-        .filter(|p| p.contains(".airlock-stage-"))
-        .collect();
-    assert!(stray.is_empty(), "temp files left: {stray:?}");
     out
 }
 
@@ -543,4 +554,174 @@ fn a_proposal_not_in_review_is_never_applied_and_nothing_changes() {
     assert_eq!(worktree(&s), pre);
     let listed = s.ok(BOB, "transaction.list", json!({"workspace_id": "ws1"}));
     assert_eq!(listed["transactions"], json!([]));
+}
+
+#[test]
+fn retry_applies_a_fresh_validation_as_a_new_transaction_linked_to_the_failed_one() {
+    let Some(s) = server() else { return };
+    let (id, rev) = approved(&s, json!([]), "a");
+    let v1 = validated(&s, &id, &rev, "a");
+    // The worktree changes after validation: the apply fails before anything changed.
+    std::fs::write(s.repo.join("README"), "someone else\n").unwrap();
+    s.err(
+        ALICE,
+        "patch.apply",
+        json!({"workspace_id": "ws1", "proposal_id": id, "validation_id": v1["validation_id"],
+               "idempotency_key": "apply-1"}),
+        "failed_precondition",
+    );
+    std::fs::write(s.repo.join("README"), "base\n").unwrap();
+    let listed = s.ok(ALICE, "transaction.list", json!({"workspace_id": "ws1"}));
+    let failed = listed["transactions"][0].clone();
+    assert_eq!(failed["status"], "failed", "{listed}");
+    let tid = failed["transaction_id"].clone();
+    let r = s.ok(
+        BOB,
+        "transaction.recovery",
+        json!({"workspace_id": "ws1", "transaction_id": tid}),
+    );
+    assert_eq!(r["actions"], json!(["retry"]), "{r}");
+    let retry = |key: &str, extra: Value| {
+        let mut body = json!({"workspace_id": "ws1", "transaction_id": tid, "action": "retry",
+                              "idempotency_key": key});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    // The validation that failed is not fresh.
+    let m = s.err(
+        ALICE,
+        "transaction.control",
+        retry("r0", json!({})),
+        "failed_precondition",
+    );
+    assert!(
+        m.contains("fresh validation") && m.contains("patch.validate"),
+        "{m}"
+    );
+    let m = s.err(
+        ALICE,
+        "transaction.control",
+        retry("r1", json!({"validation_id": v1["validation_id"]})),
+        "failed_precondition",
+    );
+    assert!(m.contains("made after"), "{m}");
+    // Only retry names a validation.
+    let m = s.err(
+        ALICE,
+        "transaction.control",
+        json!({"workspace_id": "ws1", "transaction_id": tid, "action": "cancel",
+               "validation_id": v1["validation_id"], "idempotency_key": "c1"}),
+        "invalid_argument",
+    );
+    assert!(m.contains("validation_id"), "{m}");
+    assert_eq!(worktree(&s)[0].1, "644 base\n", "refusals change nothing");
+
+    let v2 = validated(&s, &id, &rev, "b");
+    assert_eq!(v2["valid"], true, "{v2}");
+    let a = s.ok(ALICE, "transaction.control", retry("r2", json!({})));
+    let t = &a["transaction"];
+    assert_eq!(t["status"], "applied", "{a}");
+    assert_eq!(t["retry_of"], tid);
+    assert_eq!(t["validation_id"], v2["validation_id"]);
+    assert_ne!(t["transaction_id"], tid);
+    assert_eq!(a["proposal"]["status"], "accepted");
+    assert_eq!(worktree(&s), post());
+    // A replay answers the same new transaction; another retry of the same one is refused.
+    let again = s.ok(ALICE, "transaction.control", retry("r2", json!({})));
+    assert_eq!(again["transaction"]["transaction_id"], t["transaction_id"]);
+    let m = s.err(
+        ALICE,
+        "transaction.control",
+        retry("r3", json!({})),
+        "failed_precondition",
+    );
+    assert!(m.contains("already retried by"), "{m}");
+    // The applied retry accepts only compensate.
+    let m = s.err(
+        ALICE,
+        "transaction.control",
+        json!({"workspace_id": "ws1", "transaction_id": t["transaction_id"], "action": "retry",
+               "idempotency_key": "r4"}),
+        "failed_precondition",
+    );
+    assert!(m.contains("compensate"), "{m}");
+    let old = s.ok(
+        ALICE,
+        "transaction.show",
+        json!({"workspace_id": "ws1", "transaction_id": tid}),
+    );
+    assert_eq!(
+        old["transaction"]["status"], "failed",
+        "the failed one stays as it was"
+    );
+}
+
+/// A rollback artifact that fails its checksum after a crash is quarantined and never used:
+/// interrupted in `prepared`, the staged files are removed by their names (nothing visible had
+/// changed); interrupted in `installing`, every path is left as it is and the transaction
+/// needs attention, naming the quarantined file.
+#[test]
+fn a_corrupt_rollback_artifact_is_quarantined_and_never_used() {
+    for (point, want_status) in [
+        ("apply_after_staged", "cancelled"),
+        ("apply_after_installing", "needs_attention"),
+    ] {
+        let Some(mut s) = server() else { return };
+        let pre = worktree(&s);
+        let (id, rev) = approved(&s, json!([]), "a");
+        let v = validated(&s, &id, &rev, "a");
+        s.restart(Some(point));
+        let body = json!({"workspace_id": "ws1", "proposal_id": id,
+                          "validation_id": v["validation_id"], "idempotency_key": "apply-1"});
+        let resp = request(
+            &s.addr,
+            "POST",
+            "/api/v1/patch.apply",
+            Some(ALICE),
+            body.to_string().as_bytes(),
+        );
+        assert!(resp.is_none(), "{point}: the daemon should have died");
+        s.wait_dead();
+        let txdir = s.dir.path().join("data/transactions");
+        let artifact = std::fs::read_dir(&txdir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.to_string_lossy().ends_with(".rollback.json"))
+            .unwrap_or_else(|| panic!("{point}: no artifact"));
+        let mut env: Value = serde_json::from_slice(&std::fs::read(&artifact).unwrap()).unwrap();
+        assert_eq!(env["sha256"].as_str().unwrap().len(), 64);
+        env["sha256"] = json!("0".repeat(64));
+        std::fs::write(&artifact, env.to_string()).unwrap();
+        s.restart(None);
+        let listed = s.ok(BOB, "transaction.list", json!({"workspace_id": "ws1"}));
+        let t = &listed["transactions"][0];
+        assert_eq!(t["status"], want_status, "{point}: {listed}");
+        assert!(
+            !artifact.exists(),
+            "{point}: the corrupt artifact stays in place"
+        );
+        let q: Vec<_> = std::fs::read_dir(txdir.join("quarantine"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(q.len(), 1, "{point}: {q:?}");
+        // Either way the touched paths hold exactly their pre-images: the renames had not
+        // begun. Without a usable artifact the staged files of an install are evidence, left
+        // for the operator; those of a preparation are removed.
+        if want_status == "needs_attention" {
+            let reason = t["blocked_reason"].as_str().unwrap();
+            assert!(
+                reason.contains("quarantined") && reason.contains("checksum"),
+                "{reason}"
+            );
+            assert_eq!(files(&s), pre, "{point}");
+            assert!(!strays(&s).is_empty(), "{point}");
+        } else {
+            assert_eq!(worktree(&s), pre, "{point}");
+        }
+    }
 }

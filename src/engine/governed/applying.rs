@@ -29,6 +29,9 @@ struct TxRecord {
     head_after: Option<String>,
     claims: Vec<String>,
     approvals: Vec<String>,
+    /// The failed or cancelled transaction this one retries (`transaction.control retry`).
+    #[serde(default)]
+    retry_of: Option<String>,
     test_verifications: Vec<String>,
     rollback_sha256: Option<String>,
     /// Per path: (before, after) fingerprints once applied.
@@ -68,8 +71,14 @@ impl Service {
                 actor,
                 detail,
                 &self.now_rfc3339(),
+                None,
             )
             .await?)
+    }
+
+    /// The transaction `t` retries, if any.
+    pub(super) fn retried_of(t: &TxRow) -> Result<Option<String>, ServiceError> {
+        Ok(Self::tx_record(t)?.retry_of)
     }
 
     fn tx_view(t: &TxRow) -> Result<Value, ServiceError> {
@@ -92,6 +101,7 @@ impl Service {
             "test_verifications": r.test_verifications,
             "rollback_sha256": r.rollback_sha256,
             "blocked_reason": r.blocked_reason,
+            "retry_of": r.retry_of,
             "created_at": r.created_at,
             "updated_at": r.updated_at,
         }))
@@ -112,7 +122,7 @@ impl Service {
         })
     }
 
-    async fn tx_in(&self, workspace_id: &str, id: &str) -> Result<TxRow, ServiceError> {
+    pub(super) async fn tx_in(&self, workspace_id: &str, id: &str) -> Result<TxRow, ServiceError> {
         let not_found = || {
             ServiceError::NotFound(format!(
                 "transaction {id:?} not found in workspace {workspace_id:?}"
@@ -153,6 +163,20 @@ impl Service {
             let t = self.tx_in(&p.workspace_id, &id).await?;
             return self.apply_reply(&t).await;
         }
+        self.apply_locked(actor, &worktree, &p, &k, None).await
+    }
+
+    /// The apply itself, under the workspace's apply lock (held by the caller): every
+    /// recheck, then the journaled install. `k` binds the new transaction to the caller's
+    /// key (`patch.apply`'s, or `transaction.control`'s for a retry of `retry_of`).
+    pub(super) async fn apply_locked(
+        &self,
+        actor: &Actor,
+        worktree: &std::path::Path,
+        p: &ApplyParams,
+        k: &Keyed,
+        retry_of: Option<String>,
+    ) -> Result<Value, ServiceError> {
         let (vrow, vrec) = self
             .validation_in(&p.workspace_id, &p.validation_id)
             .await?;
@@ -261,6 +285,7 @@ impl Service {
             head_before: vrec.worktree_head.clone(),
             head_after: None,
             claims: vrec.claims.iter().map(|c| c.claim_id.clone()).collect(),
+            retry_of,
             approvals: verdict
                 .requirements
                 .iter()
@@ -302,7 +327,7 @@ impl Service {
         };
         let expected = vrec.pre_images.clone();
         let dir = self.ctx.data.layout.transactions();
-        let wt = worktree.clone();
+        let wt = worktree.to_path_buf();
         let prepared = tokio::task::spawn_blocking(move || {
             let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
             // Paths the patch only reads (copy sources) must be unchanged too.
@@ -353,7 +378,7 @@ impl Service {
             .await?;
         crate::engine::crash::point(crate::engine::crash::CrashPoint::ApplyAfterInstalling);
         let t = self
-            .finish_install(&worktree, t, r, rb, &actor.key())
+            .finish_install(worktree, t, r, rb, &actor.key())
             .await?;
         self.apply_reply(&t).await
     }
@@ -413,7 +438,7 @@ impl Service {
         .await
     }
 
-    async fn apply_reply(&self, t: &TxRow) -> Result<Value, ServiceError> {
+    pub(super) async fn apply_reply(&self, t: &TxRow) -> Result<Value, ServiceError> {
         let prop = self.proposal_in(&t.workspace_id, &t.proposal_id).await?;
         Ok(json!({"transaction": Self::tx_view(t)?, "proposal": self.proposal_view(&prop).await?}))
     }
@@ -534,6 +559,32 @@ impl Service {
         )
     }
 
+    /// Moves a corrupt rollback artifact (present but unreadable, failing its checksum or
+    /// naming another transaction) to the quarantine; returns its name there.
+    async fn quarantine_if_corrupt(
+        &self,
+        transaction_id: &str,
+        e: &apply::ApplyError,
+    ) -> Result<Option<String>, ServiceError> {
+        if matches!(e, apply::ApplyError::ArtifactMissing(_)) {
+            return Ok(None);
+        }
+        let layout = self.ctx.data.layout.clone();
+        let id = transaction_id.to_string();
+        let q = tokio::task::spawn_blocking(move || {
+            apply::quarantine_artifact(
+                &layout.transactions(),
+                &layout.transactions_quarantine(),
+                &id,
+            )
+        })
+        .await
+        .expect("quarantine does not panic")
+        .map_err(|e| ServiceError::internal(e.to_string()))?;
+        tracing::error!(transaction = %transaction_id, quarantined = %q, error = %e, "a corrupt rollback artifact was quarantined");
+        Ok(Some(q))
+    }
+
     /// Start-up and maintenance: finishes every interrupted apply from the files. `installing`
     /// rolls forward, `prepared` is undone, and anything that is neither pre- nor post-image
     /// becomes `needs_attention` with the paths named. Returns how many were settled.
@@ -593,37 +644,46 @@ impl Service {
                     )
                     .await?;
                 }
-                (TxState::Prepared, Err(_)) => {
-                    // Interrupted before the artifact was durable: only staged temp files (by
-                    // their deterministic names) can exist; remove them.
+                (TxState::Prepared, Err(e)) => {
+                    // Interrupted before the artifact was durable (or it is corrupt: then it
+                    // is quarantined, never used). Nothing visible changed before
+                    // `installing`; only staged temp files (by their deterministic names) can
+                    // exist: remove them, beneath the worktree.
+                    let quarantined = self.quarantine_if_corrupt(&t.transaction_id, &e).await?;
                     let wt = worktree.clone();
                     let paths = r.paths.clone();
                     let id = t.transaction_id.clone();
-                    tokio::task::spawn_blocking(move || {
-                        for (i, p) in paths.iter().enumerate() {
-                            let (dir, _) = p.rsplit_once('/').unwrap_or(("", p));
-                            let staged = if dir.is_empty() {
-                                wt.join(apply::staged_name(&id, i))
-                            } else {
-                                wt.join(dir).join(apply::staged_name(&id, i))
-                            };
-                            let _ = std::fs::remove_file(staged);
-                        }
+                    let removed = tokio::task::spawn_blocking(move || {
+                        let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
+                        apply::remove_staged(&root, &id, &paths).map_err(|e| e.to_string())
                     })
                     .await
                     .expect("cleanup does not panic");
+                    let ev = match &removed {
+                        Ok(()) => TxEvent::Cancel,
+                        Err(reason) => {
+                            r.blocked_reason = Some(reason.clone());
+                            TxEvent::Flag
+                        }
+                    };
                     self.advance(
                         &t.transaction_id,
                         t.version,
-                        TxEvent::Cancel,
+                        ev,
                         &mut r,
                         system,
-                        &json!({"recovered": true, "artifact": "absent"}).to_string(),
+                        &json!({"recovered": true, "artifact": quarantined.as_ref().map_or("absent".to_string(), |q| format!("quarantined as {q}"))}).to_string(),
                     )
                     .await?;
                 }
                 (TxState::Installing, Err(e)) => {
-                    r.blocked_reason = Some(format!("the rollback artifact is unusable: {e}"));
+                    let quarantined = self.quarantine_if_corrupt(&t.transaction_id, &e).await?;
+                    r.blocked_reason = Some(format!(
+                        "the rollback artifact is unusable ({e}){}: the touched paths are left as they are",
+                        quarantined
+                            .map(|q| format!(", quarantined as {q}"))
+                            .unwrap_or_default()
+                    ));
                     self.advance(
                         &t.transaction_id,
                         t.version,

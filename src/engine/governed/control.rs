@@ -2,7 +2,8 @@
 //! `compensate` files the reverse of an applied transaction as a new high-risk proposal by
 //! the requesting member, built from the rollback artifact against the current files, with
 //! write claims on the touched paths, so it goes through validation and policy like any
-//! other change. `retry` is not built yet (validate again and apply the new validation).
+//! other change. `retry` applies a fresh validation of the same revision (made after the
+//! retried transaction's) as a new transaction linked to the failed or cancelled one.
 
 use super::claims::Keyed;
 use crate::apply::{self, Image, PathState};
@@ -12,7 +13,8 @@ use crate::domain::proposal::Risk;
 use crate::domain::transaction::{ControlAction, TxEvent, TxState};
 use crate::engine::service::{Actor, Service, ServiceError};
 use crate::wire::{
-    ClaimAcquireParams, ProposalCreateParams, TransactionControlParams, TransactionParams,
+    ApplyParams, ClaimAcquireParams, ProposalCreateParams, TransactionControlParams,
+    TransactionParams,
 };
 use serde_json::{Value, json};
 
@@ -59,28 +61,43 @@ impl Service {
         if let Some(r) = &p.reason {
             super::claims::check_text("reason", r, true)?;
         }
+        if p.validation_id.is_some() && p.action != ControlAction::Retry {
+            return Err(ServiceError::invalid_field(
+                "validation_id",
+                "only retry takes a validation_id",
+            ));
+        }
         let lock = self.candidate_lock(&format!("apply/{}", p.workspace_id));
         let _guard = lock.lock().await;
         let show = TransactionParams {
             workspace_id: p.workspace_id.clone(),
             transaction_id: p.transaction_id.clone(),
         };
+        // A replay answers what the first call did (compensate replays through the keys it
+        // derives for its claims and proposal).
+        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+            return match p.action {
+                ControlAction::Retry => {
+                    let t = self.tx_in(&p.workspace_id, &id).await?;
+                    self.apply_reply(&t).await
+                }
+                ControlAction::Cancel | ControlAction::Compensate => {
+                    self.transaction_show(actor, show).await
+                }
+            };
+        }
         let t = self.transaction_show(actor, show.clone()).await?;
         let status: TxState = serde_json::from_value(t["transaction"]["status"].clone())
             .map_err(|e| ServiceError::record("a transaction status", e))?;
         let allowed = status.actions();
         match p.action {
-            ControlAction::Retry => Err(ServiceError::precondition_field(
-                "action",
-                "retry is not built yet: run patch.validate again and apply the new validation",
-            )),
             a if !allowed.contains(&a) => Err(ServiceError::precondition_field(
                 "action",
                 format!(
-                    "transaction {} is {}; it accepts {:?}",
+                    "transaction {} is {}; it accepts {}",
                     p.transaction_id,
                     status.as_str(),
-                    allowed
+                    serde_json::to_string(allowed).expect("actions serialize")
                 ),
             )),
             ControlAction::Cancel => {
@@ -113,12 +130,86 @@ impl Service {
                         &actor.key(),
                         &json!({"reason": p.reason}).to_string(),
                         &self.now_rfc3339(),
+                        Some(k.binding(&p.workspace_id, actor, &p.transaction_id)),
                     )
                     .await?;
                 self.transaction_show(actor, show).await
             }
             ControlAction::Compensate => self.compensate(actor, &worktree, &p, &k).await,
+            ControlAction::Retry => self.retry(actor, &worktree, &p, &k).await,
         }
+    }
+
+    /// `retry`: applies a fresh validation of the retried transaction's revision (named, or the
+    /// newest made after the transaction's own) as a new transaction with `retry_of` set.
+    /// A transaction is retried at most once; the new one goes through every recheck.
+    async fn retry(
+        &self,
+        actor: &Actor,
+        worktree: &std::path::Path,
+        p: &TransactionControlParams,
+        k: &Keyed,
+    ) -> Result<Value, ServiceError> {
+        let old = self.tx_in(&p.workspace_id, &p.transaction_id).await?;
+        let siblings = self
+            .ctx
+            .data
+            .store
+            .list_transactions(
+                &p.workspace_id,
+                None,
+                Some(old.proposal_id.clone()),
+                None,
+                u32::MAX,
+            )
+            .await?;
+        for t in &siblings {
+            if Self::retried_of(t)?.as_deref() == Some(old.transaction_id.as_str()) {
+                return Err(ServiceError::precondition_field(
+                    "action",
+                    format!(
+                        "transaction {} was already retried by {}",
+                        old.transaction_id, t.transaction_id
+                    ),
+                ));
+            }
+        }
+        let validations = self.ctx.data.store.validations_of(&old.proposal_id).await?;
+        let after = validations
+            .iter()
+            .position(|v| v.validation_id == old.validation_id)
+            .map_or(0, |i| i + 1);
+        let mut fresh = validations[after..]
+            .iter()
+            .filter(|v| v.revision == old.revision);
+        let chosen = match &p.validation_id {
+            Some(id) => fresh.find(|v| &v.validation_id == id).ok_or_else(|| {
+                ServiceError::precondition_field(
+                    "validation_id",
+                    format!(
+                        "{id} is not a validation of revision {} made after {}'s validation {}",
+                        old.revision, old.transaction_id, old.validation_id
+                    ),
+                )
+            })?,
+            None => fresh.next_back().ok_or_else(|| {
+                ServiceError::precondition_field(
+                    "action",
+                    format!(
+                        "retry needs a fresh validation: run patch.validate on proposal {} revision {} (made after {}'s validation {}), then retry",
+                        old.proposal_id, old.revision, old.transaction_id, old.validation_id
+                    ),
+                )
+            })?,
+        };
+        let params = ApplyParams {
+            workspace_id: p.workspace_id.clone(),
+            proposal_id: old.proposal_id.clone(),
+            validation_id: chosen.validation_id.clone(),
+            idempotency_key: p.idempotency_key.clone(),
+        };
+        self.apply_locked(actor, worktree, &params, k, Some(old.transaction_id))
+            .await
     }
 
     async fn compensate(

@@ -154,7 +154,7 @@ impl Service {
             .prepare_commit(
                 self.repo(workspace_id).clone(),
                 commit,
-                crate::config::TOOLCHAIN_PROFILE,
+                crate::config::GIT_PROFILE,
                 vec!["bash".into(), "-c".into(), DRY_RUN_SCRIPT.into()],
                 limits::DRY_RUN_TIMEOUT_SECONDS,
                 None,
