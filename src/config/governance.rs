@@ -142,14 +142,16 @@ pub(super) struct Options {
     pub(super) max_patch_bytes: usize,
     pub(super) claim_retention: std::time::Duration,
     pub(super) validation_ttl: std::time::Duration,
+    pub(super) expected_test_timeout_seconds: u64,
 }
 
-/// `max_patch_bytes`, `claim_retention_days` and `validation_ttl_seconds`, with their
-/// defaults and bounds.
+/// `max_patch_bytes`, `claim_retention_days`, `validation_ttl_seconds` and
+/// `expected_test_timeout_seconds`, with their defaults and bounds.
 pub(super) fn options(
     max_patch_bytes: Option<usize>,
     claim_retention_days: Option<u64>,
     validation_ttl_seconds: Option<u64>,
+    expected_test_timeout_seconds: Option<u64>,
 ) -> Result<Options, ConfigError> {
     let max_patch_bytes = max_patch_bytes.unwrap_or(limits::DEFAULT_MAX_PATCH_BYTES);
     if !limits::MAX_PATCH_BYTES.contains(&max_patch_bytes) {
@@ -175,9 +177,15 @@ pub(super) fn options(
             &limits::VALIDATION_TTL_SECONDS,
         ));
     }
+    let timeout = expected_test_timeout_seconds.unwrap_or(limits::DEFAULT_TIMEOUT_SECONDS);
+    let timeouts = limits::MIN_TIMEOUT_SECONDS..=limits::MAX_TIMEOUT_SECONDS;
+    if !timeouts.contains(&timeout) {
+        return Err(bound("expected_test_timeout_seconds", timeout, &timeouts));
+    }
     Ok(Options {
         max_patch_bytes,
         claim_retention: std::time::Duration::from_secs(days * 86_400),
         validation_ttl: std::time::Duration::from_secs(ttl),
+        expected_test_timeout_seconds: timeout,
     })
 }

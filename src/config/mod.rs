@@ -67,6 +67,7 @@ struct RawConfig {
     run_retention_days: Option<u64>,
     claim_retention_days: Option<u64>,
     validation_ttl_seconds: Option<u64>,
+    expected_test_timeout_seconds: Option<u64>,
     max_connections: Option<usize>,
     header_read_timeout_seconds: Option<u64>,
     body_read_timeout_seconds: Option<u64>,
@@ -253,6 +254,8 @@ pub struct Config {
     pub claim_retention: std::time::Duration,
     /// How long a `patch.validate` result can be applied.
     pub validation_ttl: std::time::Duration,
+    /// Timeout of each of a proposal's `expected_tests` in `patch.validate`.
+    pub expected_test_timeout_seconds: u64,
     /// Most concurrent HTTP connections `airlock serve` keeps open.
     pub max_connections: usize,
     /// Time a client has to send a request's headers.
@@ -532,6 +535,7 @@ impl Config {
             raw.max_patch_bytes,
             raw.claim_retention_days,
             raw.validation_ttl_seconds,
+            raw.expected_test_timeout_seconds,
         )?;
         let max_connections = raw.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
         if !(1..=limits::MAX_CONNECTIONS_BOUND).contains(&max_connections) {
@@ -582,6 +586,7 @@ impl Config {
             run_retention: std::time::Duration::from_secs(retention_days * 86_400),
             claim_retention: governed.claim_retention,
             validation_ttl: governed.validation_ttl,
+            expected_test_timeout_seconds: governed.expected_test_timeout_seconds,
             max_connections,
             max_concurrent_verifications: max_concurrent,
             data_dir: raw

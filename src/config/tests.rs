@@ -159,6 +159,14 @@ fn workspaces_and_tokens() {
         ("claim_retention_days = 0\n", "claim_retention_days"),
         ("max_patch_bytes = 100\n", "max_patch_bytes"),
         ("max_patch_bytes = 999999999\n", "max_patch_bytes"),
+        (
+            "expected_test_timeout_seconds = 0\n",
+            "expected_test_timeout_seconds",
+        ),
+        (
+            "expected_test_timeout_seconds = 1801\n",
+            "expected_test_timeout_seconds",
+        ),
         ("checkout_filesystem = \"tmpfs\"\n", "checkout_filesystem"),
         (
             "[[tokens]]\nsha256 = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nmember_id = \"a\"\n\

@@ -331,7 +331,7 @@ impl Service {
                     commit.clone(),
                     &profile,
                     argv.clone(),
-                    limits::DEFAULT_TIMEOUT_SECONDS,
+                    self.ctx.config.expected_test_timeout_seconds,
                     None,
                 )
                 .await

@@ -179,6 +179,12 @@ impl Service {
                 .filter(|s| s.name != "policy")
                 .all(|s| matches!(s.state, StageState::Executed | StageState::Skipped));
         let now = self.ctx.clock.now().unix_timestamp();
+        let mut tests = vec![];
+        for id in &rec.test_verifications {
+            if let Some(v) = self.ctx.data.store.get(id).await? {
+                tests.push(v);
+            }
+        }
         Ok(json!({
             "validation_id": rec.validation_id,
             "proposal_id": rec.proposal_id,
@@ -195,6 +201,7 @@ impl Service {
             "post_images": rec.post_images.iter().map(|p| json!({"path": p.path, "image": p.fingerprint})).collect::<Vec<_>>(),
             "dry_run_verification": rec.dry_run_verification,
             "test_verifications": rec.test_verifications,
+            "tests": tests,
             "created_at": rec.created_at,
             "expires_at": rec.expires_at,
         }))
