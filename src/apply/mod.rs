@@ -452,11 +452,31 @@ fn stage(root: &Root, plan: &Plan, rb: &mut Rollback) -> Result<(), ApplyError> 
         let name = staged_name(&plan.transaction_id, i);
         write_staged(&dir, &c.path, &name, &c.after)?;
         rb.entries[i].staged = Some(name);
+        test_pause();
     }
     // Staged names and created directories are durable before the artifact names them.
     let mut dirs: Vec<&str> = plan.changes.iter().map(|c| split(&c.path).0).collect();
     dirs.extend(rb.created_dirs.iter().map(|d| split(d).0));
     fsync_dirs(root, dirs)
+}
+
+/// Test builds only: `AIRLOCK_TEST_APPLY_STEP_MS=<n>` sleeps `n` ms after every staged file
+/// and every rename or unlink, so that a test's kill -9 at a random moment lands inside an
+/// apply rather than before or after it. Other builds ignore the variable.
+fn test_pause() {
+    #[cfg(feature = "test-hooks")]
+    {
+        static MS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        let ms = *MS.get_or_init(|| {
+            std::env::var("AIRLOCK_TEST_APPLY_STEP_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        });
+        if ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+    }
 }
 
 /// Fsyncs each distinct directory of `dirs` (`""` is the worktree's top); a missing one is
@@ -525,6 +545,7 @@ pub(crate) fn install_steps(root: &Root, rb: &Rollback, limit: usize) -> Result<
             }
         }
         dirs.push(parent);
+        test_pause();
     }
     fsync_dirs(root, dirs)
 }

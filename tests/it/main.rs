@@ -3,6 +3,7 @@
 //! AIRLOCK_SKIP_DOCKER=1 is set explicitly.
 
 mod apply_hostile;
+mod apply_kill;
 mod clients;
 mod delivery;
 mod hardening;

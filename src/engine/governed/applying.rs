@@ -513,15 +513,22 @@ impl Service {
         let dir = self.ctx.data.layout.transactions();
         let id = t.transaction_id.clone();
         let inspected = tokio::task::spawn_blocking(move || {
-            let rb = apply::read_artifact(&dir, &id).map_err(|e| e.to_string())?;
-            let root = crate::beneath::Root::open(&worktree).map_err(|e| e.to_string())?;
-            apply::inspect(&root, &rb).map_err(|e| e.to_string())
+            let rb = apply::read_artifact(&dir, &id)?;
+            let root = crate::beneath::Root::open(&worktree)
+                .map_err(|e| apply::ApplyError::Artifact(format!("the worktree: {e}")))?;
+            apply::inspect(&root, &rb)
         })
         .await
         .expect("inspection does not panic");
+        // Without an artifact, only the journal speaks: nothing visible changes before
+        // `installing`, so a transaction that never got there did not start.
+        let never_installed = matches!(
+            t.status,
+            TxState::Prepared | TxState::Failed | TxState::Cancelled
+        );
         let (paths, state) = match &inspected {
-            Err(e) if t.status == TxState::Failed || t.status == TxState::Prepared => {
-                (json!([]), format!("not_started ({e})"))
+            Err(apply::ApplyError::ArtifactMissing(_)) if never_installed => {
+                (json!([]), "not_started".to_string())
             }
             Err(_) => (json!([]), "unknown".to_string()),
             Ok(reports) => {
@@ -552,10 +559,12 @@ impl Service {
                 )
             }
         };
+        let artifact_error = inspected.as_ref().err().map(|e| e.to_string());
         Ok(
             json!({"transaction_id": t.transaction_id, "status": t.status,
                   "repository_state": state, "paths": paths,
-                  "actions": t.status.actions(), "blocked_reason": r.blocked_reason}),
+                  "actions": t.status.actions(), "blocked_reason": r.blocked_reason,
+                  "artifact_error": artifact_error}),
         )
     }
 

@@ -33,6 +33,8 @@ pub struct Server {
     pub config: PathBuf,
     pub clock: PathBuf,
     pub addr: String,
+    /// Environment variables every (re)start passes to the daemon.
+    pub env: Vec<(String, String)>,
     child: Option<Child>,
     /// Jobs run on the scripted fake runtime (workflow tests need no Docker engine).
     fake: bool,
@@ -130,6 +132,7 @@ impl Server {
             config,
             clock,
             addr: String::new(),
+            env: vec![],
             child: None,
             fake,
         };
@@ -150,6 +153,7 @@ impl Server {
         if let Some(c) = crash_at {
             cmd.env("AIRLOCK_CRASH_AT", c);
         }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         if self.fake {
             cmd.env("AIRLOCK_TEST_FAKE_RUNTIME", "1");
         } else {
