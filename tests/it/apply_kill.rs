@@ -41,7 +41,7 @@ fn server() -> Option<Server> {
 
 /// Half the files in a subdirectory, so installs fsync two directories.
 fn path(k: usize) -> String {
-    if k % 2 == 0 {
+    if k.is_multiple_of(2) {
         format!("f{k}")
     } else {
         format!("d/f{k}")
