@@ -238,8 +238,23 @@ async fn dispatch(cmd: Command) -> ExitCode {
                 now: crate::engine::Clock::from_env().now(),
             };
             let report = recovery::recover(&data, &sandbox, retention).await;
-            print_json(&report);
-            if report.failures.is_empty() {
+            let mut failures = report.failures.len();
+            let mut out = serde_json::to_value(&report).expect("a report serializes");
+            // Governed workspaces: interrupted applies, judged from the files, as at start-up.
+            if config.workspaces.values().any(|w| w.worktree.is_some()) {
+                match recover_transactions(config, data, sandbox).await {
+                    Ok(t) => out["transactions"] = serde_json::json!(t),
+                    Err(e) => {
+                        failures += 1;
+                        out["failures"]
+                            .as_array_mut()
+                            .expect("failures is a list")
+                            .push(serde_json::json!(format!("transactions: {e}")));
+                    }
+                }
+            }
+            print_json(&out);
+            if failures == 0 {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)
@@ -248,6 +263,28 @@ async fn dispatch(cmd: Command) -> ExitCode {
         Command::Verification { command } => verification(command).await,
         Command::Serve { common } => serve(&common).await,
     }
+}
+
+/// `airlock recover`'s second half: the daemon's recovery of interrupted applies.
+async fn recover_transactions(
+    config: Config,
+    data: DataDir,
+    sandbox: Sandbox,
+) -> Result<crate::engine::governed::applying::TxRecovery, String> {
+    let seccomp = crate::sandbox::seccomp::load().map_err(|e| e.to_string())?;
+    let ctx = Context::new(
+        std::sync::Arc::new(config),
+        data,
+        std::sync::Arc::new(sandbox),
+        seccomp,
+        crate::engine::Clock::from_env(),
+    )?;
+    let service =
+        crate::engine::service::Service::new(ctx, crate::engine::service::default_admission());
+    service
+        .recover_transactions()
+        .await
+        .map_err(|e| e.to_string())
 }
 
 async fn run(common: &Common, req: RunRequest) -> ExitCode {

@@ -37,9 +37,9 @@ pub async fn pass(service: &Service, runtime: &dyn ContainerRuntime) {
         Err(e) => tracing::error!(error = %e, "claim expiry failed; will retry"),
     }
     match service.recover_transactions().await {
-        Ok(0) => {}
-        Ok(n) => tracing::info!(
-            settled = n,
+        Ok(r) if r.settled.is_empty() => {}
+        Ok(r) => tracing::info!(
+            settled = ?r.settled,
             "interrupted applies recovered from their files"
         ),
         Err(e) => tracing::error!(error = %e, "apply recovery failed; will retry"),

@@ -248,3 +248,82 @@ fn kill_9_at_random_moments_during_apply_recovers_to_exactly_pre_or_exactly_post
         "only {recovered} of {ROUNDS} kills landed inside an apply (seed {seed})"
     );
 }
+
+/// `airlock recover --config` (the daemon stopped).
+fn recover_cli(s: &Server) -> Value {
+    let out = std::process::Command::new(crate::support::BIN)
+        .args(["recover", "--config"])
+        .arg(&s.config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "airlock recover: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+#[test]
+fn airlock_recover_finishes_an_interrupted_apply_and_never_one_in_progress() {
+    let Some(mut s) = server() else { return };
+    // Killed after `installing` was committed: `airlock recover` rolls it forward.
+    let (id, vid) = ready(&s, "v0", "r1");
+    s.restart(Some("apply_after_installing"));
+    let body = json!({"workspace_id": "ws1", "proposal_id": id, "validation_id": vid,
+                      "idempotency_key": "apply-1"});
+    let resp = request(
+        &s.addr,
+        "POST",
+        "/api/v1/patch.apply",
+        Some(ALICE),
+        body.to_string().as_bytes(),
+    );
+    assert!(resp.is_none(), "the daemon should have died mid-apply");
+    s.wait_dead();
+    for k in 0..FILES {
+        assert_eq!(
+            std::fs::read_to_string(s.repo.join(path(k))).unwrap(),
+            "v0\n"
+        );
+    }
+    let report = recover_cli(&s);
+    let settled = report["transactions"]["settled"].as_array().unwrap();
+    assert_eq!(settled.len(), 1, "{report}");
+    assert_eq!(settled[0]["status"], "applied", "{report}");
+    assert!(contents(&s).iter().all(|f| f == "r1\n"), "{report}");
+    // A second pass finds nothing to do.
+    let again = recover_cli(&s);
+    assert_eq!(again["transactions"]["settled"], json!([]), "{again}");
+
+    // An apply in progress in the daemon holds its transaction's lock: `airlock recover`
+    // from another process leaves it alone and the apply finishes.
+    s.env = vec![("AIRLOCK_TEST_APPLY_STEP_MS".into(), "400".into())];
+    s.restart(None);
+    let (id, vid) = ready(&s, "r1", "r2");
+    let addr = s.addr.clone();
+    let body = json!({"workspace_id": "ws1", "proposal_id": id, "validation_id": vid,
+                      "idempotency_key": "apply-2"});
+    let sender = std::thread::spawn(move || {
+        crate::support::http::call(&addr, Some(ALICE), "patch.apply", &body)
+    });
+    wait_for(
+        || {
+            let l = transactions(&s);
+            l[0]["status"] == "prepared" || l[0]["status"] == "installing"
+        },
+        "the apply is under way",
+    );
+    let report = recover_cli(&s);
+    assert_eq!(report["transactions"]["settled"], json!([]), "{report}");
+    assert_eq!(
+        report["transactions"]["live"].as_array().map(Vec::len),
+        Some(1),
+        "{report}"
+    );
+    let (status, a) = sender.join().unwrap();
+    assert_eq!(status, 200, "{a}");
+    assert_eq!(a["transaction"]["status"], "applied", "{a}");
+    assert!(contents(&s).iter().all(|f| f == "r2\n"));
+}

@@ -581,6 +581,27 @@ fn retry_applies_a_fresh_validation_as_a_new_transaction_linked_to_the_failed_on
         json!({"workspace_id": "ws1", "transaction_id": tid}),
     );
     assert_eq!(r["actions"], json!(["retry"]), "{r}");
+    let phases = s.ok(
+        BOB,
+        "transaction.phases",
+        json!({"workspace_id": "ws1", "transaction_id": tid}),
+    )["phases"]
+        .clone();
+    assert_eq!(phases[0]["phase"], "prepared", "{phases}");
+    assert_eq!(phases[0]["ended_at"], phases[1]["started_at"], "{phases}");
+    assert_eq!(phases[1]["phase"], "failed", "{phases}");
+    assert_eq!(phases[1]["ended_at"], Value::Null, "{phases}");
+    assert_eq!(
+        phases[1]["failure_code"], "refused_before_install",
+        "{phases}"
+    );
+    assert!(
+        phases[1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("changed since it was validated"),
+        "{phases}"
+    );
     let retry = |key: &str, extra: Value| {
         let mut body = json!({"workspace_id": "ws1", "transaction_id": tid, "action": "retry",
                               "idempotency_key": key});
@@ -717,6 +738,15 @@ fn a_corrupt_rollback_artifact_is_quarantined_and_never_used() {
             assert!(
                 reason.contains("quarantined") && reason.contains("checksum"),
                 "{reason}"
+            );
+            let phases = s.ok(
+                BOB,
+                "transaction.phases",
+                json!({"workspace_id": "ws1", "transaction_id": t["transaction_id"]}),
+            );
+            assert_eq!(
+                phases["phases"][2]["failure_code"], "artifact_unusable",
+                "{phases}"
             );
             assert_eq!(files(&s), pre, "{point}");
             assert!(!strays(&s).is_empty(), "{point}");

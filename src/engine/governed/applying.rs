@@ -278,6 +278,10 @@ impl Service {
         .map_err(ServiceError::internal)?;
 
         let transaction_id = format!("txn_{}", crate::ids::new_creation_key());
+        // Held until this call returns: recovery (here or in `airlock recover`) skips it.
+        let _owner = self
+            .tx_lock(&transaction_id)?
+            .ok_or_else(|| ServiceError::internal("a fresh transaction id is locked"))?;
         let at = self.now_rfc3339();
         let record = TxRecord {
             applied_by: actor.key(),
@@ -355,7 +359,8 @@ impl Service {
                     TxEvent::Fail,
                     &mut r,
                     &actor.key(),
-                    &json!({"reason": reason}).to_string(),
+                    &json!({"reason": reason, "failure_code": FailureCode::RefusedBeforeInstall})
+                        .to_string(),
                 )
                 .await?;
                 return Err(ServiceError::precondition(format!(
@@ -408,7 +413,7 @@ impl Service {
                 TxEvent::Flag,
                 &mut r,
                 actor,
-                &json!({"reason": reason}).to_string(),
+                &json!({"reason": reason, "failure_code": FailureCode::InstallStopped}).to_string(),
             )
             .await?;
             return Err(ServiceError::internal(format!(
@@ -462,16 +467,23 @@ impl Service {
     ) -> Result<Value, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let t = self.tx_in(&p.workspace_id, &p.transaction_id).await?;
-        let phases: Vec<Value> = self
+        let rows = self
             .ctx
             .data
             .store
             .transaction_phases(&t.transaction_id)
-            .await?
-            .into_iter()
-            .map(|(phase, actor, detail, at)| {
-                json!({"phase": phase, "actor": actor,
-                       "detail": serde_json::from_str::<Value>(&detail).unwrap_or(Value::Null), "at": at})
+            .await?;
+        // A phase lasts until the next one begins; the last one is where the transaction is.
+        let phases: Vec<Value> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, (phase, actor, detail, at))| {
+                let detail = serde_json::from_str::<Value>(detail).unwrap_or(Value::Null);
+                json!({"phase": phase, "actor": actor, "at": at, "started_at": at,
+                       "ended_at": rows.get(i + 1).map(|n| n.3.clone()),
+                       "reason": detail.get("reason"),
+                       "failure_code": detail.get("failure_code"),
+                       "detail": detail})
             })
             .collect();
         Ok(json!({"transaction_id": t.transaction_id, "phases": phases}))
@@ -597,8 +609,8 @@ impl Service {
     /// Start-up and maintenance: finishes every interrupted apply from the files. `installing`
     /// rolls forward, `prepared` is undone, and anything that is neither pre- nor post-image
     /// becomes `needs_attention` with the paths named. Returns how many were settled.
-    pub async fn recover_transactions(&self) -> Result<usize, ServiceError> {
-        let mut n = 0;
+    pub async fn recover_transactions(&self) -> Result<TxRecovery, ServiceError> {
+        let mut out = TxRecovery::default();
         for t in self.ctx.data.store.open_transactions().await? {
             let Some(ws) = self.ctx.config.workspaces.get(&t.workspace_id) else {
                 continue;
@@ -608,6 +620,12 @@ impl Service {
             };
             let lock = self.candidate_lock(&format!("apply/{}", t.workspace_id));
             let _guard = lock.lock().await;
+            // An apply in progress (in this process or another on the same data dir) holds
+            // its transaction's lock: never recovered under its feet.
+            let Some(_owner) = self.tx_lock(&t.transaction_id)? else {
+                out.live.push(t.transaction_id.clone());
+                continue;
+            };
             let Some(t) = self.ctx.data.store.transaction(&t.transaction_id).await? else {
                 continue;
             };
@@ -636,11 +654,15 @@ impl Service {
                     })
                     .await
                     .expect("undo does not panic");
-                    let ev = match &undone {
-                        Ok(()) => TxEvent::Cancel,
+                    let (ev, detail) = match &undone {
+                        Ok(()) => (TxEvent::Cancel, json!({"recovered": true})),
                         Err(reason) => {
                             r.blocked_reason = Some(reason.clone());
-                            TxEvent::Flag
+                            (
+                                TxEvent::Flag,
+                                json!({"recovered": true, "reason": reason,
+                                       "failure_code": FailureCode::UndoRefused}),
+                            )
                         }
                     };
                     self.advance(
@@ -649,7 +671,7 @@ impl Service {
                         ev,
                         &mut r,
                         system,
-                        &json!({"recovered": true}).to_string(),
+                        &detail.to_string(),
                     )
                     .await?;
                 }
@@ -668,11 +690,21 @@ impl Service {
                     })
                     .await
                     .expect("cleanup does not panic");
-                    let ev = match &removed {
-                        Ok(()) => TxEvent::Cancel,
+                    let artifact = quarantined
+                        .as_ref()
+                        .map_or("absent".to_string(), |q| format!("quarantined as {q}"));
+                    let (ev, detail) = match &removed {
+                        Ok(()) => (
+                            TxEvent::Cancel,
+                            json!({"recovered": true, "artifact": artifact}),
+                        ),
                         Err(reason) => {
                             r.blocked_reason = Some(reason.clone());
-                            TxEvent::Flag
+                            (
+                                TxEvent::Flag,
+                                json!({"recovered": true, "artifact": artifact, "reason": reason,
+                                       "failure_code": FailureCode::CleanupFailed}),
+                            )
                         }
                     };
                     self.advance(
@@ -681,7 +713,7 @@ impl Service {
                         ev,
                         &mut r,
                         system,
-                        &json!({"recovered": true, "artifact": quarantined.as_ref().map_or("absent".to_string(), |q| format!("quarantined as {q}"))}).to_string(),
+                        &detail.to_string(),
                     )
                     .await?;
                 }
@@ -693,13 +725,16 @@ impl Service {
                             .map(|q| format!(", quarantined as {q}"))
                             .unwrap_or_default()
                     ));
+                    let detail = json!({"recovered": true, "reason": r.blocked_reason,
+                                        "failure_code": FailureCode::ArtifactUnusable})
+                    .to_string();
                     self.advance(
                         &t.transaction_id,
                         t.version,
                         TxEvent::Flag,
                         &mut r,
                         system,
-                        "{}",
+                        &detail,
                     )
                     .await?;
                 }
@@ -712,8 +747,56 @@ impl Service {
                     _,
                 ) => continue,
             }
-            n += 1;
+            if let Some(now) = self.ctx.data.store.transaction(&t.transaction_id).await? {
+                out.settled.push(TxSettled {
+                    transaction_id: now.transaction_id,
+                    status: now.status,
+                });
+            }
         }
-        Ok(n)
+        Ok(out)
     }
+
+    /// The lock an apply holds on its transaction while it runs (a `flock`, released by the
+    /// kernel however the process dies); `None` when a live apply holds it.
+    fn tx_lock(
+        &self,
+        transaction_id: &str,
+    ) -> Result<Option<crate::engine::WorkerLock>, ServiceError> {
+        crate::engine::WorkerLock::try_acquire(&self.ctx.data.lock_path(transaction_id)).map_err(
+            |e| ServiceError::internal(format!("the lock of transaction {transaction_id}: {e}")),
+        )
+    }
+}
+
+/// Why a transaction failed or needs attention, in its phase row's detail.
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum FailureCode {
+    /// A recheck or the preparation refused; nothing visible changed.
+    RefusedBeforeInstall,
+    /// A rename or unlink of the install failed part way.
+    InstallStopped,
+    /// Recovery could not undo a preparation (a path already changed).
+    UndoRefused,
+    /// Recovery could not remove staged files named by a missing artifact.
+    CleanupFailed,
+    /// The rollback artifact is missing or corrupt where an install needs it.
+    ArtifactUnusable,
+}
+
+/// What one recovery pass did to interrupted applies (printed by `airlock recover`).
+#[derive(Debug, Default, Serialize)]
+pub struct TxRecovery {
+    /// Transactions moved out of `prepared` or `installing`, with where they ended.
+    pub settled: Vec<TxSettled>,
+    /// Open transactions skipped because a live apply holds their lock.
+    pub live: Vec<String>,
+}
+
+/// One transaction a recovery pass settled.
+#[derive(Debug, Serialize)]
+pub struct TxSettled {
+    pub transaction_id: String,
+    pub status: TxState,
 }
