@@ -15,7 +15,7 @@ reps=${2:-5}
 scripts/install-prereqs.sh >/dev/null
 cargo build --release --locked >/dev/null 2>&1
 AIRLOCK=$PWD/target/release/airlock
-$AIRLOCK images build toolchain --images-dir images >/dev/null
+$AIRLOCK images build git --images-dir images >/dev/null
 $AIRLOCK images build minimal --images-dir images >/dev/null
 
 work=$(mktemp -d -p /dev/shm airlock-bench-apply.XXXXXX)

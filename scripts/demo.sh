@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-prereqs.sh
+scripts/install-prereqs.sh --for run
 cargo build --release --locked
 AIRLOCK=$PWD/target/release/airlock
 $AIRLOCK images build minimal --images-dir images >/dev/null
@@ -75,7 +75,7 @@ pid=$!
 for _ in $(seq 100); do [ -s "$work/serve.out" ] && break; kill -0 "$pid" || break; sleep 0.1; done
 [ -s "$work/serve.out" ] || { echo "demo failed at step: start airlock serve" >&2; cat "$work/serve.err" >&2; exit 1; }
 addr=$(python3 -c "import json,sys;print(json.loads(open(sys.argv[1]).readline())['listening'])" "$work/serve.out")
-echo "== airlock serve listening on $addr (data dir $work/data)"
+echo "== airlock serve listening on $addr"
 
 python3 - "$addr" "$alice" "$run_a" "$run_b" "$base" "$rev_a" "$rev_b" "$dana" <<'PY'
 import http.client, json, sys, time

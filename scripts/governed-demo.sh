@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-prereqs.sh >/dev/null
+scripts/install-prereqs.sh --for governed >/dev/null
 cargo build --release --locked
 AIRLOCK=$PWD/target/release/airlock
 # The dry run runs git in the sandbox's git image; the expected test in the minimal one.

@@ -1,28 +1,42 @@
 #!/usr/bin/env bash
-# Installs what Airlock's build, tests and scripts need on a fresh Debian machine that has only the
-# Rust toolchain and a running Docker engine: busybox-static (copied into the minimal sandbox
-# image), mmdebstrap (builds the toolchain image's root filesystem), git, a C compiler and static
-# libc (for the syscall probe fixture), GNU time (peak RSS in the benchmark), e2fsprogs and mount
-# (per-job checkout filesystems), python3-pip (real documentation files the tests read), strace
-# (the apply durability test).
+# Installs what Airlock needs on a fresh Debian machine that has only the Rust toolchain and a
+# running Docker engine (apt-get, as root or through sudo, from the machine's configured Debian
+# package source). What is installed depends on the job:
+#   --for run       the demo and quickstart: busybox-static (copied into the minimal sandbox
+#                   image), git, e2fsprogs and mount (per-job checkout filesystems), python3
+#                   (the demo's HTTP client)
+#   --for governed  the governed demo: the above plus mmdebstrap (builds the git image)
+#   (default)       the test suite: all of the above plus a C compiler and static libc (the
+#                   syscall probe fixture), GNU time (the benchmark's peak RSS), python3-pip
+#                   (real documentation files the tests read), strace (the apply durability test)
 # Idempotent: installs only what is missing.
 set -euo pipefail
+
+job=tests
+if [ "${1:-}" = "--for" ]; then
+  job=${2:?--for needs run, governed or tests}
+fi
+case "$job" in run | governed | tests) ;; *) echo "unknown --for $job (run, governed, tests)" >&2; exit 2 ;; esac
 
 need=()
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 command -v git >/dev/null 2>&1 || need+=(git)
-command -v cc >/dev/null 2>&1 || need+=(gcc)
-[ -f /usr/lib/x86_64-linux-gnu/libc.a ] || [ -f /usr/lib/aarch64-linux-gnu/libc.a ] || need+=(libc6-dev)
-[ -x /usr/bin/time ] || need+=(time)
-command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
-# Real reStructuredText documentation (pip's) for the conflict-marker tests.
-dpkg -s python3-pip >/dev/null 2>&1 || need+=(python3-pip)
 # Per-job checkout filesystems: mkfs.ext4 and losetup/mount (present on most hosts).
 command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
 command -v losetup >/dev/null 2>&1 || need+=(mount)
-# The apply durability test traces the daemon's syscalls.
-command -v strace >/dev/null 2>&1 || need+=(strace)
+if [ "$job" != run ]; then
+  command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
+fi
+if [ "$job" = tests ]; then
+  command -v cc >/dev/null 2>&1 || need+=(gcc)
+  [ -f /usr/lib/x86_64-linux-gnu/libc.a ] || [ -f /usr/lib/aarch64-linux-gnu/libc.a ] || need+=(libc6-dev)
+  [ -x /usr/bin/time ] || need+=(time)
+  # Real reStructuredText documentation (pip's) for the conflict-marker tests.
+  dpkg -s python3-pip >/dev/null 2>&1 || need+=(python3-pip)
+  # The apply durability test traces the daemon's syscalls.
+  command -v strace >/dev/null 2>&1 || need+=(strace)
+fi
 
 if [ ${#need[@]} -gt 0 ]; then
   # Deduplicate.

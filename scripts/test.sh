@@ -10,7 +10,14 @@ scripts/install-prereqs.sh
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo build --locked
-./target/debug/airlock images build --images-dir images
+mkdir -p target/tmp
+# The build's progress and JSON go to a log; a failure prints it.
+if ! ./target/debug/airlock images build --images-dir images > target/tmp/images-build.log 2>&1; then
+  cat target/tmp/images-build.log
+  echo "building the sandbox images failed (log above: target/tmp/images-build.log)" >&2
+  exit 1
+fi
+echo "ok: $(grep -c '"name"' target/tmp/images-build.log) images built or up to date (log: target/tmp/images-build.log)"
 
 # A build without the test-hooks feature (every build but the test suite's) must ignore
 # AIRLOCK_CRASH_AT: the run below passes instead of killing itself.
@@ -25,10 +32,10 @@ AIRLOCK_CRASH_AT=after_insert ./target/debug/airlock run --repo "$hooks" --rev m
 echo "ok: a build without test-hooks ignores AIRLOCK_CRASH_AT"
 
 skipped_list=target/tmp/airlock-skipped-docker-tests
-mkdir -p target/tmp
 rm -f "$skipped_list"
 set +e
-cargo test --locked -- --test-threads 2 2>&1 | tee "$hooks/test.log"
+# The library's unit tests and the integration binary (the bin target and doc tests hold none).
+cargo test --locked --lib --test it -- --test-threads 2 2>&1 | tee "$hooks/test.log"
 status=${PIPESTATUS[0]}
 set -e
 count() { # the sum of "<n> <word>;" over every libtest summary line

@@ -16,9 +16,14 @@ use std::process::ExitCode;
 pub const EXIT_REFUSED: u8 = 2;
 
 #[derive(Parser, Debug)]
-#[command(name = "airlock", version, about = "Sandboxed verification runner")]
+#[command(
+    name = "airlock",
+    version,
+    about = "Runs untrusted verification work in hardened containers and lands code through reviewed, journaled changes",
+    after_help = "Exit codes: 0 passed or success; 1 any other terminal status or failure; 2 refused before anything ran."
+)]
 pub struct Cli {
-    /// Log format on stderr.
+    /// Log format on stderr (text is coloured only on a terminal, and never with NO_COLOR set).
     #[arg(long, global = true, value_enum, default_value = "text")]
     pub log_format: LogFormat,
     /// Log filter (tracing EnvFilter syntax), e.g. info or airlock=debug.
@@ -36,11 +41,13 @@ pub enum LogFormat {
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Common {
-    /// Server configuration file (TOML). Without it, built-in defaults.
-    #[arg(long)]
+    /// Server configuration file (TOML; see the README's Configuration). Without it, built-in
+    /// defaults.
+    #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Data directory; overrides the config's data_dir.
-    #[arg(long)]
+    /// Data directory (database, artifacts, checkouts). Default: the config's data_dir, else
+    /// $XDG_STATE_HOME/airlock or ~/.local/state/airlock.
+    #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
 }
 
@@ -51,19 +58,20 @@ pub enum Command {
         #[command(flatten)]
         common: Common,
         /// Git repository (bare or non-bare) on this host.
-        #[arg(long)]
+        #[arg(long, value_name = "PATH")]
         repo: PathBuf,
         /// Revision: branch, tag, short or full commit id. Resolved once to a full id.
-        #[arg(long)]
+        #[arg(long, value_name = "REV")]
         rev: String,
-        /// Server-side profile that chooses image, environment and limits.
-        #[arg(long, default_value = DEFAULT_PROFILE)]
+        /// Server-side profile that chooses image, environment and limits (default, toolchain,
+        /// git, or one from --config).
+        #[arg(long, value_name = "NAME", default_value = DEFAULT_PROFILE)]
         profile: String,
         /// Timeout in seconds (1..=1800).
-        #[arg(long, default_value_t = limits::DEFAULT_TIMEOUT_SECONDS)]
+        #[arg(long, value_name = "SECONDS", default_value_t = limits::DEFAULT_TIMEOUT_SECONDS)]
         timeout: u64,
-        /// The command, after `--`.
-        #[arg(last = true)]
+        /// The command to run in the container, after `--` (e.g. `-- make test`).
+        #[arg(last = true, value_name = "ARGV")]
         argv: Vec<String>,
     },
     /// Run the HTTP daemon: recovery first, then `POST /api/v1/<method>` on the configured listen
@@ -94,8 +102,10 @@ pub enum Command {
 pub enum ImagesCommand {
     /// Build every image directory under --images-dir, or only NAME.
     Build {
+        /// One image directory's name (minimal, toolchain, git, ...); default: every one.
         name: Option<String>,
-        #[arg(long, default_value = "images")]
+        /// Directory holding one subdirectory per image.
+        #[arg(long, value_name = "DIR", default_value = "images")]
         images_dir: PathBuf,
         /// Copy the host's Rust toolchain into rootfs images (default: when rustc is installed).
         #[arg(long, conflicts_with = "without_rust")]
@@ -110,14 +120,17 @@ pub enum ImagesCommand {
 pub enum VerificationCommand {
     /// Print one verification as JSON.
     Show {
+        /// The verification id (ver_...).
         id: String,
         #[command(flatten)]
         common: Common,
     },
     /// Print verifications as a JSON array, newest first.
     List {
+        /// Only this status (running, passed, failed, timed_out, source_changed, error, ...).
         #[arg(long)]
         status: Option<String>,
+        /// At most this many (1..=1000).
         #[arg(long, default_value_t = limits::DEFAULT_LIST_LIMIT)]
         limit: u32,
         #[command(flatten)]
@@ -128,8 +141,11 @@ pub enum VerificationCommand {
 fn init_logging(format: LogFormat, level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    use std::io::IsTerminal;
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal() && !no_color)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
@@ -176,6 +192,22 @@ fn load(common: &Common) -> Result<(Config, PathBuf), String> {
         .clone()
         .unwrap_or_else(|| config.data_dir.clone());
     Ok((config, data_dir))
+}
+
+/// Commands that only read a data dir refuse one that is not there instead of creating it.
+fn existing_data_dir(dir: &Path) -> Result<(), String> {
+    if dir.join("airlock.db").is_file() {
+        return Ok(());
+    }
+    Err(format!(
+        "no Airlock data dir at {} ({}): name one with --data-dir DIR or data_dir in --config FILE",
+        dir.display(),
+        if dir.exists() {
+            "it has no airlock.db"
+        } else {
+            "it does not exist"
+        }
+    ))
 }
 
 async fn open_data(dir: &Path) -> Result<DataDir, String> {
@@ -225,6 +257,9 @@ async fn dispatch(cmd: Command) -> ExitCode {
                 Ok(x) => x,
                 Err(e) => return refuse(e),
             };
+            if let Err(e) = existing_data_dir(&dir) {
+                return refuse(e);
+            }
             let data = match open_data(&dir).await {
                 Ok(d) => d,
                 Err(e) => return fail(e),
@@ -292,12 +327,23 @@ async fn run(common: &Common, req: RunRequest) -> ExitCode {
         Ok(x) => x,
         Err(e) => return refuse(e),
     };
-    // Cheap checks first, so a malformed request is refused without touching Docker.
-    if let Err(e) = crate::verification::validate_argv(&req.argv) {
-        return refuse(e);
+    // Cheap checks first, so a malformed request is refused without touching Docker. The
+    // messages name the flags the user typed.
+    if req.argv.is_empty() {
+        return refuse(
+            "no command to run: put it after `--`, e.g. airlock run --repo . --rev HEAD -- make test",
+        );
     }
-    if let Err(e) = crate::verification::validate_timeout(req.timeout_seconds) {
-        return refuse(e);
+    if let Err(e) = crate::verification::validate_argv(&req.argv) {
+        return refuse(format!("the command after `--`: {e}"));
+    }
+    if crate::verification::validate_timeout(req.timeout_seconds).is_err() {
+        return refuse(format!(
+            "--timeout {} must be between {} and {} seconds",
+            req.timeout_seconds,
+            limits::MIN_TIMEOUT_SECONDS,
+            limits::MAX_TIMEOUT_SECONDS
+        ));
     }
     let seccomp = match crate::sandbox::seccomp::load() {
         Ok(s) => s,
@@ -401,8 +447,8 @@ async fn verification(cmd: VerificationCommand) -> ExitCode {
         Ok(x) => x,
         Err(e) => return refuse(e),
     };
-    if !dir.join("airlock.db").exists() {
-        return fail(format!("no Airlock database in {}", dir.display()));
+    if let Err(e) = existing_data_dir(&dir) {
+        return refuse(e);
     }
     let data = match open_data(&dir).await {
         Ok(d) => d,
@@ -451,6 +497,17 @@ async fn serve(common: &Common) -> ExitCode {
         Ok(x) => x,
         Err(e) => return refuse(e),
     };
+    // A daemon nobody can call is a mistake, not a configuration.
+    if config.workspaces.is_empty() {
+        return refuse(
+            "the config has no [workspaces.<id>]: airlock serve needs at least one workspace and one [[tokens]] entry (see the README's Configuration); pass it with --config FILE",
+        );
+    }
+    if config.tokens.is_empty() {
+        return refuse(
+            "the config has no [[tokens]]: every call would be refused as an unknown bearer token; add one (sha256 = the hex SHA-256 of the token, member_id = ...) to --config FILE",
+        );
+    }
     let started = async {
         let daemon = Daemon::start(config, &dir).await?;
         let listener = daemon.bind().await?;

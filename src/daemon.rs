@@ -33,6 +33,8 @@ pub enum StartError {
 pub struct Daemon {
     service: Arc<Service>,
     runtime: Runtime,
+    /// Held while the daemon lives: one daemon per data dir.
+    _serve_lock: ServeLock,
     config: Arc<Config>,
 }
 
@@ -81,6 +83,7 @@ impl Daemon {
         let data = DataDir::open(data_dir)
             .await
             .map_err(|e| StartError::Failed(e.to_string()))?;
+        let serve_lock = ServeLock::acquire(&data.layout.serve_lock())?;
         let config = Arc::new(config);
         let ctx = Context::new(
             config.clone(),
@@ -108,6 +111,7 @@ impl Daemon {
             service,
             runtime,
             config,
+            _serve_lock: serve_lock,
         })
     }
 
@@ -169,6 +173,47 @@ impl Daemon {
                 Err(failure)
             }
             None => Ok(()),
+        }
+    }
+}
+
+/// One daemon per data dir: an exclusive `flock` on `<data_dir>/serve.lock`, which holds the
+/// holder's pid for the refusal message. The kernel releases it however the process dies.
+pub struct ServeLock {
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+impl ServeLock {
+    fn acquire(path: &Path) -> Result<ServeLock, StartError> {
+        use std::io::{Read, Seek, Write};
+        let failed = |e: std::io::Error| StartError::Failed(format!("{}: {e}", path.display()));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(failed)?;
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(mut lock) => {
+                lock.set_len(0).map_err(failed)?;
+                lock.rewind().map_err(failed)?;
+                writeln!(lock, "{}", std::process::id()).map_err(failed)?;
+                Ok(ServeLock { _lock: lock })
+            }
+            Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
+                let mut pid = String::new();
+                let _ = file.read_to_string(&mut pid);
+                Err(StartError::Refused(format!(
+                    "another airlock serve (pid {}) is using the data dir {}: one daemon per data dir; stop it, or give this one its own --data-dir",
+                    pid.trim(),
+                    path.parent().unwrap_or(path).display()
+                )))
+            }
+            Err((_, e)) => Err(StartError::Failed(format!(
+                "{}: flock: {e}",
+                path.display()
+            ))),
         }
     }
 }

@@ -23,8 +23,30 @@ pub const TOOLCHAIN_IMAGE: &str = "airlock/toolchain:latest";
 pub const GIT_PROFILE: &str = "git";
 /// Image of the built-in git profile (`airlock images build git`): Debian with git, nothing more.
 pub const GIT_IMAGE: &str = "airlock/git:latest";
-/// Data directory used when neither the config nor the command line names one.
-pub const DEFAULT_DATA_DIR: &str = ".airlock";
+/// Data directory (beneath the state home) used when neither the config nor the command line
+/// names one: `$XDG_STATE_HOME/airlock`, or `~/.local/state/airlock`, never inside the
+/// repository the user happens to be in.
+pub const DEFAULT_DATA_DIR_NAME: &str = "airlock";
+
+/// The default data directory: `$XDG_STATE_HOME/airlock` when that is an absolute path, else
+/// `$HOME/.local/state/airlock`; `./.airlock` only when neither variable is usable.
+pub fn default_data_dir() -> PathBuf {
+    data_dir_from(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"))
+}
+
+fn data_dir_from(
+    state_home: Option<std::ffi::OsString>,
+    home: Option<std::ffi::OsString>,
+) -> PathBuf {
+    let abs = |v: Option<std::ffi::OsString>| v.map(PathBuf::from).filter(|p| p.is_absolute());
+    if let Some(state) = abs(state_home) {
+        return state.join(DEFAULT_DATA_DIR_NAME);
+    }
+    if let Some(home) = abs(home) {
+        return home.join(".local/state").join(DEFAULT_DATA_DIR_NAME);
+    }
+    PathBuf::from(".airlock")
+}
 
 /// Errors from loading or validating the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -352,7 +374,7 @@ fn builtin_profiles() -> BTreeMap<String, RawProfile> {
 }
 
 impl Config {
-    /// Built-in defaults: data dir `.airlock` and the `default` profile.
+    /// Built-in defaults: the [`default_data_dir`] and the built-in profiles.
     pub fn builtin() -> Config {
         Self::from_raw(RawConfig::default()).expect("built-in defaults are valid")
     }
@@ -589,9 +611,7 @@ impl Config {
             expected_test_timeout_seconds: governed.expected_test_timeout_seconds,
             max_connections,
             max_concurrent_verifications: max_concurrent,
-            data_dir: raw
-                .data_dir
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
+            data_dir: raw.data_dir.unwrap_or_else(default_data_dir),
             listen: raw.listen.unwrap_or_else(|| DEFAULT_LISTEN.to_string()),
             evidence_ttl: std::time::Duration::from_secs(days * 86_400),
             maintenance_interval: std::time::Duration::from_secs(interval),

@@ -17,11 +17,31 @@ fn builtin_default_profile_has_documented_values() {
     assert_eq!(p.setup_script, "");
     assert_eq!(p.disk_bytes, 4 << 30);
     assert_eq!(p.inodes, 1_000_000);
-    assert_eq!(c.data_dir, PathBuf::from(".airlock"));
+    assert_eq!(c.data_dir, default_data_dir());
+    assert!(c.data_dir.ends_with("airlock"));
     assert_eq!(c.checkout_filesystem, CheckoutFilesystem::Loop);
     assert_eq!(c.min_free_bytes, 2 << 30);
     assert_eq!(c.max_connections, 512);
     assert_eq!(c.run_retention, std::time::Duration::from_secs(30 * 86_400));
+}
+
+#[test]
+fn the_default_data_dir_is_the_state_home_never_the_current_directory() {
+    let os = |s: &str| Some(std::ffi::OsString::from(s));
+    assert_eq!(
+        data_dir_from(os("/s"), os("/h")),
+        PathBuf::from("/s/airlock")
+    );
+    // A relative XDG_STATE_HOME is invalid by the spec: ignored.
+    assert_eq!(
+        data_dir_from(os("rel"), os("/h")),
+        PathBuf::from("/h/.local/state/airlock")
+    );
+    assert_eq!(
+        data_dir_from(None, os("/h")),
+        PathBuf::from("/h/.local/state/airlock")
+    );
+    assert_eq!(data_dir_from(None, None), PathBuf::from(".airlock"));
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! <data_dir>/airlock.db                          SQLite (WAL)
+//! <data_dir>/serve.lock                          the running daemon's flock and pid
 //! <data_dir>/artifacts/verifications/<id>.json   terminal results
 //! <data_dir>/artifacts/quarantine/               rejected artifacts
 //! <data_dir>/checkouts/<key>/                    a job's checkout (disk.img, mnt/tree, index)
@@ -58,6 +59,11 @@ impl DataLayout {
 
     pub fn locks(&self) -> PathBuf {
         self.root.join("locks")
+    }
+
+    /// The lock one `airlock serve` holds on its data dir (with its pid inside).
+    pub fn serve_lock(&self) -> PathBuf {
+        self.root.join("serve.lock")
     }
 
     pub fn lock_path(&self, creation_key: &str) -> PathBuf {

@@ -24,7 +24,7 @@ fn assert_refused(f: &Fixture, r: &RunResult, needle: &str) {
 #[test]
 fn argv_and_timeout_bounds() {
     let f = Fixture::new(&[("a", "a", false)]);
-    assert_refused(&f, &f.run(&[], &[]), "argv is empty");
+    assert_refused(&f, &f.run(&[], &[]), "put it after `--`");
     let many: Vec<String> = (0..65).map(|i| i.to_string()).collect();
     let many: Vec<&str> = many.iter().map(String::as_str).collect();
     assert_refused(
@@ -41,7 +41,7 @@ fn argv_and_timeout_bounds() {
     assert_refused(
         &f,
         &f.run(&["--timeout", "0"], &["true"]),
-        "timeout_seconds is 0",
+        "--timeout 0 must be between 1 and 1800",
     );
     assert_refused(
         &f,

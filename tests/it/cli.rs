@@ -1,0 +1,184 @@
+//! The CLI a newcomer meets: `serve` refuses a config nobody could call, one daemon per data
+//! dir (the second names the first's pid), read-only commands refuse a data dir that is not
+//! there instead of creating one, and logs carry no colour codes when stderr is not a terminal.
+
+use crate::support::daemon::{ALICE, sha};
+use crate::support::repo::git;
+use crate::support::*;
+use std::process::{Command, Stdio};
+
+fn airlock(args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("AIRLOCK_CRASH_AT")
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A config with one workspace and alice's token, listening on an ephemeral port.
+fn config(dir: &std::path::Path) -> std::path::PathBuf {
+    let repo = dir.join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("f"), "x\n").unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "x"]);
+    let path = dir.join("airlock.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "listen = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ncheckout_filesystem = \"directory\"\n\
+             [workspaces.ws1]\nrepo = \"{}\"\nmembers = {{ alice = [\"view\"] }}\n\
+             [[tokens]]\nsha256 = \"{}\"\nmember_id = \"alice\"\n",
+            dir.join("data").display(),
+            repo.display(),
+            sha(ALICE)
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Starts `airlock serve`, waits for its `listening` line; stderr goes to `log`.
+fn serve(config: &std::path::Path, log: &std::path::Path) -> std::process::Child {
+    let mut child = Command::new(BIN)
+        .args(["--log-level", "info", "serve", "--config"])
+        .arg(config)
+        .env("AIRLOCK_TEST_FAKE_RUNTIME", "1")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("listening"), "serve printed {line:?}");
+    child
+}
+
+fn stop(mut child: std::process::Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
+#[test]
+fn serve_refuses_a_config_without_workspaces_or_tokens() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("data");
+    let none = d.path().join("none.toml");
+    std::fs::write(&none, format!("data_dir = \"{}\"\n", data.display())).unwrap();
+    let o = airlock(&["serve", "--config", none.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no [workspaces."), "{}", stderr(&o));
+    let o = airlock(&["serve"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--config FILE"), "{}", stderr(&o));
+
+    let cfg = config(d.path());
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let tokenless = d.path().join("tokenless.toml");
+    std::fs::write(&tokenless, &text[..text.find("[[tokens]]").unwrap()]).unwrap();
+    let o = airlock(&["serve", "--config", tokenless.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no [[tokens]]"), "{}", stderr(&o));
+    assert!(!data.exists(), "a refused serve created its data dir");
+}
+
+#[test]
+fn one_daemon_per_data_dir_and_the_second_names_the_first() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = config(d.path());
+    let first = serve(&cfg, &d.path().join("first.log"));
+    let o = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .env("AIRLOCK_TEST_FAKE_RUNTIME", "1")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let pid = first.id().to_string();
+    assert!(
+        stderr(&o).contains(&format!("another airlock serve (pid {pid})")),
+        "{}",
+        stderr(&o)
+    );
+    stop(first);
+    // Once it is gone, the next one starts.
+    let again = serve(&cfg, &d.path().join("again.log"));
+    stop(again);
+}
+
+#[test]
+fn logs_to_a_file_carry_no_colour_codes() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = config(d.path());
+    let log = d.path().join("serve.log");
+    stop(serve(&cfg, &log));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("listening"), "{text}");
+    assert!(!text.contains('\u{1b}'), "ANSI escapes in a file: {text:?}");
+}
+
+#[test]
+fn read_only_commands_refuse_a_missing_data_dir_and_name_the_flag() {
+    let d = tempfile::tempdir().unwrap();
+    let missing = d.path().join("typo");
+    let m = missing.to_str().unwrap();
+    for args in [
+        vec!["recover", "--data-dir", m],
+        vec!["verification", "list", "--data-dir", m],
+        vec!["verification", "show", "ver_x", "--data-dir", m],
+    ] {
+        let o = airlock(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(
+            e.contains("does not exist") && e.contains("--data-dir"),
+            "{args:?}: {e}"
+        );
+        assert!(!missing.exists(), "{args:?} created the data dir");
+    }
+}
+
+#[test]
+fn help_describes_every_flag() {
+    for args in [
+        vec!["--help"],
+        vec!["run", "--help"],
+        vec!["serve", "--help"],
+        vec!["recover", "--help"],
+        vec!["images", "build", "--help"],
+        vec!["verification", "list", "--help"],
+        vec!["verification", "show", "--help"],
+    ] {
+        let o = airlock(&args);
+        assert!(o.status.success(), "{args:?}");
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        // clap prints an option with no doc comment as a bare name: every line that starts an
+        // option or argument must carry text after it.
+        for line in text.lines() {
+            let t = line.trim_start();
+            if (t.starts_with("--") || t.starts_with('-') || t.starts_with('['))
+                && line.starts_with("  ")
+            {
+                // What is left once the option's own spelling and its default are taken out.
+                let prose = t.split_whitespace().filter(|w| {
+                    !(w.starts_with('-')
+                        || w.starts_with('<')
+                        || w.starts_with('[')
+                        || w.ends_with(',')
+                        || w.ends_with(']'))
+                });
+                assert!(prose.count() > 0, "{args:?}: no help for {t:?}\n{text}");
+            }
+        }
+    }
+}
