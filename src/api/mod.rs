@@ -2,6 +2,7 @@
 //! `GET /healthz`, `GET /readyz`. Identity comes from `Authorization: Bearer <token>` only.
 //! Errors are `{"error":{"code","message"}}` with a stable code and an HTTP status.
 
+pub mod hygiene;
 pub mod server;
 
 use crate::domain::claim::ClaimEvent;
@@ -143,7 +144,8 @@ impl ShowBodies {
     }
 }
 
-struct ApiError(ServiceError);
+/// An error answer: the envelope `{"error": {code, message, request_id?}}`.
+struct ApiError(ServiceError, Option<String>);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -161,7 +163,7 @@ impl IntoResponse for ApiError {
         };
         // An internal error's text can hold host paths, git argv or environment: it goes to the
         // log under an id, and the client gets the code, a short message and that id.
-        let body = if let ServiceError::Internal(detail) = &self.0 {
+        let mut body = if let ServiceError::Internal(detail) = &self.0 {
             let error_id = crate::ids::new_error_id();
             tracing::error!(%error_id, error = %detail, "internal error");
             json!({"error": {
@@ -172,29 +174,62 @@ impl IntoResponse for ApiError {
         } else {
             json!({"error": {"code": self.0.code(), "message": self.0.to_string()}})
         };
+        if let Some(id) = self.1 {
+            body["error"]["request_id"] = json!(id);
+        }
         (status, axum::Json(body)).into_response()
     }
 }
 
 /// Builds the router.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route(
             "/healthz",
             get(|| async { axum::Json(json!({"status": "ok"})) }),
         )
         .route("/readyz", get(readyz))
         .route("/api/v1/{method}", post(call))
-        .with_state(state)
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_verb)
+        .with_state(state);
+    hygiene::wrap(routes)
+}
+
+/// Any other path: the error envelope, not axum's empty 404.
+async fn no_route(req: axum::extract::Request) -> Response {
+    let id = hygiene::request_id(&req);
+    ApiError(
+        ServiceError::NotFound(format!(
+            "no route {} {}: methods are POST /api/v1/<method>",
+            req.method(),
+            req.uri().path()
+        )),
+        id,
+    )
+    .into_response()
+}
+
+/// A known path with the wrong HTTP verb.
+async fn wrong_verb(req: axum::extract::Request) -> Response {
+    let mut body = json!({"error": {
+        "code": "method_not_allowed",
+        "message": format!("{} is not accepted on {}: methods are POST /api/v1/<method>, probes GET", req.method(), req.uri().path()),
+    }});
+    if let Some(id) = hygiene::request_id(&req) {
+        body["error"]["request_id"] = json!(id);
+    }
+    (StatusCode::METHOD_NOT_ALLOWED, axum::Json(body)).into_response()
 }
 
 async fn readyz(State(st): State<AppState>) -> Response {
     if st.ready.load(Ordering::SeqCst) {
         axum::Json(json!({"status": "ready"})).into_response()
     } else {
-        ApiError(ServiceError::Unavailable(
-            "recovery has not finished".into(),
-        ))
+        ApiError(
+            ServiceError::Unavailable("recovery has not finished".into()),
+            None,
+        )
         .into_response()
     }
 }
@@ -253,10 +288,11 @@ async fn call(
     req: axum::extract::Request,
 ) -> Response {
     let conn = req.extensions().get::<server::ConnHandle>().cloned();
+    let id = hygiene::request_id(&req);
     let (parts, body) = req.into_parts();
     match handle(st, &method, parts.headers, body, conn).await {
         Ok(reply) => reply.into_response(),
-        Err(e) => ApiError(e).into_response(),
+        Err(e) => ApiError(e, id).into_response(),
     }
 }
 
@@ -296,8 +332,12 @@ async fn handle(
     let method_owned = method.to_string();
     // The work runs in its own task so a client that disconnects cannot cancel a half-done
     // state change; the budget bounds how long the client waits for it.
-    let task =
-        tokio::spawn(async move { dispatch(&svc, &bodies, &actor, &method_owned, &bytes).await });
+    // The task keeps the request's span (and so its request id) on every line it logs.
+    use tracing::Instrument;
+    let task = tokio::spawn(
+        async move { dispatch(&svc, &bodies, &actor, &method_owned, &bytes).await }
+            .instrument(tracing::Span::current()),
+    );
     match tokio::time::timeout(crate::limits::CONTROL_CALL_BUDGET, task).await {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => Err(ServiceError::internal(format!("{method} failed: {e}"))),

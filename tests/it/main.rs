@@ -18,6 +18,7 @@ mod serve_assembly;
 mod serve_claims;
 mod serve_contentions;
 mod serve_governed;
+mod serve_hygiene;
 mod serve_lifecycle;
 mod serve_proposals;
 mod serve_reviews;

@@ -35,6 +35,8 @@ pub struct Server {
     pub addr: String,
     /// Environment variables every (re)start passes to the daemon.
     pub env: Vec<(String, String)>,
+    /// Where the daemon's stderr (its log) goes; discarded when `None`.
+    pub log: Option<PathBuf>,
     child: Option<Child>,
     /// Jobs run on the scripted fake runtime (workflow tests need no Docker engine).
     fake: bool,
@@ -133,6 +135,7 @@ impl Server {
             clock,
             addr: String::new(),
             env: vec![],
+            log: None,
             child: None,
             fake,
         };
@@ -149,7 +152,16 @@ impl Server {
             .env("AIRLOCK_TEST_CLOCK_FILE", &self.clock)
             .env_remove("AIRLOCK_CRASH_AT")
             .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+            .stderr(match &self.log {
+                Some(p) => Stdio::from(
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(p)
+                        .unwrap(),
+                ),
+                None => Stdio::null(),
+            });
         if let Some(c) = crash_at {
             cmd.env("AIRLOCK_CRASH_AT", c);
         }

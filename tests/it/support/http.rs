@@ -14,14 +14,34 @@ pub fn request(
     token: Option<&str>,
     body: &[u8],
 ) -> Option<(u16, Vec<u8>)> {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> = auth
+        .as_deref()
+        .map(|a| vec![("Authorization", a)])
+        .unwrap_or_default();
+    exchange(addr, method, path, &headers, body).map(|(status, _, body)| (status, body))
+}
+
+/// A response's header fields, names lowercased, in order.
+pub type Headers = Vec<(String, String)>;
+
+/// Sends one request with `headers`; returns (status, the response's headers with lowercase
+/// names, body bytes).
+pub fn exchange(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Option<(u16, Headers, Vec<u8>)> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(120))).ok()?;
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
         body.len()
     );
-    if let Some(t) = token {
-        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
     }
     head.push_str("\r\n");
     s.write_all(head.as_bytes()).ok()?;
@@ -32,14 +52,20 @@ pub fn request(
     let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = String::from_utf8_lossy(&raw[..split]).to_string();
     let status: u16 = head.split(' ').nth(1)?.parse().ok()?;
+    let fields: Vec<(String, String)> = head
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
     let mut body = raw[split + 4..].to_vec();
-    if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
+    if fields
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"))
     {
         body = dechunk(&body);
     }
-    Some((status, body))
+    Some((status, fields, body))
 }
 
 fn dechunk(mut b: &[u8]) -> Vec<u8> {
