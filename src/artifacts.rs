@@ -71,7 +71,17 @@ fn canonical(body: &serde_json::Value) -> String {
 
 /// Writes `bytes` to `dir/name` atomically and durably.
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, ArtifactIoError> {
+    write_atomic_timed(dir, name, bytes).map(|(p, _)| p)
+}
+
+/// [`write_atomic`], also returning the time its two fsyncs (file, directory) took.
+pub fn write_atomic_timed(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> Result<(PathBuf, std::time::Duration), ArtifactIoError> {
     use std::os::unix::fs::OpenOptionsExt;
+    let mut fsyncs = std::time::Duration::ZERO;
     let final_path = dir.join(name);
     let tmp = dir.join(format!(
         ".{name}{TEMP_MARKER}{}",
@@ -85,15 +95,20 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, Art
         .map_err(io("create", &tmp))?;
     let result = (|| {
         f.write_all(bytes).map_err(io("write", &tmp))?;
+        let t = std::time::Instant::now();
         f.sync_all().map_err(io("fsync", &tmp))?;
+        fsyncs += t.elapsed();
         drop(f);
         std::fs::rename(&tmp, &final_path).map_err(io("rename", &final_path))?;
-        fsync_dir(dir)
+        let t = std::time::Instant::now();
+        fsync_dir(dir)?;
+        fsyncs += t.elapsed();
+        Ok(())
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-    result.map(|_| final_path)
+    result.map(|()| (final_path, fsyncs))
 }
 
 /// Fsyncs a directory so a rename or create in it survives power loss.
@@ -124,6 +139,14 @@ impl Artifacts {
 
     /// Writes the terminal result of `v` durably.
     pub fn write(&self, v: &Verification) -> Result<PathBuf, ArtifactIoError> {
+        self.write_timed(v).map(|(p, _)| p)
+    }
+
+    /// [`Artifacts::write`], also returning the time its fsyncs took.
+    pub fn write_timed(
+        &self,
+        v: &Verification,
+    ) -> Result<(PathBuf, std::time::Duration), ArtifactIoError> {
         let body = ArtifactBody {
             schema_version: SCHEMA_VERSION,
             verification_id: v.verification_id.clone(),
@@ -138,7 +161,7 @@ impl Artifacts {
             body: value,
         })
         .expect("an artifact file serializes");
-        write_atomic(&self.dir, &format!("{}.json", v.verification_id), &file)
+        write_atomic_timed(&self.dir, &format!("{}.json", v.verification_id), &file)
     }
 
     /// Reads and checks the artifact of `verification_id`, expecting `creation_key`.

@@ -511,9 +511,10 @@ async fn serve(common: &Common) -> ExitCode {
     let started = async {
         let daemon = Daemon::start(config, &dir).await?;
         let listener = daemon.bind().await?;
-        Ok::<_, StartError>((daemon, listener))
+        let metrics = daemon.bind_metrics().await?;
+        Ok::<_, StartError>((daemon, listener, metrics))
     };
-    let (daemon, listener) = match started.await {
+    let (daemon, listener, metrics) = match started.await {
         Ok(x) => x,
         Err(StartError::Refused(e)) => return refuse(e),
         Err(StartError::Failed(e)) => return fail(e),
@@ -522,7 +523,11 @@ async fn serve(common: &Common) -> ExitCode {
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    println!("{}", serde_json::json!({ "listening": addr }));
+    let mut ready = serde_json::json!({ "listening": addr });
+    if let Some(m) = metrics.as_ref().and_then(|l| l.local_addr().ok()) {
+        ready["metrics_listening"] = serde_json::json!(m.to_string());
+    }
+    println!("{ready}");
     tracing::info!(%addr, "airlock serve is listening");
     let shutdown = async {
         use tokio::signal::unix::{SignalKind, signal};
@@ -534,7 +539,7 @@ async fn serve(common: &Common) -> ExitCode {
         }
         tracing::info!("shutting down: no new connections; finishing in-flight calls");
     };
-    match daemon.run(listener, shutdown).await {
+    match daemon.run_with_metrics(listener, metrics, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => fail(format!(
             "an asynchronous result could not be made durable: {failure}"

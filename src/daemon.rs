@@ -122,6 +122,17 @@ impl Daemon {
         })
     }
 
+    /// Binds `metrics_listen`, when the config names one.
+    pub async fn bind_metrics(&self) -> Result<Option<TcpListener>, StartError> {
+        let Some(addr) = &self.config.metrics_listen else {
+            return Ok(None);
+        };
+        TcpListener::bind(addr)
+            .await
+            .map(Some)
+            .map_err(|e| StartError::Failed(format!("metrics_listen: cannot bind {addr}: {e}")))
+    }
+
     /// Serves on `listener` until `shutdown` resolves. Returns the first asynchronous
     /// persistence failure as an error, so the process can exit non-zero after logging it.
     pub async fn run(
@@ -129,11 +140,33 @@ impl Daemon {
         listener: TcpListener,
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), String> {
+        self.run_with_metrics(listener, None, shutdown).await
+    }
+
+    /// [`Daemon::run`], with `/metrics` on its own listener (from [`Daemon::bind_metrics`]).
+    pub async fn run_with_metrics(
+        self,
+        listener: TcpListener,
+        metrics: Option<TcpListener>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), String> {
         let ready = Arc::new(AtomicBool::new(true));
-        let app = crate::api::router(crate::api::AppState::new(
-            self.service.clone(),
-            ready.clone(),
-        ));
+        let state = crate::api::AppState::new(self.service.clone(), ready.clone());
+        let metrics_server = metrics.map(|l| {
+            let app = crate::api::metrics_router(state.clone());
+            let limits = crate::api::server::ConnLimits {
+                max_connections: 16,
+                header_read_timeout: self.config.header_read_timeout,
+                keep_alive_idle: self.config.keep_alive_idle,
+            };
+            tokio::spawn(crate::api::server::serve(
+                l,
+                app,
+                limits,
+                std::future::pending::<()>(),
+            ))
+        });
+        let app = crate::api::router(state);
         let ticker = {
             let service = self.service.clone();
             let runtime = self.runtime.clone();
@@ -153,6 +186,9 @@ impl Daemon {
             keep_alive_idle: self.config.keep_alive_idle,
         };
         crate::api::server::serve(listener, app, conn_limits, shutdown).await;
+        if let Some(m) = metrics_server {
+            m.abort();
+        }
         ready.store(false, Ordering::SeqCst);
         ticker.abort();
         // In-flight verifications: cancel them, and wait until each has destroyed its container

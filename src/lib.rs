@@ -17,6 +17,7 @@ pub mod domain;
 pub mod engine;
 pub mod ids;
 pub mod limits;
+pub mod metrics;
 pub mod patch;
 pub mod process;
 pub mod sandbox;

@@ -189,11 +189,92 @@ pub fn router(state: AppState) -> Router {
             get(|| async { axum::Json(json!({"status": "ok"})) }),
         )
         .route("/readyz", get(readyz))
-        .route("/api/v1/{method}", post(call))
+        .route("/api/v1/{method}", post(call));
+    // `/metrics` is on this listener unless the config gives it its own.
+    let routes = if state.service.ctx.config.metrics_listen.is_none() {
+        routes.route("/metrics", get(metrics))
+    } else {
+        routes
+    };
+    let routes = routes
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_verb)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), track))
+        .with_state(state);
+    hygiene::wrap(routes)
+}
+
+/// The router of a separate `metrics_listen` address: `/metrics` only.
+pub fn metrics_router(state: AppState) -> Router {
+    let routes = Router::new()
+        .route("/metrics", get(metrics))
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_verb)
         .with_state(state);
     hygiene::wrap(routes)
+}
+
+/// `GET /metrics`: Prometheus' text format; the state gauges are read from SQLite now.
+/// Unauthenticated, like the probes: it holds counts, never names, ids or content.
+async fn metrics(State(st): State<AppState>) -> Response {
+    let ctx = &st.service.ctx;
+    match ctx
+        .data
+        .store
+        .gauges(ctx.clock.now().unix_timestamp())
+        .await
+    {
+        Ok(g) => ctx
+            .metrics
+            .set_gauges(&g, &crate::metrics::KnownStates::all()),
+        Err(e) => {
+            return ApiError(ServiceError::internal(format!("metrics: {e}")), None).into_response();
+        }
+    }
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        ctx.metrics.encode(),
+    )
+        .into_response()
+}
+
+/// The label of a request in the HTTP metrics: the API method when it is one we route (a
+/// bounded set), the probe's name, or `unknown`.
+fn metric_label(path: &str, config: &crate::config::Config) -> String {
+    match path {
+        "/healthz" => "healthz".into(),
+        "/readyz" => "readyz".into(),
+        "/metrics" => "metrics".into(),
+        p => match p.strip_prefix("/api/v1/") {
+            Some(m) if body_limit(m, config).is_some() => m.to_string(),
+            _ => "unknown".into(),
+        },
+    }
+}
+
+/// Counts every request by method label and status code, with its latency.
+async fn track(
+    State(st): State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let label = metric_label(req.uri().path(), &st.service.ctx.config);
+    let started = std::time::Instant::now();
+    let resp = next.run(req).await;
+    let m = &st.service.ctx.metrics;
+    m.http_requests
+        .get_or_create(&crate::metrics::HttpLabels {
+            method: label.clone(),
+            code: resp.status().as_u16().to_string(),
+        })
+        .inc();
+    m.http_seconds
+        .get_or_create(&crate::metrics::MethodLabel { method: label })
+        .observe(started.elapsed().as_secs_f64());
+    resp
 }
 
 /// Any other path: the error envelope, not axum's empty 404.

@@ -81,6 +81,7 @@ pub const DEFAULT_MAINTENANCE_INTERVAL_SECONDS: u64 = 60;
 struct RawConfig {
     data_dir: Option<PathBuf>,
     listen: Option<String>,
+    metrics_listen: Option<String>,
     evidence_ttl_days: Option<u64>,
     maintenance_interval_seconds: Option<u64>,
     max_concurrent_verifications: Option<usize>,
@@ -262,6 +263,8 @@ impl Profile {
 pub struct Config {
     pub data_dir: PathBuf,
     pub listen: String,
+    /// When set, `/metrics` is served only on this address (not on `listen`).
+    pub metrics_listen: Option<String>,
     pub evidence_ttl: std::time::Duration,
     pub maintenance_interval: std::time::Duration,
     pub max_concurrent_verifications: usize,
@@ -613,6 +616,7 @@ impl Config {
             max_concurrent_verifications: max_concurrent,
             data_dir: raw.data_dir.unwrap_or_else(default_data_dir),
             listen: raw.listen.unwrap_or_else(|| DEFAULT_LISTEN.to_string()),
+            metrics_listen: raw.metrics_listen,
             evidence_ttl: std::time::Duration::from_secs(days * 86_400),
             maintenance_interval: std::time::Duration::from_secs(interval),
             profiles,

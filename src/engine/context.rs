@@ -22,6 +22,8 @@ pub struct Context {
     pub runtime: Runtime,
     pub seccomp: SeccompProfile,
     pub clock: Clock,
+    /// The daemon's metrics (its own registry; see [`crate::metrics`]).
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// Every configured workspace's repository, by workspace id.
     repos: Arc<HashMap<String, Repo>>,
 }
@@ -59,6 +61,7 @@ impl Context {
             runtime,
             seccomp,
             clock,
+            metrics: Arc::default(),
             repos: Arc::new(repos),
         })
     }
@@ -77,6 +80,7 @@ impl Context {
             runtime,
             seccomp,
             clock: Clock::System,
+            metrics: Arc::default(),
             repos: Arc::default(),
         }
     }

@@ -17,6 +17,18 @@ pub async fn pass(service: &Service, runtime: &dyn ContainerRuntime) {
         now: service.ctx.clock.now(),
     };
     let report = recovery::recover(&service.ctx.data, runtime, retention).await;
+    let m = &service.ctx.metrics;
+    m.recovered(
+        "restored_from_artifact",
+        report.restored_from_artifact.len(),
+    );
+    m.recovered("marked_error", report.marked_error.len());
+    m.recovered("quarantined", report.quarantined.len());
+    m.recovered("container_destroyed", report.containers_destroyed.len());
+    m.recovered("checkout_removed", report.checkouts_removed.len());
+    m.recovered("temp_file_removed", report.temp_files_removed.len());
+    m.recovered("lock_file_removed", report.lock_files_removed.len());
+    m.recovered("result_expired", report.results_expired.len());
     if !report.is_empty() {
         tracing::info!(report = %serde_json::to_string(&report).unwrap_or_default(), "recovery pass");
     }
@@ -38,10 +50,15 @@ pub async fn pass(service: &Service, runtime: &dyn ContainerRuntime) {
     }
     match service.recover_transactions().await {
         Ok(r) if r.settled.is_empty() => {}
-        Ok(r) => tracing::info!(
-            settled = ?r.settled,
-            "interrupted applies recovered from their files"
-        ),
+        Ok(r) => {
+            for t in &r.settled {
+                m.recovered(&format!("transaction_{}", t.status.as_str()), 1);
+            }
+            tracing::info!(
+                settled = ?r.settled,
+                "interrupted applies recovered from their files"
+            )
+        }
         Err(e) => tracing::error!(error = %e, "apply recovery failed; will retry"),
     }
     match service.purge_ended_claims().await {

@@ -9,6 +9,7 @@ pub mod applies;
 mod candidates;
 pub mod claims;
 pub mod contentions;
+pub mod gauges;
 mod migrations;
 pub mod proposals;
 pub mod reviews;

@@ -20,6 +20,7 @@ mod serve_contentions;
 mod serve_governed;
 mod serve_hygiene;
 mod serve_lifecycle;
+mod serve_metrics;
 mod serve_proposals;
 mod serve_reviews;
 mod serve_symbols;

@@ -158,9 +158,16 @@ impl Service {
         let engine = self.ctx.clone();
         let failures = self.persistence_failure.clone();
         let id = vid.clone();
+        let queued_at = std::time::Instant::now();
+        engine.metrics.queue_depth.inc();
         self.workers.spawn(id, move |slot| async move {
             // Queued until a permit frees up; a cancel while queued settles without running.
+            engine.metrics.queue_depth.dec();
             if slot.admitted {
+                engine
+                    .metrics
+                    .queue_wait_seconds
+                    .observe(queued_at.elapsed().as_secs_f64());
                 let _ = engine.data.store.mark_started(&vid).await;
             }
             match engine.finish(started, slot.cancel).await {

@@ -47,6 +47,8 @@ pub struct Prepared {
     gate: Option<StepGate>,
     repo: Repo,
     commit: String,
+    /// The profile's name (a metrics label from the config, never from the caller).
+    profile_name: String,
     profile: Profile,
     spec: EnvironmentSpec,
     argv: Vec<String>,
@@ -151,6 +153,7 @@ impl Context {
         let refuse = |m: String| RunError::Refused(m);
         verification::validate_argv(&argv).map_err(|e| refuse(e.to_string()))?;
         verification::validate_timeout(timeout_seconds).map_err(|e| refuse(e.to_string()))?;
+        let profile_name = profile.to_string();
         let profile = self
             .config
             .profile(profile)
@@ -172,6 +175,7 @@ impl Context {
             gate: None,
             repo,
             commit,
+            profile_name,
             profile,
             spec,
             argv,
@@ -308,10 +312,17 @@ impl Context {
 
         // Durability before acknowledgement: the artifact, then the row.
         let t_artifact = Instant::now();
-        if let Err(e) = crate::engine::service::blocking(|| self.data.artifacts.write(&v)) {
-            unfinished(&mut v, Unfinished::ArtifactWrite(e.to_string()));
+        match crate::engine::service::blocking(|| self.data.artifacts.write_timed(&v)) {
+            Ok((_, fsyncs)) => self.metrics.fsync_seconds.observe(fsyncs.as_secs_f64()),
+            Err(e) => unfinished(&mut v, Unfinished::ArtifactWrite(e.to_string())),
         }
         let artifact_us = t_artifact.elapsed().as_micros() as u64;
+        self.metrics
+            .artifact_write_seconds
+            .get_or_create(&crate::metrics::KindLabel {
+                kind: "verification".into(),
+            })
+            .observe(artifact_us as f64 / 1e6);
         crash::point(crash::CrashPoint::AfterArtifact);
         let t_settle = Instant::now();
         self.data
@@ -328,6 +339,7 @@ impl Context {
             tracing::warn!(error = %e, "checkout left for recovery to remove");
         }
         drop(lock);
+        self.count_settled(&p, &v);
         tracing::info!(
             %verification_id,
             status = v.status.as_str(),
@@ -340,6 +352,34 @@ impl Context {
             "verification settled"
         );
         Ok(v)
+    }
+
+    /// The settled verification's metrics.
+    fn count_settled(&self, p: &Prepared, v: &Verification) {
+        let m = &self.metrics;
+        m.verifications
+            .get_or_create(&crate::metrics::ProfileStatus {
+                profile: p.profile_name.clone(),
+                status: v.status.as_str().to_string(),
+            })
+            .inc();
+        if let Some(ms) = v.duration_ms {
+            m.verification_seconds
+                .get_or_create(&crate::metrics::ProfileLabel {
+                    profile: p.profile_name.clone(),
+                })
+                .observe(ms as f64 / 1000.0);
+        }
+        m.output_bytes.inc_by(v.output_bytes_total);
+        if v.output_truncated {
+            m.output_truncated.inc();
+        }
+        if v.status == Status::SourceChanged {
+            m.source_changed.inc();
+        }
+        if v.oom_killed {
+            m.oom_killed.inc();
+        }
     }
 
     /// Stages, runs and checks; fills the outcome fields of `v`. Never fails: every problem
@@ -403,11 +443,16 @@ impl Context {
             Some(gate) => gate(step).map(Some),
             None => Ok(None),
         };
+        // Live containers: counted from `Created` until `Destroyed` (or the run's end).
+        let live = self.metrics.live_containers.clone();
+        let mut counted = false;
         let mut on_phase = |ph: Phase| -> Result<(), String> {
             match ph {
                 Phase::Creating => held = admit(Step::CreateContainer)?,
                 Phase::Created { .. } => {
                     held = None;
+                    live.inc();
+                    counted = true;
                     crash::point(crash::CrashPoint::AfterCreate)
                 }
                 Phase::Starting => held = admit(Step::StartContainer)?,
@@ -415,16 +460,26 @@ impl Context {
                     held = None;
                     crash::point(crash::CrashPoint::AfterStart)
                 }
-                Phase::Destroyed => crash::point(crash::CrashPoint::AfterDestroy),
+                Phase::Destroyed => {
+                    if std::mem::take(&mut counted) {
+                        live.dec();
+                    }
+                    crash::point(crash::CrashPoint::AfterDestroy)
+                }
             }
             Ok(())
         };
         let timeout = Duration::from_secs(p.timeout_seconds);
-        let outcome = match self
+        let ran = self
             .runtime
             .run(&spec, timeout, &mut on_phase, cancel)
-            .await
-        {
+            .await;
+        // `on_phase` is done with `counted` here.
+        if counted {
+            // The runtime gave up after creating the container; its removal guard removes it.
+            self.metrics.live_containers.dec();
+        }
+        let outcome = match ran {
             Ok(o) => o,
             Err(e) => {
                 unfinished(v, Unfinished::Sandbox(e.to_string()));

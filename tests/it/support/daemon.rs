@@ -37,6 +37,8 @@ pub struct Server {
     pub env: Vec<(String, String)>,
     /// Where the daemon's stderr (its log) goes; discarded when `None`.
     pub log: Option<PathBuf>,
+    /// The `metrics_listen` address, when the config names one.
+    pub metrics_addr: Option<String>,
     child: Option<Child>,
     /// Jobs run on the scripted fake runtime (workflow tests need no Docker engine).
     fake: bool,
@@ -136,6 +138,7 @@ impl Server {
             addr: String::new(),
             env: vec![],
             log: None,
+            metrics_addr: None,
             child: None,
             fake,
         };
@@ -183,6 +186,7 @@ impl Server {
         let v: Value =
             serde_json::from_str(&line).unwrap_or_else(|e| panic!("serve printed {line:?}: {e}"));
         self.addr = v["listening"].as_str().unwrap().to_string();
+        self.metrics_addr = v["metrics_listening"].as_str().map(str::to_string);
         self.child = Some(child);
     }
 

@@ -1,0 +1,310 @@
+//! Prometheus metrics (`GET /metrics`, text format), on an explicit registry owned by the
+//! daemon's [`crate::engine::Context`]: no global state, so tests and embedders get their own.
+//!
+//! Event metrics are recorded where the event happens (the runner, the worker pool, recovery,
+//! the HTTP layer); state gauges (candidates, proposals and transactions by state, claims
+//! active, contentions open) are read from SQLite at each scrape, so they are never stale.
+//! Every label takes a bounded set of values: statuses and states from their enums, profiles
+//! from the config, HTTP methods from the method registry (anything else is `unknown`).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::Mutex;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProfileStatus {
+    pub profile: String,
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProfileLabel {
+    pub profile: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    pub method: String,
+    pub code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MethodLabel {
+    pub method: String,
+}
+
+type Hist<S> = Family<S, Histogram, fn() -> Histogram>;
+
+/// Seconds, 1 ms to about 30 min.
+fn seconds() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 22))
+}
+
+/// Short durations (fsync, artifact writes): 50 µs to about 1.6 s.
+fn short_seconds() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
+}
+
+/// Every metric of one daemon.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    pub verifications: Family<ProfileStatus, Counter>,
+    pub verification_seconds: Hist<ProfileLabel>,
+    pub queue_wait_seconds: Histogram,
+    pub queue_depth: Gauge,
+    pub live_containers: Gauge,
+    pub output_bytes: Counter,
+    pub output_truncated: Counter,
+    pub source_changed: Counter,
+    pub oom_killed: Counter,
+    pub recovery_actions: Family<KindLabel, Counter>,
+    pub http_requests: Family<HttpLabels, Counter>,
+    pub http_seconds: Hist<MethodLabel>,
+    pub artifact_write_seconds: Hist<KindLabel>,
+    pub fsync_seconds: Histogram,
+    pub candidates: Family<StateLabel, Gauge>,
+    pub proposals: Family<StateLabel, Gauge>,
+    pub transactions: Family<StateLabel, Gauge>,
+    pub claims_active: Gauge,
+    pub contentions_open: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let m = Metrics {
+            registry: Mutex::new(Registry::with_prefix("airlock")),
+            verifications: Family::default(),
+            verification_seconds: Family::new_with_constructor(seconds),
+            queue_wait_seconds: seconds(),
+            queue_depth: Gauge::default(),
+            live_containers: Gauge::default(),
+            output_bytes: Counter::default(),
+            output_truncated: Counter::default(),
+            source_changed: Counter::default(),
+            oom_killed: Counter::default(),
+            recovery_actions: Family::default(),
+            http_requests: Family::default(),
+            http_seconds: Family::new_with_constructor(seconds),
+            artifact_write_seconds: Family::new_with_constructor(short_seconds),
+            fsync_seconds: short_seconds(),
+            candidates: Family::default(),
+            proposals: Family::default(),
+            transactions: Family::default(),
+            claims_active: Gauge::default(),
+            contentions_open: Gauge::default(),
+        };
+        {
+            let mut r = m.registry.lock().expect("never poisoned");
+            r.register(
+                "verifications",
+                "Settled verifications by profile and terminal status",
+                m.verifications.clone(),
+            );
+            r.register(
+                "verification_duration_seconds",
+                "Time from staging to the container's end, by profile",
+                m.verification_seconds.clone(),
+            );
+            r.register(
+                "verification_queue_wait_seconds",
+                "Time a candidate verification waited for a worker permit",
+                m.queue_wait_seconds.clone(),
+            );
+            r.register(
+                "verification_queue_depth",
+                "Candidate verifications waiting for a worker permit",
+                m.queue_depth.clone(),
+            );
+            r.register(
+                "live_containers",
+                "Job containers created and not yet destroyed by this process",
+                m.live_containers.clone(),
+            );
+            r.register(
+                "output_bytes",
+                "Bytes of job output produced (before the cap)",
+                m.output_bytes.clone(),
+            );
+            r.register(
+                "output_truncations",
+                "Verifications whose output hit the cap",
+                m.output_truncated.clone(),
+            );
+            r.register(
+                "source_changed",
+                "Verifications that changed tracked files",
+                m.source_changed.clone(),
+            );
+            r.register(
+                "oom_kills",
+                "Job containers killed for memory",
+                m.oom_killed.clone(),
+            );
+            r.register(
+                "recovery_actions",
+                "Actions recovery passes took, by kind",
+                m.recovery_actions.clone(),
+            );
+            r.register(
+                "http_requests",
+                "HTTP requests by API method and status code",
+                m.http_requests.clone(),
+            );
+            r.register(
+                "http_request_duration_seconds",
+                "HTTP request latency by API method",
+                m.http_seconds.clone(),
+            );
+            r.register(
+                "artifact_write_seconds",
+                "Durable artifact writes (write, fsync, rename, directory fsync), by kind",
+                m.artifact_write_seconds.clone(),
+            );
+            r.register(
+                "fsync_seconds",
+                "fsync calls of verification artifact writes",
+                m.fsync_seconds.clone(),
+            );
+            r.register("candidates", "Candidates by state", m.candidates.clone());
+            r.register("proposals", "Proposals by state", m.proposals.clone());
+            r.register(
+                "transactions",
+                "Apply transactions by phase",
+                m.transactions.clone(),
+            );
+            r.register(
+                "claims_active",
+                "Active, unexpired resource claims",
+                m.claims_active.clone(),
+            );
+            r.register(
+                "contentions_open",
+                "Open claim contentions",
+                m.contentions_open.clone(),
+            );
+        }
+        m
+    }
+
+    /// Sets the state gauges from a fresh read; `known` lists every state of each kind so a
+    /// state that emptied reads 0 instead of keeping its last value.
+    pub fn set_gauges(&self, g: &crate::store::gauges::Gauges, known: &KnownStates) {
+        let set = |fam: &Family<StateLabel, Gauge>, all: &[&str], counts: &[(String, i64)]| {
+            for s in all {
+                let n = counts.iter().find(|(k, _)| k == s).map_or(0, |(_, n)| *n);
+                fam.get_or_create(&StateLabel {
+                    state: s.to_string(),
+                })
+                .set(n);
+            }
+        };
+        set(&self.candidates, &known.candidates, &g.candidates);
+        set(&self.proposals, &known.proposals, &g.proposals);
+        set(&self.transactions, &known.transactions, &g.transactions);
+        self.claims_active.set(g.claims_active);
+        self.contentions_open.set(g.contentions_open);
+    }
+
+    /// The registry in Prometheus' text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let r = self.registry.lock().expect("never poisoned");
+        prometheus_client::encoding::text::encode(&mut out, &r)
+            .expect("encoding into a String does not fail");
+        out
+    }
+
+    /// One recovery action of `kind`, `n` times.
+    pub fn recovered(&self, kind: &str, n: usize) {
+        if n > 0 {
+            self.recovery_actions
+                .get_or_create(&KindLabel {
+                    kind: kind.to_string(),
+                })
+                .inc_by(n as u64);
+        }
+    }
+}
+
+/// Every state name of the kinds the gauges count.
+pub struct KnownStates {
+    pub candidates: Vec<&'static str>,
+    pub proposals: Vec<&'static str>,
+    pub transactions: Vec<&'static str>,
+}
+
+impl KnownStates {
+    pub fn all() -> KnownStates {
+        use crate::domain::candidate::CandidateState;
+        use crate::domain::proposal::ProposalState;
+        use crate::domain::transaction::TxState;
+        KnownStates {
+            candidates: CandidateState::ALL.iter().map(|s| s.as_str()).collect(),
+            proposals: ProposalState::ALL.iter().map(|s| s.as_str()).collect(),
+            transactions: TxState::ALL.iter().map(|s| s.as_str()).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_emptied_state_reads_zero_and_every_family_is_exported() {
+        let m = Metrics::new();
+        let known = KnownStates::all();
+        let mut g = crate::store::gauges::Gauges {
+            proposals: vec![("in_review".into(), 3)],
+            claims_active: 2,
+            ..Default::default()
+        };
+        m.set_gauges(&g, &known);
+        let text = m.encode();
+        assert!(
+            text.contains("airlock_proposals{state=\"in_review\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("airlock_proposals{state=\"accepted\"} 0"),
+            "{text}"
+        );
+        assert!(text.contains("airlock_claims_active 2"), "{text}");
+        g.proposals.clear();
+        m.set_gauges(&g, &known);
+        assert!(
+            m.encode()
+                .contains("airlock_proposals{state=\"in_review\"} 0")
+        );
+        for name in [
+            "airlock_verification_queue_depth",
+            "airlock_live_containers",
+            "airlock_output_bytes_total",
+            "airlock_source_changed_total",
+            "airlock_oom_kills_total",
+            "airlock_contentions_open",
+        ] {
+            assert!(text.contains(name), "{name} missing:\n{text}");
+        }
+    }
+}

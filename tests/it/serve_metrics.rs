@@ -1,0 +1,194 @@
+//! `GET /metrics` over loopback on real Docker: the figures move with the work (claims,
+//! proposals, sandbox verifications of the dry run and the expected tests, source_changed,
+//! queue wait, artifact fsyncs, HTTP requests by method and code), and `metrics_listen` moves
+//! the endpoint to its own address.
+
+use crate::support::daemon::{ALICE, BOB, Server, wait_for};
+use crate::support::http::request;
+use serde_json::json;
+use std::collections::BTreeMap;
+
+const EXTRA: &str = "[workspaces.ws1.roles]\nbob = [\"reviewer\"]\n\
+                     [workspaces.ws1.policy]\nsecurity_review = \"never\"\nhuman_approval = \"never\"\n";
+
+/// Every sample of a scrape: `name{labels}` -> value.
+fn scrape(addr: &str) -> BTreeMap<String, f64> {
+    let (status, body) = request(addr, "GET", "/metrics", None, b"").expect("a response");
+    let text = String::from_utf8(body).unwrap();
+    assert_eq!(status, 200, "{text}");
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (k, v) = l.rsplit_once(' ').unwrap();
+            (k.to_string(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+fn get(m: &BTreeMap<String, f64>, key: &str) -> f64 {
+    *m.get(key).unwrap_or(&0.0)
+}
+
+#[test]
+fn the_figures_move_with_the_work() {
+    if !crate::toolchain::built("git") {
+        return;
+    }
+    let s = Server::governed_with(EXTRA);
+    let before = scrape(&s.addr);
+    assert_eq!(get(&before, "airlock_claims_active"), 0.0);
+    assert!(
+        before.contains_key("airlock_proposals{state=\"in_review\"}"),
+        "every state is exported: {before:?}"
+    );
+
+    s.ok(
+        ALICE,
+        "claim.acquire",
+        json!({"workspace_id": "ws1", "task_id": "t1", "resource_id": "directory:",
+               "mode": "write", "idempotency_key": "c"}),
+    );
+    std::fs::write(s.repo.join("README"), "base\nmore\n").unwrap();
+    let diff = std::process::Command::new("git")
+        .args(["diff", "--no-color"])
+        .current_dir(&s.repo)
+        .output()
+        .unwrap();
+    std::fs::write(s.repo.join("README"), "base\n").unwrap();
+    let p = s.ok(
+        ALICE,
+        "proposal.create",
+        json!({"workspace_id": "ws1", "task_id": "t1", "title": "t", "summary_md": "s",
+               "patch": String::from_utf8(diff.stdout).unwrap(),
+               "expected_tests": [["true"], ["sh", "-c", "echo x >> README"]],
+               "idempotency_key": "p"}),
+    );
+    let id = p["proposal"]["proposal_id"].clone();
+    let rev = p["proposal"]["current_revision"].clone();
+    s.ok(
+        ALICE,
+        "proposal.request_review",
+        json!({"workspace_id": "ws1", "proposal_id": id, "idempotency_key": "r"}),
+    );
+    let vid = s.ok(
+        ALICE,
+        "patch.validate",
+        json!({"workspace_id": "ws1", "proposal_id": id, "revision": rev,
+               "idempotency_key": "v"}),
+    )["validation"]["validation_id"]
+        .clone();
+    wait_for(
+        || {
+            s.ok(
+                BOB,
+                "patch.validation_show",
+                json!({"workspace_id": "ws1", "validation_id": vid}),
+            )["validation"]["complete"]
+                == true
+        },
+        "the validation settles",
+    );
+    let (status, _) = s.call(ALICE, "no.such_method", json!({}));
+    assert_eq!(status, 404);
+
+    let after = scrape(&s.addr);
+    assert_eq!(get(&after, "airlock_claims_active"), 1.0, "{after:?}");
+    assert_eq!(get(&after, "airlock_proposals{state=\"in_review\"}"), 1.0);
+    assert_eq!(
+        get(
+            &after,
+            "airlock_verifications_total{profile=\"git\",status=\"passed\"}"
+        ),
+        1.0,
+        "the dry run: {after:?}"
+    );
+    assert_eq!(
+        get(
+            &after,
+            "airlock_verifications_total{profile=\"default\",status=\"passed\"}"
+        ),
+        1.0,
+        "{after:?}"
+    );
+    assert_eq!(
+        get(
+            &after,
+            "airlock_verifications_total{profile=\"default\",status=\"source_changed\"}"
+        ),
+        1.0,
+        "{after:?}"
+    );
+    assert_eq!(get(&after, "airlock_source_changed_total"), 1.0);
+    assert_eq!(
+        get(&after, "airlock_verification_queue_wait_seconds_count"),
+        2.0
+    );
+    assert_eq!(get(&after, "airlock_verification_queue_depth"), 0.0);
+    assert_eq!(
+        get(&after, "airlock_live_containers"),
+        0.0,
+        "every container is gone"
+    );
+    assert_eq!(
+        get(
+            &after,
+            "airlock_verification_duration_seconds_count{profile=\"git\"}"
+        ),
+        1.0
+    );
+    assert_eq!(get(&after, "airlock_fsync_seconds_count"), 3.0, "{after:?}");
+    assert!(get(&after, "airlock_fsync_seconds_sum") > 0.0);
+    assert_eq!(
+        get(
+            &after,
+            "airlock_http_requests_total{method=\"patch.validate\",code=\"200\"}"
+        ),
+        1.0,
+        "{after:?}"
+    );
+    assert!(
+        get(
+            &after,
+            "airlock_http_requests_total{method=\"patch.validation_show\",code=\"200\"}"
+        ) >= 1.0
+    );
+    assert_eq!(
+        get(
+            &after,
+            "airlock_http_requests_total{method=\"unknown\",code=\"404\"}"
+        ),
+        1.0,
+        "{after:?}"
+    );
+    assert_eq!(
+        get(
+            &after,
+            "airlock_http_request_duration_seconds_count{method=\"claim.acquire\"}"
+        ),
+        1.0
+    );
+    // The scrape before this one is counted too.
+    assert!(
+        get(
+            &after,
+            "airlock_http_requests_total{method=\"metrics\",code=\"200\"}"
+        ) >= 1.0
+    );
+}
+
+#[test]
+fn metrics_listen_serves_metrics_on_its_own_address_only() {
+    let s = Server::fake_with("metrics_listen = \"127.0.0.1:0\"\n");
+    let addr = s
+        .metrics_addr
+        .clone()
+        .expect("serve printed metrics_listening");
+    assert_ne!(addr, s.addr);
+    let m = scrape(&addr);
+    assert!(m.contains_key("airlock_claims_active"), "{m:?}");
+    let (status, _) = request(&s.addr, "GET", "/metrics", None, b"").unwrap();
+    assert_eq!(
+        status, 404,
+        "not on the API listener when metrics_listen is set"
+    );
+}
