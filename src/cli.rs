@@ -96,6 +96,20 @@ pub enum Command {
         #[command(subcommand)]
         command: VerificationCommand,
     },
+    /// Check whether this machine can run Airlock: Docker and its API version, cgroup v2
+    /// controllers, the seccomp profile, a probe container reading a bind-mounted file, loop
+    /// devices, images present and up to date, the data dir, free space, git, the listen
+    /// address. Exit 0 only when every check passes.
+    Doctor {
+        #[command(flatten)]
+        common: Common,
+        /// Directory holding the image directories, to say whether each image is up to date.
+        #[arg(long, value_name = "DIR", default_value = "images")]
+        images_dir: PathBuf,
+        /// Print the report as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -296,6 +310,36 @@ async fn dispatch(cmd: Command) -> ExitCode {
             }
         }
         Command::Verification { command } => verification(command).await,
+        Command::Doctor {
+            common,
+            images_dir,
+            json,
+        } => {
+            let (config, dir) = match load(&common) {
+                Ok(x) => x,
+                Err(e) => return refuse(e),
+            };
+            let report = crate::engine::doctor::run(
+                &config,
+                &dir,
+                &crate::engine::doctor::Options {
+                    images_dir: images_dir.is_dir().then_some(images_dir),
+                    check_listen: true,
+                    docker: true,
+                },
+            )
+            .await;
+            if json {
+                print_json(&report);
+            } else {
+                print!("{}", report.table());
+            }
+            if report.ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
         Command::Serve { common } => serve(&common).await,
     }
 }

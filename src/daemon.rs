@@ -57,6 +57,31 @@ impl Daemon {
                     .map_err(|e| StartError::Failed(e.to_string()))?,
             )
         };
+        // `airlock doctor`'s checks (the listener is bound later, by the caller).
+        let report = crate::engine::doctor::run(
+            &config,
+            data_dir,
+            &crate::engine::doctor::Options {
+                images_dir: None,
+                check_listen: false,
+                docker: !fake,
+            },
+        )
+        .await;
+        // Short space only refuses new work (resource_exhausted, per job): the daemon still
+        // starts, so reads, recovery and deliveries go on while space is freed.
+        if let Some(c) = report
+            .checks
+            .iter()
+            .find(|c| c.name == "free_space" && !c.ok)
+        {
+            tracing::warn!(detail = %c.detail, "free space is short; new work will be refused");
+        }
+        if let Some(why) = report.first_failure_except(&["free_space"]) {
+            return Err(StartError::Refused(format!(
+                "{why}; `airlock doctor` shows every check"
+            )));
+        }
         Self::start_with(config, data_dir, runtime).await
     }
 

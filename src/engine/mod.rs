@@ -2,6 +2,7 @@
 
 pub mod context;
 pub mod crash;
+pub mod doctor;
 pub mod error;
 pub mod governed;
 pub mod integration;

@@ -73,6 +73,51 @@ fn rootfs_script(dir: &Path, name: &str, script: &str) -> Result<PathBuf, Sandbo
     Ok(path)
 }
 
+/// A rootfs image's script, content hash and the host Rust it would copy in.
+type RootfsInputs = (PathBuf, String, Option<(PathBuf, String)>);
+
+fn rootfs_inputs(
+    dir: &Path,
+    name: &str,
+    rootfs: &RootfsBuild,
+    opts: BuildOptions,
+) -> Result<RootfsInputs, SandboxError> {
+    let script = rootfs_script(dir, name, &rootfs.script)?;
+    let script_bytes = std::fs::read(&script)
+        .map_err(|e| SandboxError::Build(format!("[{name}] {}: {e}", script.display())))?;
+    let rust = match opts.with_rust {
+        _ if !rootfs.rust => None,
+        Some(false) => None,
+        Some(true) => Some(host_rust().ok_or_else(|| {
+            SandboxError::Build(format!(
+                "[{name}] --with-rust was given but rustc is not installed on this host"
+            ))
+        })?),
+        None => host_rust(),
+    };
+    let (_, context_sha) = build_context(dir)?;
+    let inputs = format!(
+        "context {context_sha}\nscript {}\nrust {}\n{}",
+        hex::encode(Sha256::digest(&script_bytes)),
+        rust.as_ref().map(|r| r.1.as_str()).unwrap_or("none"),
+        host_build_inputs()
+    );
+    Ok((script, hex::encode(Sha256::digest(inputs.as_bytes())), rust))
+}
+
+/// The content hash `airlock images build NAME` would give `images_dir/NAME` now.
+pub fn content_sha(
+    images_dir: &Path,
+    name: &str,
+    opts: BuildOptions,
+) -> Result<String, SandboxError> {
+    let dir = images_dir.join(name);
+    match load_manifest(&dir)?.rootfs {
+        Some(rootfs) => rootfs_inputs(&dir, name, &rootfs, opts).map(|(_, sha, _)| sha),
+        None => build_context(&dir).map(|(_, sha)| sha),
+    }
+}
+
 fn load_manifest(dir: &Path) -> Result<Manifest, SandboxError> {
     match std::fs::read_to_string(dir.join("image.toml")) {
         Ok(t) => toml::from_str(&t)
@@ -336,6 +381,17 @@ impl Sandbox {
     }
 
     /// The already-built image with content hash `sha`, re-pointing `latest` at it.
+    /// The content hash label of the image `reference`, or `None` when it is not present.
+    pub async fn image_content_sha(&self, reference: &str) -> Option<Option<String>> {
+        let img = self.docker().inspect_image(reference).await.ok()?;
+        Some(
+            img.config
+                .as_ref()
+                .and_then(|c| c.labels.as_ref())
+                .and_then(|l| l.get(LABEL_CONTENT_SHA256).cloned()),
+        )
+    }
+
     async fn existing(
         &self,
         name: &str,
@@ -383,27 +439,7 @@ impl Sandbox {
     ) -> Result<BuiltImage, SandboxError> {
         use futures_util::TryStreamExt;
         use tokio::io::AsyncReadExt;
-        let script = rootfs_script(dir, name, &rootfs.script)?;
-        let script_bytes = std::fs::read(&script)
-            .map_err(|e| SandboxError::Build(format!("[{name}] {}: {e}", script.display())))?;
-        let rust = match opts.with_rust {
-            _ if !rootfs.rust => None,
-            Some(false) => None,
-            Some(true) => Some(host_rust().ok_or_else(|| {
-                SandboxError::Build(format!(
-                    "[{name}] --with-rust was given but rustc is not installed on this host"
-                ))
-            })?),
-            None => host_rust(),
-        };
-        let (_, context_sha) = build_context(dir)?;
-        let inputs = format!(
-            "context {context_sha}\nscript {}\nrust {}\n{}",
-            hex::encode(Sha256::digest(&script_bytes)),
-            rust.as_ref().map(|r| r.1.as_str()).unwrap_or("none"),
-            host_build_inputs()
-        );
-        let sha = hex::encode(Sha256::digest(inputs.as_bytes()));
+        let (script, sha, rust) = rootfs_inputs(dir, name, rootfs, opts)?;
         let rust_note = match &rust {
             Some((sysroot, _)) => format!("rust from {}", sysroot.display()),
             None => "no rust".to_string(),

@@ -86,6 +86,17 @@ fn is_status(e: &DockerError, codes: &[u16]) -> bool {
 }
 
 /// Deterministic container name for a creation key.
+/// The engine's own account of itself (see [`Sandbox::engine_facts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineFacts {
+    pub version: String,
+    pub api_version: String,
+    /// The API version this client negotiated.
+    pub client_api_version: String,
+    pub cgroup_version: String,
+    pub cgroup_driver: String,
+}
+
 pub fn container_name(creation_key: &str) -> String {
     format!("airlock-{creation_key}")
 }
@@ -168,6 +179,31 @@ impl Sandbox {
 
     pub(crate) fn docker(&self) -> &Docker {
         &self.docker
+    }
+
+    /// What the engine says about itself: (version, API version, cgroup version, cgroup
+    /// driver), for `airlock doctor`.
+    pub async fn engine_facts(&self) -> Result<EngineFacts, SandboxError> {
+        let v = self
+            .docker
+            .version()
+            .await
+            .map_err(|source| SandboxError::Docker {
+                op: "version",
+                source,
+            })?;
+        let i = self
+            .docker
+            .info()
+            .await
+            .map_err(|source| SandboxError::Docker { op: "info", source })?;
+        Ok(EngineFacts {
+            version: v.version.unwrap_or_default(),
+            api_version: v.api_version.unwrap_or_default(),
+            client_api_version: self.docker.client_version().to_string(),
+            cgroup_version: i.cgroup_version.map(|c| c.to_string()).unwrap_or_default(),
+            cgroup_driver: i.cgroup_driver.map(|c| c.to_string()).unwrap_or_default(),
+        })
     }
 
     /// Resolves an image reference to its id, or says how to build it.

@@ -182,3 +182,128 @@ fn help_describes_every_flag() {
         }
     }
 }
+
+fn doctor(cfg: &std::path::Path, env: &[(&str, &str)]) -> (Option<i32>, serde_json::Value) {
+    let o = Command::new(BIN)
+        .args(["doctor", "--json", "--config"])
+        .arg(cfg)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let v = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", String::from_utf8_lossy(&o.stdout), stderr(&o)));
+    (o.status.code(), v)
+}
+
+fn check<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} check: {report}"))
+}
+
+#[test]
+fn doctor_passes_here_and_names_each_failing_check_with_its_fix() {
+    if !docker() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let cfg = config(d.path());
+    let (code, report) = doctor(&cfg, &[]);
+    let names: Vec<&str> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "docker",
+            "cgroups",
+            "seccomp",
+            "images",
+            "probe",
+            "checkouts",
+            "data_dir",
+            "free_space",
+            "git",
+            "listen"
+        ]
+    );
+    assert_eq!(code, Some(0), "{report}");
+    assert!(
+        check(&report, "probe")["detail"]
+            .as_str()
+            .unwrap()
+            .contains("read a file bind-mounted")
+    );
+
+    // The listen address is taken.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let busy = d.path().join("busy.toml");
+    std::fs::write(
+        &busy,
+        text.replace("127.0.0.1:0", &format!("127.0.0.1:{port}")),
+    )
+    .unwrap();
+    let (code, report) = doctor(&busy, &[]);
+    assert_eq!(code, Some(1));
+    assert_eq!(check(&report, "listen")["ok"], false, "{report}");
+    assert!(check(&report, "listen")["fix"].is_string());
+
+    // A workspace's profile names an image that is not built: doctor fails it, serve refuses.
+    let missing = d.path().join("missing.toml");
+    std::fs::write(
+        &missing,
+        text.replace(
+            "[workspaces.ws1]\n",
+            "[profiles.ghost]\nimage = \"airlock/ghost:latest\"\n[workspaces.ws1]\nprofile = \"ghost\"\n",
+        ),
+    )
+    .unwrap();
+    let (code, report) = doctor(&missing, &[]);
+    assert_eq!(code, Some(1));
+    let images = check(&report, "images");
+    assert!(
+        images["detail"]
+            .as_str()
+            .unwrap()
+            .contains("airlock/ghost:latest (profile ghost) is missing"),
+        "{report}"
+    );
+    let o = airlock(&["serve", "--config", missing.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("images: airlock/ghost:latest")
+            && stderr(&o).contains("airlock images build"),
+        "{}",
+        stderr(&o)
+    );
+
+    // A data dir others can write to.
+    let data = d.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (code, report) = doctor(&cfg, &[]);
+    assert_eq!(code, Some(1));
+    assert_eq!(check(&report, "data_dir")["ok"], false, "{report}");
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).unwrap();
+
+    // No engine at all.
+    let (code, report) = doctor(&cfg, &[("DOCKER_HOST", "unix:///nonexistent/docker.sock")]);
+    assert_eq!(code, Some(1));
+    assert_eq!(check(&report, "docker")["ok"], false, "{report}");
+    assert!(
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["name"] != "probe")
+    );
+}
