@@ -96,6 +96,19 @@ pub enum Command {
         #[command(subcommand)]
         command: VerificationCommand,
     },
+    /// Call one API method of a running daemon and print its JSON answer. The token comes
+    /// from AIRLOCK_TOKEN. Exit codes: 0 success; 2 invalid_argument; 3 unauthenticated or
+    /// permission_denied; 4 not_found; 5 conflict or failed_precondition; 6
+    /// resource_exhausted; 7 unavailable or deadline_exceeded (retry); 1 anything else.
+    Call {
+        /// The method, e.g. claim.acquire.
+        method: String,
+        /// The request: JSON text, @FILE, or - for stdin (default {}).
+        body: Option<String>,
+        /// The daemon's address (default: AIRLOCK_URL, else http://127.0.0.1:7700).
+        #[arg(long, value_name = "URL", env = "AIRLOCK_URL", default_value = crate::client::DEFAULT_URL)]
+        url: String,
+    },
     /// Check whether this machine can run Airlock: Docker and its API version, cgroup v2
     /// controllers, the seccomp profile, a probe container reading a bind-mounted file, loop
     /// devices, images present and up to date, the data dir, free space, git, the listen
@@ -310,6 +323,7 @@ async fn dispatch(cmd: Command) -> ExitCode {
             }
         }
         Command::Verification { command } => verification(command).await,
+        Command::Call { method, body, url } => call(&method, body.as_deref(), &url).await,
         Command::Doctor {
             common,
             images_dir,
@@ -341,6 +355,43 @@ async fn dispatch(cmd: Command) -> ExitCode {
             }
         }
         Command::Serve { common } => serve(&common).await,
+    }
+}
+
+/// `airlock call`: the answer on stdout (pretty JSON, the error envelope too), the error's
+/// message on stderr, the exit code from its code.
+async fn call(method: &str, body: Option<&str>, url: &str) -> ExitCode {
+    if let Err(e) = crate::client::check_method(method) {
+        return refuse(e);
+    }
+    let body = match crate::client::read_body(body) {
+        Ok(b) => b,
+        Err(e) => return refuse(e),
+    };
+    let token = match std::env::var("AIRLOCK_TOKEN") {
+        Ok(t) if !t.is_empty() => t,
+        _ => return refuse("set AIRLOCK_TOKEN to your bearer token"),
+    };
+    let (method, url) = (method.to_string(), url.to_string());
+    let answer =
+        tokio::task::spawn_blocking(move || crate::client::call(&url, &token, &method, &body))
+            .await
+            .expect("the call does not panic");
+    match answer {
+        Ok((200, v)) => {
+            print_json(&v);
+            ExitCode::SUCCESS
+        }
+        Ok((status, v)) => {
+            print_json(&v);
+            let code = v["error"]["code"].as_str().unwrap_or("internal");
+            eprintln!(
+                "airlock: {code} (HTTP {status}): {}",
+                v["error"]["message"].as_str().unwrap_or("")
+            );
+            ExitCode::from(crate::client::exit_code(code))
+        }
+        Err(e) => fail(e),
     }
 }
 

@@ -11,6 +11,7 @@ pub mod beneath;
 pub mod candidate;
 pub mod canonical;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod domain;

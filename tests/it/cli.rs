@@ -307,3 +307,78 @@ fn doctor_passes_here_and_names_each_failing_check_with_its_fix() {
             .all(|c| c["name"] != "probe")
     );
 }
+
+#[test]
+fn airlock_call_reaches_every_method_and_maps_error_codes_to_exit_codes() {
+    let s = crate::support::daemon::Server::fake_governed();
+    let url = format!("http://{}", s.addr);
+    let call = |token: Option<&str>, args: &[&str]| {
+        let mut c = Command::new(BIN);
+        c.arg("call").args(args).args(["--url", &url]);
+        match token {
+            Some(t) => c.env("AIRLOCK_TOKEN", t),
+            None => c.env_remove("AIRLOCK_TOKEN"),
+        };
+        let o = c.output().unwrap();
+        let out: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        (o.status.code(), out, stderr(&o))
+    };
+    let body = r#"{"workspace_id": "ws1", "task_id": "t1", "resource_id": "file:README",
+                   "mode": "write", "idempotency_key": "k1"}"#;
+    let (code, out, err) = call(Some(ALICE), &["claim.acquire", body]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out["claim"]["status"], "active", "{out}");
+    // The same body from a file replays the same claim.
+    let d = tempfile::tempdir().unwrap();
+    let f = d.path().join("body.json");
+    std::fs::write(&f, body).unwrap();
+    let (code, again, _) = call(
+        Some(ALICE),
+        &["claim.acquire", &format!("@{}", f.display())],
+    );
+    assert_eq!(code, Some(0));
+    assert_eq!(again["claim"]["claim_id"], out["claim"]["claim_id"]);
+    // Error codes become exit codes; the envelope is printed, the message goes to stderr.
+    let (code, out, err) = call(
+        Some(ALICE),
+        &["claim.acquire", r#"{"workspace_id": "ws1"}"#],
+    );
+    assert_eq!(code, Some(2), "{out}");
+    assert_eq!(out["error"]["code"], "invalid_argument");
+    assert!(err.contains("invalid_argument"), "{err}");
+    let (code, _, _) = call(
+        Some("not-a-token"),
+        &["claim.list", r#"{"workspace_id": "ws1"}"#],
+    );
+    assert_eq!(code, Some(3));
+    let (code, _, _) = call(Some(ALICE), &["no.such_method"]);
+    assert_eq!(code, Some(4));
+    let (code, _, _) = call(
+        Some(ALICE),
+        &[
+            "proposal.get",
+            r#"{"workspace_id": "ws1", "proposal_id": "prop_nope"}"#,
+        ],
+    );
+    assert_eq!(code, Some(4));
+    // Refused before anything is sent.
+    let (code, _, err) = call(None, &["claim.list"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("AIRLOCK_TOKEN"), "{err}");
+    let (code, _, err) = call(Some(ALICE), &["../healthz"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("METHOD"), "{err}");
+    let (code, _, err) = call(Some(ALICE), &["claim.list", "[1]"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("BODY"), "{err}");
+    // Nobody listening.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let o = Command::new(BIN)
+        .args(["call", "claim.list", "--url", &dead])
+        .env("AIRLOCK_TOKEN", ALICE)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+}
