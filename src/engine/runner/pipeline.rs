@@ -47,8 +47,6 @@ pub struct Prepared {
     gate: Option<StepGate>,
     repo: Repo,
     commit: String,
-    /// The profile's name (a metrics label from the config, never from the caller).
-    profile_name: String,
     profile: Profile,
     spec: EnvironmentSpec,
     argv: Vec<String>,
@@ -153,7 +151,6 @@ impl Context {
         let refuse = |m: String| RunError::Refused(m);
         verification::validate_argv(&argv).map_err(|e| refuse(e.to_string()))?;
         verification::validate_timeout(timeout_seconds).map_err(|e| refuse(e.to_string()))?;
-        let profile_name = profile.to_string();
         let profile = self
             .config
             .profile(profile)
@@ -175,7 +172,6 @@ impl Context {
             gate: None,
             repo,
             commit,
-            profile_name,
             profile,
             spec,
             argv,
@@ -359,14 +355,14 @@ impl Context {
         let m = &self.metrics;
         m.verifications
             .get_or_create(&crate::metrics::ProfileStatus {
-                profile: p.profile_name.clone(),
+                profile: p.profile.name.clone(),
                 status: v.status.as_str().to_string(),
             })
             .inc();
         if let Some(ms) = v.duration_ms {
             m.verification_seconds
                 .get_or_create(&crate::metrics::ProfileLabel {
-                    profile: p.profile_name.clone(),
+                    profile: p.profile.name.clone(),
                 })
                 .observe(ms as f64 / 1000.0);
         }
