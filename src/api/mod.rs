@@ -371,7 +371,7 @@ async fn call(
     let conn = req.extensions().get::<server::ConnHandle>().cloned();
     let id = hygiene::request_id(&req);
     let (parts, body) = req.into_parts();
-    match handle(st, &method, parts.headers, body, conn).await {
+    match handle(st, &method, parts.headers, body, conn, id.clone()).await {
         Ok(reply) => reply.into_response(),
         Err(e) => ApiError(e, id).into_response(),
     }
@@ -383,6 +383,7 @@ async fn handle(
     headers: HeaderMap,
     body: Body,
     conn: Option<server::ConnHandle>,
+    parts_request_id: Option<String>,
 ) -> Result<Reply, ServiceError> {
     if !st.ready.load(Ordering::SeqCst) {
         return Err(ServiceError::Unavailable(
@@ -415,9 +416,12 @@ async fn handle(
     // state change; the budget bounds how long the client waits for it.
     // The task keeps the request's span (and so its request id) on every line it logs.
     use tracing::Instrument;
+    let request_id = parts_request_id;
     let task = tokio::spawn(
-        async move { dispatch(&svc, &bodies, &actor, &method_owned, &bytes).await }
-            .instrument(tracing::Span::current()),
+        crate::engine::request::scope(request_id, async move {
+            dispatch(&svc, &bodies, &actor, &method_owned, &bytes).await
+        })
+        .instrument(tracing::Span::current()),
     );
     match tokio::time::timeout(crate::limits::CONTROL_CALL_BUDGET, task).await {
         Ok(Ok(r)) => r,

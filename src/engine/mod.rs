@@ -8,6 +8,7 @@ pub mod governed;
 pub mod integration;
 pub mod layout;
 pub mod maintenance;
+pub mod request;
 pub mod runner;
 pub mod service;
 pub mod workers;

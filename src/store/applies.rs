@@ -180,10 +180,11 @@ impl Store {
         &self,
         t: TxRow,
         actor: &str,
+        detail: &str,
         at: &str,
         binding: Binding,
     ) -> Result<TxRow, StoreError> {
-        let (actor, at) = (actor.to_string(), at.to_string());
+        let (actor, detail, at) = (actor.to_string(), detail.to_string(), at.to_string());
         self.call(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let open: Option<String> = tx
@@ -204,7 +205,7 @@ impl Store {
                  VALUES (?1, ?2, ?3, ?4, ?5, 'prepared', 1, ?6)",
                 params![t.transaction_id, t.workspace_id, t.proposal_id, t.revision, t.validation_id, t.record],
             )?;
-            phase(&tx, &t.transaction_id, "prepared", &actor, "{}", &at)?;
+            phase(&tx, &t.transaction_id, "prepared", &actor, &detail, &at)?;
             event(
                 &tx,
                 &t.workspace_id,

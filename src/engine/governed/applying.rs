@@ -69,7 +69,7 @@ impl Service {
                 ev,
                 serde_json::to_string(r).expect("a transaction record serializes"),
                 actor,
-                detail,
+                &crate::engine::request::stamp(detail),
                 &self.now_rfc3339(),
                 None,
             )
@@ -319,6 +319,7 @@ impl Service {
                     seq: 0,
                 },
                 &actor.key(),
+                &crate::engine::request::stamp("{}"),
                 &at,
                 k.binding(&p.workspace_id, actor, &transaction_id),
             )
@@ -482,6 +483,7 @@ impl Service {
                 json!({"phase": phase, "actor": actor, "at": at, "started_at": at,
                        "ended_at": rows.get(i + 1).map(|n| n.3.clone()),
                        "reason": detail.get("reason"),
+                       "request_id": detail.get("request_id"),
                        "failure_code": detail.get("failure_code"),
                        "detail": detail})
             })

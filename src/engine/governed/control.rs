@@ -128,7 +128,7 @@ impl Service {
                         TxEvent::Cancel,
                         row.record.clone(),
                         &actor.key(),
-                        &json!({"reason": p.reason}).to_string(),
+                        &crate::engine::request::stamp(&json!({"reason": p.reason}).to_string()),
                         &self.now_rfc3339(),
                         Some(k.binding(&p.workspace_id, actor, &p.transaction_id)),
                     )
