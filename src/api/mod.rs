@@ -3,6 +3,7 @@
 //! Errors are `{"error":{"code","message"}}` with a stable code and an HTTP status.
 
 pub mod hygiene;
+pub mod methods;
 pub mod server;
 
 use crate::domain::claim::ClaimEvent;
@@ -30,66 +31,9 @@ pub const EVIDENCE_BODY_LIMIT: usize = 40 * 1024 * 1024;
 /// Body limit of `integration.resolve` (the aggregate cap).
 pub const RESOLVE_BODY_LIMIT: usize = 16 * 1024 * 1024;
 
-/// Body limit per method, or `None` for an unknown method. The two methods that carry a patch
-/// take `max_patch_bytes` JSON-escaped at worst plus an envelope
-/// ([`crate::limits::patch_body_limit`]).
+/// Body limit per method, or `None` for an unknown method (see [`methods::METHODS`]).
 pub fn body_limit(method: &str, config: &crate::config::Config) -> Option<usize> {
-    Some(match method {
-        "proposal.create" | "proposal.attach_patch" => {
-            crate::limits::patch_body_limit(config.max_patch_bytes)
-        }
-        "evidence.record" => EVIDENCE_BODY_LIMIT,
-        "integration.resolve" => RESOLVE_BODY_LIMIT,
-        "integration.prepare" => PREPARE_BODY_LIMIT,
-        "integration.verify" => VERIFY_BODY_LIMIT,
-        "evidence.show"
-        | "integration.show"
-        | "integration.list"
-        | "integration.patch"
-        | "integration.delete"
-        | "integration.cancel_verification"
-        | "integration.request_delivery"
-        | "integration.decide"
-        | "integration.deliver"
-        | "claim.acquire"
-        | "claim.extend"
-        | "claim.release"
-        | "claim.show"
-        | "claim.list"
-        | "claim.heartbeat"
-        | "claim.suspend"
-        | "claim.revoke"
-        | "claim.force_release"
-        | "event.list"
-        | "claim.contentions"
-        | "claim.resolve_contention"
-        | "claim.reconcile"
-        | "claim.end_session"
-        | "resource.show"
-        | "proposal.get"
-        | "proposal.list"
-        | "proposal.request_review"
-        | "proposal.reject"
-        | "proposal.withdraw"
-        | "vote.cast"
-        | "vote.list"
-        | "security.review"
-        | "human.request_approval"
-        | "human.decide"
-        | "decision.record"
-        | "decision.list"
-        | "policy.evaluate"
-        | "proposal.preview"
-        | "patch.validate"
-        | "patch.validation_show"
-        | "patch.apply"
-        | "transaction.show"
-        | "transaction.list"
-        | "transaction.phases"
-        | "transaction.recovery"
-        | "transaction.control" => SMALL_BODY_LIMIT,
-        _ => return None,
-    })
+    methods::spec(method).map(|m| m.body.bytes(config))
 }
 
 /// Shared state of the router.
