@@ -5,7 +5,8 @@
 //! `required_tests`; concurrent applies serialize on overlapping files and both land on
 //! disjoint ones.
 
-use crate::support::daemon::{ALICE, BOB, Server, wait_for};
+use crate::support::daemon::{ALICE, BOB, Server};
+use crate::support::governed::{reviewed, validated};
 use crate::support::repo::git;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -103,53 +104,6 @@ fn create(s: &Server, patch: &str, tests: Value, key: &str) -> (u16, Value) {
         json!({"workspace_id": "ws1", "task_id": "t1", "title": "t", "summary_md": "s",
                "patch": patch, "expected_tests": tests, "idempotency_key": key}),
     )
-}
-
-/// Review requested and one reviewer vote: approvable but for the tests.
-fn reviewed(s: &Server, p: &Value, key: &str) -> (Value, String) {
-    let id = p["proposal"]["proposal_id"].clone();
-    let rev = p["proposal"]["current_revision"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    s.ok(
-        ALICE,
-        "proposal.request_review",
-        json!({"workspace_id": "ws1", "proposal_id": id, "idempotency_key": format!("r-{key}")}),
-    );
-    s.ok(
-        BOB,
-        "vote.cast",
-        json!({"workspace_id": "ws1", "proposal_id": id, "revision": rev, "vote": "approve",
-               "reason_md": "ok", "idempotency_key": format!("v-{key}")}),
-    );
-    (id, rev)
-}
-
-/// patch.validate, then polls until the tests settle.
-fn validated(s: &Server, id: &Value, rev: &str, key: &str) -> Value {
-    let v = s.ok(
-        ALICE,
-        "patch.validate",
-        json!({"workspace_id": "ws1", "proposal_id": id, "revision": rev,
-               "idempotency_key": format!("val-{key}")}),
-    )["validation"]
-        .clone();
-    let vid = v["validation_id"].clone();
-    let mut last = v;
-    wait_for(
-        || {
-            last = s.ok(
-                ALICE,
-                "patch.validation_show",
-                json!({"workspace_id": "ws1", "validation_id": vid}),
-            )["validation"]
-                .clone();
-            last["complete"] == true
-        },
-        "the validation settles",
-    );
-    last
 }
 
 fn stage<'a>(v: &'a Value, name: &str) -> &'a Value {

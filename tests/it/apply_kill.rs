@@ -6,6 +6,7 @@
 //! the kills land inside staging and installing rather than before or after them.
 
 use crate::support::daemon::{ALICE, BOB, Server, wait_for};
+use crate::support::governed::{reviewed, validated};
 use crate::support::http::request;
 use crate::support::repo::git;
 use serde_json::{Value, json};
@@ -65,38 +66,10 @@ fn ready(s: &Server, from: &str, to: &str) -> (Value, Value) {
         json!({"workspace_id": "ws1", "task_id": "t1", "title": to, "summary_md": "s",
                "patch": patch(from, to), "idempotency_key": format!("p-{to}")}),
     );
-    let id = p["proposal"]["proposal_id"].clone();
-    let rev = p["proposal"]["current_revision"].clone();
-    s.ok(
-        ALICE,
-        "proposal.request_review",
-        json!({"workspace_id": "ws1", "proposal_id": id, "idempotency_key": format!("r-{to}")}),
-    );
-    s.ok(
-        BOB,
-        "vote.cast",
-        json!({"workspace_id": "ws1", "proposal_id": id, "revision": rev, "vote": "approve",
-               "reason_md": "ok", "idempotency_key": format!("v-{to}")}),
-    );
-    let vid = s.ok(
-        ALICE,
-        "patch.validate",
-        json!({"workspace_id": "ws1", "proposal_id": id, "revision": rev,
-               "idempotency_key": format!("val-{to}")}),
-    )["validation"]["validation_id"]
-        .clone();
-    wait_for(
-        || {
-            s.ok(
-                ALICE,
-                "patch.validation_show",
-                json!({"workspace_id": "ws1", "validation_id": vid}),
-            )["validation"]["valid"]
-                == true
-        },
-        "the validation is valid",
-    );
-    (id, vid)
+    let (id, rev) = reviewed(s, &p, to);
+    let v = validated(s, &id, &rev, to);
+    assert_eq!(v["valid"], true, "{v}");
+    (id, v["validation_id"].clone())
 }
 
 /// Every touched file's content, and no staged temp file anywhere in the worktree.

@@ -4,7 +4,8 @@
 //! stale fencing token and a failing test, and a crash at every apply phase recovers, at the
 //! next start, to exactly the pre-images or exactly the post-images.
 
-use crate::support::daemon::{ALICE, BOB, Server, wait_for};
+use crate::support::daemon::{ALICE, BOB, Server};
+use crate::support::governed::{reviewed, validated};
 use crate::support::http::request;
 use crate::support::repo::git;
 use serde_json::{Value, json};
@@ -63,49 +64,7 @@ fn approved(s: &Server, tests: Value, key: &str) -> (Value, String) {
         json!({"workspace_id": "ws1", "task_id": "t1", "title": "t", "summary_md": "s",
                "patch": patch(s), "expected_tests": tests, "idempotency_key": format!("p-{key}")}),
     );
-    let id = p["proposal"]["proposal_id"].clone();
-    let rev = p["proposal"]["current_revision"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    s.ok(
-        ALICE,
-        "proposal.request_review",
-        json!({"workspace_id": "ws1", "proposal_id": id, "idempotency_key": format!("r-{key}")}),
-    );
-    s.ok(
-        BOB,
-        "vote.cast",
-        json!({"workspace_id": "ws1", "proposal_id": id, "revision": rev, "vote": "approve",
-               "reason_md": "ok", "idempotency_key": format!("v-{key}")}),
-    );
-    (id, rev)
-}
-
-/// Validates and waits until the tests settle; returns the validation.
-fn validated(s: &Server, id: &Value, rev: &str, key: &str) -> Value {
-    let v = s.ok(
-        ALICE,
-        "patch.validate",
-        json!({"workspace_id": "ws1", "proposal_id": id, "revision": rev,
-               "idempotency_key": format!("val-{key}")}),
-    )["validation"]
-        .clone();
-    let vid = v["validation_id"].clone();
-    let mut last = v;
-    wait_for(
-        || {
-            last = s.ok(
-                ALICE,
-                "patch.validation_show",
-                json!({"workspace_id": "ws1", "validation_id": vid}),
-            )["validation"]
-                .clone();
-            last["complete"] == true
-        },
-        "the validation's tests settle",
-    );
-    last
+    reviewed(s, &p, key)
 }
 
 fn stage<'a>(v: &'a Value, name: &str) -> &'a Value {
