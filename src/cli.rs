@@ -400,7 +400,7 @@ async fn recover_transactions(
     config: Config,
     data: DataDir,
     sandbox: Sandbox,
-) -> Result<crate::engine::governed::applying::TxRecovery, String> {
+) -> Result<crate::engine::governed::recovering::TxRecovery, String> {
     let seccomp = crate::sandbox::seccomp::load().map_err(|e| e.to_string())?;
     let ctx = Context::new(
         std::sync::Arc::new(config),

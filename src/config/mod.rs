@@ -4,6 +4,7 @@
 //! Architecture invariant: a caller can only *name* a profile. Nothing a client sends reaches
 //! these values.
 
+mod builtin;
 pub mod governance;
 
 use crate::limits;
@@ -298,84 +299,6 @@ pub struct Config {
     pub tokens: Vec<Token>,
 }
 
-fn builtin_profiles() -> BTreeMap<String, RawProfile> {
-    let mut m = BTreeMap::new();
-    m.insert(
-        DEFAULT_PROFILE.to_string(),
-        RawProfile {
-            image: DEFAULT_IMAGE.to_string(),
-            user: None,
-            working_dir: None,
-            memory_bytes: None,
-            cpus: None,
-            pids: None,
-            tmp_bytes: None,
-            disk_bytes: None,
-            inodes: None,
-            env: None,
-            setup_script: None,
-        },
-    );
-    // Builds need more of everything; HOME and CARGO_HOME live on the writable /tmp tmpfs
-    // because the root filesystem is read-only.
-    m.insert(
-        TOOLCHAIN_PROFILE.to_string(),
-        RawProfile {
-            image: TOOLCHAIN_IMAGE.to_string(),
-            user: None,
-            working_dir: None,
-            memory_bytes: Some(2 << 30),
-            cpus: Some(2.0),
-            pids: Some(1024),
-            tmp_bytes: Some(1 << 30),
-            disk_bytes: None,
-            inodes: None,
-            env: Some(BTreeMap::from(
-                [
-                    ("LANG", "C.UTF-8"),
-                    ("HOME", "/tmp"),
-                    ("CARGO_HOME", "/tmp/cargo-home"),
-                    ("PYTHONDONTWRITEBYTECODE", "1"),
-                    (
-                        "PATH",
-                        "/opt/rust/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                    ),
-                ]
-                .map(|(k, v)| (k.to_string(), v.to_string())),
-            )),
-            setup_script: None,
-        },
-    );
-    // The dry run applies one patch to a handful of files: small limits, git's HOME on /tmp.
-    m.insert(
-        GIT_PROFILE.to_string(),
-        RawProfile {
-            image: GIT_IMAGE.to_string(),
-            user: None,
-            working_dir: None,
-            memory_bytes: Some(512 << 20),
-            cpus: Some(1.0),
-            pids: Some(128),
-            tmp_bytes: Some(256 << 20),
-            disk_bytes: None,
-            inodes: None,
-            env: Some(BTreeMap::from(
-                [
-                    ("LANG", "C.UTF-8"),
-                    ("HOME", "/tmp"),
-                    (
-                        "PATH",
-                        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                    ),
-                ]
-                .map(|(k, v)| (k.to_string(), v.to_string())),
-            )),
-            setup_script: None,
-        },
-    );
-    m
-}
-
 impl Config {
     /// Built-in defaults: the [`default_data_dir`] and the built-in profiles.
     pub fn builtin() -> Config {
@@ -410,7 +333,7 @@ impl Config {
     }
 
     fn from_raw(raw: RawConfig) -> Result<Config, ConfigError> {
-        let mut merged = builtin_profiles();
+        let mut merged = builtin::profiles();
         merged.extend(raw.profiles);
         let mut profiles = BTreeMap::new();
         for (name, p) in merged {

@@ -6,6 +6,7 @@ pub mod claims;
 pub mod contentions;
 pub mod control;
 pub mod proposals;
+pub mod recovering;
 pub mod resources;
 pub mod reviews;
 pub mod validation;

@@ -1,0 +1,219 @@
+//! Recovery of interrupted applies, at every start, every maintenance pass and `airlock
+//! recover`: each open transaction is judged from its files. `installing` rolls forward from
+//! the verified staged files, `prepared` is undone, anything that is neither pre- nor
+//! post-image becomes `needs_attention` with the paths named, and a corrupt rollback artifact
+//! is quarantined, never used. A transaction whose apply is still live (its lock held) is
+//! left alone.
+
+use super::applying::FailureCode;
+use crate::apply;
+use crate::domain::transaction::{TxEvent, TxState};
+use crate::engine::service::{Service, ServiceError};
+use serde::Serialize;
+use serde_json::json;
+
+impl Service {
+    /// Moves a corrupt rollback artifact (present but unreadable, failing its checksum or
+    /// naming another transaction) to the quarantine; returns its name there.
+    async fn quarantine_if_corrupt(
+        &self,
+        transaction_id: &str,
+        e: &apply::ApplyError,
+    ) -> Result<Option<String>, ServiceError> {
+        if matches!(e, apply::ApplyError::ArtifactMissing(_)) {
+            return Ok(None);
+        }
+        let layout = self.ctx.data.layout.clone();
+        let id = transaction_id.to_string();
+        let q = tokio::task::spawn_blocking(move || {
+            apply::quarantine_artifact(
+                &layout.transactions(),
+                &layout.transactions_quarantine(),
+                &id,
+            )
+        })
+        .await
+        .expect("quarantine does not panic")
+        .map_err(|e| ServiceError::internal(e.to_string()))?;
+        tracing::error!(transaction = %transaction_id, quarantined = %q, error = %e, "a corrupt rollback artifact was quarantined");
+        Ok(Some(q))
+    }
+
+    /// Start-up and maintenance: finishes every interrupted apply from the files. `installing`
+    /// rolls forward, `prepared` is undone, and anything that is neither pre- nor post-image
+    /// becomes `needs_attention` with the paths named. Returns how many were settled.
+    pub async fn recover_transactions(&self) -> Result<TxRecovery, ServiceError> {
+        let mut out = TxRecovery::default();
+        for t in self.ctx.data.store.open_transactions().await? {
+            let Some(ws) = self.ctx.config.workspaces.get(&t.workspace_id) else {
+                continue;
+            };
+            let Some(worktree) = ws.worktree.clone() else {
+                continue;
+            };
+            let lock = self.candidate_lock(&format!("apply/{}", t.workspace_id));
+            let _guard = lock.lock().await;
+            // An apply in progress (in this process or another on the same data dir) holds
+            // its transaction's lock: never recovered under its feet.
+            let Some(_owner) = self.tx_lock(&t.transaction_id)? else {
+                out.live.push(t.transaction_id.clone());
+                continue;
+            };
+            let Some(t) = self.ctx.data.store.transaction(&t.transaction_id).await? else {
+                continue;
+            };
+            if !t.status.is_open() {
+                continue;
+            }
+            let mut r = Self::tx_record(&t)?;
+            let dir = self.ctx.data.layout.transactions();
+            let id = t.transaction_id.clone();
+            let artifact = tokio::task::spawn_blocking(move || apply::read_artifact(&dir, &id))
+                .await
+                .expect("reading an artifact does not panic");
+            let system = "system:recovery";
+            match (t.status, artifact) {
+                (TxState::Installing, Ok(rb)) => {
+                    self.finish_install(&worktree, t.clone(), r, rb, system).await.map(|_| ()).or_else(|e| {
+                        tracing::error!(transaction = %t.transaction_id, error = %e, "an interrupted apply needs attention");
+                        Ok::<(), ServiceError>(())
+                    })?;
+                }
+                (TxState::Prepared, Ok(rb)) => {
+                    let wt = worktree.clone();
+                    let undone = tokio::task::spawn_blocking(move || {
+                        let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
+                        apply::undo_prepare(&root, &rb).map_err(|e| e.to_string())
+                    })
+                    .await
+                    .expect("undo does not panic");
+                    let (ev, detail) = match &undone {
+                        Ok(()) => (TxEvent::Cancel, json!({"recovered": true})),
+                        Err(reason) => {
+                            r.blocked_reason = Some(reason.clone());
+                            (
+                                TxEvent::Flag,
+                                json!({"recovered": true, "reason": reason,
+                                       "failure_code": FailureCode::UndoRefused}),
+                            )
+                        }
+                    };
+                    self.advance(
+                        &t.transaction_id,
+                        t.version,
+                        ev,
+                        &mut r,
+                        system,
+                        &detail.to_string(),
+                    )
+                    .await?;
+                }
+                (TxState::Prepared, Err(e)) => {
+                    // Interrupted before the artifact was durable (or it is corrupt: then it
+                    // is quarantined, never used). Nothing visible changed before
+                    // `installing`; only staged temp files (by their deterministic names) can
+                    // exist: remove them, beneath the worktree.
+                    let quarantined = self.quarantine_if_corrupt(&t.transaction_id, &e).await?;
+                    let wt = worktree.clone();
+                    let paths = r.paths.clone();
+                    let id = t.transaction_id.clone();
+                    let removed = tokio::task::spawn_blocking(move || {
+                        let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
+                        apply::remove_staged(&root, &id, &paths).map_err(|e| e.to_string())
+                    })
+                    .await
+                    .expect("cleanup does not panic");
+                    let artifact = quarantined
+                        .as_ref()
+                        .map_or("absent".to_string(), |q| format!("quarantined as {q}"));
+                    let (ev, detail) = match &removed {
+                        Ok(()) => (
+                            TxEvent::Cancel,
+                            json!({"recovered": true, "artifact": artifact}),
+                        ),
+                        Err(reason) => {
+                            r.blocked_reason = Some(reason.clone());
+                            (
+                                TxEvent::Flag,
+                                json!({"recovered": true, "artifact": artifact, "reason": reason,
+                                       "failure_code": FailureCode::CleanupFailed}),
+                            )
+                        }
+                    };
+                    self.advance(
+                        &t.transaction_id,
+                        t.version,
+                        ev,
+                        &mut r,
+                        system,
+                        &detail.to_string(),
+                    )
+                    .await?;
+                }
+                (TxState::Installing, Err(e)) => {
+                    let quarantined = self.quarantine_if_corrupt(&t.transaction_id, &e).await?;
+                    r.blocked_reason = Some(format!(
+                        "the rollback artifact is unusable ({e}){}: the touched paths are left as they are",
+                        quarantined
+                            .map(|q| format!(", quarantined as {q}"))
+                            .unwrap_or_default()
+                    ));
+                    let detail = json!({"recovered": true, "reason": r.blocked_reason,
+                                        "failure_code": FailureCode::ArtifactUnusable})
+                    .to_string();
+                    self.advance(
+                        &t.transaction_id,
+                        t.version,
+                        TxEvent::Flag,
+                        &mut r,
+                        system,
+                        &detail,
+                    )
+                    .await?;
+                }
+                (
+                    TxState::Applied
+                    | TxState::RolledBack
+                    | TxState::Cancelled
+                    | TxState::Failed
+                    | TxState::NeedsAttention,
+                    _,
+                ) => continue,
+            }
+            if let Some(now) = self.ctx.data.store.transaction(&t.transaction_id).await? {
+                out.settled.push(TxSettled {
+                    transaction_id: now.transaction_id,
+                    status: now.status,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The lock an apply holds on its transaction while it runs (a `flock`, released by the
+    /// kernel however the process dies); `None` when a live apply holds it.
+    pub(super) fn tx_lock(
+        &self,
+        transaction_id: &str,
+    ) -> Result<Option<crate::engine::WorkerLock>, ServiceError> {
+        crate::engine::WorkerLock::try_acquire(&self.ctx.data.lock_path(transaction_id)).map_err(
+            |e| ServiceError::internal(format!("the lock of transaction {transaction_id}: {e}")),
+        )
+    }
+}
+
+/// What one recovery pass did to interrupted applies (printed by `airlock recover`).
+#[derive(Debug, Default, Serialize)]
+pub struct TxRecovery {
+    /// Transactions moved out of `prepared` or `installing`, with where they ended.
+    pub settled: Vec<TxSettled>,
+    /// Open transactions skipped because a live apply holds their lock.
+    pub live: Vec<String>,
+}
+
+/// One transaction a recovery pass settled.
+#[derive(Debug, Serialize)]
+pub struct TxSettled {
+    pub transaction_id: String,
+    pub status: TxState,
+}
