@@ -91,7 +91,19 @@ fn the_figures_move_with_the_work() {
     let (status, _) = s.call(ALICE, "no.such_method", json!({}));
     assert_eq!(status, 404);
 
-    let after = scrape(&s.addr);
+    // A verification's counters follow its settled row by a moment: wait for the last one.
+    let mut after = BTreeMap::new();
+    wait_for(
+        || {
+            after = scrape(&s.addr);
+            get(
+                &after,
+                "airlock_verifications_total{profile=\"default\",status=\"source_changed\"}",
+            ) == 1.0
+                && get(&after, "airlock_live_containers") == 0.0
+        },
+        "the last verification is counted",
+    );
     assert_eq!(get(&after, "airlock_claims_active"), 1.0, "{after:?}");
     assert_eq!(get(&after, "airlock_proposals{state=\"in_review\"}"), 1.0);
     assert_eq!(

@@ -327,6 +327,8 @@ impl Context {
             .await
             .map_err(|e| RunError::Internal(format!("cannot settle {verification_id}: {e}")))?;
         let settle_us = t_settle.elapsed().as_micros() as u64;
+        // Counted once the row is settled (a reader may see the row a moment before these).
+        self.count_settled(&p, &v);
         crash::point(crash::CrashPoint::AfterSettle);
         let removed = tokio::task::spawn_blocking(move || staging::remove_checkout(&checkout_dir))
             .await
@@ -335,7 +337,6 @@ impl Context {
             tracing::warn!(error = %e, "checkout left for recovery to remove");
         }
         drop(lock);
-        self.count_settled(&p, &v);
         tracing::info!(
             %verification_id,
             status = v.status.as_str(),
