@@ -529,8 +529,22 @@ fn retry_applies_a_fresh_validation_as_a_new_transaction_linked_to_the_failed_on
                "idempotency_key": "apply-1"}),
         "failed_precondition",
     );
+    // A replay of the refused call is refused the same way, and applies nothing.
+    let m = s.err(
+        ALICE,
+        "patch.apply",
+        json!({"workspace_id": "ws1", "proposal_id": id, "validation_id": v1["validation_id"],
+               "idempotency_key": "apply-1"}),
+        "failed_precondition",
+    );
+    assert!(m.contains("changed since it was validated"), "{m}");
     std::fs::write(s.repo.join("README"), "base\n").unwrap();
     let listed = s.ok(ALICE, "transaction.list", json!({"workspace_id": "ws1"}));
+    assert_eq!(
+        listed["transactions"].as_array().unwrap().len(),
+        1,
+        "{listed}"
+    );
     let failed = listed["transactions"][0].clone();
     assert_eq!(failed["status"], "failed", "{listed}");
     let tid = failed["transaction_id"].clone();

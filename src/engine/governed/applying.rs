@@ -161,7 +161,7 @@ impl Service {
         let _guard = lock.lock().await;
         if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
             let t = self.tx_in(&p.workspace_id, &id).await?;
-            return self.apply_reply(&t).await;
+            return self.replayed_apply(&t).await;
         }
         self.apply_locked(actor, &worktree, &p, &k, None).await
     }
@@ -442,6 +442,18 @@ impl Service {
             "{}",
         )
         .await
+    }
+
+    /// What a replayed apply answers: the same refusal when the first call was refused before
+    /// anything changed, else the transaction as it is now.
+    pub(super) async fn replayed_apply(&self, t: &TxRow) -> Result<Value, ServiceError> {
+        if t.status == TxState::Failed {
+            let why = Self::tx_record(t)?.blocked_reason.unwrap_or_default();
+            return Err(ServiceError::precondition(format!(
+                "apply refused before anything changed: {why}"
+            )));
+        }
+        self.apply_reply(t).await
     }
 
     pub(super) async fn apply_reply(&self, t: &TxRow) -> Result<Value, ServiceError> {

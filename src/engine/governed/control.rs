@@ -79,7 +79,7 @@ impl Service {
             return match p.action {
                 ControlAction::Retry => {
                     let t = self.tx_in(&p.workspace_id, &id).await?;
-                    self.apply_reply(&t).await
+                    self.replayed_apply(&t).await
                 }
                 ControlAction::Cancel | ControlAction::Compensate => {
                     self.transaction_show(actor, show).await
