@@ -107,7 +107,17 @@ fn a_job_that_creates_too_many_files_runs_out_of_inodes() {
     let out = v["output"].as_str().unwrap();
     assert!(out.contains("No space left on device"), "{out}");
     // ext4 rounds the inode count up to fill whole inode-table blocks of a block group.
-    let stopped: u64 = kv(out)["stopped_at"].parse().unwrap();
+    // stdout and stderr share one stream: the marker may follow the shell's error message on
+    // the same line, so it is found anywhere, not as a line of its own.
+    let at = out
+        .find("stopped_at=")
+        .unwrap_or_else(|| panic!("no stopped_at marker: {out}"));
+    let stopped: u64 = out[at + "stopped_at=".len()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}: {out}"));
     assert!((4000..=16384).contains(&stopped), "{out}");
     assert_eq!(v["status"], "failed");
     assert_eq!(v["exit_code"], 3);
