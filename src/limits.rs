@@ -127,6 +127,9 @@ pub const MAX_HTTP_TIMEOUT_SECONDS: u64 = 3600;
 
 /// Parsed candidates the daemon keeps for reads (by stored version; full means start over).
 pub const CANDIDATE_READ_CACHE_ENTRIES: usize = 1024;
+/// Proposal revisions whose touched paths are remembered (revisions are content-addressed and
+/// immutable, so an entry is never stale; the map is cleared when full).
+pub const TOUCHED_PATHS_CACHE_ENTRIES: usize = 256;
 /// Serialized `integration.show` answers the API keeps (by version and verifications).
 pub const SHOW_BODY_CACHE_ENTRIES: usize = 1024;
 

@@ -220,6 +220,9 @@ pub struct Service {
     /// Parsed candidate records by id, each with the stored version it was parsed from; reads
     /// use an entry only while the store still holds that version.
     pub(crate) read_cache: Mutex<HashMap<String, (u64, Arc<crate::candidate::Candidate>)>>,
+    /// Every path a proposal revision touches, by the revision's digest (the verdict needs
+    /// them on every evaluation; a revision never changes, so neither do they).
+    pub(crate) touched_cache: Mutex<HashMap<String, Arc<Vec<String>>>>,
     /// The first failure to make an asynchronous result durable (a worker that could not settle
     /// its verification); `airlock serve` exits non-zero when there was one.
     pub persistence_failure: Arc<Mutex<Option<String>>>,
@@ -233,6 +236,7 @@ impl Service {
             admission,
             candidate_locks: Mutex::new(HashMap::new()),
             read_cache: Mutex::new(HashMap::new()),
+            touched_cache: Mutex::new(HashMap::new()),
             persistence_failure: Arc::new(Mutex::new(None)),
         }
     }

@@ -101,17 +101,32 @@ impl Service {
         Ok((ws, roles))
     }
 
-    /// Every path the revision touches (both sides of renames and copies).
+    /// Every path the revision touches (both sides of renames and copies), read and parsed
+    /// once per revision (see `touched_cache`).
     pub(super) async fn touched_paths(&self, revision: &str) -> Result<Vec<String>, ServiceError> {
+        if let Some(p) = self
+            .touched_cache
+            .lock()
+            .expect("never poisoned")
+            .get(revision)
+        {
+            return Ok(p.as_ref().clone());
+        }
         let bytes = self.read_patch(revision).await?;
         let patch = crate::patch::parse(&bytes).map_err(|e| {
             ServiceError::internal(format!("stored revision {revision} no longer parses: {e}"))
         })?;
-        Ok(patch
+        let paths: Vec<String> = patch
             .files
             .iter()
             .flat_map(|f| f.paths().map(str::to_string))
-            .collect())
+            .collect();
+        let mut cache = self.touched_cache.lock().expect("never poisoned");
+        if cache.len() >= crate::limits::TOUCHED_PATHS_CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(revision.to_string(), std::sync::Arc::new(paths.clone()));
+        Ok(paths)
     }
 
     /// The review plan of a revision: the roles the policy requires and, for each, the
