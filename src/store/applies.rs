@@ -21,6 +21,20 @@ pub struct ValidationRow {
     pub record: String,
 }
 
+const VALIDATION_COLUMNS: &str =
+    "validation_id, workspace_id, proposal_id, revision, expires_at, record";
+
+fn validation_row(r: &rusqlite::Row) -> rusqlite::Result<ValidationRow> {
+    Ok(ValidationRow {
+        validation_id: r.get(0)?,
+        workspace_id: r.get(1)?,
+        proposal_id: r.get(2)?,
+        revision: r.get(3)?,
+        expires_at: r.get(4)?,
+        record: r.get(5)?,
+    })
+}
+
 /// A stored transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TxRow {
@@ -126,19 +140,9 @@ impl Store {
         let id = id.to_string();
         self.call(move |c| {
             Ok(c.query_row(
-                "SELECT validation_id, workspace_id, proposal_id, revision, expires_at, record
-                 FROM validations WHERE validation_id = ?1",
+                &format!("SELECT {VALIDATION_COLUMNS} FROM validations WHERE validation_id = ?1"),
                 params![id],
-                |r| {
-                    Ok(ValidationRow {
-                        validation_id: r.get(0)?,
-                        workspace_id: r.get(1)?,
-                        proposal_id: r.get(2)?,
-                        revision: r.get(3)?,
-                        expires_at: r.get(4)?,
-                        record: r.get(5)?,
-                    })
-                },
+                validation_row,
             )
             .optional()?)
         })
@@ -152,21 +156,11 @@ impl Store {
     ) -> Result<Vec<ValidationRow>, StoreError> {
         let id = proposal_id.to_string();
         self.call(move |c| {
-            let mut st = c.prepare(
-                "SELECT validation_id, workspace_id, proposal_id, revision, expires_at, record
-                 FROM validations WHERE proposal_id = ?1 ORDER BY seq",
-            )?;
+            let mut st = c.prepare(&format!(
+                "SELECT {VALIDATION_COLUMNS} FROM validations WHERE proposal_id = ?1 ORDER BY seq"
+            ))?;
             let rows = st
-                .query_map(params![id], |r| {
-                    Ok(ValidationRow {
-                        validation_id: r.get(0)?,
-                        workspace_id: r.get(1)?,
-                        proposal_id: r.get(2)?,
-                        revision: r.get(3)?,
-                        expires_at: r.get(4)?,
-                        record: r.get(5)?,
-                    })
-                })?
+                .query_map(params![id], validation_row)?
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(rows)
         })

@@ -5,14 +5,46 @@
 //! is quarantined, never used. A transaction whose apply is still live (its lock held) is
 //! left alone.
 
-use super::applying::FailureCode;
+use super::applying::{FailureCode, TxRecord};
 use crate::apply;
 use crate::domain::transaction::{TxEvent, TxState};
 use crate::engine::service::{Service, ServiceError};
+use crate::store::applies::TxRow;
 use serde::Serialize;
 use serde_json::json;
 
 impl Service {
+    /// A preparation recovery took back (`undone` is `Ok`) cancels `t`; one it could not take
+    /// back flags it `needs_attention` with the reason and `code` in its phase detail.
+    async fn settle_preparation(
+        &self,
+        t: &TxRow,
+        mut r: TxRecord,
+        undone: Result<(), String>,
+        mut detail: serde_json::Value,
+        code: FailureCode,
+    ) -> Result<(), ServiceError> {
+        let ev = match undone {
+            Ok(()) => TxEvent::Cancel,
+            Err(reason) => {
+                detail["reason"] = json!(reason);
+                detail["failure_code"] = json!(code);
+                r.blocked_reason = Some(reason);
+                TxEvent::Flag
+            }
+        };
+        self.advance(
+            &t.transaction_id,
+            t.version,
+            ev,
+            &mut r,
+            "system:recovery",
+            &detail.to_string(),
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// Moves a corrupt rollback artifact (present but unreadable, failing its checksum or
     /// naming another transaction) to the quarantine; returns its name there.
     async fn quarantine_if_corrupt(
@@ -87,24 +119,12 @@ impl Service {
                     })
                     .await
                     .expect("undo does not panic");
-                    let (ev, detail) = match &undone {
-                        Ok(()) => (TxEvent::Cancel, json!({"recovered": true})),
-                        Err(reason) => {
-                            r.blocked_reason = Some(reason.clone());
-                            (
-                                TxEvent::Flag,
-                                json!({"recovered": true, "reason": reason,
-                                       "failure_code": FailureCode::UndoRefused}),
-                            )
-                        }
-                    };
-                    self.advance(
-                        &t.transaction_id,
-                        t.version,
-                        ev,
-                        &mut r,
-                        system,
-                        &detail.to_string(),
+                    self.settle_preparation(
+                        &t,
+                        r,
+                        undone,
+                        json!({"recovered": true}),
+                        FailureCode::UndoRefused,
                     )
                     .await?;
                 }
@@ -126,27 +146,12 @@ impl Service {
                     let artifact = quarantined
                         .as_ref()
                         .map_or("absent".to_string(), |q| format!("quarantined as {q}"));
-                    let (ev, detail) = match &removed {
-                        Ok(()) => (
-                            TxEvent::Cancel,
-                            json!({"recovered": true, "artifact": artifact}),
-                        ),
-                        Err(reason) => {
-                            r.blocked_reason = Some(reason.clone());
-                            (
-                                TxEvent::Flag,
-                                json!({"recovered": true, "artifact": artifact, "reason": reason,
-                                       "failure_code": FailureCode::CleanupFailed}),
-                            )
-                        }
-                    };
-                    self.advance(
-                        &t.transaction_id,
-                        t.version,
-                        ev,
-                        &mut r,
-                        system,
-                        &detail.to_string(),
+                    self.settle_preparation(
+                        &t,
+                        r,
+                        removed,
+                        json!({"recovered": true, "artifact": artifact}),
+                        FailureCode::CleanupFailed,
                     )
                     .await?;
                 }
