@@ -8,7 +8,8 @@
 #   --for governed  the governed demo: the above plus mmdebstrap (builds the git image)
 #   (default)       the test suite: all of the above plus a C compiler and static libc (the
 #                   syscall probe fixture), GNU time (the benchmark's peak RSS), python3-pip
-#                   (real documentation files the tests read), strace (the apply durability test)
+#                   (real documentation files the tests read), strace (the apply durability test),
+#                   python3-venv and, from PyPI into target/py, scripts/requirements-tests.txt
 # Idempotent: installs only what is missing.
 set -euo pipefail
 
@@ -36,6 +37,8 @@ if [ "$job" = tests ]; then
   dpkg -s python3-pip >/dev/null 2>&1 || need+=(python3-pip)
   # The apply durability test traces the daemon's syscalls.
   command -v strace >/dev/null 2>&1 || need+=(strace)
+  # The Python tools below live in a virtual environment (Debian's python3 has no venv alone).
+  python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 fi
 
 if [ ${#need[@]} -gt 0 ]; then
@@ -46,6 +49,20 @@ if [ ${#need[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if [ "$job" = tests ]; then
+  # The tests' Python tools (scripts/requirements-tests.txt) in target/py, from PyPI; reinstalled
+  # only when the requirements change.
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  venv="$root/target/py"
+  want=$(sha256sum "$root/scripts/requirements-tests.txt" | cut -d' ' -f1)
+  if [ "$(cat "$venv/.requirements" 2>/dev/null)" != "$want" ]; then
+    echo "installing the tests' Python tools into $venv" >&2
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check -r "$root/scripts/requirements-tests.txt"
+    echo "$want" > "$venv/.requirements"
+  fi
 fi
 
 if ! docker info >/dev/null 2>&1; then

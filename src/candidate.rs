@@ -36,7 +36,7 @@ pub use crate::domain::candidate::{
 };
 
 /// The ordered four-tuple identifying one submission.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmissionRef {
     pub workspace_id: String,
@@ -46,7 +46,7 @@ pub struct SubmissionRef {
 }
 
 /// A durable evidence packet.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EvidencePacket {
     pub evidence_ref: String,
@@ -61,7 +61,7 @@ pub struct EvidencePacket {
 }
 
 /// One immutable input of a candidate.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CandidateInput {
     pub submission: SubmissionRef,
@@ -72,7 +72,7 @@ pub struct CandidateInput {
 }
 
 /// One entry of the bounded mutation history.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Mutation {
     pub actor_key: String,
@@ -83,7 +83,7 @@ pub struct Mutation {
 }
 
 /// The candidate aggregate, exactly as `integration.show` returns it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Candidate {
     pub candidate_id: String,
@@ -110,7 +110,7 @@ pub struct Candidate {
 }
 
 /// The bounded list projection.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct CandidateSummary {
     pub candidate_id: String,
     pub workspace_id: String,
@@ -125,7 +125,7 @@ pub struct CandidateSummary {
 }
 
 /// How a delivery lands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DeliveryAction {
     /// Atomic update of the target branch from expected_target_revision to the candidate.
@@ -137,7 +137,7 @@ pub enum DeliveryAction {
 pub use crate::domain::delivery::{ReceiptResult, RequestEvent, RequestState};
 
 /// A request binding a frozen revision to passed verifications and an action.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeliveryRequest {
     pub request_id: String,
@@ -156,7 +156,7 @@ pub struct DeliveryRequest {
 }
 
 /// Durable proof of a delivery, written to Git in the same ref transaction as the delivery.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeliveryReceipt {
     pub receipt_id: String,
@@ -197,7 +197,7 @@ impl Candidate {
 }
 
 /// One file of a resolution: whole new content, or deletion.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResolveFile {
     pub path: String,
@@ -208,7 +208,7 @@ pub struct ResolveFile {
 }
 
 /// Server-private assembly journal of a candidate (never a wire field).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Assembly {
     /// Commit holding everything applied so far (starts at expected_target_revision).
@@ -229,7 +229,7 @@ pub struct Assembly {
 }
 
 /// A resolution whose intent is durable but whose Git work may not be finished.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PendingResolution {
     pub actor_key: String,

@@ -8,7 +8,7 @@ use crate::candidate::{DeliveryAction, EvidenceSource, ResolveFile, SubmissionRe
 use serde::{Deserialize, Serialize};
 
 /// `evidence.record` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RecordParams {
     pub workspace_id: String,
@@ -21,7 +21,7 @@ pub struct RecordParams {
 }
 
 /// `evidence.show` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShowParams {
     pub workspace_id: String,
@@ -29,7 +29,7 @@ pub struct ShowParams {
 }
 
 /// `integration.prepare` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PrepareParams {
     pub workspace_id: String,
@@ -44,7 +44,7 @@ pub struct PrepareParams {
 }
 
 /// `integration.show`, `integration.patch` and `integration.delete` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CandidateParams {
     pub workspace_id: String,
@@ -52,7 +52,7 @@ pub struct CandidateParams {
 }
 
 /// `integration.list` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
     pub workspace_id: String,
@@ -61,7 +61,7 @@ pub struct ListParams {
 }
 
 /// `integration.resolve` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResolveParams {
     pub workspace_id: String,
@@ -73,14 +73,14 @@ pub struct ResolveParams {
 }
 
 /// `integration.patch` result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct PatchResult {
     pub patch: String,
     pub truncated: bool,
 }
 
 /// `integration.verify` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VerifyParams {
     pub workspace_id: String,
@@ -93,7 +93,7 @@ pub struct VerifyParams {
 }
 
 /// `integration.cancel_verification` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CancelParams {
     pub workspace_id: String,
@@ -102,7 +102,7 @@ pub struct CancelParams {
 }
 
 /// `integration.request_delivery` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RequestParams {
     pub workspace_id: String,
@@ -114,7 +114,7 @@ pub struct RequestParams {
 }
 
 /// `integration.decide` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DecideParams {
     pub workspace_id: String,
@@ -125,7 +125,7 @@ pub struct DecideParams {
 }
 
 /// `integration.deliver` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeliverParams {
     pub workspace_id: String,
@@ -135,7 +135,7 @@ pub struct DeliverParams {
 }
 
 /// How a claim behaves when its session ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ResumePolicy {
     #[default]
@@ -144,7 +144,7 @@ pub enum ResumePolicy {
 }
 
 /// `claim.acquire` parameters. The holder is the authenticated actor (there is no `agent_id`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimAcquireParams {
     pub workspace_id: String,
@@ -167,7 +167,7 @@ pub struct ClaimAcquireParams {
 }
 
 /// `claim.show` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimParams {
     pub workspace_id: String,
@@ -176,7 +176,7 @@ pub struct ClaimParams {
 
 /// `claim.release` and `claim.heartbeat` parameters (the key is optional for a heartbeat,
 /// which changes nothing but `heartbeat_at`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimKeyedParams {
     pub workspace_id: String,
@@ -186,7 +186,7 @@ pub struct ClaimKeyedParams {
 }
 
 /// `claim.extend` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimExtendParams {
     pub workspace_id: String,
@@ -196,7 +196,7 @@ pub struct ClaimExtendParams {
 }
 
 /// `claim.list` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimListParams {
     pub workspace_id: String,
@@ -219,7 +219,7 @@ pub struct ClaimListParams {
 
 /// `claim.suspend`, `claim.revoke` and `claim.force_release` parameters (`reason` is required
 /// for a forced release).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimAdminParams {
     pub workspace_id: String,
@@ -231,7 +231,7 @@ pub struct ClaimAdminParams {
 
 /// `event.list` parameters: events after sequence number `since` (a cursor: the last `seq`
 /// seen), oldest first.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EventListParams {
     pub workspace_id: String,
@@ -249,7 +249,7 @@ pub struct EventListParams {
 }
 
 /// `claim.contentions` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ContentionListParams {
     pub workspace_id: String,
@@ -265,7 +265,7 @@ pub struct ContentionListParams {
 }
 
 /// A contention's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ContentionState {
     Open,
@@ -273,7 +273,7 @@ pub enum ContentionState {
 }
 
 /// The resolutions seed 003 names; `split` and `narrow` are refused as unsupported.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ResolutionKind {
     KeepOwner,
@@ -285,7 +285,7 @@ pub enum ResolutionKind {
 }
 
 /// `claim.resolve_contention` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResolveContentionParams {
     pub workspace_id: String,
@@ -296,7 +296,7 @@ pub struct ResolveContentionParams {
 }
 
 /// `claim.reconcile` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReconcileParams {
     pub workspace_id: String,
@@ -306,7 +306,7 @@ pub struct ReconcileParams {
 }
 
 /// `claim.end_session` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EndSessionParams {
     pub workspace_id: String,
@@ -315,7 +315,7 @@ pub struct EndSessionParams {
 }
 
 /// `resource.show` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResourceShowParams {
     pub workspace_id: String,
@@ -323,7 +323,7 @@ pub struct ResourceShowParams {
 }
 
 /// `proposal.create` parameters. The author is the authenticated actor.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProposalCreateParams {
     pub workspace_id: String,
@@ -351,7 +351,7 @@ pub struct ProposalCreateParams {
 }
 
 /// `proposal.attach_patch` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProposalAttachParams {
     pub workspace_id: String,
@@ -365,7 +365,7 @@ pub struct ProposalAttachParams {
 }
 
 /// `proposal.get` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProposalParams {
     pub workspace_id: String,
@@ -373,7 +373,7 @@ pub struct ProposalParams {
 }
 
 /// Oldest or newest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ListOrder {
     #[default]
@@ -382,7 +382,7 @@ pub enum ListOrder {
 }
 
 /// `proposal.list` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProposalListParams {
     pub workspace_id: String,
@@ -401,7 +401,7 @@ pub struct ProposalListParams {
 }
 
 /// `proposal.request_review`, `proposal.reject` (`reason_md` required) and `proposal.withdraw`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProposalTransitionParams {
     pub workspace_id: String,
@@ -412,7 +412,7 @@ pub struct ProposalTransitionParams {
 }
 
 /// `vote.cast` parameters. The voter is the authenticated actor.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VoteCastParams {
     pub workspace_id: String,
@@ -427,7 +427,7 @@ pub struct VoteCastParams {
 }
 
 /// `vote.list` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VoteListParams {
     pub workspace_id: String,
@@ -437,7 +437,7 @@ pub struct VoteListParams {
 }
 
 /// `security.review` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SecurityReviewParams {
     pub workspace_id: String,
@@ -449,7 +449,7 @@ pub struct SecurityReviewParams {
 }
 
 /// `human.request_approval` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RequestApprovalParams {
     pub workspace_id: String,
@@ -459,7 +459,7 @@ pub struct RequestApprovalParams {
 }
 
 /// `human.decide` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HumanDecideParams {
     pub workspace_id: String,
@@ -473,7 +473,7 @@ pub struct HumanDecideParams {
 }
 
 /// `decision.record` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DecisionRecordParams {
     pub workspace_id: String,
@@ -489,7 +489,7 @@ pub struct DecisionRecordParams {
 }
 
 /// `decision.list` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DecisionListParams {
     pub workspace_id: String,
@@ -502,7 +502,7 @@ pub struct DecisionListParams {
 }
 
 /// `policy.evaluate` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyEvaluateParams {
     pub workspace_id: String,
@@ -510,7 +510,7 @@ pub struct PolicyEvaluateParams {
 }
 
 /// Which part of a revision `proposal.preview` shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PreviewPart {
     Metadata,
@@ -521,7 +521,7 @@ pub enum PreviewPart {
 }
 
 /// `proposal.preview` parameters (the revision defaults to the current one).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProposalPreviewParams {
     pub workspace_id: String,
@@ -536,7 +536,7 @@ pub struct ProposalPreviewParams {
 }
 
 /// `patch.validate` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ValidateParams {
     pub workspace_id: String,
@@ -546,7 +546,7 @@ pub struct ValidateParams {
 }
 
 /// `patch.validation_show` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ValidationShowParams {
     pub workspace_id: String,
@@ -554,7 +554,7 @@ pub struct ValidationShowParams {
 }
 
 /// `patch.apply` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ApplyParams {
     pub workspace_id: String,
@@ -564,7 +564,7 @@ pub struct ApplyParams {
 }
 
 /// `transaction.show`, `transaction.phases` and `transaction.recovery` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TransactionParams {
     pub workspace_id: String,
@@ -572,7 +572,7 @@ pub struct TransactionParams {
 }
 
 /// `transaction.list` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TransactionListParams {
     pub workspace_id: String,
@@ -587,7 +587,7 @@ pub struct TransactionListParams {
 }
 
 /// `transaction.control` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TransactionControlParams {
     pub workspace_id: String,

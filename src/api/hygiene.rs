@@ -53,8 +53,16 @@ async fn drop_unacceptable_id(mut req: axum::extract::Request) -> axum::extract:
 
 /// The request's id, as the layers set it (for error bodies).
 pub fn request_id<B>(req: &Request<B>) -> Option<String> {
-    req.extensions()
-        .get::<RequestId>()
+    request_id_in(req.extensions())
+}
+
+/// The request id of a request already split into parts (the MCP tools see only those).
+pub fn request_id_of(parts: &axum::http::request::Parts) -> Option<String> {
+    request_id_in(&parts.extensions)
+}
+
+fn request_id_in(ext: &axum::http::Extensions) -> Option<String> {
+    ext.get::<RequestId>()
         .and_then(|id| id.header_value().to_str().ok())
         .map(str::to_string)
 }

@@ -34,71 +34,635 @@ impl Body {
     }
 }
 
+/// Registers a type's JSON schema (and those it refers to) and answers its component name.
+pub type SchemaFn = fn(&mut Schemas) -> String;
+
+/// Component schemas by name, as utoipa derives them from the wire and domain types.
+pub type Schemas = std::collections::BTreeMap<String, serde_json::Value>;
+
+/// `T`'s schema, registered with every schema it refers to.
+pub fn schema_of<T: utoipa::ToSchema>(out: &mut Schemas) -> String {
+    let mut deps = Vec::new();
+    T::schemas(&mut deps);
+    for (name, schema) in deps {
+        out.entry(name)
+            .or_insert_with(|| serde_json::to_value(schema).expect("a schema serializes"));
+    }
+    let name = T::name().into_owned();
+    out.entry(name.clone())
+        .or_insert_with(|| serde_json::to_value(T::schema()).expect("a schema serializes"));
+    name
+}
+
+/// One field of a reply object.
+#[derive(Clone, Copy)]
+pub enum Field {
+    /// A value of a type that derives its schema.
+    Typed(SchemaFn),
+    /// A list of such values.
+    ListOf(SchemaFn),
+    /// A JSON object built by the service (its keys are in the README's tables).
+    Object,
+    /// A list of such objects.
+    Objects,
+    /// A list of strings (ids).
+    Strings,
+    /// A string, or null (a cursor past the last page).
+    OptString,
+    /// An integer, or null.
+    OptInteger,
+    /// A boolean.
+    Bool,
+    /// An integer.
+    Integer,
+    /// A string.
+    String,
+    /// Any JSON value.
+    Any,
+}
+
+/// What a successful call answers.
+#[derive(Clone, Copy)]
+pub enum Reply {
+    /// An object with exactly these fields.
+    Fields(&'static [(&'static str, Field)]),
+    /// A value of a type that derives its schema.
+    Typed(SchemaFn),
+    /// An object whose shape depends on the request (`proposal.preview`'s `part`,
+    /// `transaction.control`'s `action`).
+    Varies,
+}
+
 /// One routed method.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 pub struct Method {
     pub name: &'static str,
     pub body: Body,
+    /// Who may call it (the service checks; this is its documentation).
+    pub permission: &'static str,
+    pub summary: &'static str,
+    /// The request body's schema: the type the dispatcher parses the body into.
+    pub params: SchemaFn,
+    pub reply: Reply,
+    /// Served to agents as an MCP tool too (evidence, claims, proposals, votes, reviews,
+    /// preview: seed 000's agent surface).
+    pub agent: bool,
 }
 
-const fn m(name: &'static str, body: Body) -> Method {
-    Method { name, body }
+impl std::fmt::Debug for Method {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Method").field("name", &self.name).finish()
+    }
+}
+
+use crate::wire as w;
+use Field as F;
+
+const AGENT: bool = true;
+const HUMAN: bool = false;
+
+#[allow(clippy::too_many_arguments)]
+const fn m(
+    name: &'static str,
+    body: Body,
+    params: SchemaFn,
+    permission: &'static str,
+    reply: Reply,
+    agent: bool,
+    summary: &'static str,
+) -> Method {
+    Method {
+        name,
+        body,
+        permission,
+        summary,
+        params,
+        reply,
+        agent,
+    }
+}
+
+const CANDIDATE: Reply = Reply::Fields(&[(
+    "candidate",
+    F::Typed(schema_of::<crate::candidate::Candidate>),
+)]);
+const EVIDENCE: Reply = Reply::Fields(&[(
+    "evidence",
+    F::Typed(schema_of::<crate::candidate::EvidencePacket>),
+)]);
+const CLAIM: Reply = Reply::Fields(&[("claim", F::Object)]);
+const PROPOSAL: Reply = Reply::Fields(&[("proposal", F::Object)]);
+const VALIDATION: Reply = Reply::Fields(&[("validation", F::Object)]);
+const APPROVAL: Reply = Reply::Fields(&[("approval", F::Object)]);
+
+fn empty(out: &mut Schemas) -> String {
+    out.entry("Empty".into())
+        .or_insert_with(|| serde_json::json!({"type": "object"}));
+    "Empty".into()
 }
 
 /// Every method, in the README's order of flows.
 pub const METHODS: &[Method] = &[
-    m("evidence.record", Body::Evidence),
-    m("integration.prepare", Body::Prepare),
-    m("integration.resolve", Body::Resolve),
-    m("integration.verify", Body::Verify),
-    m("proposal.create", Body::Patch),
-    m("proposal.attach_patch", Body::Patch),
-    m("evidence.show", Body::Small),
-    m("integration.show", Body::Small),
-    m("integration.list", Body::Small),
-    m("integration.patch", Body::Small),
-    m("integration.delete", Body::Small),
-    m("integration.cancel_verification", Body::Small),
-    m("integration.request_delivery", Body::Small),
-    m("integration.decide", Body::Small),
-    m("integration.deliver", Body::Small),
-    m("claim.acquire", Body::Small),
-    m("claim.extend", Body::Small),
-    m("claim.release", Body::Small),
-    m("claim.show", Body::Small),
-    m("claim.list", Body::Small),
-    m("claim.heartbeat", Body::Small),
-    m("claim.suspend", Body::Small),
-    m("claim.revoke", Body::Small),
-    m("claim.force_release", Body::Small),
-    m("event.list", Body::Small),
-    m("claim.contentions", Body::Small),
-    m("claim.resolve_contention", Body::Small),
-    m("claim.reconcile", Body::Small),
-    m("claim.end_session", Body::Small),
-    m("resource.show", Body::Small),
-    m("proposal.get", Body::Small),
-    m("proposal.list", Body::Small),
-    m("proposal.request_review", Body::Small),
-    m("proposal.reject", Body::Small),
-    m("proposal.withdraw", Body::Small),
-    m("vote.cast", Body::Small),
-    m("vote.list", Body::Small),
-    m("security.review", Body::Small),
-    m("human.request_approval", Body::Small),
-    m("human.decide", Body::Small),
-    m("decision.record", Body::Small),
-    m("decision.list", Body::Small),
-    m("policy.evaluate", Body::Small),
-    m("proposal.preview", Body::Small),
-    m("patch.validate", Body::Small),
-    m("patch.validation_show", Body::Small),
-    m("patch.apply", Body::Small),
-    m("transaction.show", Body::Small),
-    m("transaction.list", Body::Small),
-    m("transaction.phases", Body::Small),
-    m("transaction.recovery", Body::Small),
-    m("transaction.control", Body::Small),
+    m(
+        "evidence.record",
+        Body::Evidence,
+        schema_of::<w::RecordParams>,
+        "the run actor of that run, or a member with integrate",
+        EVIDENCE,
+        AGENT,
+        "Record a run's evidence packet",
+    ),
+    m(
+        "integration.prepare",
+        Body::Prepare,
+        schema_of::<w::PrepareParams>,
+        "integrate",
+        CANDIDATE,
+        HUMAN,
+        "Merge ordered submissions into a candidate",
+    ),
+    m(
+        "integration.resolve",
+        Body::Resolve,
+        schema_of::<w::ResolveParams>,
+        "integrate",
+        CANDIDATE,
+        HUMAN,
+        "Resolve a conflicted candidate's files",
+    ),
+    m(
+        "integration.verify",
+        Body::Verify,
+        schema_of::<w::VerifyParams>,
+        "verify",
+        CANDIDATE,
+        HUMAN,
+        "Run a bounded argv against the frozen candidate",
+    ),
+    m(
+        "proposal.create",
+        Body::Patch,
+        schema_of::<w::ProposalCreateParams>,
+        "propose",
+        PROPOSAL,
+        AGENT,
+        "Propose a patch (revision 1)",
+    ),
+    m(
+        "proposal.attach_patch",
+        Body::Patch,
+        schema_of::<w::ProposalAttachParams>,
+        "the author, while pending or in_review",
+        PROPOSAL,
+        AGENT,
+        "Attach a new patch revision",
+    ),
+    m(
+        "evidence.show",
+        Body::Small,
+        schema_of::<w::ShowParams>,
+        "view",
+        EVIDENCE,
+        AGENT,
+        "Show an evidence packet",
+    ),
+    m(
+        "integration.show",
+        Body::Small,
+        schema_of::<w::CandidateParams>,
+        "view",
+        CANDIDATE,
+        HUMAN,
+        "Show a candidate with its verifications",
+    ),
+    m(
+        "integration.list",
+        Body::Small,
+        schema_of::<w::ListParams>,
+        "view",
+        Reply::Fields(&[(
+            "candidates",
+            F::ListOf(schema_of::<crate::candidate::CandidateSummary>),
+        )]),
+        HUMAN,
+        "List candidates, newest first",
+    ),
+    m(
+        "integration.patch",
+        Body::Small,
+        schema_of::<w::CandidateParams>,
+        "view",
+        Reply::Typed(schema_of::<w::PatchResult>),
+        HUMAN,
+        "The candidate's combined diff (capped)",
+    ),
+    m(
+        "integration.delete",
+        Body::Small,
+        schema_of::<w::CandidateParams>,
+        "integrate",
+        Reply::Typed(empty),
+        HUMAN,
+        "Delete a candidate",
+    ),
+    m(
+        "integration.cancel_verification",
+        Body::Small,
+        schema_of::<w::CancelParams>,
+        "verify",
+        CANDIDATE,
+        HUMAN,
+        "Cancel a running verification",
+    ),
+    m(
+        "integration.request_delivery",
+        Body::Small,
+        schema_of::<w::RequestParams>,
+        "integrate",
+        CANDIDATE,
+        HUMAN,
+        "Ask a human to decide a delivery",
+    ),
+    m(
+        "integration.decide",
+        Body::Small,
+        schema_of::<w::DecideParams>,
+        "decide, members only",
+        CANDIDATE,
+        HUMAN,
+        "Approve or deny a delivery request",
+    ),
+    m(
+        "integration.deliver",
+        Body::Small,
+        schema_of::<w::DeliverParams>,
+        "push",
+        CANDIDATE,
+        HUMAN,
+        "Deliver an approved candidate",
+    ),
+    m(
+        "claim.acquire",
+        Body::Small,
+        schema_of::<w::ClaimAcquireParams>,
+        "propose",
+        CLAIM,
+        AGENT,
+        "Acquire a claim on a resource",
+    ),
+    m(
+        "claim.extend",
+        Body::Small,
+        schema_of::<w::ClaimExtendParams>,
+        "the holder",
+        CLAIM,
+        AGENT,
+        "Extend a claim's lease",
+    ),
+    m(
+        "claim.release",
+        Body::Small,
+        schema_of::<w::ClaimKeyedParams>,
+        "the holder, or admin (forced)",
+        Reply::Fields(&[("claim", F::Object), ("changed", F::Bool)]),
+        AGENT,
+        "Release a claim",
+    ),
+    m(
+        "claim.show",
+        Body::Small,
+        schema_of::<w::ClaimParams>,
+        "view",
+        CLAIM,
+        AGENT,
+        "Show a claim",
+    ),
+    m(
+        "claim.list",
+        Body::Small,
+        schema_of::<w::ClaimListParams>,
+        "view",
+        Reply::Fields(&[("claims", F::Objects), ("next_cursor", F::OptString)]),
+        AGENT,
+        "List claims, newest first",
+    ),
+    m(
+        "claim.heartbeat",
+        Body::Small,
+        schema_of::<w::ClaimKeyedParams>,
+        "the holder",
+        CLAIM,
+        AGENT,
+        "Heartbeat a claim",
+    ),
+    m(
+        "claim.suspend",
+        Body::Small,
+        schema_of::<w::ClaimAdminParams>,
+        "admin",
+        CLAIM,
+        HUMAN,
+        "Suspend a claim",
+    ),
+    m(
+        "claim.revoke",
+        Body::Small,
+        schema_of::<w::ClaimAdminParams>,
+        "admin",
+        CLAIM,
+        HUMAN,
+        "Revoke a claim",
+    ),
+    m(
+        "claim.force_release",
+        Body::Small,
+        schema_of::<w::ClaimAdminParams>,
+        "admin (with a reason)",
+        CLAIM,
+        HUMAN,
+        "Release another holder's claim",
+    ),
+    m(
+        "event.list",
+        Body::Small,
+        schema_of::<w::EventListParams>,
+        "view",
+        Reply::Fields(&[
+            ("events", F::Objects),
+            ("next_since", F::OptInteger),
+            ("next_cursor", F::OptString),
+        ]),
+        AGENT,
+        "List governed events",
+    ),
+    m(
+        "claim.contentions",
+        Body::Small,
+        schema_of::<w::ContentionListParams>,
+        "view",
+        Reply::Fields(&[("contentions", F::Objects), ("next_cursor", F::OptString)]),
+        AGENT,
+        "List contentions, oldest first",
+    ),
+    m(
+        "claim.resolve_contention",
+        Body::Small,
+        schema_of::<w::ResolveContentionParams>,
+        "admin",
+        Reply::Fields(&[
+            ("contention_id", F::String),
+            ("resolution", F::String),
+            ("claim", F::Any),
+        ]),
+        HUMAN,
+        "Resolve a contention",
+    ),
+    m(
+        "claim.reconcile",
+        Body::Small,
+        schema_of::<w::ReconcileParams>,
+        "admin",
+        Reply::Fields(&[
+            ("suspended", F::Strings),
+            ("unchanged", F::Strings),
+            ("unreadable", F::Objects),
+        ]),
+        HUMAN,
+        "Suspend claims whose resource changed",
+    ),
+    m(
+        "claim.end_session",
+        Body::Small,
+        schema_of::<w::EndSessionParams>,
+        "the caller's own claims",
+        Reply::Fields(&[("released", F::Any)]),
+        AGENT,
+        "Release a session's claims",
+    ),
+    m(
+        "resource.show",
+        Body::Small,
+        schema_of::<w::ResourceShowParams>,
+        "view",
+        Reply::Fields(&[("resource", F::Object)]),
+        AGENT,
+        "Resolve a resource and its current hash",
+    ),
+    m(
+        "proposal.get",
+        Body::Small,
+        schema_of::<w::ProposalParams>,
+        "view",
+        Reply::Fields(&[
+            ("proposal", F::Object),
+            ("files", F::Objects),
+            ("decisions", F::Objects),
+        ]),
+        AGENT,
+        "Show a proposal with its files and decisions",
+    ),
+    m(
+        "proposal.list",
+        Body::Small,
+        schema_of::<w::ProposalListParams>,
+        "view",
+        Reply::Fields(&[("proposals", F::Objects), ("next_cursor", F::OptString)]),
+        AGENT,
+        "List proposals",
+    ),
+    m(
+        "proposal.request_review",
+        Body::Small,
+        schema_of::<w::ProposalTransitionParams>,
+        "the author",
+        PROPOSAL,
+        AGENT,
+        "Move a proposal to in_review",
+    ),
+    m(
+        "proposal.reject",
+        Body::Small,
+        schema_of::<w::ProposalTransitionParams>,
+        "review or admin, never the author",
+        PROPOSAL,
+        AGENT,
+        "Reject a proposal",
+    ),
+    m(
+        "proposal.withdraw",
+        Body::Small,
+        schema_of::<w::ProposalTransitionParams>,
+        "the author",
+        PROPOSAL,
+        AGENT,
+        "Withdraw a proposal",
+    ),
+    m(
+        "vote.cast",
+        Body::Small,
+        schema_of::<w::VoteCastParams>,
+        "a member with review, or a run holding a role; never the author",
+        Reply::Fields(&[("vote", F::Object)]),
+        AGENT,
+        "Vote on a revision",
+    ),
+    m(
+        "vote.list",
+        Body::Small,
+        schema_of::<w::VoteListParams>,
+        "view",
+        Reply::Fields(&[("votes", F::Objects)]),
+        AGENT,
+        "List votes",
+    ),
+    m(
+        "security.review",
+        Body::Small,
+        schema_of::<w::SecurityReviewParams>,
+        "a reviewer holding security; never the author",
+        Reply::Fields(&[("security_review", F::Object)]),
+        AGENT,
+        "Record a security review",
+    ),
+    m(
+        "human.request_approval",
+        Body::Small,
+        schema_of::<w::RequestApprovalParams>,
+        "the author, or a member with review, approve or admin",
+        APPROVAL,
+        AGENT,
+        "Ask a human to approve a revision",
+    ),
+    m(
+        "human.decide",
+        Body::Small,
+        schema_of::<w::HumanDecideParams>,
+        "a member with approve; never a run, the author or (distinct_approver) the requester",
+        APPROVAL,
+        HUMAN,
+        "Approve or deny a human approval",
+    ),
+    m(
+        "decision.record",
+        Body::Small,
+        schema_of::<w::DecisionRecordParams>,
+        "a member with review, approve or admin, or a run holding a role",
+        Reply::Fields(&[("decision", F::Object)]),
+        AGENT,
+        "Record a decision",
+    ),
+    m(
+        "decision.list",
+        Body::Small,
+        schema_of::<w::DecisionListParams>,
+        "view",
+        Reply::Fields(&[("decisions", F::Objects)]),
+        AGENT,
+        "List decisions",
+    ),
+    m(
+        "policy.evaluate",
+        Body::Small,
+        schema_of::<w::PolicyEvaluateParams>,
+        "view",
+        Reply::Fields(&[
+            ("proposal_id", F::String),
+            ("revision", F::String),
+            ("status", F::String),
+            ("verdict", F::Object),
+            ("note", F::Any),
+        ]),
+        AGENT,
+        "Evaluate the policy on the current revision",
+    ),
+    m(
+        "proposal.preview",
+        Body::Small,
+        schema_of::<w::ProposalPreviewParams>,
+        "view",
+        Reply::Varies,
+        AGENT,
+        "One part of a revision: metadata, files, diff or resources",
+    ),
+    m(
+        "patch.validate",
+        Body::Small,
+        schema_of::<w::ValidateParams>,
+        "apply, or the author",
+        VALIDATION,
+        HUMAN,
+        "Validate a revision in the sandbox",
+    ),
+    m(
+        "patch.validation_show",
+        Body::Small,
+        schema_of::<w::ValidationShowParams>,
+        "view",
+        VALIDATION,
+        HUMAN,
+        "Show a validation",
+    ),
+    m(
+        "patch.apply",
+        Body::Small,
+        schema_of::<w::ApplyParams>,
+        "members with apply (never a run)",
+        Reply::Fields(&[("transaction", F::Object), ("proposal", F::Object)]),
+        HUMAN,
+        "Apply a validated revision",
+    ),
+    m(
+        "transaction.show",
+        Body::Small,
+        schema_of::<w::TransactionParams>,
+        "view",
+        Reply::Fields(&[("transaction", F::Object)]),
+        HUMAN,
+        "Show a transaction",
+    ),
+    m(
+        "transaction.list",
+        Body::Small,
+        schema_of::<w::TransactionListParams>,
+        "view",
+        Reply::Fields(&[("transactions", F::Objects), ("next_cursor", F::OptString)]),
+        HUMAN,
+        "List transactions, newest first",
+    ),
+    m(
+        "transaction.phases",
+        Body::Small,
+        schema_of::<w::TransactionParams>,
+        "view",
+        Reply::Fields(&[("transaction_id", F::String), ("phases", F::Objects)]),
+        HUMAN,
+        "A transaction's phases",
+    ),
+    m(
+        "transaction.recovery",
+        Body::Small,
+        schema_of::<w::TransactionParams>,
+        "view",
+        Reply::Fields(&[
+            ("status", F::String),
+            ("repository_state", F::String),
+            ("paths", F::Objects),
+            ("actions", F::Any),
+            ("blocked_reason", F::Any),
+            ("artifact_error", F::Any),
+        ]),
+        HUMAN,
+        "Judge each touched path and advise",
+    ),
+    m(
+        "transaction.control",
+        Body::Small,
+        schema_of::<w::TransactionControlParams>,
+        "members with apply (and propose, for compensate)",
+        Reply::Varies,
+        HUMAN,
+        "Retry, cancel or compensate a transaction",
+    ),
 ];
 
 /// The registry entry of `name`.

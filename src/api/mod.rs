@@ -3,7 +3,9 @@
 //! Errors are `{"error":{"code","message"}}` with a stable code and an HTTP status.
 
 pub mod hygiene;
+pub mod mcp;
 pub mod methods;
+pub mod openapi;
 pub mod server;
 
 use crate::domain::claim::ClaimEvent;
@@ -43,6 +45,8 @@ pub struct AppState {
     pub ready: Arc<AtomicBool>,
     /// Serialized `integration.show` answers (see [`ShowBodies`]).
     pub show_bodies: Arc<ShowBodies>,
+    /// `GET /openapi.json`, serialized once (it depends only on the config).
+    pub openapi: Arc<std::sync::OnceLock<axum::body::Bytes>>,
 }
 
 impl AppState {
@@ -51,6 +55,7 @@ impl AppState {
             service,
             ready,
             show_bodies: Arc::default(),
+            openapi: Arc::default(),
         }
     }
 }
@@ -105,24 +110,30 @@ impl IntoResponse for ApiError {
             ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ServiceError::DeadlineExceeded(_) => StatusCode::REQUEST_TIMEOUT,
         };
-        // An internal error's text can hold host paths, git argv or environment: it goes to the
-        // log under an id, and the client gets the code, a short message and that id.
-        let mut body = if let ServiceError::Internal(detail) = &self.0 {
-            let error_id = crate::ids::new_error_id();
-            tracing::error!(%error_id, error = %detail, "internal error");
-            json!({"error": {
-                "code": self.0.code(),
-                "message": format!("internal error; the server log has the details under error id {error_id}"),
-                "error_id": error_id,
-            }})
-        } else {
-            json!({"error": {"code": self.0.code(), "message": self.0.to_string()}})
-        };
-        if let Some(id) = self.1 {
-            body["error"]["request_id"] = json!(id);
-        }
+        let body = envelope(&self.0, self.1);
         (status, axum::Json(body)).into_response()
     }
+}
+
+/// The error envelope of `e`. An internal error's text can hold host paths, git argv or
+/// environment: it goes to the log under an id, and the client gets the code, a short message
+/// and that id.
+fn envelope(e: &ServiceError, request_id: Option<String>) -> Value {
+    let mut body = if let ServiceError::Internal(detail) = e {
+        let error_id = crate::ids::new_error_id();
+        tracing::error!(%error_id, error = %detail, "internal error");
+        json!({"error": {
+            "code": e.code(),
+            "message": format!("internal error; the server log has the details under error id {error_id}"),
+            "error_id": error_id,
+        }})
+    } else {
+        json!({"error": {"code": e.code(), "message": e.to_string()}})
+    };
+    if let Some(id) = request_id {
+        body["error"]["request_id"] = json!(id);
+    }
+    body
 }
 
 /// Builds the router.
@@ -133,7 +144,9 @@ pub fn router(state: AppState) -> Router {
             get(|| async { axum::Json(json!({"status": "ok"})) }),
         )
         .route("/readyz", get(readyz))
-        .route("/api/v1/{method}", post(call));
+        .route("/openapi.json", get(openapi_json))
+        .route("/api/v1/{method}", post(call))
+        .nest_service("/mcp", mcp::service(state.clone()));
     // `/metrics` is on this listener unless the config gives it its own.
     let routes = if state.service.ctx.config.metrics_listen.is_none() {
         routes.route("/metrics", get(metrics))
@@ -185,6 +198,15 @@ async fn metrics(State(st): State<AppState>) -> Response {
         .into_response()
 }
 
+/// `GET /openapi.json`: the API's OpenAPI 3.1 document. Unauthenticated: it describes the
+/// methods, never the data.
+async fn openapi_json(State(st): State<AppState>) -> Response {
+    let body = st.openapi.get_or_init(|| {
+        axum::body::Bytes::from(openapi::document(&st.service.ctx.config).to_string())
+    });
+    json_body(body.clone())
+}
+
 /// The label of a request in the HTTP metrics: the API method when it is one we route (a
 /// bounded set), the probe's name, or `unknown`.
 fn metric_label(path: &str, config: &crate::config::Config) -> String {
@@ -192,6 +214,8 @@ fn metric_label(path: &str, config: &crate::config::Config) -> String {
         "/healthz" => "healthz".into(),
         "/readyz" => "readyz".into(),
         "/metrics" => "metrics".into(),
+        "/openapi.json" => "openapi".into(),
+        "/mcp" => "mcp".into(),
         p => match p.strip_prefix("/api/v1/") {
             Some(m) if body_limit(m, config).is_some() => m.to_string(),
             _ => "unknown".into(),
@@ -353,14 +377,24 @@ async fn handle(
         })?;
     // From here on the request is being served: its connection is not closed to make room.
     let _dispatching = conn.as_ref().map(server::ConnHandle::dispatching);
+    run(&st, actor, method, bytes, parts_request_id).await
+}
+
+/// Runs one parsed call: in its own task, so a client that disconnects cannot cancel a
+/// half-done state change, and within the budget that bounds how long the client waits. The
+/// task keeps the request's span (and so its request id) on every line it logs. Shared by the
+/// HTTP methods and the MCP tools.
+async fn run(
+    st: &AppState,
+    actor: Actor,
+    method: &str,
+    bytes: axum::body::Bytes,
+    request_id: Option<String>,
+) -> Result<Reply, ServiceError> {
     let svc = st.service.clone();
     let bodies = st.show_bodies.clone();
     let method_owned = method.to_string();
-    // The work runs in its own task so a client that disconnects cannot cancel a half-done
-    // state change; the budget bounds how long the client waits for it.
-    // The task keeps the request's span (and so its request id) on every line it logs.
     use tracing::Instrument;
-    let request_id = parts_request_id;
     let task = tokio::spawn(
         crate::engine::request::scope(request_id, async move {
             dispatch(&svc, &bodies, &actor, &method_owned, &bytes).await
@@ -523,6 +557,17 @@ enum Reply {
     Value(Value),
     Json(Vec<u8>),
     Shared(axum::body::Bytes),
+}
+
+impl Reply {
+    /// The answer as a JSON value (the MCP tools answer structured content).
+    fn into_value(self) -> Value {
+        match self {
+            Reply::Value(v) => v,
+            Reply::Json(bytes) => serde_json::from_slice(&bytes).expect("a reply is JSON"),
+            Reply::Shared(bytes) => serde_json::from_slice(&bytes).expect("a reply is JSON"),
+        }
+    }
 }
 
 impl IntoResponse for Reply {

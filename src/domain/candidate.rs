@@ -5,7 +5,7 @@
 use super::IllegalTransition;
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CandidateState {
     Preparing,
@@ -17,7 +17,9 @@ pub enum CandidateState {
 }
 
 /// A kind of evidence a packet can carry and a candidate can require of every input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum EvidenceSource {
     /// The retained revision under `refs/airlock/evidence/<ref>`.
@@ -36,7 +38,7 @@ impl EvidenceSource {
 }
 
 /// The operations a candidate's mutation history records, by their API method names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum MutationOperation {
     #[serde(rename = "integration.prepare")]
     Prepare,

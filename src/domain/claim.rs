@@ -106,7 +106,7 @@ impl ResourceId {
 }
 
 /// 1-based inclusive line span of a symbol, as a parser found it in the worktree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Span {
     pub start: u64,
     pub end: u64,
@@ -173,7 +173,7 @@ pub fn overlap(a: &ResourceId, b: &ResourceId, spans: Option<(Span, Span)>) -> O
 }
 
 /// What a claim lets its holder do (seed 003's four modes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ClaimMode {
     Read,
@@ -222,7 +222,7 @@ impl ClaimMode {
 }
 
 /// Where a claim is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ClaimState {
     Active,

@@ -6,7 +6,7 @@ use super::IllegalTransition;
 use serde::{Deserialize, Serialize};
 
 /// State of a delivery request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RequestState {
     Requested,
@@ -18,7 +18,7 @@ pub enum RequestState {
 }
 
 /// What a delivery did, as its receipt records it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ReceiptResult {
     /// The target ref moved to the candidate (`update_ref`).

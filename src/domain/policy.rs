@@ -10,7 +10,7 @@ use super::proposal::Risk;
 use serde::{Deserialize, Serialize};
 
 /// A vote's meaning (seed 000's vocabulary; anything else is refused at the edge).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum VoteKind {
     Approve,
@@ -61,7 +61,7 @@ impl VoteKind {
 }
 
 /// A security review's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SecurityVerdict {
     Pass,
@@ -86,7 +86,9 @@ impl SecurityVerdict {
 }
 
 /// When a gate applies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Gate {
     Never,
@@ -106,7 +108,7 @@ impl Gate {
 }
 
 /// A human approval's life: requested, then decided once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalState {
     Pending,
@@ -153,14 +155,14 @@ impl ApprovalState {
 }
 
 /// Paths matching `glob` need a vote from a holder of `role`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PathRole {
     pub glob: String,
     pub role: String,
 }
 
 /// A workspace's policy (`[workspaces.<id>.policy]`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Policy {
     pub required_approvals: u32,
     pub required_roles: Vec<String>,
@@ -380,7 +382,7 @@ pub struct Evidence {
 }
 
 /// A requirement's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ReqState {
     Satisfied,
@@ -390,7 +392,7 @@ pub enum ReqState {
 }
 
 /// One requirement of the verdict.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Requirement {
     /// `approvals`, `role:<role>`, `no_blocking_votes`, `security_review`, `human_approval`,
     /// `tests`.
@@ -403,7 +405,7 @@ pub struct Requirement {
 }
 
 /// A human override, and what it overrode.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Override {
     pub approval_id: String,
     pub by: Option<String>,
@@ -412,7 +414,7 @@ pub struct Override {
 }
 
 /// The policy's answer for the current revision.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Verdict {
     pub approvable: bool,
     pub high_risk: bool,

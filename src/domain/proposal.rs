@@ -6,7 +6,7 @@ use super::IllegalTransition;
 use serde::{Deserialize, Serialize};
 
 /// Where a proposal is in its life. `accepted` is reached only by apply (part 3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ProposalState {
     Pending,
@@ -32,7 +32,9 @@ pub enum ProposalEvent {
 }
 
 /// How risky the author says the change is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Risk {
     Low,

@@ -9,7 +9,7 @@ use super::IllegalTransition;
 use serde::{Deserialize, Serialize};
 
 /// Where an apply transaction is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TxState {
     Prepared,
@@ -39,7 +39,7 @@ pub enum TxEvent {
 }
 
 /// What `transaction.control` may ask.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ControlAction {
     /// A new transaction from a fresh validation of the same revision.

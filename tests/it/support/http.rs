@@ -96,5 +96,6 @@ pub fn call_raw(addr: &str, token: Option<&str>, method: &str, body: &[u8]) -> (
             String::from_utf8_lossy(&bytes)
         )
     });
+    super::schema::check_reply(method, status, &v);
     (status, v)
 }

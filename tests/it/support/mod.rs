@@ -5,6 +5,7 @@ pub mod daemon;
 pub mod governed;
 pub mod http;
 pub mod repo;
+pub mod schema;
 
 pub use daemon::*;
 pub use http::*;
@@ -146,4 +147,18 @@ pub fn kv(output: &str) -> std::collections::BTreeMap<String, String> {
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
+}
+
+/// One of the tests' Python tools (scripts/install-prereqs.sh installs
+/// scripts/requirements-tests.txt into target/py).
+pub fn python_tool(name: &str) -> std::path::PathBuf {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/py/bin")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/install-prereqs.sh (it installs scripts/requirements-tests.txt into target/py)",
+        path.display()
+    );
+    path
 }

@@ -1,0 +1,251 @@
+//! The OpenAPI 3.1 document served at `GET /openapi.json`, built from the method registry
+//! ([`super::methods::METHODS`]): each method's request schema is derived (utoipa) from the very
+//! type the dispatcher parses its body into, its reply from the registry's reply shape (typed
+//! where the service answers a typed value), and every method documents the error envelope with
+//! each status the API can answer.
+
+use super::methods::{Field, METHODS, Method, Reply, Schemas};
+use serde_json::{Map, Value, json};
+
+/// Every error status the API answers, with its code (see `ApiError`).
+pub const ERRORS: &[(u16, &str, &str)] = &[
+    (
+        400,
+        "invalid_argument",
+        "the body is malformed or a field is out of bounds",
+    ),
+    (401, "unauthenticated", "no bearer token, or an unknown one"),
+    (
+        403,
+        "permission_denied",
+        "the token lacks the method's permission",
+    ),
+    (
+        404,
+        "not_found",
+        "the workspace or the named record does not exist",
+    ),
+    (
+        408,
+        "deadline_exceeded",
+        "the body did not arrive within body_read_timeout_seconds",
+    ),
+    (
+        409,
+        "conflict",
+        "an idempotency key reused with other parameters, or a competing change",
+    ),
+    (
+        412,
+        "failed_precondition",
+        "the record is not in a state that allows the call",
+    ),
+    (413, "resource_exhausted", "the body or a limit is exceeded"),
+    (
+        500,
+        "internal",
+        "a malfunction; the server log has it under error_id",
+    ),
+    (
+        503,
+        "unavailable",
+        "recovery has not finished, or the call exceeded its budget (retry with the same key)",
+    ),
+];
+
+/// The schema of one reply field.
+fn field_schema(f: Field, out: &mut Schemas) -> Value {
+    let r = |name: String| json!({"$ref": format!("#/components/schemas/{name}")});
+    match f {
+        Field::Typed(s) => r(s(out)),
+        Field::ListOf(s) => json!({"type": "array", "items": r(s(out))}),
+        Field::Object => json!({"type": "object"}),
+        Field::Objects => json!({"type": "array", "items": {"type": "object"}}),
+        Field::Strings => json!({"type": "array", "items": {"type": "string"}}),
+        Field::OptString => json!({"type": ["string", "null"]}),
+        Field::OptInteger => json!({"type": ["integer", "null"]}),
+        Field::Bool => json!({"type": "boolean"}),
+        Field::Integer => json!({"type": "integer"}),
+        Field::String => json!({"type": "string"}),
+        Field::Any => json!({}),
+    }
+}
+
+/// The schema of a method's successful reply.
+pub fn reply_schema(m: &Method, out: &mut Schemas) -> Value {
+    match m.reply {
+        Reply::Fields(fields) => {
+            let mut props = Map::new();
+            for (name, f) in fields {
+                props.insert((*name).to_string(), field_schema(*f, out));
+            }
+            let required: Vec<&str> = fields.iter().map(|(n, _)| *n).collect();
+            json!({"type": "object", "properties": props, "required": required})
+        }
+        Reply::Typed(s) => json!({"$ref": format!("#/components/schemas/{}", s(out))}),
+        Reply::Varies => json!({"type": "object"}),
+    }
+}
+
+fn error_schema() -> Value {
+    let codes: Vec<&str> = ERRORS.iter().map(|(_, c, _)| *c).collect();
+    json!({
+        "type": "object",
+        "required": ["error"],
+        "properties": {"error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {
+                "code": {"type": "string", "enum": codes},
+                "message": {"type": "string"},
+                "request_id": {"type": "string", "description": "the request's x-request-id"},
+                "error_id": {"type": "string", "description": "an internal error's id in the server log"},
+            },
+        }},
+    })
+}
+
+fn json_content(schema: Value) -> Value {
+    json!({"application/json": {"schema": schema}})
+}
+
+fn operation(m: &Method, config: &crate::config::Config, out: &mut Schemas) -> Value {
+    let params = (m.params)(out);
+    let limit = m.body.bytes(config);
+    let mut responses = Map::new();
+    responses.insert(
+        "200".into(),
+        json!({"description": "the result", "content": json_content(reply_schema(m, out))}),
+    );
+    for (status, code, _) in ERRORS {
+        responses.insert(
+            status.to_string(),
+            json!({"$ref": format!("#/components/responses/{code}")}),
+        );
+    }
+    json!({
+        "operationId": m.name,
+        "summary": m.summary,
+        "description": format!(
+            "Permission: {}. Request body at most {limit} bytes. {}",
+            m.permission,
+            if m.agent { "Also an MCP tool at /mcp." } else { "" },
+        ).trim_end().to_string(),
+        "tags": [m.name.split('.').next().unwrap_or(m.name)],
+        "x-airlock-permission": m.permission,
+        "x-airlock-body-limit": limit,
+        "x-airlock-agent-tool": m.agent,
+        "requestBody": {
+            "required": true,
+            "content": json_content(json!({"$ref": format!("#/components/schemas/{params}")})),
+        },
+        "responses": responses,
+    })
+}
+
+fn probe(summary: &str, ok: Value, errors: &[(u16, &str)]) -> Value {
+    let mut responses = Map::new();
+    responses.insert("200".into(), ok);
+    for (status, code) in errors {
+        responses.insert(
+            status.to_string(),
+            json!({"$ref": format!("#/components/responses/{code}")}),
+        );
+    }
+    json!({"get": {"summary": summary, "security": [], "responses": responses}})
+}
+
+/// The whole document.
+pub fn document(config: &crate::config::Config) -> Value {
+    let mut schemas = Schemas::new();
+    let mut paths = Map::new();
+    for m in METHODS {
+        paths.insert(
+            format!("/api/v1/{}", m.name),
+            json!({"post": operation(m, config, &mut schemas)}),
+        );
+    }
+    let status = |s: &str| {
+        json!({"description": s, "content": json_content(json!({
+            "type": "object", "required": ["status"], "properties": {"status": {"type": "string"}},
+        }))})
+    };
+    paths.insert(
+        "/healthz".into(),
+        probe("Liveness", status("the daemon answers"), &[]),
+    );
+    paths.insert(
+        "/readyz".into(),
+        probe(
+            "Readiness: recovery has finished",
+            status("ready"),
+            &[(503, "unavailable")],
+        ),
+    );
+    paths.insert(
+        "/openapi.json".into(),
+        probe(
+            "This document",
+            json!({"description": "OpenAPI 3.1", "content": json_content(json!({"type": "object"}))}),
+            &[],
+        ),
+    );
+    if config.metrics_listen.is_none() {
+        paths.insert(
+            "/metrics".into(),
+            probe(
+                "Prometheus metrics",
+                json!({"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}}),
+                &[(500, "internal")],
+            ),
+        );
+    }
+    let mut responses = Map::new();
+    for (_, code, why) in ERRORS {
+        responses.insert(
+            (*code).to_string(),
+            json!({"description": format!("{code}: {why}"), "content": json_content(json!({"$ref": "#/components/schemas/Error"}))}),
+        );
+    }
+    schemas.insert("Error".into(), error_schema());
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Airlock",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Every method is POST /api/v1/<method> with one JSON object; identity is the bearer token. Errors are {\"error\": {code, message, request_id}} with the status listed per method.",
+        },
+        "security": [{"bearer": []}],
+        "paths": paths,
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": schemas,
+            "responses": responses,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_method_is_a_path_and_every_ref_resolves() {
+        let config = crate::config::Config::builtin();
+        let doc = document(&config);
+        for m in METHODS {
+            let op = &doc["paths"][format!("/api/v1/{}", m.name)]["post"];
+            assert_eq!(op["operationId"], m.name);
+            assert!(op["responses"]["200"].is_object(), "{}", m.name);
+        }
+        let text = doc.to_string();
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("\"$ref\":\"#/") {
+            let tail = &rest[i + 8..];
+            let end = tail.find('"').expect("a closed string");
+            let pointer = &tail[1..end];
+            assert!(doc.pointer(pointer).is_some(), "{pointer} does not resolve");
+            rest = &tail[end..];
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! `GET /openapi.json` against the daemon itself: it documents every routed method with exactly
+//! the fields the dispatcher parses, and schemathesis (PyPI) fuzzing the running daemon from it
+//! finds no 5xx and no reply outside the document. (Every other test's replies are checked
+//! against the same document in `support::schema`.)
+
+use crate::support::daemon::{ALICE, Server};
+use crate::support::http::{call_raw, request};
+use crate::support::python_tool;
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+fn document(s: &Server) -> Value {
+    let (status, body) = request(&s.addr, "GET", "/openapi.json", None, b"").unwrap();
+    assert_eq!(status, 200);
+    serde_json::from_slice(&body).unwrap()
+}
+
+/// The field names serde lists in "unknown field `x`, expected one of `a`, `b`".
+fn expected_fields(message: &str) -> BTreeSet<String> {
+    let tail = message
+        .split_once("expected")
+        .unwrap_or_else(|| panic!("no field list in {message:?}"))
+        .1;
+    tail.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_routed_method_is_documented_with_exactly_the_fields_it_parses() {
+    let s = Server::fake_governed();
+    let doc = document(&s);
+    assert_eq!(doc["openapi"], "3.1.0");
+    let paths = doc["paths"].as_object().unwrap();
+    let methods: Vec<&str> = airlock::api::methods::METHODS
+        .iter()
+        .map(|m| m.name)
+        .collect();
+    let documented: Vec<&str> = paths
+        .keys()
+        .filter_map(|p| p.strip_prefix("/api/v1/"))
+        .collect();
+    assert_eq!(documented.len(), methods.len(), "{documented:?}");
+    for name in methods {
+        let op = &paths[&format!("/api/v1/{name}")]["post"];
+        assert!(
+            op["x-airlock-permission"]
+                .as_str()
+                .is_some_and(|p| !p.is_empty()),
+            "{name}: no permission"
+        );
+        for status in [
+            "200", "400", "401", "403", "404", "409", "412", "413", "500", "503",
+        ] {
+            assert!(op["responses"][status].is_object(), "{name}: no {status}");
+        }
+        let reference = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+            .as_str()
+            .unwrap();
+        let schema = doc.pointer(&reference[1..]).unwrap();
+        let documented: BTreeSet<String> = schema["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(
+            schema["additionalProperties"], false,
+            "{name}: unknown fields are refused, the schema must say so"
+        );
+        // The dispatcher's own parse names every field its type has.
+        let (status, v) = call_raw(&s.addr, Some(ALICE), name, br#"{"zz_not_a_field": 0}"#);
+        assert_eq!(status, 400, "{name}: {v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains("zz_not_a_field"), "{name}: {message}");
+        assert_eq!(
+            expected_fields(message),
+            documented,
+            "{name}: the document's request fields are not the ones the daemon parses"
+        );
+        let required = schema["required"].as_array().cloned().unwrap_or_default();
+        for r in &required {
+            assert!(documented.contains(r.as_str().unwrap()), "{name}: {r}");
+        }
+    }
+    // The probes and the document itself are there too, without authentication.
+    for p in ["/healthz", "/readyz", "/openapi.json", "/metrics"] {
+        assert!(paths[p]["get"].is_object(), "{p}");
+        assert_eq!(paths[p]["get"]["security"], serde_json::json!([]), "{p}");
+    }
+}
+
+#[test]
+fn schemathesis_finds_no_server_error_and_no_reply_outside_the_document() {
+    let s = Server::fake_governed();
+    let report = s.dir.path().join("schemathesis.xml");
+    let out = std::process::Command::new(python_tool("schemathesis"))
+        .args(["run", &format!("http://{}/openapi.json", s.addr)])
+        .args(["--header", &format!("Authorization: Bearer {ALICE}")])
+        // Bounded: a few examples per method, reproducible.
+        .args(["--max-examples", "6", "--seed", "1", "--workers", "2"])
+        .args(["--phases", "examples,coverage,fuzzing"])
+        .args([
+            "--checks",
+            "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
+        ])
+        .args(["--request-timeout", "30", "--no-color"])
+        .args(["--report", "junit"])
+        .arg("--report-junit-path")
+        .arg(&report)
+        // Its caches (.hypothesis, .schemathesis) go beside the daemon's files, not in the repo.
+        .current_dir(s.dir.path())
+        .env("SCHEMATHESIS_HOOKS", "")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "schemathesis found failures:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // It really exercised the API: its report has a test case for every method.
+    let junit = std::fs::read_to_string(&report).unwrap();
+    for m in airlock::api::methods::METHODS {
+        assert!(
+            junit.contains(&format!("POST /api/v1/{}\"", m.name)),
+            "schemathesis did not test {}:\n{stdout}",
+            m.name
+        );
+    }
+}
