@@ -216,3 +216,10 @@ pub const MAX_DRY_RUN_OUTPUT_BYTES: u64 = 256 * 1024 * 1024;
 /// Bounds of `validation_ttl_seconds` (how long a validation can be applied), and its default.
 pub const VALIDATION_TTL_SECONDS: std::ops::RangeInclusive<u64> = 60..=86_400;
 pub const DEFAULT_VALIDATION_TTL_SECONDS: u64 = 3600;
+
+/// Web page sessions kept at once; signing in past it drops the oldest.
+pub const UI_MAX_SESSIONS: usize = 1024;
+/// How long a web page session lasts after sign-in.
+pub const UI_SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+/// The largest web form accepted (a sign-in, a decision with its reason).
+pub const UI_FORM_LIMIT: usize = 64 * 1024;

@@ -7,6 +7,7 @@ pub mod mcp;
 pub mod methods;
 pub mod openapi;
 pub mod server;
+pub mod ui;
 
 use crate::domain::claim::ClaimEvent;
 use crate::domain::proposal::ProposalEvent;
@@ -47,6 +48,8 @@ pub struct AppState {
     pub show_bodies: Arc<ShowBodies>,
     /// `GET /openapi.json`, serialized once (it depends only on the config).
     pub openapi: Arc<std::sync::OnceLock<axum::body::Bytes>>,
+    /// The web page's signed-in browsers.
+    pub ui_sessions: Arc<ui::UiSessions>,
 }
 
 impl AppState {
@@ -56,6 +59,7 @@ impl AppState {
             ready,
             show_bodies: Arc::default(),
             openapi: Arc::default(),
+            ui_sessions: Arc::default(),
         }
     }
 }
@@ -146,7 +150,8 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi_json))
         .route("/api/v1/{method}", post(call))
-        .nest_service("/mcp", mcp::service(state.clone()));
+        .nest_service("/mcp", mcp::service(state.clone()))
+        .merge(ui::router());
     // `/metrics` is on this listener unless the config gives it its own.
     let routes = if state.service.ctx.config.metrics_listen.is_none() {
         routes.route("/metrics", get(metrics))
@@ -216,6 +221,7 @@ fn metric_label(path: &str, config: &crate::config::Config) -> String {
         "/metrics" => "metrics".into(),
         "/openapi.json" => "openapi".into(),
         "/mcp" => "mcp".into(),
+        p if p == "/ui" || p.starts_with("/ui/") => "ui".into(),
         p => match p.strip_prefix("/api/v1/") {
             Some(m) if body_limit(m, config).is_some() => m.to_string(),
             _ => "unknown".into(),

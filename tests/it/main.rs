@@ -26,5 +26,6 @@ mod serve_openapi;
 mod serve_proposals;
 mod serve_reviews;
 mod serve_symbols;
+mod serve_ui;
 mod support;
 mod toolchain;

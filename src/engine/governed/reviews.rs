@@ -478,6 +478,22 @@ impl Service {
         Ok(json!({"approval": a}))
     }
 
+    /// The human approvals of a proposal, oldest first (the web page's approve/deny list).
+    pub async fn approval_list(
+        &self,
+        actor: &Actor,
+        workspace_id: &str,
+        proposal_id: &str,
+    ) -> Result<Vec<Value>, ServiceError> {
+        self.governed(actor, workspace_id, Permission::View)?;
+        let rows = self.ctx.data.store.approvals(proposal_id).await?;
+        Ok(rows
+            .into_iter()
+            .filter(|a| a.workspace_id == workspace_id)
+            .map(|a| json!(a))
+            .collect())
+    }
+
     async fn approval_reply(&self, approval_id: &str) -> Result<Value, ServiceError> {
         let a = self
             .ctx

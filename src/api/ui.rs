@@ -1,0 +1,638 @@
+//! The web page for humans at `/ui/`: server-rendered (maud escapes every interpolated string),
+//! no JavaScript at all, a strict Content-Security-Policy. Sign-in exchanges a member's bearer
+//! token for a session cookie (`HttpOnly`, `SameSite=Strict`, path `/ui`); every form carries
+//! the session's CSRF token. Every page and every button goes through the API's dispatcher as
+//! the signed-in member, so the permissions are the API's, checked on the server; a button the
+//! member may not use is not shown, and its POST is refused anyway.
+
+use super::{AppState, run};
+use crate::config::Permission;
+use crate::engine::service::{Actor, ServiceError, authenticate};
+use axum::Router;
+use axum::extract::{Form, Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use maud::{DOCTYPE, Markup, html};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+const COOKIE: &str = "airlock_session";
+const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
+                   frame-ancestors 'none'; base-uri 'none'";
+const STYLE: &str = "body{font:15px/1.45 system-ui,sans-serif;margin:2rem auto;max-width:72rem;\
+padding:0 1rem;color:#1b1b1b}table{border-collapse:collapse;margin:.5rem 0}td,th{border:1px \
+solid #ccc;padding:.2rem .5rem;vertical-align:top;text-align:left}pre{background:#f4f4f4;\
+padding:.5rem;overflow:auto;max-height:30rem;white-space:pre-wrap}.badge{background:#eee;\
+border-radius:.3rem;padding:0 .4rem}.stale{background:#fde2c8}.missing{color:#a15c00}\
+.blocked{color:#b00020}.satisfied{color:#1b6e20}form.inline{display:inline}nav a{margin-right:1rem}";
+
+/// One signed-in browser.
+#[derive(Clone)]
+struct UiSession {
+    actor: Actor,
+    member: String,
+    csrf: String,
+    created: Instant,
+}
+
+/// The web page's sessions, in memory: a restart signs everyone out (the token signs in again).
+#[derive(Default)]
+pub struct UiSessions {
+    map: Mutex<HashMap<String, UiSession>>,
+}
+
+impl UiSessions {
+    fn get(&self, id: &str) -> Option<UiSession> {
+        let mut map = self.map.lock().expect("never poisoned");
+        map.retain(|_, s| s.created.elapsed() < crate::limits::UI_SESSION_TTL);
+        map.get(id).cloned()
+    }
+
+    fn insert(&self, s: UiSession) -> String {
+        let mut map = self.map.lock().expect("never poisoned");
+        if map.len() >= crate::limits::UI_MAX_SESSIONS
+            && let Some(oldest) = map
+                .iter()
+                .min_by_key(|(_, s)| s.created)
+                .map(|(k, _)| k.clone())
+        {
+            map.remove(&oldest);
+        }
+        let id = crate::ids::new_creation_key() + &crate::ids::new_creation_key();
+        map.insert(id.clone(), s);
+        id
+    }
+
+    fn remove(&self, id: &str) {
+        self.map.lock().expect("never poisoned").remove(id);
+    }
+}
+
+/// The `/ui` routes.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/ui", get(|| async { Redirect::to("/ui/") }))
+        .route("/ui/", get(index))
+        .route("/ui/style.css", get(style))
+        .route("/ui/login", get(login_page).post(login))
+        .route("/ui/logout", post(logout))
+        .route("/ui/w/{ws}/candidates/{id}", get(candidate_page))
+        .route("/ui/w/{ws}/candidates/{id}/decide", post(candidate_decide))
+        .route("/ui/w/{ws}/proposals/{id}", get(proposal_page))
+        .route("/ui/w/{ws}/approvals/{id}/decide", post(approval_decide))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            crate::limits::UI_FORM_LIMIT,
+        ))
+        .layer(axum::middleware::map_response(harden))
+}
+
+/// Every page: the CSP, no sniffing, no referrer, no caching, no framing.
+async fn harden(mut resp: Response) -> Response {
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    resp
+}
+
+async fn style() -> Response {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE).into_response()
+}
+
+fn cookie_of(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == COOKIE)
+        .map(|(_, v)| v.to_string())
+}
+
+fn session(st: &AppState, headers: &HeaderMap) -> Option<(String, UiSession)> {
+    let id = cookie_of(headers)?;
+    st.ui_sessions.get(&id).map(|s| (id, s))
+}
+
+fn page(title: &str, who: Option<&UiSession>, body: Markup) -> Response {
+    let doc = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · Airlock" }
+                link rel="stylesheet" href="/ui/style.css";
+            }
+            body {
+                nav {
+                    a href="/ui/" { "Airlock" }
+                    @if let Some(s) = who {
+                        "signed in as " strong { (s.member) } " "
+                        form.inline method="post" action="/ui/logout" {
+                            input type="hidden" name="csrf" value=(s.csrf);
+                            button type="submit" { "Sign out" }
+                        }
+                    }
+                }
+                h1 { (title) }
+                (body)
+            }
+        }
+    };
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        doc.into_string(),
+    )
+        .into_response()
+}
+
+fn refusal(status: StatusCode, who: Option<&UiSession>, message: &str) -> Response {
+    let mut r = page("Refused", who, html! { p { (message) } });
+    *r.status_mut() = status;
+    r
+}
+
+fn status_of(e: &ServiceError) -> StatusCode {
+    match e {
+        ServiceError::InvalidArgument(_) => StatusCode::BAD_REQUEST,
+        ServiceError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+        ServiceError::PermissionDenied(_) => StatusCode::FORBIDDEN,
+        ServiceError::NotFound(_) => StatusCode::NOT_FOUND,
+        ServiceError::Conflict(_) => StatusCode::CONFLICT,
+        ServiceError::FailedPrecondition(_) => StatusCode::PRECONDITION_FAILED,
+        ServiceError::ResourceExhausted(_) => StatusCode::PAYLOAD_TOO_LARGE,
+        ServiceError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        ServiceError::DeadlineExceeded(_) => StatusCode::REQUEST_TIMEOUT,
+    }
+}
+
+fn error_page(e: &ServiceError, who: &UiSession) -> Response {
+    let text = match super::envelope(e, None)["error"]["message"].as_str() {
+        Some(m) => format!("{}: {m}", e.code()),
+        None => e.code().to_string(),
+    };
+    refusal(status_of(e), Some(who), &text)
+}
+
+/// A method call as the signed-in member, through the API's dispatcher.
+async fn call(
+    st: &AppState,
+    s: &UiSession,
+    method: &str,
+    body: Value,
+) -> Result<Value, ServiceError> {
+    let bytes = serde_json::to_vec(&body).expect("a JSON value serializes");
+    run(st, s.actor.clone(), method, bytes.into(), None)
+        .await
+        .map(super::Reply::into_value)
+}
+
+fn may(st: &AppState, s: &UiSession, ws: &str, p: Permission) -> bool {
+    st.service.authorize(&s.actor, ws, p).is_ok()
+}
+
+fn csrf_ok(s: &UiSession, presented: &str) -> bool {
+    let (a, b) = (s.csrf.as_bytes(), presented.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+async fn login_page() -> Response {
+    page(
+        "Sign in",
+        None,
+        html! {
+            p { "Sign in with your member bearer token. It is exchanged for a session cookie and never stored in the browser." }
+            form method="post" action="/ui/login" {
+                label { "Token " input type="password" name="token" autocomplete="off" required; }
+                " " button type="submit" { "Sign in" }
+            }
+        },
+    )
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+async fn login(State(st): State<AppState>, Form(f): Form<LoginForm>) -> Response {
+    let member = match authenticate(&st.service.ctx.config, &f.token) {
+        Some(Actor::Member { member_id }) => member_id,
+        Some(_) => {
+            return refusal(
+                StatusCode::FORBIDDEN,
+                None,
+                "the web page is for members; a run token cannot sign in",
+            );
+        }
+        None => return refusal(StatusCode::UNAUTHORIZED, None, "unknown bearer token"),
+    };
+    let id = st.ui_sessions.insert(UiSession {
+        actor: Actor::Member {
+            member_id: member.clone(),
+        },
+        member,
+        csrf: crate::ids::new_creation_key(),
+        created: Instant::now(),
+    });
+    let cookie = format!(
+        "{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={}",
+        crate::limits::UI_SESSION_TTL.as_secs()
+    );
+    (
+        StatusCode::SEE_OTHER,
+        [
+            (header::SET_COOKIE, cookie),
+            (header::LOCATION, "/ui/".to_string()),
+        ],
+    )
+        .into_response()
+}
+
+#[derive(Deserialize)]
+struct CsrfForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+async fn logout(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Form(f): Form<CsrfForm>,
+) -> Response {
+    if let Some((id, s)) = session(&st, &headers) {
+        if !csrf_ok(&s, &f.csrf) {
+            return refusal(
+                StatusCode::FORBIDDEN,
+                Some(&s),
+                "the form's CSRF token is wrong",
+            );
+        }
+        st.ui_sessions.remove(&id);
+    }
+    (
+        StatusCode::SEE_OTHER,
+        [
+            (
+                header::SET_COOKIE,
+                format!("{COOKIE}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0"),
+            ),
+            (header::LOCATION, "/ui/login".to_string()),
+        ],
+    )
+        .into_response()
+}
+
+/// Renders any JSON value as escaped HTML: objects as tables, arrays as lists, strings as text
+/// (multi-line ones as preformatted text). Nothing from a value is ever markup.
+fn value(v: &Value) -> Markup {
+    match v {
+        Value::Null => html! { span.badge { "none" } },
+        Value::Bool(b) => html! { (b) },
+        Value::Number(n) => html! { (n.to_string()) },
+        Value::String(s) if s.contains('\n') => html! { pre { (visible(s)) } },
+        Value::String(s) => html! { (visible(s)) },
+        Value::Array(a) if a.is_empty() => html! { span.badge { "empty" } },
+        Value::Array(a) => html! { ol { @for x in a { li { (value(x)) } } } },
+        Value::Object(o) => html! {
+            table { @for (k, x) in o { tr { th { (k) } td { (value(x)) } } } }
+        },
+    }
+}
+
+/// `s` with control characters (terminal escapes among them) shown as their Unicode control
+/// pictures, so command output can neither restyle a terminal it is copied to nor hide text.
+fn visible(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '\n' | '\t' => c,
+            c if (c as u32) < 0x20 => char::from_u32(0x2400 + c as u32).unwrap_or('?'),
+            '\u{7f}' => '\u{2421}',
+            c => c,
+        })
+        .collect()
+}
+
+fn rows(items: &[Value], cols: &[&str], link: impl Fn(&Value) -> Option<String>) -> Markup {
+    html! {
+        table {
+            tr { @for c in cols { th { (c) } } }
+            @for it in items {
+                tr {
+                    @for (i, c) in cols.iter().enumerate() {
+                        td {
+                            @if i == 0 && let Some(href) = link(it) {
+                                a href=(href) { (value(&it[*c])) }
+                            } @else {
+                                (value(&it[*c]))
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn index(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    let Some((_, s)) = session(&st, &headers) else {
+        return Redirect::to("/ui/login").into_response();
+    };
+    let config = &st.service.ctx.config;
+    let mut sections = Vec::new();
+    for (ws_id, ws) in &config.workspaces {
+        if !may(&st, &s, ws_id, Permission::View) {
+            continue;
+        }
+        let body = json!({"workspace_id": ws_id});
+        let candidates = if ws.worktree.is_none() {
+            Some(call(&st, &s, "integration.list", body.clone()).await)
+        } else {
+            None
+        };
+        let proposals = if ws.worktree.is_some() {
+            Some(
+                call(
+                    &st,
+                    &s,
+                    "proposal.list",
+                    json!({"workspace_id": ws_id, "order": "newest"}),
+                )
+                .await,
+            )
+        } else {
+            None
+        };
+        let enc = urlencode(ws_id);
+        sections.push(html! {
+            h2 { "Workspace " (ws_id) }
+            @if let Some(c) = candidates {
+                h3 { "Candidates" }
+                @match c {
+                    Ok(v) => (rows(v["candidates"].as_array().map(Vec::as_slice).unwrap_or(&[]),
+                        &["candidate_id", "state", "target_ref", "created_at", "expires_at"],
+                        |c| c["candidate_id"].as_str().map(|id| format!("/ui/w/{enc}/candidates/{}", urlencode(id))))),
+                    Err(e) => p.blocked { (e.code()) ": " (e.to_string()) },
+                }
+            }
+            @if let Some(p) = proposals {
+                h3 { "Proposals" }
+                @match p {
+                    Ok(v) => (rows(v["proposals"].as_array().map(Vec::as_slice).unwrap_or(&[]),
+                        &["proposal_id", "title", "status", "author", "risk", "updated_at"],
+                        |p| p["proposal_id"].as_str().map(|id| format!("/ui/w/{enc}/proposals/{}", urlencode(id))))),
+                    Err(e) => p.blocked { (e.code()) ": " (e.to_string()) },
+                }
+            }
+        });
+    }
+    page(
+        "Airlock",
+        Some(&s),
+        html! {
+            @if sections.is_empty() { p { "You are not a member of any workspace." } }
+            @for sec in sections { (sec) }
+        },
+    )
+}
+
+/// Percent-encodes a path segment (ids are validated shapes, but nothing is trusted here).
+fn urlencode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+async fn candidate_page(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path((ws, id)): Path<(String, String)>,
+) -> Response {
+    let Some((_, s)) = session(&st, &headers) else {
+        return Redirect::to("/ui/login").into_response();
+    };
+    let body = json!({"workspace_id": ws, "candidate_id": id});
+    let c = match call(&st, &s, "integration.show", body.clone()).await {
+        Ok(v) => v["candidate"].clone(),
+        Err(e) => return error_page(&e, &s),
+    };
+    let patch = call(&st, &s, "integration.patch", body).await.ok();
+    let can_decide = may(&st, &s, &ws, Permission::Decide);
+    let request = &c["delivery_request"];
+    let pending = request["state"] == json!(crate::domain::delivery::RequestState::Requested);
+    let action = format!(
+        "/ui/w/{}/candidates/{}/decide",
+        urlencode(&ws),
+        urlencode(&id)
+    );
+    page(
+        &format!("Candidate {id}"),
+        Some(&s),
+        html! {
+            p { "State " strong { (value(&c["state"])) } " · target " (value(&c["target_ref"]))
+                " · created " (value(&c["created_at"])) " · expires " (value(&c["expires_at"])) }
+            h2 { "Inputs, in order" } (value(&c["inputs"]))
+            h2 { "Conflicts" } (value(&c["conflicts"]))
+            h2 { "Verifications" } (value(&c["verifications"]))
+            h2 { "Delivery request" } (value(request))
+            @if pending && can_decide {
+                form method="post" action=(action) {
+                    input type="hidden" name="csrf" value=(s.csrf);
+                    input type="hidden" name="request_id" value=(request["request_id"].as_str().unwrap_or(""));
+                    input type="hidden" name="request_version" value=(request["request_version"].as_u64().unwrap_or(0));
+                    button type="submit" name="approve" value="true" { "Approve delivery" }
+                    " "
+                    button type="submit" name="approve" value="false" { "Deny delivery" }
+                }
+            }
+            h2 { "Receipt" } (value(&c["delivery_receipt"]))
+            h2 { "Combined diff" }
+            @if let Some(p) = patch {
+                @if p["truncated"] == true { p.missing { "truncated at the cap" } }
+                pre { (visible(p["patch"].as_str().unwrap_or(""))) }
+            } @else { p { "no frozen revision yet" } }
+        },
+    )
+}
+
+#[derive(Deserialize)]
+struct DecideForm {
+    #[serde(default)]
+    csrf: String,
+    request_id: String,
+    request_version: u64,
+    approve: bool,
+}
+
+async fn candidate_decide(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path((ws, id)): Path<(String, String)>,
+    Form(f): Form<DecideForm>,
+) -> Response {
+    let Some((_, s)) = session(&st, &headers) else {
+        return refusal(StatusCode::UNAUTHORIZED, None, "sign in first");
+    };
+    if !csrf_ok(&s, &f.csrf) {
+        return refusal(
+            StatusCode::FORBIDDEN,
+            Some(&s),
+            "the form's CSRF token is wrong",
+        );
+    }
+    let body = json!({"workspace_id": ws, "candidate_id": id, "request_id": f.request_id,
+                      "request_version": f.request_version, "approve": f.approve});
+    match call(&st, &s, "integration.decide", body).await {
+        Ok(_) => Redirect::to(&format!(
+            "/ui/w/{}/candidates/{}",
+            urlencode(&ws),
+            urlencode(&id)
+        ))
+        .into_response(),
+        Err(e) => error_page(&e, &s),
+    }
+}
+
+async fn proposal_page(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path((ws, id)): Path<(String, String)>,
+) -> Response {
+    let Some((_, s)) = session(&st, &headers) else {
+        return Redirect::to("/ui/login").into_response();
+    };
+    let body = json!({"workspace_id": ws, "proposal_id": id});
+    let got = match call(&st, &s, "proposal.get", body.clone()).await {
+        Ok(v) => v,
+        Err(e) => return error_page(&e, &s),
+    };
+    let p = &got["proposal"];
+    let current = p["current_revision"].as_str().unwrap_or("").to_string();
+    let verdict = call(&st, &s, "policy.evaluate", body.clone()).await.ok();
+    let votes = call(&st, &s, "vote.list", body.clone()).await.ok();
+    let approvals = st
+        .service
+        .approval_list(&s.actor, &ws, &id)
+        .await
+        .unwrap_or_default();
+    let can_approve = may(&st, &s, &ws, Permission::Approve);
+    let stale = |v: &Value| v["revision"].as_str().is_some_and(|r| r != current);
+    page(
+        &format!("Proposal {id}"),
+        Some(&s),
+        html! {
+            p { strong { (value(&p["title"])) } " · " (value(&p["status"])) " · by " (value(&p["author"]))
+                " · risk " (value(&p["risk"])) }
+            h2 { "Summary (as written by its author)" } pre { (visible(p["summary_md"].as_str().unwrap_or(""))) }
+            h2 { "Revisions" }
+            table {
+                tr { th { "number" } th { "revision" } th { "bytes" } th { "created" } }
+                @for r in p["revisions"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+                    tr {
+                        td { (value(&r["number"])) @if r["current"] != true { " " span.badge.stale { "not current" } } }
+                        td { (value(&r["revision"])) } td { (value(&r["bytes"])) } td { (value(&r["created_at"])) }
+                    }
+                }
+            }
+            h2 { "Policy verdict" }
+            @if let Some(v) = &verdict {
+                table {
+                    tr { th { "requirement" } th { "state" } th { "detail" } }
+                    @for r in v["verdict"]["requirements"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+                        tr {
+                            td { (value(&r["name"])) }
+                            td class=(r["state"].as_str().unwrap_or("")) { (value(&r["state"])) }
+                            td { (value(&r["detail"])) }
+                        }
+                    }
+                }
+            }
+            h2 { "Votes" }
+            @for v in votes.as_ref().and_then(|v| v["votes"].as_array()).map(Vec::as_slice).unwrap_or(&[]) {
+                div { @if stale(v) { span.badge.stale { "not current" } } (value(v)) }
+            }
+            h2 { "Human approvals" }
+            @for a in &approvals {
+                div {
+                    @if stale(a) { span.badge.stale { "not current" } }
+                    (value(a))
+                    @if a["state"] == json!(crate::domain::policy::ApprovalState::Pending) && can_approve && !stale(a) {
+                        form method="post" action=(format!("/ui/w/{}/approvals/{}/decide", urlencode(&ws), urlencode(a["approval_id"].as_str().unwrap_or("")))) {
+                            input type="hidden" name="csrf" value=(s.csrf);
+                            input type="hidden" name="proposal_id" value=(id);
+                            label { "Reason " input type="text" name="reason_md" required; }
+                            " "
+                            button type="submit" name="approve" value="true" { "Approve" }
+                            " "
+                            button type="submit" name="approve" value="false" { "Deny" }
+                        }
+                    }
+                }
+            }
+            h2 { "Files of the current revision" } (value(&got["files"]))
+            h2 { "Decisions" } (value(&got["decisions"]))
+        },
+    )
+}
+
+#[derive(Deserialize)]
+struct ApprovalForm {
+    #[serde(default)]
+    csrf: String,
+    proposal_id: String,
+    approve: bool,
+    reason_md: String,
+}
+
+async fn approval_decide(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path((ws, id)): Path<(String, String)>,
+    Form(f): Form<ApprovalForm>,
+) -> Response {
+    let Some((_, s)) = session(&st, &headers) else {
+        return refusal(StatusCode::UNAUTHORIZED, None, "sign in first");
+    };
+    if !csrf_ok(&s, &f.csrf) {
+        return refusal(
+            StatusCode::FORBIDDEN,
+            Some(&s),
+            "the form's CSRF token is wrong",
+        );
+    }
+    let body = json!({"workspace_id": ws, "approval_id": id, "approve": f.approve,
+                      "reason_md": f.reason_md, "idempotency_key": crate::ids::new_creation_key()});
+    match call(&st, &s, "human.decide", body).await {
+        Ok(_) => Redirect::to(&format!(
+            "/ui/w/{}/proposals/{}",
+            urlencode(&ws),
+            urlencode(&f.proposal_id)
+        ))
+        .into_response(),
+        Err(e) => error_page(&e, &s),
+    }
+}

@@ -1,0 +1,347 @@
+//! The web page at `/ui/` over real HTTP: sign-in and its cookie, the CSP, hostile strings an
+//! agent wrote rendered as inert text, the approve button only for members who may decide,
+//! CSRF and permissions checked on the server.
+
+use crate::support::daemon::{ALICE, BOB, ERIN, RUN_A, Server};
+use crate::support::http::{Headers, exchange};
+use crate::support::repo::git;
+use serde_json::{Value, json};
+
+const FORM: (&str, &str) = ("Content-Type", "application/x-www-form-urlencoded");
+
+fn header<'a>(h: &'a Headers, name: &str) -> Option<&'a str> {
+    h.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
+fn form_encode(pairs: &[(&str, &str)]) -> String {
+    let enc = |s: &str| {
+        s.bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect::<String>()
+    };
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// Signs in with `token`; returns the `Cookie` header value.
+fn sign_in(s: &Server, token: &str) -> String {
+    let body = form_encode(&[("token", token)]);
+    let (status, h, _) = exchange(&s.addr, "POST", "/ui/login", &[FORM], body.as_bytes()).unwrap();
+    assert_eq!(status, 303);
+    let cookie = header(&h, "set-cookie").unwrap();
+    for attr in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
+        assert!(cookie.contains(attr), "{cookie} lacks {attr}");
+    }
+    cookie.split(';').next().unwrap().to_string()
+}
+
+fn get(s: &Server, cookie: &str, path: &str) -> (u16, Headers, String) {
+    let (status, h, body) = exchange(&s.addr, "GET", path, &[("Cookie", cookie)], b"").unwrap();
+    (status, h, String::from_utf8(body).unwrap())
+}
+
+fn post(s: &Server, cookie: &str, path: &str, pairs: &[(&str, &str)]) -> (u16, String) {
+    let body = form_encode(pairs);
+    let (status, _, body) = exchange(
+        &s.addr,
+        "POST",
+        path,
+        &[FORM, ("Cookie", cookie)],
+        body.as_bytes(),
+    )
+    .unwrap();
+    (status, String::from_utf8(body).unwrap())
+}
+
+/// The session's CSRF token, read from a page's hidden field.
+fn csrf(page: &str) -> String {
+    let at = page
+        .find("name=\"csrf\" value=\"")
+        .expect("a form with a CSRF token");
+    let rest = &page[at + 19..];
+    rest[..rest.find('"').unwrap()].to_string()
+}
+
+const HOSTILE: &str = "<script>alert(1)</script> \"><img src=x onerror=alert(2)> \
+                       <a href=\"javascript:alert(3)\">x</a> \u{1b}[31mred\u{1b}[0m";
+
+fn proposal_with_hostile_text(s: &Server) -> Value {
+    s.ok(
+        ALICE,
+        "claim.acquire",
+        json!({"workspace_id": "ws1", "task_id": "t1", "resource_id": "file:README",
+               "mode": "write", "idempotency_key": "c1"}),
+    );
+    std::fs::write(s.repo.join("README"), format!("base\n{HOSTILE}\n")).unwrap();
+    let out = std::process::Command::new("git")
+        .args(["diff", "--no-color"])
+        .current_dir(&s.repo)
+        .output()
+        .unwrap();
+    git(&s.repo, &["checkout", "-q", "--", "README"]);
+    let p = s.ok(
+        ALICE,
+        "proposal.create",
+        json!({"workspace_id": "ws1", "task_id": "t1", "title": "<b>bold</b> \"quoted\"",
+               "summary_md": format!("{HOSTILE}\nsecond line"),
+               "patch": String::from_utf8(out.stdout).unwrap(), "idempotency_key": "p1"}),
+    );
+    let id = p["proposal"]["proposal_id"].clone();
+    s.ok(
+        ALICE,
+        "proposal.request_review",
+        json!({"workspace_id": "ws1", "proposal_id": id, "idempotency_key": "r1"}),
+    );
+    p
+}
+
+#[test]
+fn sign_in_hostile_text_and_decisions_on_the_web_page() {
+    let s = Server::fake_governed();
+    // Without a session every page sends the browser to sign in.
+    let (status, h, _) = exchange(&s.addr, "GET", "/ui/", &[], b"").unwrap();
+    assert_eq!(status, 303);
+    assert_eq!(header(&h, "location"), Some("/ui/login"));
+    let (status, h, login) = exchange(&s.addr, "GET", "/ui/login", &[], b"").unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        String::from_utf8(login)
+            .unwrap()
+            .contains("type=\"password\"")
+    );
+    let csp = header(&h, "content-security-policy").unwrap();
+    assert!(
+        csp.contains("default-src 'none'") && !csp.contains("script-src"),
+        "{csp}"
+    );
+    // Unknown tokens and run tokens do not sign in.
+    for (token, want) in [("nope", 401), (RUN_A, 403)] {
+        let body = form_encode(&[("token", token)]);
+        let (status, h, _) =
+            exchange(&s.addr, "POST", "/ui/login", &[FORM], body.as_bytes()).unwrap();
+        assert_eq!(status, want, "{token}");
+        assert!(header(&h, "set-cookie").is_none());
+    }
+    // A made-up cookie is no session.
+    let (status, _, _) = get(&s, "airlock_session=0123", "/ui/");
+    assert_eq!(status, 303);
+
+    let p = proposal_with_hostile_text(&s);
+    let id = p["proposal"]["proposal_id"].as_str().unwrap().to_string();
+    let rev = p["proposal"]["current_revision"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let asked = s.ok(
+        ALICE,
+        "human.request_approval",
+        json!({"workspace_id": "ws1", "proposal_id": id, "revision": rev, "idempotency_key": "q1"}),
+    );
+    let aid = asked["approval"]["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let page_path = format!("/ui/w/ws1/proposals/{id}");
+
+    let erin = sign_in(&s, ERIN);
+    let (status, _, index) = get(&s, &erin, "/ui/");
+    assert_eq!(status, 200);
+    assert!(index.contains(&page_path), "the index links the proposal");
+    let (status, h, page) = get(&s, &erin, &page_path);
+    assert_eq!(status, 200, "{page}");
+    assert!(header(&h, "content-security-policy").is_some());
+    // Nothing an agent wrote is markup: no element, no handler, no link, no raw escape.
+    for forbidden in ["<script", "<img", "<b>", "href=\"javascript:", "\u{1b}"] {
+        assert!(!page.contains(forbidden), "{forbidden:?} reached the page");
+    }
+    for escaped in [
+        "&lt;script&gt;alert(1)&lt;/script&gt;",
+        "&quot;&gt;&lt;img",
+        "&lt;b&gt;bold",
+    ] {
+        assert!(page.contains(escaped), "{escaped} missing");
+    }
+    assert!(
+        page.contains("\u{241b}[31mred"),
+        "escapes are shown as control pictures"
+    );
+    // erin may approve: the button is there.
+    assert!(page.contains("Approve</button>"), "{page}");
+    let token = csrf(&page);
+    let action = format!("/ui/w/ws1/approvals/{aid}/decide");
+
+    // bob (view, review) sees the proposal but no approve button, and the server refuses his
+    // hand-made POST anyway.
+    let bob = sign_in(&s, BOB);
+    let (_, _, bob_page) = get(&s, &bob, &page_path);
+    assert!(!bob_page.contains("Approve</button>"));
+    let bob_csrf = csrf(&bob_page); // his sign-out form
+    let (status, body) = post(
+        &s,
+        &bob,
+        &action,
+        &[
+            ("csrf", &bob_csrf),
+            ("proposal_id", &id),
+            ("approve", "true"),
+            ("reason_md", "me"),
+        ],
+    );
+    assert_eq!(status, 403, "{body}");
+    // A forged POST without (or with another session's) CSRF token is refused, and changes
+    // nothing.
+    for forged in [None, Some(bob_csrf.as_str())] {
+        let mut pairs = vec![
+            ("proposal_id", id.as_str()),
+            ("approve", "true"),
+            ("reason_md", "x"),
+        ];
+        if let Some(t) = forged {
+            pairs.push(("csrf", t));
+        }
+        let (status, body) = post(&s, &erin, &action, &pairs);
+        assert_eq!(status, 403, "{body}");
+        assert!(body.contains("CSRF"), "{body}");
+    }
+    let (_, _, still) = get(&s, &erin, &page_path);
+    assert!(still.contains("Approve</button>"), "still pending");
+
+    // erin's own form approves.
+    let (status, body) = post(
+        &s,
+        &erin,
+        &action,
+        &[
+            ("csrf", &token),
+            ("proposal_id", &id),
+            ("approve", "true"),
+            ("reason_md", "looks right"),
+        ],
+    );
+    assert_eq!(status, 303, "{body}");
+    let (_, _, after) = get(&s, &erin, &page_path);
+    assert!(!after.contains("Approve</button>"), "decided: no button");
+    assert!(after.contains("approved"), "{after}");
+    assert!(after.contains("member:erin"));
+
+    // Signing out ends the session on the server.
+    let (status, _) = post(&s, &erin, "/ui/logout", &[("csrf", &token)]);
+    assert_eq!(status, 303);
+    let (status, _, _) = get(&s, &erin, &page_path);
+    assert_eq!(status, 303);
+}
+
+#[test]
+fn a_delivery_request_is_decided_on_the_candidate_page_by_a_member_with_decide_only() {
+    use crate::support::daemon::{DAVE, cand, wait_for};
+    let s = Server::fake();
+    let base = s.head();
+    let a = s.agent_commit("a", &base, &[("app.txt", "<script>alert(1)</script>\n")]);
+    let sub = s.evidence("run_a", &base, &a, None);
+    let c = s.ok(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(vec![sub], &base, "p"),
+    );
+    let cid = cand(&c)["candidate_id"].as_str().unwrap().to_string();
+    let rev = cand(&c)["candidate_revision"].as_str().unwrap().to_string();
+    let v = s.ok(
+        ALICE,
+        "integration.verify",
+        json!({"workspace_id": "ws1", "candidate_id": cid,
+        "candidate_revision": rev, "argv": ["true", "<img src=x onerror=alert(1)>"],
+        "timeout_seconds": 60, "idempotency_key": "v1"}),
+    );
+    let vid = cand(&v)["verifications"][0]["verification_id"].clone();
+    wait_for(
+        || {
+            let v = s.ok(
+                ALICE,
+                "integration.show",
+                json!({"workspace_id": "ws1", "candidate_id": cid}),
+            );
+            cand(&v)["verifications"][0]["status"] != "running"
+        },
+        "the verification settles",
+    );
+    let r = s.ok(
+        ALICE,
+        "integration.request_delivery",
+        json!({"workspace_id": "ws1",
+        "candidate_id": cid, "candidate_revision": rev, "verification_ids": [vid],
+        "action": "update_ref", "idempotency_key": "d1"}),
+    );
+    assert_eq!(cand(&r)["delivery_request"]["state"], "requested", "{r}");
+    let path = format!("/ui/w/ws1/candidates/{cid}");
+
+    // bob (view only) sees the candidate, its diff and verification, escaped, and no buttons.
+    let bob = sign_in(&s, BOB);
+    let (status, _, page) = get(&s, &bob, &path);
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "the diff is on the page, escaped"
+    );
+    assert!(
+        page.contains("&lt;img src=x onerror=alert(1)&gt;"),
+        "the argv is escaped"
+    );
+    assert!(!page.contains("<script") && !page.contains("<img"));
+    assert!(!page.contains("Approve delivery"));
+    // dave (decide) gets the buttons and approves.
+    let dave = sign_in(&s, DAVE);
+    let (_, _, page) = get(&s, &dave, &path);
+    assert!(page.contains("Approve delivery"), "{page}");
+    let token = csrf(&page);
+    let req = &cand(&r)["delivery_request"];
+    let request_id = req["request_id"].as_str().unwrap();
+    let version = req["request_version"].to_string();
+    let action = format!("{path}/decide");
+    let fields = |csrf: &str| {
+        vec![
+            ("csrf".to_string(), csrf.to_string()),
+            ("request_id".to_string(), request_id.to_string()),
+            ("request_version".to_string(), version.clone()),
+            ("approve".to_string(), "true".to_string()),
+        ]
+    };
+    let send = |cookie: &str, f: Vec<(String, String)>| {
+        let pairs: Vec<(&str, &str)> = f.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        post(&s, cookie, &action, &pairs)
+    };
+    // bob's hand-made POST with his own session's token: refused by the server.
+    let (_, _, bob_page) = get(&s, &bob, &path);
+    let (status, body) = send(&bob, fields(&csrf(&bob_page)));
+    assert_eq!(status, 403, "{body}");
+    // dave's POST without the CSRF token: refused.
+    let (status, _) = send(&dave, fields("").into_iter().skip(1).collect());
+    assert_eq!(status, 403);
+    let now = s.ok(
+        ALICE,
+        "integration.show",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    assert_eq!(
+        cand(&now)["delivery_request"]["state"],
+        "requested",
+        "nothing changed"
+    );
+    let (status, body) = send(&dave, fields(&token));
+    assert_eq!(status, 303, "{body}");
+    let now = s.ok(
+        ALICE,
+        "integration.show",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    assert_eq!(cand(&now)["delivery_request"]["state"], "approved", "{now}");
+    assert_eq!(cand(&now)["delivery_request"]["decided_by"], "member:dave");
+}
