@@ -9,7 +9,8 @@
 #   (default)       the test suite: all of the above plus a C compiler and static libc (the
 #                   syscall probe fixture), GNU time (the benchmark's peak RSS), python3-pip
 #                   (real documentation files the tests read), strace (the apply durability test),
-#                   python3-venv and, from PyPI into target/py, scripts/requirements-tests.txt
+#                   python3-venv, chromium and chromium-driver (the web page's browser test) and,
+#                   from PyPI into target/py, scripts/requirements-tests.txt
 # Idempotent: installs only what is missing.
 set -euo pipefail
 
@@ -39,6 +40,9 @@ if [ "$job" = tests ]; then
   command -v strace >/dev/null 2>&1 || need+=(strace)
   # The Python tools below live in a virtual environment (Debian's python3 has no venv alone).
   python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+  # The web page's real-browser test: headless Chromium driven by Selenium.
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)
+  command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 fi
 
 if [ ${#need[@]} -gt 0 ]; then

@@ -104,6 +104,27 @@ fn proposal_with_hostile_text(s: &Server) -> Value {
     p
 }
 
+/// A proposal in review with hostile text and a pending human approval alice asked for;
+/// returns (proposal id, approval id).
+fn awaiting_approval(s: &Server) -> (String, String) {
+    let p = proposal_with_hostile_text(s);
+    let id = p["proposal"]["proposal_id"].as_str().unwrap().to_string();
+    let rev = p["proposal"]["current_revision"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let asked = s.ok(
+        ALICE,
+        "human.request_approval",
+        json!({"workspace_id": "ws1", "proposal_id": id, "revision": rev, "idempotency_key": "q1"}),
+    );
+    let aid = asked["approval"]["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (id, aid)
+}
+
 #[test]
 fn sign_in_hostile_text_and_decisions_on_the_web_page() {
     let s = Server::fake_governed();
@@ -135,21 +156,7 @@ fn sign_in_hostile_text_and_decisions_on_the_web_page() {
     let (status, _, _) = get(&s, "airlock_session=0123", "/ui/");
     assert_eq!(status, 303);
 
-    let p = proposal_with_hostile_text(&s);
-    let id = p["proposal"]["proposal_id"].as_str().unwrap().to_string();
-    let rev = p["proposal"]["current_revision"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let asked = s.ok(
-        ALICE,
-        "human.request_approval",
-        json!({"workspace_id": "ws1", "proposal_id": id, "revision": rev, "idempotency_key": "q1"}),
-    );
-    let aid = asked["approval"]["approval_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (id, aid) = awaiting_approval(&s);
     let page_path = format!("/ui/w/ws1/proposals/{id}");
 
     let erin = sign_in(&s, ERIN);
@@ -240,10 +247,10 @@ fn sign_in_hostile_text_and_decisions_on_the_web_page() {
     assert_eq!(status, 303);
 }
 
-#[test]
-fn a_delivery_request_is_decided_on_the_candidate_page_by_a_member_with_decide_only() {
-    use crate::support::daemon::{DAVE, cand, wait_for};
-    let s = Server::fake();
+/// A frozen candidate with a hostile diff, a passed verification with a hostile argv and alice's
+/// delivery request; returns (candidate id, the request_delivery answer).
+fn awaiting_decision(s: &Server) -> (String, Value) {
+    use crate::support::daemon::{cand, wait_for};
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("app.txt", "<script>alert(1)</script>\n")]);
     let sub = s.evidence("run_a", &base, &a, None);
@@ -281,6 +288,14 @@ fn a_delivery_request_is_decided_on_the_candidate_page_by_a_member_with_decide_o
         "action": "update_ref", "idempotency_key": "d1"}),
     );
     assert_eq!(cand(&r)["delivery_request"]["state"], "requested", "{r}");
+    (cid, r)
+}
+
+#[test]
+fn a_delivery_request_is_decided_on_the_candidate_page_by_a_member_with_decide_only() {
+    use crate::support::daemon::{DAVE, cand};
+    let s = Server::fake();
+    let (cid, r) = awaiting_decision(&s);
     let path = format!("/ui/w/ws1/candidates/{cid}");
 
     // bob (view only) sees the candidate, its diff and verification, escaped, and no buttons.
@@ -343,5 +358,144 @@ fn a_delivery_request_is_decided_on_the_candidate_page_by_a_member_with_decide_o
         json!({"workspace_id": "ws1", "candidate_id": cid}),
     );
     assert_eq!(cand(&now)["delivery_request"]["state"], "approved", "{now}");
+    assert_eq!(cand(&now)["delivery_request"]["decided_by"], "member:dave");
+}
+
+/// Runs the Selenium script (tests/fixtures/ui_browser.py) with `steps` against `s`; returns
+/// the pages it saw. Screenshots land in target/ui-screenshots/.
+fn browse(s: &Server, steps: Value) -> Vec<Value> {
+    use std::io::Write;
+    let shots = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ui-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    for tool in ["/usr/bin/chromium", "/usr/bin/chromedriver"] {
+        assert!(
+            std::path::Path::new(tool).exists(),
+            "{tool} is missing: run scripts/install-prereqs.sh (Debian's chromium and chromium-driver)"
+        );
+    }
+    let job = json!({"base": format!("http://{}", s.addr), "shots": shots, "steps": steps});
+    let mut child = std::process::Command::new(crate::support::python_tool("python"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/ui_browser.py"
+        ))
+        .current_dir(s.dir.path())
+        .env("HOME", s.dir.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(job.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the browser run failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["pages"].as_array().unwrap().clone()
+}
+
+fn has_button(page: &Value, label: &str) -> bool {
+    page["buttons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|b| b == label)
+}
+
+#[test]
+fn in_a_real_browser_an_approver_approves_and_a_viewer_gets_no_button() {
+    let s = Server::fake_governed();
+    let (id, aid) = awaiting_approval(&s);
+    let page = format!("/ui/w/ws1/proposals/{id}");
+    let pages = browse(
+        &s,
+        json!([
+            {"do": "sign_in", "token": BOB},
+            {"do": "open", "path": page, "shot": "proposal-as-viewer"},
+            {"do": "forge", "action": format!("/ui/w/ws1/approvals/{aid}/decide"),
+             "fields": {"proposal_id": id, "approve": "true", "reason_md": "forged"}},
+            {"do": "sign_in", "token": ERIN},
+            {"do": "open", "path": "/ui/", "shot": "index"},
+            {"do": "open", "path": page, "shot": "proposal-pending-approval"},
+            {"do": "click", "button": "Approve", "fill": {"reason_md": "read it, fine"},
+             "shot": "proposal-approved"},
+        ]),
+    );
+    // [sign-in, viewer's page, forged post, sign-in, index, approver's page, after approving]
+    assert_eq!(pages.len(), 7, "{pages:?}");
+    let viewer = &pages[1];
+    assert!(
+        viewer["text"]
+            .as_str()
+            .unwrap()
+            .contains("<script>alert(1)</script>"),
+        "hostile text shows as text: {viewer}"
+    );
+    assert!(!has_button(viewer, "Approve"), "{viewer}");
+    assert!(
+        pages[2]["text"].as_str().unwrap().contains("CSRF"),
+        "{}",
+        pages[2]
+    );
+    assert!(pages[4]["text"].as_str().unwrap().contains(&id));
+    assert!(has_button(&pages[5], "Approve"), "{}", pages[5]);
+    let after = &pages[6];
+    assert!(
+        after["path"].as_str().unwrap().ends_with(&page[1..]),
+        "{after}"
+    );
+    assert!(!has_button(after, "Approve"));
+    assert!(
+        after["text"].as_str().unwrap().contains("read it, fine"),
+        "{after}"
+    );
+    let text = after["text"].as_str().unwrap();
+    assert!(
+        text.contains("approved") && text.contains("member:erin"),
+        "{after}"
+    );
+}
+
+#[test]
+fn in_a_real_browser_a_decider_approves_a_delivery() {
+    use crate::support::daemon::{DAVE, cand};
+    let s = Server::fake();
+    let (cid, _) = awaiting_decision(&s);
+    let page = format!("/ui/w/ws1/candidates/{cid}");
+    let pages = browse(
+        &s,
+        json!([
+            {"do": "sign_in", "token": BOB},
+            {"do": "open", "path": page, "shot": "candidate-as-viewer"},
+            {"do": "sign_in", "token": DAVE},
+            {"do": "open", "path": page, "shot": "candidate-requested"},
+            {"do": "click", "button": "Approve delivery", "shot": "candidate-approved"},
+        ]),
+    );
+    assert_eq!(pages.len(), 5, "{pages:?}");
+    assert!(!has_button(&pages[1], "Approve delivery"));
+    assert!(
+        pages[1]["text"]
+            .as_str()
+            .unwrap()
+            .contains("<img src=x onerror=alert(1)>")
+    );
+    assert!(has_button(&pages[3], "Approve delivery"), "{}", pages[3]);
+    assert!(!has_button(&pages[4], "Approve delivery"), "{}", pages[4]);
+    let now = s.ok(
+        ALICE,
+        "integration.show",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    assert_eq!(cand(&now)["delivery_request"]["state"], "approved");
     assert_eq!(cand(&now)["delivery_request"]["decided_by"], "member:dave");
 }
