@@ -102,20 +102,25 @@ struct ApiError(ServiceError, Option<String>);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = match &self.0 {
-            ServiceError::InvalidArgument(_) => StatusCode::BAD_REQUEST,
-            ServiceError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
-            ServiceError::PermissionDenied(_) => StatusCode::FORBIDDEN,
-            ServiceError::NotFound(_) => StatusCode::NOT_FOUND,
-            ServiceError::Conflict(_) => StatusCode::CONFLICT,
-            ServiceError::FailedPrecondition(_) => StatusCode::PRECONDITION_FAILED,
-            ServiceError::ResourceExhausted(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ServiceError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ServiceError::DeadlineExceeded(_) => StatusCode::REQUEST_TIMEOUT,
-        };
+        let status = status_of(&self.0);
         let body = envelope(&self.0, self.1);
         (status, axum::Json(body)).into_response()
+    }
+}
+
+/// The HTTP status of each error code (the web page answers the same ones).
+fn status_of(e: &ServiceError) -> StatusCode {
+    match e {
+        ServiceError::InvalidArgument(_) => StatusCode::BAD_REQUEST,
+        ServiceError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+        ServiceError::PermissionDenied(_) => StatusCode::FORBIDDEN,
+        ServiceError::NotFound(_) => StatusCode::NOT_FOUND,
+        ServiceError::Conflict(_) => StatusCode::CONFLICT,
+        ServiceError::FailedPrecondition(_) => StatusCode::PRECONDITION_FAILED,
+        ServiceError::ResourceExhausted(_) => StatusCode::PAYLOAD_TOO_LARGE,
+        ServiceError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        ServiceError::DeadlineExceeded(_) => StatusCode::REQUEST_TIMEOUT,
     }
 }
 

@@ -230,6 +230,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_documented_statuses_are_the_ones_the_api_answers() {
+        use crate::engine::service::ServiceError as E;
+        let all = [
+            E::invalid("x"),
+            E::Unauthenticated(String::new()),
+            E::PermissionDenied(String::new()),
+            E::NotFound(String::new()),
+            E::Conflict(String::new()),
+            E::precondition("x"),
+            E::exhausted("x"),
+            E::internal("x"),
+            E::Unavailable(String::new()),
+            E::DeadlineExceeded(String::new()),
+        ];
+        assert_eq!(all.len(), ERRORS.len());
+        for e in &all {
+            let status = super::super::status_of(e).as_u16();
+            assert!(
+                ERRORS
+                    .iter()
+                    .any(|(s, c, _)| *s == status && *c == e.code()),
+                "{} {status} is not documented",
+                e.code()
+            );
+        }
+    }
+
+    #[test]
     fn every_method_is_a_path_and_every_ref_resolves() {
         let config = crate::config::Config::builtin();
         let doc = document(&config);

@@ -169,27 +169,12 @@ fn refusal(status: StatusCode, who: Option<&UiSession>, message: &str) -> Respon
     r
 }
 
-fn status_of(e: &ServiceError) -> StatusCode {
-    match e {
-        ServiceError::InvalidArgument(_) => StatusCode::BAD_REQUEST,
-        ServiceError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
-        ServiceError::PermissionDenied(_) => StatusCode::FORBIDDEN,
-        ServiceError::NotFound(_) => StatusCode::NOT_FOUND,
-        ServiceError::Conflict(_) => StatusCode::CONFLICT,
-        ServiceError::FailedPrecondition(_) => StatusCode::PRECONDITION_FAILED,
-        ServiceError::ResourceExhausted(_) => StatusCode::PAYLOAD_TOO_LARGE,
-        ServiceError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-        ServiceError::DeadlineExceeded(_) => StatusCode::REQUEST_TIMEOUT,
-    }
-}
-
 fn error_page(e: &ServiceError, who: &UiSession) -> Response {
     let text = match super::envelope(e, None)["error"]["message"].as_str() {
         Some(m) => format!("{}: {m}", e.code()),
         None => e.code().to_string(),
     };
-    refusal(status_of(e), Some(who), &text)
+    refusal(super::status_of(e), Some(who), &text)
 }
 
 /// A method call as the signed-in member, through the API's dispatcher.
@@ -207,6 +192,30 @@ async fn call(
 
 fn may(st: &AppState, s: &UiSession, ws: &str, p: Permission) -> bool {
     st.service.authorize(&s.actor, ws, p).is_ok()
+}
+
+/// The session of a form's POST, refused unless signed in and carrying the session's own CSRF
+/// token.
+fn form_session(
+    st: &AppState,
+    headers: &HeaderMap,
+    csrf: &str,
+) -> Result<UiSession, Box<Response>> {
+    let Some((_, s)) = session(st, headers) else {
+        return Err(Box::new(refusal(
+            StatusCode::UNAUTHORIZED,
+            None,
+            "sign in first",
+        )));
+    };
+    if !csrf_ok(&s, csrf) {
+        return Err(Box::new(refusal(
+            StatusCode::FORBIDDEN,
+            Some(&s),
+            "the form's CSRF token is wrong",
+        )));
+    }
+    Ok(s)
 }
 
 fn csrf_ok(s: &UiSession, presented: &str) -> bool {
@@ -494,16 +503,10 @@ async fn candidate_decide(
     Path((ws, id)): Path<(String, String)>,
     Form(f): Form<DecideForm>,
 ) -> Response {
-    let Some((_, s)) = session(&st, &headers) else {
-        return refusal(StatusCode::UNAUTHORIZED, None, "sign in first");
+    let s = match form_session(&st, &headers, &f.csrf) {
+        Ok(s) => s,
+        Err(refused) => return *refused,
     };
-    if !csrf_ok(&s, &f.csrf) {
-        return refusal(
-            StatusCode::FORBIDDEN,
-            Some(&s),
-            "the form's CSRF token is wrong",
-        );
-    }
     let body = json!({"workspace_id": ws, "candidate_id": id, "request_id": f.request_id,
                       "request_version": f.request_version, "approve": f.approve});
     match call(&st, &s, "integration.decide", body).await {
@@ -614,16 +617,10 @@ async fn approval_decide(
     Path((ws, id)): Path<(String, String)>,
     Form(f): Form<ApprovalForm>,
 ) -> Response {
-    let Some((_, s)) = session(&st, &headers) else {
-        return refusal(StatusCode::UNAUTHORIZED, None, "sign in first");
+    let s = match form_session(&st, &headers, &f.csrf) {
+        Ok(s) => s,
+        Err(refused) => return *refused,
     };
-    if !csrf_ok(&s, &f.csrf) {
-        return refusal(
-            StatusCode::FORBIDDEN,
-            Some(&s),
-            "the form's CSRF token is wrong",
-        );
-    }
     let body = json!({"workspace_id": ws, "approval_id": id, "approve": f.approve,
                       "reason_md": f.reason_md, "idempotency_key": crate::ids::new_creation_key()});
     match call(&st, &s, "human.decide", body).await {

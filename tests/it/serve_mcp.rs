@@ -4,11 +4,10 @@
 //! records they create are the ones the HTTP API shows.
 
 use crate::support::daemon::{ALICE, BOB, Server};
-use crate::support::python_tool;
+use crate::support::python_json;
 use crate::support::repo::git;
 use serde_json::{Value, json};
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 fn readme_patch(s: &Server) -> String {
     std::fs::write(s.repo.join("README"), "base\nfrom an agent\n").unwrap();
@@ -25,28 +24,7 @@ fn readme_patch(s: &Server) -> String {
 /// Runs the client over `sessions` ([token, [[key, tool, arguments]]]).
 fn client(s: &Server, sessions: Value) -> Vec<Value> {
     let job = json!({"url": format!("http://{}/mcp", s.addr), "sessions": sessions});
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mcp_client.py");
-    let mut child = Command::new(python_tool("python"))
-        .arg(script)
-        .current_dir(s.dir.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(job.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "the MCP client failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = python_json("mcp_client.py", s.dir.path(), &job);
     v["sessions"].as_array().unwrap().clone()
 }
 

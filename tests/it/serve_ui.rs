@@ -364,7 +364,6 @@ fn a_delivery_request_is_decided_on_the_candidate_page_by_a_member_with_decide_o
 /// Runs the Selenium script (tests/fixtures/ui_browser.py) with `steps` against `s`; returns
 /// the pages it saw. Screenshots land in target/ui-screenshots/.
 fn browse(s: &Server, steps: Value) -> Vec<Value> {
-    use std::io::Write;
     let shots = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ui-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
     for tool in ["/usr/bin/chromium", "/usr/bin/chromedriver"] {
@@ -374,32 +373,7 @@ fn browse(s: &Server, steps: Value) -> Vec<Value> {
         );
     }
     let job = json!({"base": format!("http://{}", s.addr), "shots": shots, "steps": steps});
-    let mut child = std::process::Command::new(crate::support::python_tool("python"))
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/ui_browser.py"
-        ))
-        .current_dir(s.dir.path())
-        .env("HOME", s.dir.path())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(job.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "the browser run failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = crate::support::python_json("ui_browser.py", s.dir.path(), &job);
     v["pages"].as_array().unwrap().clone()
 }
 

@@ -162,3 +162,40 @@ pub fn python_tool(name: &str) -> std::path::PathBuf {
     );
     path
 }
+
+/// Runs a Python fixture (tests/fixtures/<script>) with the tests' Python, `job` as JSON on
+/// stdin, in `cwd`; returns its JSON stdout, failing with its stderr when it fails.
+pub fn python_json(
+    script: &str,
+    cwd: &std::path::Path,
+    job: &serde_json::Value,
+) -> serde_json::Value {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(script);
+    let mut child = Command::new(python_tool("python"))
+        .arg(&path)
+        .current_dir(cwd)
+        .env("HOME", cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(job.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
