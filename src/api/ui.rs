@@ -84,6 +84,7 @@ pub fn router() -> Router<AppState> {
         .route("/ui/w/{ws}/candidates/{id}/decide", post(candidate_decide))
         .route("/ui/w/{ws}/proposals/{id}", get(proposal_page))
         .route("/ui/w/{ws}/approvals/{id}/decide", post(approval_decide))
+        .route("/ui/w/{ws}/transactions/{id}", get(transaction_page))
         .layer(axum::extract::DefaultBodyLimit::max(
             crate::limits::UI_FORM_LIMIT,
         ))
@@ -390,6 +391,11 @@ async fn index(State(st): State<AppState>, headers: HeaderMap) -> Response {
         } else {
             None
         };
+        let transactions = if ws.worktree.is_some() {
+            Some(call(&st, &s, "transaction.list", json!({"workspace_id": ws_id})).await)
+        } else {
+            None
+        };
         let enc = urlencode(ws_id);
         sections.push(html! {
             h2 { "Workspace " (ws_id) }
@@ -408,6 +414,15 @@ async fn index(State(st): State<AppState>, headers: HeaderMap) -> Response {
                     Ok(v) => (rows(v["proposals"].as_array().map(Vec::as_slice).unwrap_or(&[]),
                         &["proposal_id", "title", "status", "author", "risk", "updated_at"],
                         |p| p["proposal_id"].as_str().map(|id| format!("/ui/w/{enc}/proposals/{}", urlencode(id))))),
+                    Err(e) => p.blocked { (e.code()) ": " (e.to_string()) },
+                }
+            }
+            @if let Some(t) = transactions {
+                h3 { "Transactions" }
+                @match t {
+                    Ok(v) => (rows(v["transactions"].as_array().map(Vec::as_slice).unwrap_or(&[]),
+                        &["transaction_id", "status", "proposal_id", "created_at"],
+                        |t| t["transaction_id"].as_str().map(|id| format!("/ui/w/{enc}/transactions/{}", urlencode(id))))),
                     Err(e) => p.blocked { (e.code()) ": " (e.to_string()) },
                 }
             }
@@ -632,4 +647,48 @@ async fn approval_decide(
         .into_response(),
         Err(e) => error_page(&e, &s),
     }
+}
+
+async fn transaction_page(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path((ws, id)): Path<(String, String)>,
+) -> Response {
+    let Some((_, s)) = session(&st, &headers) else {
+        return Redirect::to("/ui/login").into_response();
+    };
+    let body = json!({"workspace_id": ws, "transaction_id": id});
+    let t = match call(&st, &s, "transaction.show", body.clone()).await {
+        Ok(v) => v["transaction"].clone(),
+        Err(e) => return error_page(&e, &s),
+    };
+    let phases = call(&st, &s, "transaction.phases", body.clone()).await;
+    let recovery = call(&st, &s, "transaction.recovery", body).await;
+    let section = |r: &Result<Value, ServiceError>, f: &dyn Fn(&Value) -> Markup| match r {
+        Ok(v) => f(v),
+        Err(e) => html! { p.blocked { (e.code()) ": " (e.to_string()) } },
+    };
+    page(
+        &format!("Transaction {id}"),
+        Some(&s),
+        html! {
+            p { "Status " strong { (value(&t["status"])) } " · proposal "
+                a href=(format!("/ui/w/{}/proposals/{}", urlencode(&ws), urlencode(t["proposal_id"].as_str().unwrap_or("")))) {
+                    (value(&t["proposal_id"]))
+                }
+            }
+            h2 { "Phases" }
+            (section(&phases, &|v| rows(v["phases"].as_array().map(Vec::as_slice).unwrap_or(&[]),
+                &["phase", "actor", "started_at", "ended_at", "reason", "failure_code", "request_id"], |_| None)))
+            h2 { "Recovery: each touched path judged from the file" }
+            (section(&recovery, &|v| html! {
+                p { "Repository state " strong { (value(&v["repository_state"])) } }
+                (rows(v["paths"].as_array().map(Vec::as_slice).unwrap_or(&[]), &["path", "state"], |_| None))
+                h3 { "Advice" } (value(&v["actions"]))
+                @if !v["blocked_reason"].is_null() { p.blocked { "Blocked: " (value(&v["blocked_reason"])) } }
+                @if !v["artifact_error"].is_null() { p.blocked { "Rollback artifact: " (value(&v["artifact_error"])) } }
+            }))
+            h2 { "The transaction" } (value(&t))
+        },
+    )
 }

@@ -212,6 +212,30 @@ fn validate_in_the_sandbox_then_apply_installs_exactly_the_validated_bytes() {
     assert_eq!(r["repository_state"], "applied_then_modified", "{r}");
     let listed = s.ok(BOB, "transaction.list", json!({"workspace_id": "ws1"}));
     assert_eq!(listed["transactions"].as_array().unwrap().len(), 1);
+    // The web page shows the same: linked from the index, phases, per-path states, advice.
+    let bob = crate::serve_ui::sign_in(&s, BOB);
+    let tid = t["transaction_id"].as_str().unwrap();
+    let (_, _, index) = crate::serve_ui::get(&s, &bob, "/ui/");
+    assert!(
+        index.contains(&format!("/ui/w/ws1/transactions/{tid}")),
+        "{index}"
+    );
+    let (status, _, page) =
+        crate::serve_ui::get(&s, &bob, &format!("/ui/w/ws1/transactions/{tid}"));
+    assert_eq!(status, 200, "{page}");
+    for shown in [
+        "installing",
+        "applied_then_modified",
+        "docs/new.md",
+        "compensate",
+        "staged_only",
+    ] {
+        if shown == "staged_only" {
+            assert!(!page.contains(shown), "no path is only staged");
+        } else {
+            assert!(page.contains(shown), "{shown} missing: {page}");
+        }
+    }
 }
 
 #[test]

@@ -33,7 +33,7 @@ fn form_encode(pairs: &[(&str, &str)]) -> String {
 }
 
 /// Signs in with `token`; returns the `Cookie` header value.
-fn sign_in(s: &Server, token: &str) -> String {
+pub fn sign_in(s: &Server, token: &str) -> String {
     let body = form_encode(&[("token", token)]);
     let (status, h, _) = exchange(&s.addr, "POST", "/ui/login", &[FORM], body.as_bytes()).unwrap();
     assert_eq!(status, 303);
@@ -44,7 +44,7 @@ fn sign_in(s: &Server, token: &str) -> String {
     cookie.split(';').next().unwrap().to_string()
 }
 
-fn get(s: &Server, cookie: &str, path: &str) -> (u16, Headers, String) {
+pub fn get(s: &Server, cookie: &str, path: &str) -> (u16, Headers, String) {
     let (status, h, body) = exchange(&s.addr, "GET", path, &[("Cookie", cookie)], b"").unwrap();
     (status, h, String::from_utf8(body).unwrap())
 }
