@@ -131,6 +131,22 @@ fn session(st: &AppState, headers: &HeaderMap) -> Option<(String, UiSession)> {
     st.ui_sessions.get(&id).map(|s| (id, s))
 }
 
+/// A page's signed-in member; a browser without a session is sent to sign in.
+struct Signed(UiSession);
+
+impl axum::extract::FromRequestParts<AppState> for Signed {
+    type Rejection = Redirect;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        st: &AppState,
+    ) -> Result<Self, Redirect> {
+        session(st, &parts.headers)
+            .map(|(_, s)| Signed(s))
+            .ok_or_else(|| Redirect::to("/ui/login"))
+    }
+}
+
 fn page(title: &str, who: Option<&UiSession>, body: Markup) -> Response {
     let doc = html! {
         (DOCTYPE)
@@ -362,10 +378,7 @@ fn rows(items: &[Value], cols: &[&str], link: impl Fn(&Value) -> Option<String>)
     }
 }
 
-async fn index(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    let Some((_, s)) = session(&st, &headers) else {
-        return Redirect::to("/ui/login").into_response();
-    };
+async fn index(State(st): State<AppState>, Signed(s): Signed) -> Response {
     let config = &st.service.ctx.config;
     let mut sections = Vec::new();
     for (ws_id, ws) in &config.workspaces {
@@ -453,12 +466,9 @@ fn urlencode(s: &str) -> String {
 
 async fn candidate_page(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    Signed(s): Signed,
     Path((ws, id)): Path<(String, String)>,
 ) -> Response {
-    let Some((_, s)) = session(&st, &headers) else {
-        return Redirect::to("/ui/login").into_response();
-    };
     let body = json!({"workspace_id": ws, "candidate_id": id});
     let c = match call(&st, &s, "integration.show", body.clone()).await {
         Ok(v) => v["candidate"].clone(),
@@ -537,12 +547,9 @@ async fn candidate_decide(
 
 async fn proposal_page(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    Signed(s): Signed,
     Path((ws, id)): Path<(String, String)>,
 ) -> Response {
-    let Some((_, s)) = session(&st, &headers) else {
-        return Redirect::to("/ui/login").into_response();
-    };
     let body = json!({"workspace_id": ws, "proposal_id": id});
     let got = match call(&st, &s, "proposal.get", body.clone()).await {
         Ok(v) => v,
@@ -651,12 +658,9 @@ async fn approval_decide(
 
 async fn transaction_page(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    Signed(s): Signed,
     Path((ws, id)): Path<(String, String)>,
 ) -> Response {
-    let Some((_, s)) = session(&st, &headers) else {
-        return Redirect::to("/ui/login").into_response();
-    };
     let body = json!({"workspace_id": ws, "transaction_id": id});
     let t = match call(&st, &s, "transaction.show", body.clone()).await {
         Ok(v) => v["transaction"].clone(),
