@@ -223,3 +223,5 @@ pub const UI_MAX_SESSIONS: usize = 1024;
 pub const UI_SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 /// The largest web form accepted (a sign-in, a decision with its reason).
 pub const UI_FORM_LIMIT: usize = 64 * 1024;
+/// Conflicted files one resolve form of the web page can carry.
+pub const UI_FORM_FILES: usize = 256;

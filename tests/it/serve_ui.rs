@@ -350,6 +350,38 @@ fn a_delivery_request_is_decided_on_the_candidate_page_by_a_member_with_decide_o
         "requested",
         "nothing changed"
     );
+    // The workflow forms: an unknown action is refused naming the field; bob (view only) cannot
+    // verify by posting the form by hand; nothing without the CSRF token.
+    let act = format!("{path}/act");
+    let bob_token = csrf(&bob_page);
+    let (status, body) = post(&s, &dave, &act, &[("csrf", &token), ("op", "rm -rf")]);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("op:"), "{body}");
+    let verify = |cookie: &str, csrf: &str| {
+        post(
+            &s,
+            cookie,
+            &act,
+            &[
+                ("csrf", csrf),
+                ("op", "verify"),
+                ("argv", "true"),
+                ("idempotency_key", "ui-v"),
+            ],
+        )
+    };
+    assert_eq!(verify(&bob, &bob_token).0, 403);
+    assert_eq!(verify(&dave, "").0, 403);
+    let now = s.ok(
+        ALICE,
+        "integration.show",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    assert_eq!(
+        cand(&now)["verifications"].as_array().unwrap().len(),
+        1,
+        "no new verification"
+    );
     let (status, body) = send(&dave, fields(&token));
     assert_eq!(status, 303, "{body}");
     let now = s.ok(
@@ -472,4 +504,67 @@ fn in_a_real_browser_a_decider_approves_a_delivery() {
     );
     assert_eq!(cand(&now)["delivery_request"]["state"], "approved");
     assert_eq!(cand(&now)["delivery_request"]["decided_by"], "member:dave");
+}
+
+#[test]
+fn in_a_real_browser_a_candidate_goes_from_conflicted_to_delivered_through_the_page_alone() {
+    use crate::support::daemon::{DAVE, cand, conflicted};
+    let s = Server::fake();
+    let (cid, _, _) = conflicted(&s);
+    let page = format!("/ui/w/ws1/candidates/{cid}");
+    let pages = browse(
+        &s,
+        json!([
+            {"do": "sign_in", "token": ALICE},
+            {"do": "open", "path": page, "shot": "walk-1-conflicted"},
+            {"do": "click", "button": "Resolve", "fill": {"content_0": "resolved by a human\n"},
+             "shot": "walk-2-frozen"},
+            {"do": "click", "button": "Verify", "fill": {"argv": "true"}, "shot": "walk-3-verifying"},
+            {"do": "open", "path": page, "until": "Request delivery", "shot": "walk-4-verified"},
+            {"do": "click", "button": "Request delivery", "shot": "walk-5-requested"},
+            {"do": "sign_in", "token": DAVE},
+            {"do": "open", "path": page, "shot": "walk-6-to-decide"},
+            {"do": "click", "button": "Approve delivery", "shot": "walk-7-approved"},
+            {"do": "sign_in", "token": ALICE},
+            {"do": "open", "path": page, "until": "Deliver", "shot": "walk-8-to-deliver"},
+            {"do": "click", "button": "Deliver", "shot": "walk-9-delivered"},
+        ]),
+    );
+    assert!(has_button(&pages[1], "Resolve"), "{}", pages[1]);
+    assert!(
+        !has_button(&pages[2], "Resolve") && has_button(&pages[2], "Verify"),
+        "{}",
+        pages[2]
+    );
+    assert!(has_button(&pages[4], "Request delivery"), "{}", pages[4]);
+    assert!(
+        !has_button(&pages[5], "Request delivery"),
+        "one open request: {}",
+        pages[5]
+    );
+    assert!(
+        !has_button(&pages[5], "Approve delivery"),
+        "alice requested: dave decides"
+    );
+    assert!(has_button(&pages[7], "Approve delivery"), "{}", pages[7]);
+    assert!(has_button(&pages[10], "Deliver"), "{}", pages[10]);
+    assert!(!has_button(&pages[11], "Deliver"), "{}", pages[11]);
+    let now = s.ok(
+        ALICE,
+        "integration.show",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    let c = cand(&now);
+    assert_eq!(c["delivery_request"]["state"], "delivered", "{now}");
+    assert_eq!(c["delivery_receipt"]["result"], "landed", "{now}");
+    let landed = std::process::Command::new("git")
+        .args(["cat-file", "-p", "main:f.txt"])
+        .current_dir(&s.repo)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&landed.stdout),
+        "resolved by a human\n",
+        "the target ref carries exactly the resolution typed into the page"
+    );
 }
