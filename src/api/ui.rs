@@ -9,6 +9,7 @@ use super::{AppState, run};
 use crate::config::Permission;
 use crate::domain::candidate::CandidateState;
 use crate::domain::delivery::RequestState;
+use crate::domain::proposal::ProposalState;
 use crate::engine::service::{Actor, ServiceError, authenticate};
 use axum::Router;
 use axum::extract::{Form, Path, State};
@@ -87,6 +88,7 @@ pub fn router() -> Router<AppState> {
         .route("/ui/w/{ws}/candidates/{id}/act", post(candidate_act))
         .route("/ui/w/{ws}/proposals/{id}", get(proposal_page))
         .route("/ui/w/{ws}/approvals/{id}/decide", post(approval_decide))
+        .route("/ui/w/{ws}/proposals/{id}/act", post(proposal_act))
         .route("/ui/w/{ws}/transactions/{id}", get(transaction_page))
         .layer(axum::extract::DefaultBodyLimit::max(
             crate::limits::UI_FORM_LIMIT,
@@ -739,12 +741,52 @@ async fn proposal_page(
     let current = p["current_revision"].as_str().unwrap_or("").to_string();
     let verdict = call(&st, &s, "policy.evaluate", body.clone()).await.ok();
     let votes = call(&st, &s, "vote.list", body.clone()).await.ok();
+    let transactions = call(
+        &st,
+        &s,
+        "transaction.list",
+        json!({"workspace_id": ws, "proposal_id": id}),
+    )
+    .await
+    .ok();
     let approvals = st
         .service
         .approval_list(&s.actor, &ws, &id)
         .await
         .unwrap_or_default();
     let can_approve = may(&st, &s, &ws, Permission::Approve);
+    let validations = st
+        .service
+        .validation_list(&s.actor, &ws, &id)
+        .await
+        .unwrap_or_default();
+    let me = json!(format!("member:{}", s.member));
+    let author = p["author"] == me;
+    let status = &p["status"];
+    let in_review = *status == json!(ProposalState::InReview);
+    let act = format!("/ui/w/{}/proposals/{}/act", urlencode(&ws), urlencode(&id));
+    let pending_approval = approvals.iter().any(|a| {
+        a["state"] == json!(crate::domain::policy::ApprovalState::Pending)
+            && a["revision"] == p["current_revision"]
+    });
+    // The newest complete, valid, unexpired validation of the current revision: what apply takes.
+    let applicable = validations.iter().rev().find(|v| {
+        v["revision"] == p["current_revision"]
+            && v["valid"] == true
+            && v["complete"] == true
+            && v["expired"] == false
+    });
+    let button = |op: &str, label: &str| {
+        html! {
+            form method="post" action=(act) {
+                input type="hidden" name="csrf" value=(s.csrf);
+                input type="hidden" name="op" value=(op);
+                input type="hidden" name="revision" value=(current);
+                input type="hidden" name="idempotency_key" value=(crate::ids::new_creation_key());
+                button type="submit" { (label) }
+            }
+        }
+    };
     let stale = |v: &Value| v["revision"].as_str().is_some_and(|r| r != current);
     page(
         &format!("Proposal {id}"),
@@ -753,6 +795,21 @@ async fn proposal_page(
             p { strong { (value(&p["title"])) } " · " (value(&p["status"])) " · by " (value(&p["author"]))
                 " · risk " (value(&p["risk"])) }
             h2 { "Summary (as written by its author)" } pre { (visible(p["summary_md"].as_str().unwrap_or(""))) }
+            @if *status == json!(ProposalState::Pending) && author { (button("request_review", "Request review")) }
+            @if in_review && !pending_approval
+                && (author || [Permission::Review, Permission::Approve, Permission::Admin].into_iter().any(|x| may(&st, &s, &ws, x))) {
+                (button("request_approval", "Request human approval"))
+            }
+            @if in_review && (author || may(&st, &s, &ws, Permission::Apply)) { (button("validate", "Validate")) }
+            @if in_review && may(&st, &s, &ws, Permission::Apply) && let Some(v) = applicable {
+                form method="post" action=(act) {
+                    input type="hidden" name="csrf" value=(s.csrf);
+                    input type="hidden" name="op" value="apply";
+                    input type="hidden" name="validation_id" value=(v["validation_id"].as_str().unwrap_or(""));
+                    input type="hidden" name="idempotency_key" value=(crate::ids::new_creation_key());
+                    button type="submit" { "Apply" }
+                }
+            }
             h2 { "Revisions" }
             table {
                 tr { th { "number" } th { "revision" } th { "bytes" } th { "created" } }
@@ -780,6 +837,29 @@ async fn proposal_page(
             @for v in votes.as_ref().and_then(|v| v["votes"].as_array()).map(Vec::as_slice).unwrap_or(&[]) {
                 div { @if stale(v) { span.badge.stale { "not current" } } (value(v)) }
             }
+            @if in_review && !author && may(&st, &s, &ws, Permission::Review) {
+                form method="post" action=(act) {
+                    input type="hidden" name="csrf" value=(s.csrf);
+                    input type="hidden" name="op" value="vote";
+                    input type="hidden" name="revision" value=(current);
+                    input type="hidden" name="idempotency_key" value=(crate::ids::new_creation_key());
+                    label { "Vote on the current revision " select name="vote" {
+                        @for v in ["approve", "approve_with_notes", "revise", "reject", "veto", "abstain"] {
+                            option value=(v) { (v) }
+                        }
+                    } }
+                    " " label { "Reason " input type="text" name="reason_md" required; }
+                    " " button type="submit" { "Cast vote" }
+                }
+            }
+            h2 { "Validations" }
+            @for v in &validations {
+                div {
+                    @if stale(v) { span.badge.stale { "not current" } }
+                    p { (value(&v["validation_id"])) " · valid " (value(&v["valid"])) " · complete " (value(&v["complete"])) }
+                    (rows(v["stages"].as_array().map(Vec::as_slice).unwrap_or(&[]), &["name", "state", "reason"], |_| None))
+                }
+            }
             h2 { "Human approvals" }
             @for a in &approvals {
                 div {
@@ -798,10 +878,74 @@ async fn proposal_page(
                     }
                 }
             }
+            h2 { "Transactions" }
+            @if let Some(t) = &transactions {
+                (rows(t["transactions"].as_array().map(Vec::as_slice).unwrap_or(&[]),
+                    &["transaction_id", "status", "created_at"],
+                    |t| t["transaction_id"].as_str().map(|tid| format!("/ui/w/{}/transactions/{}", urlencode(&ws), urlencode(tid)))))
+            }
             h2 { "Files of the current revision" } (value(&got["files"]))
             h2 { "Decisions" } (value(&got["decisions"]))
         },
     )
+}
+
+/// The proposal page's workflow forms: request review, vote, request a human approval,
+/// validate, apply; each the API method of that name, with the key made when the page rendered.
+async fn proposal_act(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path((ws, id)): Path<(String, String)>,
+    Form(f): Form<HashMap<String, String>>,
+) -> Response {
+    let field = |k: &str| f.get(k).map(String::as_str).unwrap_or("");
+    let s = match form_session(&st, &headers, field("csrf")) {
+        Ok(s) => s,
+        Err(refused) => return *refused,
+    };
+    let key = field("idempotency_key");
+    let (method, body) = match field("op") {
+        "request_review" => (
+            "proposal.request_review",
+            json!({"workspace_id": ws, "proposal_id": id, "idempotency_key": key}),
+        ),
+        "vote" => (
+            "vote.cast",
+            json!({"workspace_id": ws, "proposal_id": id, "revision": field("revision"),
+                   "vote": field("vote"), "reason_md": field("reason_md"), "idempotency_key": key}),
+        ),
+        "request_approval" => (
+            "human.request_approval",
+            json!({"workspace_id": ws, "proposal_id": id, "revision": field("revision"),
+                   "idempotency_key": key}),
+        ),
+        "validate" => (
+            "patch.validate",
+            json!({"workspace_id": ws, "proposal_id": id, "revision": field("revision"),
+                   "idempotency_key": key}),
+        ),
+        "apply" => (
+            "patch.apply",
+            json!({"workspace_id": ws, "proposal_id": id, "validation_id": field("validation_id"),
+                   "idempotency_key": key}),
+        ),
+        other => {
+            return refusal(
+                StatusCode::BAD_REQUEST,
+                Some(&s),
+                &format!("op: unknown form action {other:?}"),
+            );
+        }
+    };
+    match call(&st, &s, method, body).await {
+        Ok(_) => Redirect::to(&format!(
+            "/ui/w/{}/proposals/{}",
+            urlencode(&ws),
+            urlencode(&id)
+        ))
+        .into_response(),
+        Err(e) => error_page(&e, &s),
+    }
 }
 
 #[derive(Deserialize)]

@@ -568,3 +568,79 @@ fn in_a_real_browser_a_candidate_goes_from_conflicted_to_delivered_through_the_p
         "the target ref carries exactly the resolution typed into the page"
     );
 }
+
+#[test]
+fn in_a_real_browser_a_proposal_goes_from_pending_to_applied_through_the_page_alone() {
+    // Validation runs git in the git image and the expected test in the sandbox: real Docker.
+    if !crate::toolchain::built("git") {
+        return;
+    }
+    let s = Server::governed_with(
+        "[workspaces.ws1.roles]\nbob = [\"reviewer\"]\n\
+         [workspaces.ws1.policy]\nsecurity_review = \"never\"\nhuman_approval = \"never\"\n",
+    );
+    s.ok(
+        ALICE,
+        "claim.acquire",
+        json!({"workspace_id": "ws1", "task_id": "t1", "resource_id": "file:README",
+               "mode": "write", "idempotency_key": "c1"}),
+    );
+    std::fs::write(s.repo.join("README"), "base\nvia the page\n").unwrap();
+    let diff = std::process::Command::new("git")
+        .args(["diff", "--no-color"])
+        .current_dir(&s.repo)
+        .output()
+        .unwrap();
+    git(&s.repo, &["checkout", "-q", "--", "README"]);
+    let p = s.ok(
+        ALICE,
+        "proposal.create",
+        json!({"workspace_id": "ws1", "task_id": "t1", "title": "From the page",
+               "summary_md": "s", "patch": String::from_utf8(diff.stdout).unwrap(),
+               "expected_tests": [["sh", "-c", "grep -q page README"]], "idempotency_key": "p1"}),
+    );
+    let id = p["proposal"]["proposal_id"].as_str().unwrap().to_string();
+    let page = format!("/ui/w/ws1/proposals/{id}");
+    let pages = browse(
+        &s,
+        json!([
+            {"do": "sign_in", "token": ALICE},
+            {"do": "open", "path": page, "shot": "apply-1-pending"},
+            {"do": "click", "button": "Request review", "shot": "apply-2-in-review"},
+            {"do": "sign_in", "token": BOB},
+            {"do": "open", "path": page, "shot": "apply-3-to-vote"},
+            {"do": "click", "button": "Cast vote", "fill": {"reason_md": "reads well"},
+             "shot": "apply-4-voted"},
+            {"do": "sign_in", "token": ALICE},
+            {"do": "open", "path": page, "shot": "apply-5-to-validate"},
+            {"do": "click", "button": "Validate", "shot": "apply-6-validating"},
+            {"do": "open", "path": page, "until": "Apply", "shot": "apply-7-valid"},
+            {"do": "click", "button": "Apply", "shot": "apply-8-applied"},
+        ]),
+    );
+    assert!(has_button(&pages[1], "Request review"), "{}", pages[1]);
+    assert!(
+        !has_button(&pages[4], "Request review"),
+        "only the author asks for review"
+    );
+    assert!(has_button(&pages[4], "Cast vote"), "{}", pages[4]);
+    assert!(!has_button(&pages[4], "Apply"), "bob may not apply");
+    assert!(
+        !has_button(&pages[7], "Cast vote"),
+        "the author never votes"
+    );
+    assert!(has_button(&pages[9], "Apply"), "{}", pages[9]);
+    let done = &pages[10];
+    assert!(!has_button(done, "Apply"), "{done}");
+    assert!(
+        done["text"].as_str().unwrap().contains("accepted"),
+        "{done}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.repo.join("README")).unwrap(),
+        "base\nvia the page\n",
+        "the worktree has exactly the validated bytes"
+    );
+    let listed = s.ok(ALICE, "transaction.list", json!({"workspace_id": "ws1"}));
+    assert_eq!(listed["transactions"][0]["status"], "applied", "{listed}");
+}

@@ -220,6 +220,25 @@ impl Service {
         Ok(json!({"validation": self.validation_view(&row, &rec).await?}))
     }
 
+    /// A proposal's validations as the API shows them, oldest first (the web page's list).
+    pub async fn validation_list(
+        &self,
+        actor: &Actor,
+        workspace_id: &str,
+        proposal_id: &str,
+    ) -> Result<Vec<Value>, ServiceError> {
+        self.governed(actor, workspace_id, Permission::View)?;
+        let mut out = vec![];
+        for row in self.ctx.data.store.validations_of(proposal_id).await? {
+            if row.workspace_id != workspace_id {
+                continue;
+            }
+            let (row, rec) = self.validation_in(workspace_id, &row.validation_id).await?;
+            out.push(self.validation_view(&row, &rec).await?);
+        }
+        Ok(out)
+    }
+
     /// `patch.validate`: permission `apply`, or the proposal's author.
     pub async fn patch_validate(
         &self,
