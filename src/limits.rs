@@ -225,3 +225,5 @@ pub const UI_SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 pub const UI_FORM_LIMIT: usize = 64 * 1024;
 /// Conflicted files one resolve form of the web page can carry.
 pub const UI_FORM_FILES: usize = 256;
+/// Active claims the web page reads to show those on a proposal's resources.
+pub const UI_CLAIMS_SHOWN: u32 = 200;

@@ -90,6 +90,7 @@ pub fn router() -> Router<AppState> {
         .route("/ui/w/{ws}/approvals/{id}/decide", post(approval_decide))
         .route("/ui/w/{ws}/proposals/{id}/act", post(proposal_act))
         .route("/ui/w/{ws}/transactions/{id}", get(transaction_page))
+        .route("/ui/w/{ws}/transactions/{id}/act", post(transaction_act))
         .layer(axum::extract::DefaultBodyLimit::max(
             crate::limits::UI_FORM_LIMIT,
         ))
@@ -214,6 +215,15 @@ async fn call(
 
 fn may(st: &AppState, s: &UiSession, ws: &str, p: Permission) -> bool {
     st.service.authorize(&s.actor, ws, p).is_ok()
+}
+
+/// A form's call as the signed-in member: back to the page it came from on success, the
+/// refusal's page otherwise.
+async fn act(st: &AppState, s: &UiSession, method: &str, body: Value, back: &str) -> Response {
+    match call(st, s, method, body).await {
+        Ok(_) => Redirect::to(back).into_response(),
+        Err(e) => error_page(&e, s),
+    }
 }
 
 /// The session of a form's POST, refused unless signed in and carrying the session's own CSRF
@@ -456,6 +466,58 @@ async fn index(State(st): State<AppState>, Signed(s): Signed) -> Response {
     )
 }
 
+/// The active claims on a proposal's resources: named in `affected_resources`, or on a path the
+/// revision touches.
+fn touching<'a>(claims: &'a Option<Value>, affected: &Value, files: &Value) -> Vec<&'a Value> {
+    let named: Vec<&str> = affected
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let paths: Vec<&str> = files
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .flat_map(|f| [f["old_path"].as_str(), f["new_path"].as_str()])
+                .flatten()
+                .collect()
+        })
+        .unwrap_or_default();
+    claims
+        .as_ref()
+        .and_then(|c| c["claims"].as_array())
+        .map(|all| {
+            all.iter()
+                .filter(|c| {
+                    c["resource_id"]
+                        .as_str()
+                        .is_some_and(|r| named.contains(&r))
+                        || c["resource"]["path"].as_str().is_some_and(|p| {
+                            paths
+                                .iter()
+                                .any(|t| p.is_empty() || *t == p || t.starts_with(&format!("{p}/")))
+                        })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// "in 5m 3s" or "expired", from an RFC 3339 time and the daemon's clock (no JavaScript: the
+/// page says how long was left when it was rendered).
+fn countdown(st: &AppState, at: &Value) -> String {
+    let Some(t) = at.as_str().and_then(|s| {
+        time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
+    }) else {
+        return "unknown".into();
+    };
+    let left = (t - st.service.ctx.clock.now()).whole_seconds();
+    if left <= 0 {
+        "expired".into()
+    } else {
+        format!("in {}m {}s", left / 60, left % 60)
+    }
+}
+
 /// Percent-encodes a path segment (ids are validated shapes, but nothing is trusted here).
 fn urlencode(s: &str) -> String {
     let mut out = String::new();
@@ -684,15 +746,8 @@ async fn candidate_act(
             );
         }
     };
-    match call(&st, &s, method, body).await {
-        Ok(_) => Redirect::to(&format!(
-            "/ui/w/{}/candidates/{}",
-            urlencode(&ws),
-            urlencode(&id)
-        ))
-        .into_response(),
-        Err(e) => error_page(&e, &s),
-    }
+    let back = format!("/ui/w/{}/candidates/{}", urlencode(&ws), urlencode(&id));
+    act(&st, &s, method, body, &back).await
 }
 
 #[derive(Deserialize)]
@@ -716,15 +771,8 @@ async fn candidate_decide(
     };
     let body = json!({"workspace_id": ws, "candidate_id": id, "request_id": f.request_id,
                       "request_version": f.request_version, "approve": f.approve});
-    match call(&st, &s, "integration.decide", body).await {
-        Ok(_) => Redirect::to(&format!(
-            "/ui/w/{}/candidates/{}",
-            urlencode(&ws),
-            urlencode(&id)
-        ))
-        .into_response(),
-        Err(e) => error_page(&e, &s),
-    }
+    let back = format!("/ui/w/{}/candidates/{}", urlencode(&ws), urlencode(&id));
+    act(&st, &s, "integration.decide", body, &back).await
 }
 
 async fn proposal_page(
@@ -741,6 +789,14 @@ async fn proposal_page(
     let current = p["current_revision"].as_str().unwrap_or("").to_string();
     let verdict = call(&st, &s, "policy.evaluate", body.clone()).await.ok();
     let votes = call(&st, &s, "vote.list", body.clone()).await.ok();
+    let claims = call(
+        &st,
+        &s,
+        "claim.list",
+        json!({"workspace_id": ws, "status": "active", "limit": crate::limits::UI_CLAIMS_SHOWN}),
+    )
+    .await
+    .ok();
     let transactions = call(
         &st,
         &s,
@@ -878,6 +934,17 @@ async fn proposal_page(
                     }
                 }
             }
+            h2 { "Claims on the touched resources" }
+            table {
+                tr { th { "resource" } th { "holder" } th { "mode" } th { "fencing token" } th { "expires" } }
+                @for c in touching(&claims, &p["affected_resources"], &got["files"]) {
+                    tr {
+                        td { (value(&c["resource_id"])) } td { (value(&c["holder"])) } td { (value(&c["mode"])) }
+                        td { (value(&c["fencing_token"])) }
+                        td { (value(&c["expires_at"])) " (" (countdown(&st, &c["expires_at"])) ")" }
+                    }
+                }
+            }
             h2 { "Transactions" }
             @if let Some(t) = &transactions {
                 (rows(t["transactions"].as_array().map(Vec::as_slice).unwrap_or(&[]),
@@ -937,15 +1004,27 @@ async fn proposal_act(
             );
         }
     };
-    match call(&st, &s, method, body).await {
-        Ok(_) => Redirect::to(&format!(
-            "/ui/w/{}/proposals/{}",
-            urlencode(&ws),
-            urlencode(&id)
-        ))
-        .into_response(),
-        Err(e) => error_page(&e, &s),
-    }
+    let back = format!("/ui/w/{}/proposals/{}", urlencode(&ws), urlencode(&id));
+    act(&st, &s, method, body, &back).await
+}
+
+/// The transaction page's control buttons: `transaction.control` with the advised action.
+async fn transaction_act(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path((ws, id)): Path<(String, String)>,
+    Form(f): Form<HashMap<String, String>>,
+) -> Response {
+    let field = |k: &str| f.get(k).map(String::as_str).unwrap_or("");
+    let s = match form_session(&st, &headers, field("csrf")) {
+        Ok(s) => s,
+        Err(refused) => return *refused,
+    };
+    let reason = Some(field("reason")).filter(|r| !r.trim().is_empty());
+    let body = json!({"workspace_id": ws, "transaction_id": id, "action": field("action"),
+                      "reason": reason, "idempotency_key": field("idempotency_key")});
+    let back = format!("/ui/w/{}/transactions/{}", urlencode(&ws), urlencode(&id));
+    act(&st, &s, "transaction.control", body, &back).await
 }
 
 #[derive(Deserialize)]
@@ -969,15 +1048,12 @@ async fn approval_decide(
     };
     let body = json!({"workspace_id": ws, "approval_id": id, "approve": f.approve,
                       "reason_md": f.reason_md, "idempotency_key": crate::ids::new_creation_key()});
-    match call(&st, &s, "human.decide", body).await {
-        Ok(_) => Redirect::to(&format!(
-            "/ui/w/{}/proposals/{}",
-            urlencode(&ws),
-            urlencode(&f.proposal_id)
-        ))
-        .into_response(),
-        Err(e) => error_page(&e, &s),
-    }
+    let back = format!(
+        "/ui/w/{}/proposals/{}",
+        urlencode(&ws),
+        urlencode(&f.proposal_id)
+    );
+    act(&st, &s, "human.decide", body, &back).await
 }
 
 async fn transaction_page(
@@ -1013,6 +1089,19 @@ async fn transaction_page(
                 p { "Repository state " strong { (value(&v["repository_state"])) } }
                 (rows(v["paths"].as_array().map(Vec::as_slice).unwrap_or(&[]), &["path", "state"], |_| None))
                 h3 { "Advice" } (value(&v["actions"]))
+                @if may(&st, &s, &ws, Permission::Apply) {
+                    @for a in v["actions"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+                        @if let Some(action) = a.as_str().filter(|a| ["retry", "cancel", "compensate"].contains(a)) {
+                            form method="post" action=(format!("/ui/w/{}/transactions/{}/act", urlencode(&ws), urlencode(&id))) {
+                                input type="hidden" name="csrf" value=(s.csrf);
+                                input type="hidden" name="action" value=(action);
+                                input type="hidden" name="idempotency_key" value=(crate::ids::new_creation_key());
+                                label { "Reason " input type="text" name="reason"; }
+                                " " button type="submit" { (action) }
+                            }
+                        }
+                    }
+                }
                 @if !v["blocked_reason"].is_null() { p.blocked { "Blocked: " (value(&v["blocked_reason"])) } }
                 @if !v["artifact_error"].is_null() { p.blocked { "Rollback artifact: " (value(&v["artifact_error"])) } }
             }))

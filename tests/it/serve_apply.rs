@@ -228,14 +228,50 @@ fn validate_in_the_sandbox_then_apply_installs_exactly_the_validated_bytes() {
         "applied_then_modified",
         "docs/new.md",
         "compensate",
-        "staged_only",
     ] {
-        if shown == "staged_only" {
-            assert!(!page.contains(shown), "no path is only staged");
-        } else {
-            assert!(page.contains(shown), "{shown} missing: {page}");
-        }
+        assert!(page.contains(shown), "{shown} missing: {page}");
     }
+    assert!(!page.contains("staged_only"), "no path is only staged");
+    assert!(
+        !page.contains("compensate</button>"),
+        "bob may not apply: no control button"
+    );
+    // alice gets the advised compensation as a button; it files the reverse patch as a proposal.
+    let alice = crate::serve_ui::sign_in(&s, ALICE);
+    let tx_page = format!("/ui/w/ws1/transactions/{tid}");
+    let (_, _, page) = crate::serve_ui::get(&s, &alice, &tx_page);
+    assert!(page.contains("compensate</button>"), "{page}");
+    let key = crate::serve_ui::field(&page, "idempotency_key");
+    let token = crate::serve_ui::csrf(&page);
+    // Put README back as the transaction left it: compensation undoes exactly what it applied.
+    std::fs::write(s.repo.join("README"), "base\nmore\n").unwrap();
+    let (status, body) = crate::serve_ui::post(
+        &s,
+        &alice,
+        &format!("{tx_page}/act"),
+        &[
+            ("csrf", &token),
+            ("action", "compensate"),
+            ("reason", "undo it"),
+            ("idempotency_key", &key),
+        ],
+    );
+    assert_eq!(status, 303, "{body}");
+    let proposals = s.ok(ALICE, "proposal.list", json!({"workspace_id": "ws1"}));
+    assert_eq!(
+        proposals["proposals"].as_array().unwrap().len(),
+        2,
+        "{proposals}"
+    );
+    // The proposal page lists the claim it relies on, with its holder, token and time left.
+    let proposal_page = format!("/ui/w/ws1/proposals/{}", id.as_str().unwrap());
+    let (_, _, page) = crate::serve_ui::get(&s, &alice, &proposal_page);
+    assert!(page.contains("Claims on the touched resources"), "{page}");
+    assert!(
+        page.contains("directory:") && page.contains("member:alice"),
+        "{page}"
+    );
+    assert!(page.contains("(in "), "a countdown: {page}");
 }
 
 #[test]

@@ -49,7 +49,7 @@ pub fn get(s: &Server, cookie: &str, path: &str) -> (u16, Headers, String) {
     (status, h, String::from_utf8(body).unwrap())
 }
 
-fn post(s: &Server, cookie: &str, path: &str, pairs: &[(&str, &str)]) -> (u16, String) {
+pub fn post(s: &Server, cookie: &str, path: &str, pairs: &[(&str, &str)]) -> (u16, String) {
     let body = form_encode(pairs);
     let (status, _, body) = exchange(
         &s.addr,
@@ -62,13 +62,19 @@ fn post(s: &Server, cookie: &str, path: &str, pairs: &[(&str, &str)]) -> (u16, S
     (status, String::from_utf8(body).unwrap())
 }
 
-/// The session's CSRF token, read from a page's hidden field.
-fn csrf(page: &str) -> String {
+/// The value of the first field named `name` in a page's forms.
+pub fn field(page: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
     let at = page
-        .find("name=\"csrf\" value=\"")
-        .expect("a form with a CSRF token");
-    let rest = &page[at + 19..];
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no field {name} on the page"));
+    let rest = &page[at + marker.len()..];
     rest[..rest.find('"').unwrap()].to_string()
+}
+
+/// The session's CSRF token, read from a page's hidden field.
+pub fn csrf(page: &str) -> String {
+    field(page, "csrf")
 }
 
 const HOSTILE: &str = "<script>alert(1)</script> \"><img src=x onerror=alert(2)> \
