@@ -1,0 +1,247 @@
+//! The candidate page and its forms: resolve, verify, request delivery, decide, deliver.
+
+use super::*;
+
+pub(super) async fn candidate_page(
+    State(st): State<AppState>,
+    Signed(s): Signed,
+    Path((ws, id)): Path<(String, String)>,
+) -> Response {
+    let body = json!({"workspace_id": ws, "candidate_id": id});
+    let c = match call(&st, &s, "integration.show", body.clone()).await {
+        Ok(v) => v["candidate"].clone(),
+        Err(e) => return error_page(&e, &s),
+    };
+    let patch = call(&st, &s, "integration.patch", body).await.ok();
+    // The server refuses the requester's own decision while distinct_approver holds; the
+    // page does not offer it either.
+    let own_request = st
+        .service
+        .ctx
+        .config
+        .workspaces
+        .get(&ws)
+        .is_some_and(|w| w.distinct_approver)
+        && c["delivery_request"]["requested_by"] == json!(format!("member:{}", s.member));
+    let can_decide = may(&st, &s, &ws, Permission::Decide) && !own_request;
+    let request = &c["delivery_request"];
+    let pending = request["state"] == json!(RequestState::Requested);
+    let act = format!("/ui/w/{}/candidates/{}/act", urlencode(&ws), urlencode(&id));
+    let state = &c["state"];
+    let frozen = *state == json!(CandidateState::Frozen);
+    let conflicts: Vec<&str> = c["conflicts"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    // Passed verifications of the current revision: what a delivery request can name.
+    let passed: Vec<&str> = c["verifications"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|v| {
+                    v["status"] == json!(crate::domain::verification::Status::Passed)
+                        && v["candidate_revision"] == c["candidate_revision"]
+                })
+                .filter_map(|v| v["verification_id"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    let open_request = [
+        RequestState::Requested,
+        RequestState::Approved,
+        RequestState::Delivering,
+    ]
+    .iter()
+    .any(|st| request["state"] == json!(st));
+    let action = format!(
+        "/ui/w/{}/candidates/{}/decide",
+        urlencode(&ws),
+        urlencode(&id)
+    );
+    page(
+        &format!("Candidate {id}"),
+        Some(&s),
+        html! {
+            p { "State " strong { (value(&c["state"])) } " · target " (value(&c["target_ref"]))
+                " · created " (value(&c["created_at"])) " · expires " (value(&c["expires_at"])) }
+            h2 { "Inputs, in order" } (value(&c["inputs"]))
+            h2 { "Conflicts" } (value(&c["conflicts"]))
+            @if *state == json!(CandidateState::Conflicted) && may(&st, &s, &ws, Permission::Integrate) {
+                form method="post" action=(act) {
+                    input type="hidden" name="csrf" value=(s.csrf);
+                    input type="hidden" name="op" value="resolve";
+                    input type="hidden" name="idempotency_key" value=(crate::ids::new_creation_key());
+                    input type="hidden" name="expected_version" value=(c["version"].as_u64().unwrap_or(0));
+                    @for (i, path) in conflicts.iter().enumerate() {
+                        input type="hidden" name=(format!("path_{i}")) value=(path);
+                        label { "New content of " code { (visible(path)) } br;
+                            textarea name=(format!("content_{i}")) rows="6" cols="80" {} }
+                        br;
+                    }
+                    button type="submit" { "Resolve" }
+                }
+            }
+            h2 { "Verifications" } (value(&c["verifications"]))
+            @if frozen && may(&st, &s, &ws, Permission::Verify) {
+                form method="post" action=(act) {
+                    input type="hidden" name="csrf" value=(s.csrf);
+                    input type="hidden" name="op" value="verify";
+                    input type="hidden" name="idempotency_key" value=(crate::ids::new_creation_key());
+                    label { "Command, one argument per line " br;
+                        textarea name="argv" rows="3" cols="60" required {} }
+                    br;
+                    label { "Timeout (seconds, empty for the default) " input type="number" name="timeout_seconds" min="1"; }
+                    " " button type="submit" { "Verify" }
+                }
+            }
+            h2 { "Delivery request" } (value(request))
+            @if frozen && !passed.is_empty() && !open_request && may(&st, &s, &ws, Permission::Integrate) {
+                form method="post" action=(act) {
+                    input type="hidden" name="csrf" value=(s.csrf);
+                    input type="hidden" name="op" value="request";
+                    input type="hidden" name="idempotency_key" value=(crate::ids::new_creation_key());
+                    input type="hidden" name="verification_ids" value=(passed.join(","));
+                    label { "Land by " select name="action" {
+                        option value="update_ref" { "updating the target ref" }
+                        option value="proposal" { "a proposal ref" }
+                    } }
+                    " " button type="submit" { "Request delivery" }
+                }
+            }
+            @if request["state"] == json!(RequestState::Approved) && may(&st, &s, &ws, Permission::Push) {
+                form method="post" action=(act) {
+                    input type="hidden" name="csrf" value=(s.csrf);
+                    input type="hidden" name="op" value="deliver";
+                    input type="hidden" name="request_id" value=(request["request_id"].as_str().unwrap_or(""));
+                    input type="hidden" name="request_version" value=(request["request_version"].as_u64().unwrap_or(0));
+                    button type="submit" { "Deliver" }
+                }
+            }
+            @if pending && can_decide {
+                form method="post" action=(action) {
+                    input type="hidden" name="csrf" value=(s.csrf);
+                    input type="hidden" name="request_id" value=(request["request_id"].as_str().unwrap_or(""));
+                    input type="hidden" name="request_version" value=(request["request_version"].as_u64().unwrap_or(0));
+                    button type="submit" name="approve" value="true" { "Approve delivery" }
+                    " "
+                    button type="submit" name="approve" value="false" { "Deny delivery" }
+                }
+            }
+            h2 { "Receipt" } (value(&c["delivery_receipt"]))
+            h2 { "Combined diff" }
+            @if let Some(p) = patch {
+                @if p["truncated"] == true { p.missing { "truncated at the cap" } }
+                pre { (visible(p["patch"].as_str().unwrap_or(""))) }
+            } @else { p { "no frozen revision yet" } }
+        },
+    )
+}
+
+/// The candidate page's workflow forms: resolve, verify, request delivery, deliver. Each is the
+/// API method of that name with the form's fields; the keys come from the rendered form, so a
+/// resubmitted form replays instead of acting twice.
+pub(super) async fn candidate_act(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path((ws, id)): Path<(String, String)>,
+    Form(f): Form<HashMap<String, String>>,
+) -> Response {
+    let field = |k: &str| f.get(k).map(String::as_str).unwrap_or("");
+    let s = match form_session(&st, &headers, field("csrf")) {
+        Ok(s) => s,
+        Err(refused) => return *refused,
+    };
+    let number = |k: &str| field(k).trim().parse::<u64>().ok();
+    let target = json!({"workspace_id": ws, "candidate_id": id});
+    // The revision a verify or a request is about: the one the page showed is the frozen one
+    // (a candidate's revision never changes once frozen).
+    let revision = || async {
+        call(&st, &s, "integration.show", target.clone())
+            .await
+            .map(|v| v["candidate"]["candidate_revision"].clone())
+            .unwrap_or(Value::Null)
+    };
+    let (method, body) = match field("op") {
+        "resolve" => {
+            let mut files = Vec::new();
+            for i in 0..crate::limits::UI_FORM_FILES {
+                let Some(path) = f.get(&format!("path_{i}")) else {
+                    break;
+                };
+                let content = field(&format!("content_{i}")).replace("\r\n", "\n");
+                files.push(json!({"path": path, "content": content}));
+            }
+            (
+                "integration.resolve",
+                json!({"workspace_id": ws, "candidate_id": id,
+                       "expected_version": number("expected_version"), "files": files,
+                       "idempotency_key": field("idempotency_key")}),
+            )
+        }
+        "verify" => {
+            let argv: Vec<&str> = field("argv")
+                .lines()
+                .map(|l| l.trim_end_matches('\r'))
+                .filter(|l| !l.is_empty())
+                .collect();
+            (
+                "integration.verify",
+                json!({"workspace_id": ws, "candidate_id": id,
+                       "candidate_revision": revision().await, "argv": argv,
+                       "timeout_seconds": number("timeout_seconds"),
+                       "idempotency_key": field("idempotency_key")}),
+            )
+        }
+        "request" => {
+            let ids: Vec<&str> = field("verification_ids")
+                .split(',')
+                .filter(|x| !x.is_empty())
+                .collect();
+            (
+                "integration.request_delivery",
+                json!({"workspace_id": ws, "candidate_id": id,
+                       "candidate_revision": revision().await, "verification_ids": ids,
+                       "action": field("action"), "idempotency_key": field("idempotency_key")}),
+            )
+        }
+        "deliver" => (
+            "integration.deliver",
+            json!({"workspace_id": ws, "candidate_id": id, "request_id": field("request_id"),
+                   "request_version": number("request_version")}),
+        ),
+        other => {
+            return refusal(
+                StatusCode::BAD_REQUEST,
+                Some(&s),
+                &format!("op: unknown form action {other:?}"),
+            );
+        }
+    };
+    let back = format!("/ui/w/{}/candidates/{}", urlencode(&ws), urlencode(&id));
+    act(&st, &s, method, body, &back).await
+}
+
+#[derive(Deserialize)]
+pub(super) struct DecideForm {
+    #[serde(default)]
+    csrf: String,
+    request_id: String,
+    request_version: u64,
+    approve: bool,
+}
+
+pub(super) async fn candidate_decide(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path((ws, id)): Path<(String, String)>,
+    Form(f): Form<DecideForm>,
+) -> Response {
+    let s = match form_session(&st, &headers, &f.csrf) {
+        Ok(s) => s,
+        Err(refused) => return *refused,
+    };
+    let body = json!({"workspace_id": ws, "candidate_id": id, "request_id": f.request_id,
+                      "request_version": f.request_version, "approve": f.approve});
+    let back = format!("/ui/w/{}/candidates/{}", urlencode(&ws), urlencode(&id));
+    act(&st, &s, "integration.decide", body, &back).await
+}

@@ -1,0 +1,487 @@
+//! The web page for humans at `/ui/`: server-rendered (maud escapes every interpolated string),
+//! no JavaScript at all, a strict Content-Security-Policy. Sign-in exchanges a member's bearer
+//! token for a session cookie (`HttpOnly`, `SameSite=Strict`, path `/ui`); every form carries
+//! the session's CSRF token. Every page and every button goes through the API's dispatcher as
+//! the signed-in member, so the permissions are the API's, checked on the server; a button the
+//! member may not use is not shown, and its POST is refused anyway.
+
+mod candidate;
+mod proposal;
+mod transaction;
+
+use super::{AppState, run};
+use crate::config::Permission;
+use crate::domain::candidate::CandidateState;
+use crate::domain::delivery::RequestState;
+use crate::domain::proposal::ProposalState;
+use crate::engine::service::{Actor, ServiceError, authenticate};
+use axum::Router;
+use axum::extract::{Form, Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use candidate::*;
+use maud::{DOCTYPE, Markup, html};
+use proposal::*;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
+use transaction::*;
+
+const COOKIE: &str = "airlock_session";
+const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
+                   frame-ancestors 'none'; base-uri 'none'";
+const STYLE: &str = "body{font:15px/1.45 system-ui,sans-serif;margin:2rem auto;max-width:72rem;\
+padding:0 1rem;color:#1b1b1b}table{border-collapse:collapse;margin:.5rem 0}td,th{border:1px \
+solid #ccc;padding:.2rem .5rem;vertical-align:top;text-align:left}pre{background:#f4f4f4;\
+padding:.5rem;overflow:auto;max-height:30rem;white-space:pre-wrap}.badge{background:#eee;\
+border-radius:.3rem;padding:0 .4rem}.stale{background:#fde2c8}.missing{color:#a15c00}\
+.blocked{color:#b00020}.satisfied{color:#1b6e20}form.inline{display:inline}nav a{margin-right:1rem}";
+
+/// One signed-in browser.
+#[derive(Clone)]
+struct UiSession {
+    actor: Actor,
+    member: String,
+    csrf: String,
+    created: Instant,
+}
+
+/// The web page's sessions, in memory: a restart signs everyone out (the token signs in again).
+#[derive(Default)]
+pub struct UiSessions {
+    map: Mutex<HashMap<String, UiSession>>,
+}
+
+impl UiSessions {
+    fn get(&self, id: &str) -> Option<UiSession> {
+        let mut map = self.map.lock().expect("never poisoned");
+        map.retain(|_, s| s.created.elapsed() < crate::limits::UI_SESSION_TTL);
+        map.get(id).cloned()
+    }
+
+    fn insert(&self, s: UiSession) -> String {
+        let mut map = self.map.lock().expect("never poisoned");
+        if map.len() >= crate::limits::UI_MAX_SESSIONS
+            && let Some(oldest) = map
+                .iter()
+                .min_by_key(|(_, s)| s.created)
+                .map(|(k, _)| k.clone())
+        {
+            map.remove(&oldest);
+        }
+        let id = crate::ids::new_creation_key() + &crate::ids::new_creation_key();
+        map.insert(id.clone(), s);
+        id
+    }
+
+    fn remove(&self, id: &str) {
+        self.map.lock().expect("never poisoned").remove(id);
+    }
+}
+
+/// The `/ui` routes.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/ui", get(|| async { Redirect::to("/ui/") }))
+        .route("/ui/", get(index))
+        .route("/ui/style.css", get(style))
+        .route("/ui/login", get(login_page).post(login))
+        .route("/ui/logout", post(logout))
+        .route("/ui/w/{ws}/candidates/{id}", get(candidate_page))
+        .route("/ui/w/{ws}/candidates/{id}/decide", post(candidate_decide))
+        .route("/ui/w/{ws}/candidates/{id}/act", post(candidate_act))
+        .route("/ui/w/{ws}/proposals/{id}", get(proposal_page))
+        .route("/ui/w/{ws}/approvals/{id}/decide", post(approval_decide))
+        .route("/ui/w/{ws}/proposals/{id}/act", post(proposal_act))
+        .route("/ui/w/{ws}/transactions/{id}", get(transaction_page))
+        .route("/ui/w/{ws}/transactions/{id}/act", post(transaction_act))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            crate::limits::UI_FORM_LIMIT,
+        ))
+        .layer(axum::middleware::map_response(harden))
+}
+
+/// Every page: the CSP, no sniffing, no referrer, no caching, no framing.
+async fn harden(mut resp: Response) -> Response {
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    resp
+}
+
+async fn style() -> Response {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE).into_response()
+}
+
+fn cookie_of(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == COOKIE)
+        .map(|(_, v)| v.to_string())
+}
+
+fn session(st: &AppState, headers: &HeaderMap) -> Option<(String, UiSession)> {
+    let id = cookie_of(headers)?;
+    st.ui_sessions.get(&id).map(|s| (id, s))
+}
+
+/// A page's signed-in member; a browser without a session is sent to sign in.
+struct Signed(UiSession);
+
+impl axum::extract::FromRequestParts<AppState> for Signed {
+    type Rejection = Redirect;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        st: &AppState,
+    ) -> Result<Self, Redirect> {
+        session(st, &parts.headers)
+            .map(|(_, s)| Signed(s))
+            .ok_or_else(|| Redirect::to("/ui/login"))
+    }
+}
+
+fn page(title: &str, who: Option<&UiSession>, body: Markup) -> Response {
+    let doc = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · Airlock" }
+                link rel="stylesheet" href="/ui/style.css";
+            }
+            body {
+                nav {
+                    a href="/ui/" { "Airlock" }
+                    @if let Some(s) = who {
+                        "signed in as " strong { (s.member) } " "
+                        form.inline method="post" action="/ui/logout" {
+                            input type="hidden" name="csrf" value=(s.csrf);
+                            button type="submit" { "Sign out" }
+                        }
+                    }
+                }
+                h1 { (title) }
+                (body)
+            }
+        }
+    };
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        doc.into_string(),
+    )
+        .into_response()
+}
+
+fn refusal(status: StatusCode, who: Option<&UiSession>, message: &str) -> Response {
+    let mut r = page("Refused", who, html! { p { (message) } });
+    *r.status_mut() = status;
+    r
+}
+
+fn error_page(e: &ServiceError, who: &UiSession) -> Response {
+    let text = match super::envelope(e, None)["error"]["message"].as_str() {
+        Some(m) => format!("{}: {m}", e.code()),
+        None => e.code().to_string(),
+    };
+    refusal(super::status_of(e), Some(who), &text)
+}
+
+/// A method call as the signed-in member, through the API's dispatcher.
+async fn call(
+    st: &AppState,
+    s: &UiSession,
+    method: &str,
+    body: Value,
+) -> Result<Value, ServiceError> {
+    let bytes = serde_json::to_vec(&body).expect("a JSON value serializes");
+    run(st, s.actor.clone(), method, bytes.into(), None)
+        .await
+        .map(super::Reply::into_value)
+}
+
+fn may(st: &AppState, s: &UiSession, ws: &str, p: Permission) -> bool {
+    st.service.authorize(&s.actor, ws, p).is_ok()
+}
+
+/// A form's call as the signed-in member: back to the page it came from on success, the
+/// refusal's page otherwise.
+async fn act(st: &AppState, s: &UiSession, method: &str, body: Value, back: &str) -> Response {
+    match call(st, s, method, body).await {
+        Ok(_) => Redirect::to(back).into_response(),
+        Err(e) => error_page(&e, s),
+    }
+}
+
+/// The session of a form's POST, refused unless signed in and carrying the session's own CSRF
+/// token.
+fn form_session(
+    st: &AppState,
+    headers: &HeaderMap,
+    csrf: &str,
+) -> Result<UiSession, Box<Response>> {
+    let Some((_, s)) = session(st, headers) else {
+        return Err(Box::new(refusal(
+            StatusCode::UNAUTHORIZED,
+            None,
+            "sign in first",
+        )));
+    };
+    if !csrf_ok(&s, csrf) {
+        return Err(Box::new(refusal(
+            StatusCode::FORBIDDEN,
+            Some(&s),
+            "the form's CSRF token is wrong",
+        )));
+    }
+    Ok(s)
+}
+
+fn csrf_ok(s: &UiSession, presented: &str) -> bool {
+    let (a, b) = (s.csrf.as_bytes(), presented.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+async fn login_page() -> Response {
+    page(
+        "Sign in",
+        None,
+        html! {
+            p { "Sign in with your member bearer token. It is exchanged for a session cookie and never stored in the browser." }
+            form method="post" action="/ui/login" {
+                label { "Token " input type="password" name="token" autocomplete="off" required; }
+                " " button type="submit" { "Sign in" }
+            }
+        },
+    )
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+async fn login(State(st): State<AppState>, Form(f): Form<LoginForm>) -> Response {
+    let member = match authenticate(&st.service.ctx.config, &f.token) {
+        Some(Actor::Member { member_id }) => member_id,
+        Some(_) => {
+            return refusal(
+                StatusCode::FORBIDDEN,
+                None,
+                "the web page is for members; a run token cannot sign in",
+            );
+        }
+        None => return refusal(StatusCode::UNAUTHORIZED, None, "unknown bearer token"),
+    };
+    let id = st.ui_sessions.insert(UiSession {
+        actor: Actor::Member {
+            member_id: member.clone(),
+        },
+        member,
+        csrf: crate::ids::new_creation_key(),
+        created: Instant::now(),
+    });
+    let cookie = format!(
+        "{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={}",
+        crate::limits::UI_SESSION_TTL.as_secs()
+    );
+    (
+        StatusCode::SEE_OTHER,
+        [
+            (header::SET_COOKIE, cookie),
+            (header::LOCATION, "/ui/".to_string()),
+        ],
+    )
+        .into_response()
+}
+
+#[derive(Deserialize)]
+struct CsrfForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+async fn logout(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Form(f): Form<CsrfForm>,
+) -> Response {
+    if let Some((id, s)) = session(&st, &headers) {
+        if !csrf_ok(&s, &f.csrf) {
+            return refusal(
+                StatusCode::FORBIDDEN,
+                Some(&s),
+                "the form's CSRF token is wrong",
+            );
+        }
+        st.ui_sessions.remove(&id);
+    }
+    (
+        StatusCode::SEE_OTHER,
+        [
+            (
+                header::SET_COOKIE,
+                format!("{COOKIE}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0"),
+            ),
+            (header::LOCATION, "/ui/login".to_string()),
+        ],
+    )
+        .into_response()
+}
+
+/// Renders any JSON value as escaped HTML: objects as tables, arrays as lists, strings as text
+/// (multi-line ones as preformatted text). Nothing from a value is ever markup.
+fn value(v: &Value) -> Markup {
+    match v {
+        Value::Null => html! { span.badge { "none" } },
+        Value::Bool(b) => html! { (b) },
+        Value::Number(n) => html! { (n.to_string()) },
+        Value::String(s) if s.contains('\n') => html! { pre { (visible(s)) } },
+        Value::String(s) => html! { (visible(s)) },
+        Value::Array(a) if a.is_empty() => html! { span.badge { "empty" } },
+        Value::Array(a) => html! { ol { @for x in a { li { (value(x)) } } } },
+        Value::Object(o) => html! {
+            table { @for (k, x) in o { tr { th { (k) } td { (value(x)) } } } }
+        },
+    }
+}
+
+/// `s` with control characters (terminal escapes among them) shown as their Unicode control
+/// pictures, so command output can neither restyle a terminal it is copied to nor hide text.
+fn visible(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '\n' | '\t' => c,
+            c if (c as u32) < 0x20 => char::from_u32(0x2400 + c as u32).unwrap_or('?'),
+            '\u{7f}' => '\u{2421}',
+            c => c,
+        })
+        .collect()
+}
+
+fn rows(items: &[Value], cols: &[&str], link: impl Fn(&Value) -> Option<String>) -> Markup {
+    html! {
+        table {
+            tr { @for c in cols { th { (c) } } }
+            @for it in items {
+                tr {
+                    @for (i, c) in cols.iter().enumerate() {
+                        td {
+                            @if i == 0 && let Some(href) = link(it) {
+                                a href=(href) { (value(&it[*c])) }
+                            } @else {
+                                (value(&it[*c]))
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn index(State(st): State<AppState>, Signed(s): Signed) -> Response {
+    let config = &st.service.ctx.config;
+    let mut sections = Vec::new();
+    for (ws_id, ws) in &config.workspaces {
+        if !may(&st, &s, ws_id, Permission::View) {
+            continue;
+        }
+        let body = json!({"workspace_id": ws_id});
+        let candidates = if ws.worktree.is_none() {
+            Some(call(&st, &s, "integration.list", body.clone()).await)
+        } else {
+            None
+        };
+        let proposals = if ws.worktree.is_some() {
+            Some(
+                call(
+                    &st,
+                    &s,
+                    "proposal.list",
+                    json!({"workspace_id": ws_id, "order": "newest"}),
+                )
+                .await,
+            )
+        } else {
+            None
+        };
+        let transactions = if ws.worktree.is_some() {
+            Some(call(&st, &s, "transaction.list", json!({"workspace_id": ws_id})).await)
+        } else {
+            None
+        };
+        let enc = urlencode(ws_id);
+        sections.push(html! {
+            h2 { "Workspace " (ws_id) }
+            @if let Some(c) = candidates {
+                h3 { "Candidates" }
+                @match c {
+                    Ok(v) => (rows(v["candidates"].as_array().map(Vec::as_slice).unwrap_or(&[]),
+                        &["candidate_id", "state", "target_ref", "created_at", "expires_at"],
+                        |c| c["candidate_id"].as_str().map(|id| format!("/ui/w/{enc}/candidates/{}", urlencode(id))))),
+                    Err(e) => p.blocked { (e.code()) ": " (e.to_string()) },
+                }
+            }
+            @if let Some(p) = proposals {
+                h3 { "Proposals" }
+                @match p {
+                    Ok(v) => (rows(v["proposals"].as_array().map(Vec::as_slice).unwrap_or(&[]),
+                        &["proposal_id", "title", "status", "author", "risk", "updated_at"],
+                        |p| p["proposal_id"].as_str().map(|id| format!("/ui/w/{enc}/proposals/{}", urlencode(id))))),
+                    Err(e) => p.blocked { (e.code()) ": " (e.to_string()) },
+                }
+            }
+            @if let Some(t) = transactions {
+                h3 { "Transactions" }
+                @match t {
+                    Ok(v) => (rows(v["transactions"].as_array().map(Vec::as_slice).unwrap_or(&[]),
+                        &["transaction_id", "status", "proposal_id", "created_at"],
+                        |t| t["transaction_id"].as_str().map(|id| format!("/ui/w/{enc}/transactions/{}", urlencode(id))))),
+                    Err(e) => p.blocked { (e.code()) ": " (e.to_string()) },
+                }
+            }
+        });
+    }
+    page(
+        "Airlock",
+        Some(&s),
+        html! {
+            @if sections.is_empty() { p { "You are not a member of any workspace." } }
+            @for sec in sections { (sec) }
+        },
+    )
+}
+
+/// Percent-encodes a path segment (ids are validated shapes, but nothing is trusted here).
+fn urlencode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

@@ -1,0 +1,321 @@
+//! The proposal page and its forms: review, votes, human approvals, validate, apply.
+
+use super::*;
+
+/// The active claims on a proposal's resources: named in `affected_resources`, or on a path the
+/// revision touches.
+pub(super) fn touching<'a>(
+    claims: &'a Option<Value>,
+    affected: &Value,
+    files: &Value,
+) -> Vec<&'a Value> {
+    let named: Vec<&str> = affected
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let paths: Vec<&str> = files
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .flat_map(|f| [f["old_path"].as_str(), f["new_path"].as_str()])
+                .flatten()
+                .collect()
+        })
+        .unwrap_or_default();
+    claims
+        .as_ref()
+        .and_then(|c| c["claims"].as_array())
+        .map(|all| {
+            all.iter()
+                .filter(|c| {
+                    c["resource_id"]
+                        .as_str()
+                        .is_some_and(|r| named.contains(&r))
+                        || c["resource"]["path"].as_str().is_some_and(|p| {
+                            paths
+                                .iter()
+                                .any(|t| p.is_empty() || *t == p || t.starts_with(&format!("{p}/")))
+                        })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// "in 5m 3s" or "expired", from an RFC 3339 time and the daemon's clock (no JavaScript: the
+/// page says how long was left when it was rendered).
+pub(super) fn countdown(st: &AppState, at: &Value) -> String {
+    let Some(t) = at.as_str().and_then(|s| {
+        time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
+    }) else {
+        return "unknown".into();
+    };
+    let left = (t - st.service.ctx.clock.now()).whole_seconds();
+    if left <= 0 {
+        "expired".into()
+    } else {
+        format!("in {}m {}s", left / 60, left % 60)
+    }
+}
+
+pub(super) async fn proposal_page(
+    State(st): State<AppState>,
+    Signed(s): Signed,
+    Path((ws, id)): Path<(String, String)>,
+) -> Response {
+    let body = json!({"workspace_id": ws, "proposal_id": id});
+    let got = match call(&st, &s, "proposal.get", body.clone()).await {
+        Ok(v) => v,
+        Err(e) => return error_page(&e, &s),
+    };
+    let p = &got["proposal"];
+    let current = p["current_revision"].as_str().unwrap_or("").to_string();
+    let verdict = call(&st, &s, "policy.evaluate", body.clone()).await.ok();
+    let votes = call(&st, &s, "vote.list", body.clone()).await.ok();
+    let claims = call(
+        &st,
+        &s,
+        "claim.list",
+        json!({"workspace_id": ws, "status": "active", "limit": crate::limits::UI_CLAIMS_SHOWN}),
+    )
+    .await
+    .ok();
+    let transactions = call(
+        &st,
+        &s,
+        "transaction.list",
+        json!({"workspace_id": ws, "proposal_id": id}),
+    )
+    .await
+    .ok();
+    let approvals = st
+        .service
+        .approval_list(&s.actor, &ws, &id)
+        .await
+        .unwrap_or_default();
+    let can_approve = may(&st, &s, &ws, Permission::Approve);
+    let validations = st
+        .service
+        .validation_list(&s.actor, &ws, &id)
+        .await
+        .unwrap_or_default();
+    let me = json!(format!("member:{}", s.member));
+    let author = p["author"] == me;
+    let status = &p["status"];
+    let in_review = *status == json!(ProposalState::InReview);
+    let act = format!("/ui/w/{}/proposals/{}/act", urlencode(&ws), urlencode(&id));
+    let pending_approval = approvals.iter().any(|a| {
+        a["state"] == json!(crate::domain::policy::ApprovalState::Pending)
+            && a["revision"] == p["current_revision"]
+    });
+    // The newest complete, valid, unexpired validation of the current revision: what apply takes.
+    let applicable = validations.iter().rev().find(|v| {
+        v["revision"] == p["current_revision"]
+            && v["valid"] == true
+            && v["complete"] == true
+            && v["expired"] == false
+    });
+    let button = |op: &str, label: &str| {
+        html! {
+            form method="post" action=(act) {
+                input type="hidden" name="csrf" value=(s.csrf);
+                input type="hidden" name="op" value=(op);
+                input type="hidden" name="revision" value=(current);
+                input type="hidden" name="idempotency_key" value=(crate::ids::new_creation_key());
+                button type="submit" { (label) }
+            }
+        }
+    };
+    let stale = |v: &Value| v["revision"].as_str().is_some_and(|r| r != current);
+    page(
+        &format!("Proposal {id}"),
+        Some(&s),
+        html! {
+            p { strong { (value(&p["title"])) } " · " (value(&p["status"])) " · by " (value(&p["author"]))
+                " · risk " (value(&p["risk"])) }
+            h2 { "Summary (as written by its author)" } pre { (visible(p["summary_md"].as_str().unwrap_or(""))) }
+            @if *status == json!(ProposalState::Pending) && author { (button("request_review", "Request review")) }
+            @if in_review && !pending_approval
+                && (author || [Permission::Review, Permission::Approve, Permission::Admin].into_iter().any(|x| may(&st, &s, &ws, x))) {
+                (button("request_approval", "Request human approval"))
+            }
+            @if in_review && (author || may(&st, &s, &ws, Permission::Apply)) { (button("validate", "Validate")) }
+            @if in_review && may(&st, &s, &ws, Permission::Apply) && let Some(v) = applicable {
+                form method="post" action=(act) {
+                    input type="hidden" name="csrf" value=(s.csrf);
+                    input type="hidden" name="op" value="apply";
+                    input type="hidden" name="validation_id" value=(v["validation_id"].as_str().unwrap_or(""));
+                    input type="hidden" name="idempotency_key" value=(crate::ids::new_creation_key());
+                    button type="submit" { "Apply" }
+                }
+            }
+            h2 { "Revisions" }
+            table {
+                tr { th { "number" } th { "revision" } th { "bytes" } th { "created" } }
+                @for r in p["revisions"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+                    tr {
+                        td { (value(&r["number"])) @if r["current"] != true { " " span.badge.stale { "not current" } } }
+                        td { (value(&r["revision"])) } td { (value(&r["bytes"])) } td { (value(&r["created_at"])) }
+                    }
+                }
+            }
+            h2 { "Policy verdict" }
+            @if let Some(v) = &verdict {
+                table {
+                    tr { th { "requirement" } th { "state" } th { "detail" } }
+                    @for r in v["verdict"]["requirements"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+                        tr {
+                            td { (value(&r["name"])) }
+                            td class=(r["state"].as_str().unwrap_or("")) { (value(&r["state"])) }
+                            td { (value(&r["detail"])) }
+                        }
+                    }
+                }
+            }
+            h2 { "Votes" }
+            @for v in votes.as_ref().and_then(|v| v["votes"].as_array()).map(Vec::as_slice).unwrap_or(&[]) {
+                div { @if stale(v) { span.badge.stale { "not current" } } (value(v)) }
+            }
+            @if in_review && !author && may(&st, &s, &ws, Permission::Review) {
+                form method="post" action=(act) {
+                    input type="hidden" name="csrf" value=(s.csrf);
+                    input type="hidden" name="op" value="vote";
+                    input type="hidden" name="revision" value=(current);
+                    input type="hidden" name="idempotency_key" value=(crate::ids::new_creation_key());
+                    label { "Vote on the current revision " select name="vote" {
+                        @for v in ["approve", "approve_with_notes", "revise", "reject", "veto", "abstain"] {
+                            option value=(v) { (v) }
+                        }
+                    } }
+                    " " label { "Reason " input type="text" name="reason_md" required; }
+                    " " button type="submit" { "Cast vote" }
+                }
+            }
+            h2 { "Validations" }
+            @for v in &validations {
+                div {
+                    @if stale(v) { span.badge.stale { "not current" } }
+                    p { (value(&v["validation_id"])) " · valid " (value(&v["valid"])) " · complete " (value(&v["complete"])) }
+                    (rows(v["stages"].as_array().map(Vec::as_slice).unwrap_or(&[]), &["name", "state", "reason"], |_| None))
+                }
+            }
+            h2 { "Human approvals" }
+            @for a in &approvals {
+                div {
+                    @if stale(a) { span.badge.stale { "not current" } }
+                    (value(a))
+                    @if a["state"] == json!(crate::domain::policy::ApprovalState::Pending) && can_approve && !stale(a) {
+                        form method="post" action=(format!("/ui/w/{}/approvals/{}/decide", urlencode(&ws), urlencode(a["approval_id"].as_str().unwrap_or("")))) {
+                            input type="hidden" name="csrf" value=(s.csrf);
+                            input type="hidden" name="proposal_id" value=(id);
+                            label { "Reason " input type="text" name="reason_md" required; }
+                            " "
+                            button type="submit" name="approve" value="true" { "Approve" }
+                            " "
+                            button type="submit" name="approve" value="false" { "Deny" }
+                        }
+                    }
+                }
+            }
+            h2 { "Claims on the touched resources" }
+            table {
+                tr { th { "resource" } th { "holder" } th { "mode" } th { "fencing token" } th { "expires" } }
+                @for c in touching(&claims, &p["affected_resources"], &got["files"]) {
+                    tr {
+                        td { (value(&c["resource_id"])) } td { (value(&c["holder"])) } td { (value(&c["mode"])) }
+                        td { (value(&c["fencing_token"])) }
+                        td { (value(&c["expires_at"])) " (" (countdown(&st, &c["expires_at"])) ")" }
+                    }
+                }
+            }
+            h2 { "Transactions" }
+            @if let Some(t) = &transactions {
+                (rows(t["transactions"].as_array().map(Vec::as_slice).unwrap_or(&[]),
+                    &["transaction_id", "status", "created_at"],
+                    |t| t["transaction_id"].as_str().map(|tid| format!("/ui/w/{}/transactions/{}", urlencode(&ws), urlencode(tid)))))
+            }
+            h2 { "Files of the current revision" } (value(&got["files"]))
+            h2 { "Decisions" } (value(&got["decisions"]))
+        },
+    )
+}
+
+/// The proposal page's workflow forms: request review, vote, request a human approval,
+/// validate, apply; each the API method of that name, with the key made when the page rendered.
+pub(super) async fn proposal_act(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path((ws, id)): Path<(String, String)>,
+    Form(f): Form<HashMap<String, String>>,
+) -> Response {
+    let field = |k: &str| f.get(k).map(String::as_str).unwrap_or("");
+    let s = match form_session(&st, &headers, field("csrf")) {
+        Ok(s) => s,
+        Err(refused) => return *refused,
+    };
+    let key = field("idempotency_key");
+    let (method, body) = match field("op") {
+        "request_review" => (
+            "proposal.request_review",
+            json!({"workspace_id": ws, "proposal_id": id, "idempotency_key": key}),
+        ),
+        "vote" => (
+            "vote.cast",
+            json!({"workspace_id": ws, "proposal_id": id, "revision": field("revision"),
+                   "vote": field("vote"), "reason_md": field("reason_md"), "idempotency_key": key}),
+        ),
+        "request_approval" => (
+            "human.request_approval",
+            json!({"workspace_id": ws, "proposal_id": id, "revision": field("revision"),
+                   "idempotency_key": key}),
+        ),
+        "validate" => (
+            "patch.validate",
+            json!({"workspace_id": ws, "proposal_id": id, "revision": field("revision"),
+                   "idempotency_key": key}),
+        ),
+        "apply" => (
+            "patch.apply",
+            json!({"workspace_id": ws, "proposal_id": id, "validation_id": field("validation_id"),
+                   "idempotency_key": key}),
+        ),
+        other => {
+            return refusal(
+                StatusCode::BAD_REQUEST,
+                Some(&s),
+                &format!("op: unknown form action {other:?}"),
+            );
+        }
+    };
+    let back = format!("/ui/w/{}/proposals/{}", urlencode(&ws), urlencode(&id));
+    act(&st, &s, method, body, &back).await
+}
+
+#[derive(Deserialize)]
+pub(super) struct ApprovalForm {
+    #[serde(default)]
+    csrf: String,
+    proposal_id: String,
+    approve: bool,
+    reason_md: String,
+}
+
+pub(super) async fn approval_decide(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path((ws, id)): Path<(String, String)>,
+    Form(f): Form<ApprovalForm>,
+) -> Response {
+    let s = match form_session(&st, &headers, &f.csrf) {
+        Ok(s) => s,
+        Err(refused) => return *refused,
+    };
+    let body = json!({"workspace_id": ws, "approval_id": id, "approve": f.approve,
+                      "reason_md": f.reason_md, "idempotency_key": crate::ids::new_creation_key()});
+    let back = format!(
+        "/ui/w/{}/proposals/{}",
+        urlencode(&ws),
+        urlencode(&f.proposal_id)
+    );
+    act(&st, &s, "human.decide", body, &back).await
+}

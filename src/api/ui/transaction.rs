@@ -1,0 +1,76 @@
+//! The transaction page: phases, per-path recovery states, advised control actions.
+
+use super::*;
+
+pub(super) async fn transaction_page(
+    State(st): State<AppState>,
+    Signed(s): Signed,
+    Path((ws, id)): Path<(String, String)>,
+) -> Response {
+    let body = json!({"workspace_id": ws, "transaction_id": id});
+    let t = match call(&st, &s, "transaction.show", body.clone()).await {
+        Ok(v) => v["transaction"].clone(),
+        Err(e) => return error_page(&e, &s),
+    };
+    let phases = call(&st, &s, "transaction.phases", body.clone()).await;
+    let recovery = call(&st, &s, "transaction.recovery", body).await;
+    let section = |r: &Result<Value, ServiceError>, f: &dyn Fn(&Value) -> Markup| match r {
+        Ok(v) => f(v),
+        Err(e) => html! { p.blocked { (e.code()) ": " (e.to_string()) } },
+    };
+    page(
+        &format!("Transaction {id}"),
+        Some(&s),
+        html! {
+            p { "Status " strong { (value(&t["status"])) } " · proposal "
+                a href=(format!("/ui/w/{}/proposals/{}", urlencode(&ws), urlencode(t["proposal_id"].as_str().unwrap_or("")))) {
+                    (value(&t["proposal_id"]))
+                }
+            }
+            h2 { "Phases" }
+            (section(&phases, &|v| rows(v["phases"].as_array().map(Vec::as_slice).unwrap_or(&[]),
+                &["phase", "actor", "started_at", "ended_at", "reason", "failure_code", "request_id"], |_| None)))
+            h2 { "Recovery: each touched path judged from the file" }
+            (section(&recovery, &|v| html! {
+                p { "Repository state " strong { (value(&v["repository_state"])) } }
+                (rows(v["paths"].as_array().map(Vec::as_slice).unwrap_or(&[]), &["path", "state"], |_| None))
+                h3 { "Advice" } (value(&v["actions"]))
+                @if may(&st, &s, &ws, Permission::Apply) {
+                    @for a in v["actions"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+                        @if let Some(action) = a.as_str().filter(|a| ["retry", "cancel", "compensate"].contains(a)) {
+                            form method="post" action=(format!("/ui/w/{}/transactions/{}/act", urlencode(&ws), urlencode(&id))) {
+                                input type="hidden" name="csrf" value=(s.csrf);
+                                input type="hidden" name="action" value=(action);
+                                input type="hidden" name="idempotency_key" value=(crate::ids::new_creation_key());
+                                label { "Reason " input type="text" name="reason"; }
+                                " " button type="submit" { (action) }
+                            }
+                        }
+                    }
+                }
+                @if !v["blocked_reason"].is_null() { p.blocked { "Blocked: " (value(&v["blocked_reason"])) } }
+                @if !v["artifact_error"].is_null() { p.blocked { "Rollback artifact: " (value(&v["artifact_error"])) } }
+            }))
+            h2 { "The transaction" } (value(&t))
+        },
+    )
+}
+
+/// The transaction page's control buttons: `transaction.control` with the advised action.
+pub(super) async fn transaction_act(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path((ws, id)): Path<(String, String)>,
+    Form(f): Form<HashMap<String, String>>,
+) -> Response {
+    let field = |k: &str| f.get(k).map(String::as_str).unwrap_or("");
+    let s = match form_session(&st, &headers, field("csrf")) {
+        Ok(s) => s,
+        Err(refused) => return *refused,
+    };
+    let reason = Some(field("reason")).filter(|r| !r.trim().is_empty());
+    let body = json!({"workspace_id": ws, "transaction_id": id, "action": field("action"),
+                      "reason": reason, "idempotency_key": field("idempotency_key")});
+    let back = format!("/ui/w/{}/transactions/{}", urlencode(&ws), urlencode(&id));
+    act(&st, &s, "transaction.control", body, &back).await
+}
