@@ -20,8 +20,13 @@ pub const MAX_MUTATIONS: usize = 128;
 pub const CANDIDATE_LIFETIME: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
 /// How long a deleted or expired candidate's tombstone is kept.
 pub const TOMBSTONE_RETENTION: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
-/// Largest rendered `integration.patch`.
+/// Largest page of `integration.patch` (and its default `limit`).
 pub const MAX_PATCH_BYTES: usize = 1024 * 1024;
+/// Smallest page `integration.patch` accepts as `limit`.
+pub const MIN_PATCH_PAGE_BYTES: usize = 1024;
+/// Furthest byte `integration.patch` skips to (`offset`): git renders and discards what lies
+/// before a page, so a deep page costs as much as reading up to it.
+pub const MAX_PATCH_OFFSET: u64 = 256 * 1024 * 1024;
 /// Longest idempotency key.
 pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 128;
 /// Longest repository-relative path in a resolution.
@@ -200,6 +205,8 @@ impl Candidate {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResolveFile {
+    /// Repository-relative; the document's pattern is a conservative subset of what is accepted.
+    #[schema(pattern = r"^[A-Za-z0-9_-]{1,64}(/[A-Za-z0-9_-]{1,64}){0,8}$")]
     pub path: String,
     #[serde(default)]
     pub content: Option<String>,

@@ -227,3 +227,8 @@ pub const UI_FORM_LIMIT: usize = 64 * 1024;
 pub const UI_FORM_FILES: usize = 256;
 /// Active claims the web page reads to show those on a proposal's resources.
 pub const UI_CLAIMS_SHOWN: u32 = 200;
+/// Bytes of a candidate's combined diff per web page (`integration.patch`'s `limit`); the page
+/// links the next one.
+pub const UI_DIFF_PAGE_BYTES: usize = 256 * 1024;
+/// Longest `public_url` in the config.
+pub const MAX_PUBLIC_URL_BYTES: usize = 2048;

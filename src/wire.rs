@@ -12,11 +12,15 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct RecordParams {
     pub workspace_id: String,
+    #[schema(pattern = r"^[A-Za-z0-9_.-]{1,128}$")]
     pub run_id: String,
+    #[schema(pattern = r"^([0-9a-f]{40}|[0-9a-f]{64})$")]
     pub base_revision: String,
+    #[schema(pattern = r"^([0-9a-f]{40}|[0-9a-f]{64})$")]
     pub revision: String,
     #[serde(default)]
     pub transcript: Option<String>,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
 }
 
@@ -33,17 +37,21 @@ pub struct ShowParams {
 #[serde(deny_unknown_fields)]
 pub struct PrepareParams {
     pub workspace_id: String,
+    #[schema(min_items = 1, max_items = 64)]
     pub submissions: Vec<SubmissionRef>,
+    #[schema(pattern = r"^refs/heads/[A-Za-z0-9_][A-Za-z0-9_-]{0,99}$")]
     pub target_ref: String,
+    #[schema(pattern = r"^([0-9a-f]{40}|[0-9a-f]{64})$")]
     pub expected_target_revision: String,
     #[serde(default)]
     pub required_sources: Option<Vec<EvidenceSource>>,
     #[serde(default)]
     pub mission_id: Option<String>,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
 }
 
-/// `integration.show`, `integration.patch` and `integration.delete` parameters.
+/// `integration.show` and `integration.delete` parameters.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CandidateParams {
@@ -57,6 +65,7 @@ pub struct CandidateParams {
 pub struct ListParams {
     pub workspace_id: String,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 100)]
     pub limit: Option<u32>,
 }
 
@@ -67,16 +76,40 @@ pub struct ResolveParams {
     pub workspace_id: String,
     pub candidate_id: String,
     #[serde(default)]
+    #[schema(minimum = 1)]
+    #[schema(required = true, nullable = false)]
     pub expected_version: Option<i64>,
+    #[schema(min_items = 1, max_items = 32)]
     pub files: Vec<ResolveFile>,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
 }
 
-/// `integration.patch` result.
+/// `integration.patch` parameters: one page of the combined diff, `limit` bytes from byte
+/// `offset` (0 and [`crate::candidate::MAX_PATCH_BYTES`] by default); follow `next_offset`.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PatchParams {
+    pub workspace_id: String,
+    pub candidate_id: String,
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 268_435_456)]
+    pub offset: u64,
+    #[serde(default)]
+    #[schema(minimum = 1024, maximum = 1_048_576)]
+    pub limit: Option<u64>,
+}
+
+/// `integration.patch` result: one page, ending at a line end when more follows.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct PatchResult {
     pub patch: String,
+    /// More of the diff follows this page.
     pub truncated: bool,
+    /// The byte offset this page starts at.
+    pub offset: u64,
+    /// Where the next page starts; absent on the last page.
+    pub next_offset: Option<u64>,
 }
 
 /// `integration.verify` parameters.
@@ -85,10 +118,14 @@ pub struct PatchResult {
 pub struct VerifyParams {
     pub workspace_id: String,
     pub candidate_id: String,
+    #[schema(pattern = r"^([0-9a-f]{40}|[0-9a-f]{64})$")]
     pub candidate_revision: String,
+    #[schema(min_items = 1, max_items = 64)]
     pub argv: Vec<String>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1800)]
     pub timeout_seconds: Option<u64>,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
 }
 
@@ -107,9 +144,12 @@ pub struct CancelParams {
 pub struct RequestParams {
     pub workspace_id: String,
     pub candidate_id: String,
+    #[schema(pattern = r"^([0-9a-f]{40}|[0-9a-f]{64})$")]
     pub candidate_revision: String,
+    #[schema(min_items = 1, max_items = 64)]
     pub verification_ids: Vec<String>,
     pub action: DeliveryAction,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
 }
 
@@ -148,12 +188,18 @@ pub enum ResumePolicy {
 #[serde(deny_unknown_fields)]
 pub struct ClaimAcquireParams {
     pub workspace_id: String,
+    #[schema(min_length = 1)]
     pub task_id: String,
     #[serde(default)]
+    #[schema(min_length = 1)]
     pub session_id: Option<String>,
+    #[schema(
+        pattern = r"^((file|directory):[A-Za-z0-9_][A-Za-z0-9_-]{0,120}|symbol:[A-Za-z0-9_][A-Za-z0-9_-]{0,120}#[A-Za-z0-9_]{1,64})$"
+    )]
     pub resource_id: String,
     pub mode: crate::domain::claim::ClaimMode,
     #[serde(default)]
+    #[schema(minimum = 10, maximum = 86_400)]
     pub ttl_seconds: Option<u64>,
     #[serde(default)]
     pub renewable: Option<bool>,
@@ -163,6 +209,7 @@ pub struct ClaimAcquireParams {
     pub rationale: Option<String>,
     #[serde(default)]
     pub base_hash: Option<String>,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
 }
 
@@ -182,7 +229,51 @@ pub struct ClaimKeyedParams {
     pub workspace_id: String,
     pub claim_id: String,
     #[serde(default)]
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: Option<String>,
+}
+
+/// `claim.release` parameters: the key is required (a release changes the claim).
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimReleaseParams {
+    pub workspace_id: String,
+    pub claim_id: String,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
+    pub idempotency_key: String,
+}
+
+impl From<ClaimReleaseParams> for ClaimKeyedParams {
+    fn from(p: ClaimReleaseParams) -> Self {
+        ClaimKeyedParams {
+            workspace_id: p.workspace_id,
+            claim_id: p.claim_id,
+            idempotency_key: Some(p.idempotency_key),
+        }
+    }
+}
+
+/// `claim.force_release` parameters: a reason is required.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimForceReleaseParams {
+    pub workspace_id: String,
+    pub claim_id: String,
+    #[schema(min_length = 1)]
+    pub reason: String,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
+    pub idempotency_key: String,
+}
+
+impl From<ClaimForceReleaseParams> for ClaimAdminParams {
+    fn from(p: ClaimForceReleaseParams) -> Self {
+        ClaimAdminParams {
+            workspace_id: p.workspace_id,
+            claim_id: p.claim_id,
+            reason: Some(p.reason),
+            idempotency_key: p.idempotency_key,
+        }
+    }
 }
 
 /// `claim.extend` parameters.
@@ -191,7 +282,9 @@ pub struct ClaimKeyedParams {
 pub struct ClaimExtendParams {
     pub workspace_id: String,
     pub claim_id: String,
+    #[schema(minimum = 10, maximum = 86_400)]
     pub ttl_seconds: u64,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
 }
 
@@ -205,6 +298,9 @@ pub struct ClaimListParams {
     #[serde(default)]
     pub holder: Option<String>,
     #[serde(default)]
+    #[schema(
+        pattern = r"^((file|directory):[A-Za-z0-9_][A-Za-z0-9_-]{0,120}|symbol:[A-Za-z0-9_][A-Za-z0-9_-]{0,120}#[A-Za-z0-9_]{1,64})$"
+    )]
     pub resource_id: Option<String>,
     #[serde(default)]
     pub task_id: Option<String>,
@@ -214,6 +310,7 @@ pub struct ClaimListParams {
     #[serde(default)]
     pub cursor: Option<String>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 200)]
     pub limit: Option<u32>,
 }
 
@@ -226,6 +323,7 @@ pub struct ClaimAdminParams {
     pub claim_id: String,
     #[serde(default)]
     pub reason: Option<String>,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
 }
 
@@ -240,11 +338,13 @@ pub struct EventListParams {
     #[serde(default)]
     pub kind: Option<String>,
     #[serde(default)]
+    #[schema(minimum = 0)]
     pub since: Option<i64>,
     /// `next_cursor` of the previous page (the same position as `since`, opaque).
     #[serde(default)]
     pub cursor: Option<String>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 200)]
     pub limit: Option<u32>,
 }
 
@@ -254,6 +354,9 @@ pub struct EventListParams {
 pub struct ContentionListParams {
     pub workspace_id: String,
     #[serde(default)]
+    #[schema(
+        pattern = r"^((file|directory):[A-Za-z0-9_][A-Za-z0-9_-]{0,120}|symbol:[A-Za-z0-9_][A-Za-z0-9_-]{0,120}#[A-Za-z0-9_]{1,64})$"
+    )]
     pub resource_id: Option<String>,
     #[serde(default)]
     pub state: Option<ContentionState>,
@@ -261,6 +364,7 @@ pub struct ContentionListParams {
     #[serde(default)]
     pub cursor: Option<String>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 200)]
     pub limit: Option<u32>,
 }
 
@@ -291,7 +395,9 @@ pub struct ResolveContentionParams {
     pub workspace_id: String,
     pub contention_id: String,
     pub resolution: ResolutionKind,
+    #[schema(min_length = 1)]
     pub reason: String,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
 }
 
@@ -302,6 +408,7 @@ pub struct ReconcileParams {
     pub workspace_id: String,
     #[serde(default)]
     pub holder: Option<String>,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
 }
 
@@ -310,7 +417,9 @@ pub struct ReconcileParams {
 #[serde(deny_unknown_fields)]
 pub struct EndSessionParams {
     pub workspace_id: String,
+    #[schema(min_length = 1)]
     pub session_id: String,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
 }
 
@@ -319,6 +428,9 @@ pub struct EndSessionParams {
 #[serde(deny_unknown_fields)]
 pub struct ResourceShowParams {
     pub workspace_id: String,
+    #[schema(
+        pattern = r"^((file|directory):[A-Za-z0-9_][A-Za-z0-9_-]{0,120}|symbol:[A-Za-z0-9_][A-Za-z0-9_-]{0,120}#[A-Za-z0-9_]{1,64})$"
+    )]
     pub resource_id: String,
 }
 
@@ -327,12 +439,16 @@ pub struct ResourceShowParams {
 #[serde(deny_unknown_fields)]
 pub struct ProposalCreateParams {
     pub workspace_id: String,
+    #[schema(min_length = 1)]
     pub task_id: String,
     #[serde(default)]
+    #[schema(min_length = 1)]
     pub session_id: Option<String>,
     #[serde(default)]
     pub deliberation_id: Option<String>,
+    #[schema(pattern = r"\S", max_length = 128)]
     pub title: String,
+    #[schema(pattern = r"\S")]
     pub summary_md: String,
     #[serde(default)]
     pub risk: Option<crate::domain::proposal::Risk>,
@@ -346,7 +462,9 @@ pub struct ProposalCreateParams {
     pub rollback_notes: Option<String>,
     /// The commit the patch was written against (full object id), if the author says.
     #[serde(default)]
+    #[schema(pattern = r"^([0-9a-f]{40}|[0-9a-f]{64})$")]
     pub base_revision: Option<String>,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
 }
 
@@ -361,6 +479,7 @@ pub struct ProposalAttachParams {
     pub patch: String,
     #[serde(default)]
     pub affected_resources: Option<Vec<String>>,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
 }
 
@@ -395,12 +514,13 @@ pub struct ProposalListParams {
     #[serde(default)]
     pub cursor: Option<String>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 200)]
     pub limit: Option<u32>,
     #[serde(default)]
     pub order: Option<ListOrder>,
 }
 
-/// `proposal.request_review`, `proposal.reject` (`reason_md` required) and `proposal.withdraw`.
+/// `proposal.request_review` and `proposal.withdraw` parameters.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProposalTransitionParams {
@@ -408,7 +528,31 @@ pub struct ProposalTransitionParams {
     pub proposal_id: String,
     #[serde(default)]
     pub reason_md: Option<String>,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
+}
+
+/// `proposal.reject` parameters: a reason is required.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProposalRejectParams {
+    pub workspace_id: String,
+    pub proposal_id: String,
+    #[schema(min_length = 1)]
+    pub reason_md: String,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
+    pub idempotency_key: String,
+}
+
+impl From<ProposalRejectParams> for ProposalTransitionParams {
+    fn from(p: ProposalRejectParams) -> Self {
+        ProposalTransitionParams {
+            workspace_id: p.workspace_id,
+            proposal_id: p.proposal_id,
+            reason_md: Some(p.reason_md),
+            idempotency_key: p.idempotency_key,
+        }
+    }
 }
 
 /// `vote.cast` parameters. The voter is the authenticated actor.
@@ -418,11 +562,15 @@ pub struct VoteCastParams {
     pub workspace_id: String,
     pub proposal_id: String,
     /// The current revision's digest.
+    #[schema(pattern = r"^[0-9a-f]{64}$")]
     pub revision: String,
     pub vote: crate::domain::policy::VoteKind,
     #[serde(default)]
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub confidence: Option<f64>,
+    #[schema(pattern = r"\S")]
     pub reason_md: String,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
 }
 
@@ -433,6 +581,7 @@ pub struct VoteListParams {
     pub workspace_id: String,
     pub proposal_id: String,
     #[serde(default)]
+    #[schema(pattern = r"^[0-9a-f]{64}$")]
     pub revision: Option<String>,
 }
 
@@ -442,9 +591,11 @@ pub struct VoteListParams {
 pub struct SecurityReviewParams {
     pub workspace_id: String,
     pub proposal_id: String,
+    #[schema(pattern = r"^[0-9a-f]{64}$")]
     pub revision: String,
     pub verdict: crate::domain::policy::SecurityVerdict,
     pub notes_md: String,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
 }
 
@@ -454,7 +605,9 @@ pub struct SecurityReviewParams {
 pub struct RequestApprovalParams {
     pub workspace_id: String,
     pub proposal_id: String,
+    #[schema(pattern = r"^[0-9a-f]{64}$")]
     pub revision: String,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
 }
 
@@ -468,7 +621,9 @@ pub struct HumanDecideParams {
     /// With `approve`: lift requirements that only votes block (never a security review).
     #[serde(default, rename = "override")]
     pub override_votes: Option<bool>,
+    #[schema(pattern = r"\S")]
     pub reason_md: String,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
 }
 
@@ -477,14 +632,18 @@ pub struct HumanDecideParams {
 #[serde(deny_unknown_fields)]
 pub struct DecisionRecordParams {
     pub workspace_id: String,
+    #[schema(pattern = r"^[a-z0-9_-]{1,64}$")]
     pub decision: String,
+    #[schema(pattern = r"\S")]
     pub rationale_md: String,
     #[serde(default)]
     pub proposal_id: Option<String>,
     #[serde(default)]
+    #[schema(pattern = r"^[0-9a-f]{64}$")]
     pub revision: Option<String>,
     #[serde(default)]
     pub task_id: Option<String>,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
 }
 
@@ -498,6 +657,7 @@ pub struct DecisionListParams {
     #[serde(default)]
     pub task_id: Option<String>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 200)]
     pub limit: Option<u32>,
 }
 
@@ -527,11 +687,13 @@ pub struct ProposalPreviewParams {
     pub workspace_id: String,
     pub proposal_id: String,
     #[serde(default)]
+    #[schema(pattern = r"^[0-9a-f]{64}$")]
     pub revision: Option<String>,
     pub part: PreviewPart,
     #[serde(default)]
     pub cursor: Option<String>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 200)]
     pub limit: Option<u32>,
 }
 
@@ -541,7 +703,9 @@ pub struct ProposalPreviewParams {
 pub struct ValidateParams {
     pub workspace_id: String,
     pub proposal_id: String,
+    #[schema(pattern = r"^[0-9a-f]{64}$")]
     pub revision: String,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
 }
 
@@ -560,6 +724,7 @@ pub struct ApplyParams {
     pub workspace_id: String,
     pub proposal_id: String,
     pub validation_id: String,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
 }
 
@@ -583,6 +748,7 @@ pub struct TransactionListParams {
     #[serde(default)]
     pub cursor: Option<String>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 200)]
     pub limit: Option<u32>,
 }
 
@@ -601,5 +767,6 @@ pub struct TransactionControlParams {
     /// same revision made after the retried transaction's).
     #[serde(default)]
     pub validation_id: Option<String>,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
     pub idempotency_key: String,
 }

@@ -250,11 +250,11 @@ pub const METHODS: &[Method] = &[
     m(
         "integration.patch",
         Body::Small,
-        schema_of::<w::CandidateParams>,
+        schema_of::<w::PatchParams>,
         "view",
         Reply::Typed(schema_of::<w::PatchResult>),
         HUMAN,
-        "The candidate's combined diff (capped)",
+        "One page of the candidate's combined diff (follow next_offset)",
     ),
     m(
         "integration.delete",
@@ -322,7 +322,7 @@ pub const METHODS: &[Method] = &[
     m(
         "claim.release",
         Body::Small,
-        schema_of::<w::ClaimKeyedParams>,
+        schema_of::<w::ClaimReleaseParams>,
         "the holder, or admin (forced)",
         Reply::Fields(&[("claim", F::Object), ("changed", F::Bool)]),
         AGENT,
@@ -376,7 +376,7 @@ pub const METHODS: &[Method] = &[
     m(
         "claim.force_release",
         Body::Small,
-        schema_of::<w::ClaimAdminParams>,
+        schema_of::<w::ClaimForceReleaseParams>,
         "admin (with a reason)",
         CLAIM,
         HUMAN,
@@ -482,7 +482,7 @@ pub const METHODS: &[Method] = &[
     m(
         "proposal.reject",
         Body::Small,
-        schema_of::<w::ProposalTransitionParams>,
+        schema_of::<w::ProposalRejectParams>,
         "review or admin, never the author",
         PROPOSAL,
         AGENT,

@@ -327,19 +327,53 @@ pub fn parse<T: DeserializeOwned>(method: &str, body: &[u8]) -> Result<T, Servic
         )));
     }
     let mut de = serde_json::Deserializer::from_slice(body);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let field = if path == "." {
-            "body".to_string()
-        } else {
-            path
-        };
-        let message = format!("{method}: {field}: {}", e.into_inner());
-        ServiceError::invalid_field(field, message)
-    })?;
-    de.end()
-        .map_err(|e| ServiceError::invalid(format!("{method}: body: {e}")))?;
-    Ok(value)
+    let e = match serde_path_to_error::deserialize(&mut de) {
+        Ok(value) => {
+            de.end()
+                .map_err(|e| ServiceError::invalid(format!("{method}: body: {e}")))?;
+            return Ok(value);
+        }
+        Err(e) => e,
+    };
+    // JSON Schema's `integer` includes 3.0, serde's integers do not: before refusing, retry
+    // once with every integral float written as the integer it is (from_slice checks the end).
+    if e.inner().to_string().contains("floating point")
+        && let Some(v) = integral_floats_as_integers(body)
+        && let Ok(value) = serde_json::from_value(v)
+    {
+        return Ok(value);
+    }
+    let path = e.path().to_string();
+    let field = if path == "." {
+        "body".to_string()
+    } else {
+        path
+    };
+    let message = format!("{method}: {field}: {}", e.into_inner());
+    Err(ServiceError::invalid_field(field, message))
+}
+
+/// `body` with every float that is exactly an integer (3.0, 1e3; below 2^53, where floats are
+/// exact) replaced by that integer; `None` when there is none or the body is not JSON.
+fn integral_floats_as_integers(body: &[u8]) -> Option<Value> {
+    fn walk(v: &mut Value) -> bool {
+        match v {
+            Value::Number(n) if n.is_f64() => {
+                let f = n.as_f64().unwrap_or(f64::NAN);
+                if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 {
+                    *v = Value::from(f as i64);
+                    true
+                } else {
+                    false
+                }
+            }
+            Value::Array(a) => a.iter_mut().fold(false, |c, x| walk(x) | c),
+            Value::Object(o) => o.values_mut().fold(false, |c, x| walk(x) | c),
+            _ => false,
+        }
+    }
+    let mut v: Value = serde_json::from_slice(body).ok()?;
+    walk(&mut v).then_some(v)
 }
 
 async fn call(
@@ -476,7 +510,13 @@ async fn dispatch(
         }
         "claim.acquire" => Reply::Value(svc.claim_acquire(actor, parse(method, body)?).await?),
         "claim.extend" => Reply::Value(svc.claim_extend(actor, parse(method, body)?).await?),
-        "claim.release" => Reply::Value(svc.claim_release(actor, parse(method, body)?).await?),
+        "claim.release" => Reply::Value(
+            svc.claim_release(
+                actor,
+                parse::<crate::wire::ClaimReleaseParams>(method, body)?.into(),
+            )
+            .await?,
+        ),
         "claim.show" => Reply::Value(svc.claim_show(actor, parse(method, body)?).await?),
         "claim.list" => Reply::Value(svc.claim_list(actor, parse(method, body)?).await?),
         "claim.heartbeat" => Reply::Value(svc.claim_heartbeat(actor, parse(method, body)?).await?),
@@ -489,8 +529,12 @@ async fn dispatch(
                 .await?,
         ),
         "claim.force_release" => Reply::Value(
-            svc.claim_admin(actor, ClaimEvent::Release, parse(method, body)?)
-                .await?,
+            svc.claim_admin(
+                actor,
+                ClaimEvent::Release,
+                parse::<crate::wire::ClaimForceReleaseParams>(method, body)?.into(),
+            )
+            .await?,
         ),
         "event.list" => Reply::Value(svc.event_list(actor, parse(method, body)?).await?),
         "claim.contentions" => {
@@ -516,8 +560,12 @@ async fn dispatch(
                 .await?,
         ),
         "proposal.reject" => Reply::Value(
-            svc.proposal_transition(actor, ProposalEvent::Reject, parse(method, body)?)
-                .await?,
+            svc.proposal_transition(
+                actor,
+                ProposalEvent::Reject,
+                parse::<crate::wire::ProposalRejectParams>(method, body)?.into(),
+            )
+            .await?,
         ),
         "vote.cast" => Reply::Value(svc.vote_cast(actor, parse(method, body)?).await?),
         "vote.list" => Reply::Value(svc.vote_list(actor, parse(method, body)?).await?),
@@ -651,4 +699,33 @@ async fn candidate(svc: &Service, c: crate::candidate::Candidate) -> Result<Repl
 /// A result value as JSON.
 fn to<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).expect("API results serialize")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+    use crate::wire::ListParams;
+
+    #[test]
+    fn integral_floats_are_integers_and_nothing_else_is() {
+        let p: ListParams = parse("m", br#"{"workspace_id": "w", "limit": 5.0}"#).unwrap();
+        assert_eq!(p.limit, Some(5));
+        let p: ListParams = parse("m", br#"{"workspace_id": "w", "limit": 1e1}"#).unwrap();
+        assert_eq!(p.limit, Some(10));
+        for (body, field) in [
+            (&br#"{"workspace_id": "w", "limit": 5.5}"#[..], "limit"),
+            (br#"{"workspace_id": "w", "limit": -1.0}"#, "limit"),
+            (br#"{"workspace_id": 1.0, "limit": 5}"#, "workspace_id"),
+        ] {
+            let e = parse::<ListParams>("m", body).unwrap_err();
+            assert_eq!(e.field(), Some(field), "{e}");
+        }
+        // Trailing bytes stay refused whichever way the body parsed.
+        for body in [
+            &br#"{"workspace_id": "w", "limit": 5.0} x"#[..],
+            br#"{"workspace_id": "w", "limit": 5} x"#,
+        ] {
+            assert!(parse::<ListParams>("m", body).is_err());
+        }
+    }
 }

@@ -83,6 +83,7 @@ struct RawConfig {
     data_dir: Option<PathBuf>,
     listen: Option<String>,
     metrics_listen: Option<String>,
+    public_url: Option<String>,
     evidence_ttl_days: Option<u64>,
     maintenance_interval_seconds: Option<u64>,
     max_concurrent_verifications: Option<usize>,
@@ -266,6 +267,9 @@ pub struct Config {
     pub listen: String,
     /// When set, `/metrics` is served only on this address (not on `listen`).
     pub metrics_listen: Option<String>,
+    /// Where browsers reach the daemon (a TLS proxy in front of `listen`, say). When it is
+    /// `https://`, the web page's session cookie is `Secure`.
+    pub public_url: Option<String>,
     pub evidence_ttl: std::time::Duration,
     pub maintenance_interval: std::time::Duration,
     pub max_concurrent_verifications: usize,
@@ -524,7 +528,9 @@ impl Config {
             raw.keep_alive_idle_seconds,
             limits::DEFAULT_KEEP_ALIVE_IDLE_SECONDS,
         )?;
+        let public_url = raw.public_url.map(check_public_url).transpose()?;
         Ok(Config {
+            public_url,
             max_patch_bytes: governed.max_patch_bytes,
             header_read_timeout,
             body_read_timeout,
@@ -757,3 +763,31 @@ fn resolve_profile(name: &str, p: RawProfile) -> Result<Profile, ConfigError> {
 
 #[cfg(test)]
 mod tests;
+
+/// `public_url`: an absolute `http://` or `https://` URL of bounded length, no whitespace.
+fn check_public_url(url: String) -> Result<String, ConfigError> {
+    let invalid = |message: String| ConfigError::Invalid {
+        field: "public_url".into(),
+        message,
+    };
+    if url.len() > limits::MAX_PUBLIC_URL_BYTES {
+        return Err(invalid(format!(
+            "public_url is {} bytes; it may be at most {}",
+            url.len(),
+            limits::MAX_PUBLIC_URL_BYTES
+        )));
+    }
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"));
+    match rest {
+        Some(host)
+            if !host.is_empty() && !url.chars().any(|c| c.is_whitespace() || c.is_control()) =>
+        {
+            Ok(url)
+        }
+        _ => Err(invalid(format!(
+            "public_url {url:?} must be an http:// or https:// URL with a host"
+        ))),
+    }
+}

@@ -323,3 +323,29 @@ fn roles_and_policy_parse_with_defaults_and_bounds() {
         assert!(e.contains(needle), "{text}: {e}");
     }
 }
+
+#[test]
+fn public_url_is_an_http_or_https_url_of_bounded_length() {
+    let ok = Config::parse("public_url = \"https://airlock.example:8443/\"\n").unwrap();
+    assert_eq!(
+        ok.public_url.as_deref(),
+        Some("https://airlock.example:8443/")
+    );
+    assert_eq!(Config::parse("").unwrap().public_url, None);
+    let long = format!(
+        "https://{}",
+        "a".repeat(crate::limits::MAX_PUBLIC_URL_BYTES)
+    );
+    for bad in [
+        "ftp://x",
+        "https://",
+        "airlock.example",
+        "https://a b",
+        long.as_str(),
+    ] {
+        let e = Config::parse(&format!("public_url = \"{bad}\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("public_url"), "{bad}: {e}");
+    }
+}

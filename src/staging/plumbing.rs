@@ -437,6 +437,57 @@ impl Repo {
         to: &str,
         cap: usize,
     ) -> Result<(String, bool), StagingError> {
+        let (buf, truncated) = self.diff_bytes(from, to, 0, cap)?;
+        let mut text = String::from_utf8_lossy(&buf).into_owned();
+        while text.len() > cap {
+            text.pop();
+        }
+        Ok((text, truncated))
+    }
+
+    /// One page of the diff from `from` to `to`: `limit` bytes after skipping `offset`, cut back
+    /// to the page's last line end (or, for one line longer than a page, to a character
+    /// boundary) when more follows. Returns the page and the offset of the next one, if any;
+    /// an offset past the end is an empty last page.
+    pub fn diff_page(
+        &self,
+        from: &str,
+        to: &str,
+        offset: u64,
+        limit: usize,
+    ) -> Result<(String, Option<u64>), StagingError> {
+        let (mut buf, more) = self.diff_bytes(from, to, offset, limit)?;
+        if !more {
+            return Ok((String::from_utf8_lossy(&buf).into_owned(), None));
+        }
+        match buf.iter().rposition(|b| *b == b'\n') {
+            Some(at) => buf.truncate(at + 1),
+            None => {
+                if let Err(e) = std::str::from_utf8(&buf)
+                    && e.error_len().is_none()
+                    && e.valid_up_to() > 0
+                {
+                    buf.truncate(e.valid_up_to());
+                }
+            }
+        }
+        let next = offset + buf.len() as u64;
+        Ok((String::from_utf8_lossy(&buf).into_owned(), Some(next)))
+    }
+
+    /// At most `cap` bytes of the diff after its first `skip`, and whether more followed.
+    fn diff_bytes(
+        &self,
+        from: &str,
+        to: &str,
+        skip: u64,
+        cap: usize,
+    ) -> Result<(Vec<u8>, bool), StagingError> {
+        let failed = |e: std::io::Error| StagingError::Git {
+            args: "diff".into(),
+            code: None,
+            stderr: e.to_string(),
+        };
         let mut cmd = self.git();
         cmd.args([
             "diff",
@@ -454,31 +505,20 @@ impl Repo {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| StagingError::Git {
-                args: "diff".into(),
-                code: None,
-                stderr: e.to_string(),
-            })?;
-        let mut buf = Vec::with_capacity(cap.min(1 << 20) + 1);
+            .map_err(failed)?;
         let mut stdout = child.stdout.take().expect("stdout is piped");
+        std::io::copy(&mut (&mut stdout).take(skip), &mut std::io::sink()).map_err(failed)?;
+        let mut buf = Vec::with_capacity(cap.min(1 << 20) + 1);
         (&mut stdout)
             .take(cap as u64 + 1)
             .read_to_end(&mut buf)
-            .map_err(|e| StagingError::Git {
-                args: "diff".into(),
-                code: None,
-                stderr: e.to_string(),
-            })?;
+            .map_err(failed)?;
         let truncated = buf.len() > cap;
         if truncated {
             let _ = child.kill();
         }
         drop(stdout);
-        let status = child.wait().map_err(|e| StagingError::Git {
-            args: "diff".into(),
-            code: None,
-            stderr: e.to_string(),
-        })?;
+        let status = child.wait().map_err(failed)?;
         if !truncated && !status.success() {
             return Err(StagingError::Git {
                 args: "diff".into(),
@@ -487,11 +527,7 @@ impl Repo {
             });
         }
         buf.truncate(cap);
-        let mut text = String::from_utf8_lossy(&buf).into_owned();
-        while text.len() > cap {
-            text.pop();
-        }
-        Ok((text, truncated))
+        Ok((buf, truncated))
     }
 
     /// Removes `*.lock` files under `refs/airlock/` left by a killed git process. Only safe while

@@ -27,5 +27,6 @@ mod serve_proposals;
 mod serve_reviews;
 mod serve_symbols;
 mod serve_ui;
+mod serve_ui_pages;
 mod support;
 mod toolchain;

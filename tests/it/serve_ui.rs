@@ -13,7 +13,7 @@ fn header<'a>(h: &'a Headers, name: &str) -> Option<&'a str> {
     h.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
 }
 
-fn form_encode(pairs: &[(&str, &str)]) -> String {
+pub fn form_encode(pairs: &[(&str, &str)]) -> String {
     let enc = |s: &str| {
         s.bytes()
             .map(|b| {
@@ -77,10 +77,10 @@ pub fn csrf(page: &str) -> String {
     field(page, "csrf")
 }
 
-const HOSTILE: &str = "<script>alert(1)</script> \"><img src=x onerror=alert(2)> \
+pub const HOSTILE: &str = "<script>alert(1)</script> \"><img src=x onerror=alert(2)> \
                        <a href=\"javascript:alert(3)\">x</a> \u{1b}[31mred\u{1b}[0m";
 
-fn proposal_with_hostile_text(s: &Server) -> Value {
+pub fn proposal_with_hostile_text(s: &Server) -> Value {
     s.ok(
         ALICE,
         "claim.acquire",
@@ -401,7 +401,7 @@ fn a_delivery_request_is_decided_on_the_candidate_page_by_a_member_with_decide_o
 
 /// Runs the Selenium script (tests/fixtures/ui_browser.py) with `steps` against `s`; returns
 /// the pages it saw. Screenshots land in target/ui-screenshots/.
-fn browse(s: &Server, steps: Value) -> Vec<Value> {
+pub fn browse(s: &Server, steps: Value) -> Vec<Value> {
     let shots = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ui-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
     for tool in ["/usr/bin/chromium", "/usr/bin/chromedriver"] {
@@ -415,7 +415,7 @@ fn browse(s: &Server, steps: Value) -> Vec<Value> {
     v["pages"].as_array().unwrap().clone()
 }
 
-fn has_button(page: &Value, label: &str) -> bool {
+pub fn has_button(page: &Value, label: &str) -> bool {
     page["buttons"]
         .as_array()
         .unwrap()

@@ -6,13 +6,22 @@ pub(super) async fn candidate_page(
     State(st): State<AppState>,
     Signed(s): Signed,
     Path((ws, id)): Path<(String, String)>,
+    Query(q): Query<DiffQuery>,
 ) -> Response {
     let body = json!({"workspace_id": ws, "candidate_id": id});
     let c = match call(&st, &s, "integration.show", body.clone()).await {
         Ok(v) => v["candidate"].clone(),
         Err(e) => return error_page(&e, &s),
     };
-    let patch = call(&st, &s, "integration.patch", body).await.ok();
+    let offset = q.offset.unwrap_or(0);
+    let patch = call(
+        &st,
+        &s,
+        "integration.patch",
+        json!({"workspace_id": ws, "candidate_id": id, "offset": offset,
+               "limit": crate::limits::UI_DIFF_PAGE_BYTES}),
+    )
+    .await;
     // The server refuses the requester's own decision while distinct_approver holds; the
     // page does not offer it either.
     let own_request = st
@@ -81,7 +90,12 @@ pub(super) async fn candidate_page(
                     button type="submit" { "Resolve" }
                 }
             }
-            h2 { "Verifications" } (value(&c["verifications"]))
+            h2 { "Verifications" }
+            @let verifications = c["verifications"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+            @if verifications.is_empty() { p { span.badge { "none" } } }
+            @for v in verifications {
+                (verification(v, &c["candidate_revision"], (may(&st, &s, &ws, Permission::Verify)).then_some(&act), &s))
+            }
             @if frozen && may(&st, &s, &ws, Permission::Verify) {
                 form method="post" action=(act) {
                     input type="hidden" name="csrf" value=(s.csrf);
@@ -129,12 +143,71 @@ pub(super) async fn candidate_page(
             }
             h2 { "Receipt" } (value(&c["delivery_receipt"]))
             h2 { "Combined diff" }
-            @if let Some(p) = patch {
-                @if p["truncated"] == true { p.missing { "truncated at the cap" } }
-                pre { (visible(p["patch"].as_str().unwrap_or(""))) }
-            } @else { p { "no frozen revision yet" } }
+            @match &patch {
+                Ok(p) => {
+                    @let here = format!("/ui/w/{}/candidates/{}", urlencode(&ws), urlencode(&id));
+                    p { "From byte " (offset)
+                        @if offset > 0 { " · " a href=(here) { "first page" } }
+                        @if let Some(next) = p["next_offset"].as_u64() {
+                            " · " a href=(format!("{here}?offset={next}#diff")) { "next page" }
+                        } @else { " · the last page" }
+                    }
+                    pre id="diff" { (visible(p["patch"].as_str().unwrap_or(""))) }
+                }
+                Err(e) => p { (e.code()) ": " (e.to_string()) },
+            }
         },
     )
+}
+
+#[derive(Deserialize)]
+pub(super) struct DiffQuery {
+    offset: Option<u64>,
+}
+
+/// One verification: what ran, in what, how it ended, and its output (the server's copy, which
+/// is capped: the marker says how much of it the run wrote).
+fn verification(v: &Value, current: &Value, act: Option<&String>, s: &UiSession) -> Markup {
+    let status = v["status"].as_str().unwrap_or("");
+    let class = match status {
+        "passed" => "satisfied",
+        "running" => "missing",
+        _ => "blocked",
+    };
+    let elapsed = v["duration_ms"]
+        .as_u64()
+        .map(|ms| format!("{}.{:03} s", ms / 1000, ms % 1000));
+    html! {
+        h3 { (value(&v["verification_id"])) " " span class=(class) { (status) }
+            @if v["candidate_revision"] != *current { " " span.badge.stale { "not current" } } }
+        table {
+            tr { th { "argv" } td { @for a in v["argv"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+                code { (visible(a.as_str().unwrap_or(""))) } " " } } }
+            tr { th { "exit code" } td { (value(&v["exit_code"]))
+                @if v["oom_killed"] == true { " " span.blocked { "killed: out of memory" } } } }
+            tr { th { "elapsed" } td { @if let Some(e) = &elapsed { (e) } @else { span.badge { "running" } }
+                " (timeout " (value(&v["timeout_seconds"])) " s)" } }
+            tr { th { "image" } td { (value(&v["image"])) } }
+            tr { th { "observed image" } td { (value(&v["observed_image"])) } }
+            tr { th { "environment sha256" } td { code { (value(&v["environment_sha256"])) } } }
+            tr { th { "revision" } td { code { (value(&v["candidate_revision"])) } } }
+            tr { th { "started · finished" } td { (value(&v["created_at"])) " · " (value(&v["finished_at"])) } }
+            @if !v["error"].is_null() { tr { th { "error" } td.blocked { (value(&v["error"])) } } }
+        }
+        @if v["output_truncated"] == true {
+            p.missing { "output truncated: the command wrote " (value(&v["output_bytes_total"]))
+                " bytes; their beginning and end are kept, joined by the line that says how many were omitted" }
+        }
+        pre { (visible(v["output"].as_str().unwrap_or(""))) }
+        @if status == "running" && let Some(act) = act {
+            form method="post" action=(act) {
+                input type="hidden" name="csrf" value=(s.csrf);
+                input type="hidden" name="op" value="cancel";
+                input type="hidden" name="verification_id" value=(v["verification_id"].as_str().unwrap_or(""));
+                button type="submit" { "Cancel verification" }
+            }
+        }
+    }
 }
 
 /// The candidate page's workflow forms: resolve, verify, request delivery, deliver. Each is the
@@ -204,6 +277,11 @@ pub(super) async fn candidate_act(
                        "action": field("action"), "idempotency_key": field("idempotency_key")}),
             )
         }
+        "cancel" => (
+            "integration.cancel_verification",
+            json!({"workspace_id": ws, "candidate_id": id,
+                   "verification_id": field("verification_id")}),
+        ),
         "deliver" => (
             "integration.deliver",
             json!({"workspace_id": ws, "candidate_id": id, "request_id": field("request_id"),

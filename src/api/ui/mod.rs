@@ -13,10 +13,10 @@ use super::{AppState, run};
 use crate::config::Permission;
 use crate::domain::candidate::CandidateState;
 use crate::domain::delivery::RequestState;
-use crate::domain::proposal::ProposalState;
+use crate::domain::proposal::{ProposalEvent, ProposalState};
 use crate::engine::service::{Actor, ServiceError, authenticate};
 use axum::Router;
-use axum::extract::{Form, Path, State};
+use axum::extract::{Form, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -276,6 +276,20 @@ async fn login_page() -> Response {
     )
 }
 
+/// `; Secure` when browsers reach the daemon over TLS (`public_url` is https://: Airlock
+/// itself speaks plain HTTP behind a TLS proxy), nothing otherwise: a Secure cookie over plain
+/// HTTP would never come back.
+fn secure(st: &AppState) -> &'static str {
+    let tls = st
+        .service
+        .ctx
+        .config
+        .public_url
+        .as_deref()
+        .is_some_and(|u| u.starts_with("https://"));
+    if tls { "; Secure" } else { "" }
+}
+
 #[derive(Deserialize)]
 struct LoginForm {
     token: String,
@@ -302,8 +316,9 @@ async fn login(State(st): State<AppState>, Form(f): Form<LoginForm>) -> Response
         created: Instant::now(),
     });
     let cookie = format!(
-        "{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={}",
-        crate::limits::UI_SESSION_TTL.as_secs()
+        "{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={}{}",
+        crate::limits::UI_SESSION_TTL.as_secs(),
+        secure(&st)
     );
     (
         StatusCode::SEE_OTHER,
@@ -341,7 +356,10 @@ async fn logout(
         [
             (
                 header::SET_COOKIE,
-                format!("{COOKIE}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0"),
+                format!(
+                    "{COOKIE}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0{}",
+                    secure(&st)
+                ),
             ),
             (header::LOCATION, "/ui/login".to_string()),
         ],

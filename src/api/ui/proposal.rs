@@ -99,6 +99,11 @@ pub(super) async fn proposal_page(
         .validation_list(&s.actor, &ws, &id)
         .await
         .unwrap_or_default();
+    let security_reviews = st
+        .service
+        .security_review_list(&s.actor, &ws, &id)
+        .await
+        .unwrap_or_default();
     let me = json!(format!("member:{}", s.member));
     let author = p["author"] == me;
     let status = &p["status"];
@@ -127,6 +132,31 @@ pub(super) async fn proposal_page(
         }
     };
     let stale = |v: &Value| v["revision"].as_str().is_some_and(|r| r != current);
+    let state: Option<ProposalState> = serde_json::from_value(status.clone()).ok();
+    let can = |e: ProposalEvent| state.is_some_and(|st| st.on(e).is_ok());
+    // Reject: a reviewer or an admin, never the author; withdraw: the author only.
+    let may_reject = can(ProposalEvent::Reject)
+        && !author
+        && (may(&st, &s, &ws, Permission::Review) || may(&st, &s, &ws, Permission::Admin));
+    let may_withdraw =
+        can(ProposalEvent::Withdraw) && author && may(&st, &s, &ws, Permission::Propose);
+    let may_security = !state.is_none_or(ProposalState::is_terminal)
+        && !author
+        && may(&st, &s, &ws, Permission::Review)
+        && st
+            .service
+            .holds_role(&s.actor, &ws, crate::domain::policy::SECURITY);
+    let with_reason = |op: &str, label: &str, required: bool| {
+        html! {
+            form method="post" action=(act) {
+                input type="hidden" name="csrf" value=(s.csrf);
+                input type="hidden" name="op" value=(op);
+                input type="hidden" name="idempotency_key" value=(crate::ids::new_creation_key());
+                label { "Reason " input type="text" name="reason_md" required[required]; }
+                " " button type="submit" { (label) }
+            }
+        }
+    };
     page(
         &format!("Proposal {id}"),
         Some(&s),
@@ -149,6 +179,8 @@ pub(super) async fn proposal_page(
                     button type="submit" { "Apply" }
                 }
             }
+            @if may_withdraw { (with_reason("withdraw", "Withdraw proposal", false)) }
+            @if may_reject { (with_reason("reject", "Reject proposal", true)) }
             h2 { "Revisions" }
             table {
                 tr { th { "number" } th { "revision" } th { "bytes" } th { "created" } }
@@ -189,6 +221,25 @@ pub(super) async fn proposal_page(
                     } }
                     " " label { "Reason " input type="text" name="reason_md" required; }
                     " " button type="submit" { "Cast vote" }
+                }
+            }
+            h2 { "Security reviews" }
+            @for r in &security_reviews {
+                div { @if stale(r) { span.badge.stale { "not current" } } (value(r)) }
+            }
+            @if may_security {
+                form method="post" action=(act) {
+                    input type="hidden" name="csrf" value=(s.csrf);
+                    input type="hidden" name="op" value="security_review";
+                    input type="hidden" name="revision" value=(current);
+                    input type="hidden" name="idempotency_key" value=(crate::ids::new_creation_key());
+                    label { "Security verdict on the current revision " select name="verdict" {
+                        @for v in crate::domain::policy::SecurityVerdict::ALL {
+                            option value=(v.as_str()) { (v.as_str()) }
+                        }
+                    } }
+                    " " label { "Notes " input type="text" name="notes_md" required; }
+                    " " button type="submit" { "Record security review" }
                 }
             }
             h2 { "Validations" }
@@ -234,10 +285,41 @@ pub(super) async fn proposal_page(
                     &["transaction_id", "status", "created_at"],
                     |t| t["transaction_id"].as_str().map(|tid| format!("/ui/w/{}/transactions/{}", urlencode(&ws), urlencode(tid)))))
             }
-            h2 { "Files of the current revision" } (value(&got["files"]))
+            h2 { "Files of the current revision" }
+            table {
+                tr { th { "operation" } th { "path" } th { "mode" } th { "binary" } th { "+" } th { "-" } }
+                @for f in got["files"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+                    tr {
+                        td { (value(&f["operation"])) }
+                        td { (file_path(f)) }
+                        td { (file_mode(f)) }
+                        td { @if f["binary"] == true { span.badge { "binary" } } }
+                        td.satisfied { (value(&f["added"])) }
+                        td.blocked { (value(&f["removed"])) }
+                    }
+                }
+            }
             h2 { "Decisions" } (value(&got["decisions"]))
         },
     )
+}
+
+/// "old -> new" for a rename or copy, the one path otherwise (`/dev/null` sides are absent).
+fn file_path(f: &Value) -> Markup {
+    match (f["old_path"].as_str(), f["new_path"].as_str()) {
+        (Some(a), Some(b)) if a != b => html! { code { (visible(a)) } " → " code { (visible(b)) } },
+        (_, Some(p)) | (Some(p), None) => html! { code { (visible(p)) } },
+        (None, None) => html! { span.badge { "none" } },
+    }
+}
+
+/// "100644 → 100755" when the mode changes, the one mode otherwise.
+fn file_mode(f: &Value) -> Markup {
+    match (f["old_mode"].as_str(), f["new_mode"].as_str()) {
+        (Some(a), Some(b)) if a != b => html! { span.stale { (a) " → " (b) } },
+        (_, Some(m)) | (Some(m), None) => html! { (m) },
+        (None, None) => html! {},
+    }
 }
 
 /// The proposal page's workflow forms: request review, vote, request a human approval,
@@ -272,6 +354,22 @@ pub(super) async fn proposal_act(
         "validate" => (
             "patch.validate",
             json!({"workspace_id": ws, "proposal_id": id, "revision": field("revision"),
+                   "idempotency_key": key}),
+        ),
+        "security_review" => (
+            "security.review",
+            json!({"workspace_id": ws, "proposal_id": id, "revision": field("revision"),
+                   "verdict": field("verdict"), "notes_md": field("notes_md"),
+                   "idempotency_key": key}),
+        ),
+        "reject" | "withdraw" => (
+            if field("op") == "reject" {
+                "proposal.reject"
+            } else {
+                "proposal.withdraw"
+            },
+            json!({"workspace_id": ws, "proposal_id": id,
+                   "reason_md": Some(field("reason_md")).filter(|r| !r.trim().is_empty()),
                    "idempotency_key": key}),
         ),
         "apply" => (

@@ -494,6 +494,35 @@ impl Service {
             .collect())
     }
 
+    /// The security reviews of a proposal, every revision, oldest first (the web page marks
+    /// those of older revisions "not current").
+    pub async fn security_review_list(
+        &self,
+        actor: &Actor,
+        workspace_id: &str,
+        proposal_id: &str,
+    ) -> Result<Vec<Value>, ServiceError> {
+        self.governed(actor, workspace_id, Permission::View)?;
+        let row = self.proposal_in(workspace_id, proposal_id).await?;
+        let rows = self
+            .ctx
+            .data
+            .store
+            .security_reviews(&row.proposal_id)
+            .await?;
+        Ok(rows.into_iter().map(|r| json!(r)).collect())
+    }
+
+    /// Whether `actor` holds review `role` in the workspace (the web page offers the security
+    /// review form only to holders of `security`; the server checks again).
+    pub fn holds_role(&self, actor: &Actor, workspace_id: &str, role: &str) -> bool {
+        self.ctx
+            .config
+            .workspaces
+            .get(workspace_id)
+            .is_some_and(|ws| roles_of(ws, actor).iter().any(|r| r == role))
+    }
+
     async fn approval_reply(&self, approval_id: &str) -> Result<Value, ServiceError> {
         let a = self
             .ctx

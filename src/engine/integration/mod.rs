@@ -23,10 +23,10 @@ use crate::artifacts::write_atomic;
 use crate::candidate::{
     self, Assembly, CANDIDATE_LIFETIME, Candidate, CandidateEvent, CandidateInput, CandidateState,
     CandidateSummary, DeliveryAction, DeliveryReceipt, DeliveryRequest, EvidenceSource,
-    MAX_AGGREGATE_BYTES, MAX_PATCH_BYTES, MAX_REQUEST_VERIFICATIONS, MAX_RESOLVE_FILES,
-    MAX_SNAPSHOT_BYTES, MAX_SUBMISSIONS, MAX_TRANSCRIPT_BYTES, MAX_VERIFICATIONS_PER_CANDIDATE,
-    Mutation, MutationOperation, PendingResolution, ReceiptResult, RequestEvent, RequestState,
-    ResolveFile, TOMBSTONE_RETENTION,
+    MAX_AGGREGATE_BYTES, MAX_PATCH_BYTES, MAX_PATCH_OFFSET, MAX_REQUEST_VERIFICATIONS,
+    MAX_RESOLVE_FILES, MAX_SNAPSHOT_BYTES, MAX_SUBMISSIONS, MAX_TRANSCRIPT_BYTES,
+    MAX_VERIFICATIONS_PER_CANDIDATE, MIN_PATCH_PAGE_BYTES, Mutation, MutationOperation,
+    PendingResolution, ReceiptResult, RequestEvent, RequestState, ResolveFile, TOMBSTONE_RETENTION,
 };
 use crate::config::Permission;
 use crate::domain::git::{FileMode, ObjectKind};
@@ -40,8 +40,8 @@ use crate::staging::plumbing::{CommitStamp, RefOp};
 use crate::store::{Binding, Inserted};
 use crate::verification::{Status, Verification};
 use crate::wire::{
-    CancelParams, CandidateParams, DecideParams, DeliverParams, ListParams, PatchResult,
-    PrepareParams, RequestParams, ResolveParams, VerifyParams,
+    CancelParams, CandidateParams, DecideParams, DeliverParams, ListParams, PatchParams,
+    PatchResult, PrepareParams, RequestParams, ResolveParams, VerifyParams,
 };
 use evidence::evidence_ref_name;
 use serde::Serialize;

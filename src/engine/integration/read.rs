@@ -65,13 +65,30 @@ impl Service {
             .collect()
     }
 
-    /// `integration.patch`: the exact diff from the target to the frozen revision, capped.
-    pub async fn patch(
-        &self,
-        actor: &Actor,
-        p: CandidateParams,
-    ) -> Result<PatchResult, ServiceError> {
+    /// `integration.patch`: one page of the exact diff from the target to the frozen revision.
+    pub async fn patch(&self, actor: &Actor, p: PatchParams) -> Result<PatchResult, ServiceError> {
         self.authorize(actor, &p.workspace_id, Permission::View)?;
+        if p.offset > MAX_PATCH_OFFSET {
+            return Err(ServiceError::invalid_field(
+                "offset",
+                format!(
+                    "offset is {}; it may be at most {MAX_PATCH_OFFSET}",
+                    p.offset
+                ),
+            ));
+        }
+        let limit = match p.limit {
+            None => MAX_PATCH_BYTES,
+            Some(n) if (MIN_PATCH_PAGE_BYTES as u64..=MAX_PATCH_BYTES as u64).contains(&n) => {
+                n as usize
+            }
+            Some(n) => {
+                return Err(ServiceError::invalid_field(
+                    "limit",
+                    format!("limit is {n}; it needs {MIN_PATCH_PAGE_BYTES}..={MAX_PATCH_BYTES}"),
+                ));
+            }
+        };
         let l = self.load(&p.workspace_id, &p.candidate_id).await?;
         let _admitted = self.admit_on(actor, Operation::Patch, false, &l.c)?;
         let (CandidateState::Frozen, Some(rev)) = (l.c.state, &l.c.candidate_revision) else {
@@ -80,12 +97,17 @@ impl Service {
                 l.c.state.as_str()
             )));
         };
-        let (patch, truncated) = blocking(|| {
+        let (patch, next_offset) = blocking(|| {
             self.require_owned_evidence(&l.c)?;
             self.repo(&p.workspace_id)
-                .diff_bounded(&l.c.expected_target_revision, rev, MAX_PATCH_BYTES)
+                .diff_page(&l.c.expected_target_revision, rev, p.offset, limit)
                 .map_err(ServiceError::from)
         })?;
-        Ok(PatchResult { patch, truncated })
+        Ok(PatchResult {
+            patch,
+            truncated: next_offset.is_some(),
+            offset: p.offset,
+            next_offset,
+        })
     }
 }

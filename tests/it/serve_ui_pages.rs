@@ -1,0 +1,422 @@
+//! What the web page shows and offers beyond approve/deny: each verification laid out (argv,
+//! status, exit code, capped output and its marker, images, environment hash, elapsed time) on
+//! real Docker, the combined diff in pages that add up to git's own diff, the proposal's file
+//! table, security reviews for holders of the security role, reject and withdraw for the members
+//! the server lets do them, and the Secure cookie behind a TLS proxy.
+
+use crate::serve_ui::{HOSTILE, csrf, form_encode, get, post, proposal_with_hostile_text, sign_in};
+use crate::support::daemon::{ALICE, BOB, ERIN, SAM, Server, cand, wait_for};
+use crate::support::docker;
+use crate::support::http::exchange;
+use crate::support::repo::git;
+use serde_json::{Value, json};
+
+/// A frozen candidate whose diff adds a ~600 KiB file (three web pages of diff).
+fn big_candidate(s: &Server) -> (String, String, String) {
+    let base = s.head();
+    let big: String = (0..60_000).map(|i| format!("line {i:06}\n")).collect();
+    let a = s.agent_commit("a", &base, &[("big.txt", &big), ("app.txt", "hello\n")]);
+    let sub = s.evidence("run_a", &base, &a, None);
+    let c = s.ok(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(vec![sub], &base, "p"),
+    );
+    let cid = cand(&c)["candidate_id"].as_str().unwrap().to_string();
+    let rev = cand(&c)["candidate_revision"].as_str().unwrap().to_string();
+    (cid, base, rev)
+}
+
+fn settled(s: &Server, cid: &str) -> Value {
+    let mut last = Value::Null;
+    wait_for(
+        || {
+            let v = s.ok(
+                ALICE,
+                "integration.show",
+                json!({"workspace_id": "ws1", "candidate_id": cid}),
+            );
+            last = cand(&v)["verifications"].clone();
+            last.as_array()
+                .unwrap()
+                .iter()
+                .all(|v| v["status"] != "running")
+        },
+        "the verifications settle",
+    );
+    last
+}
+
+#[test]
+fn the_candidate_page_lays_out_each_verification_and_pages_the_diff() {
+    if !docker() {
+        return;
+    }
+    let s = Server::start();
+    let (cid, base, rev) = big_candidate(&s);
+    // Output far past the cap, with a terminal escape in it; and a plain failure.
+    let loud = "head -c 100000 /dev/zero | tr '\\0' x; printf '\\033[31mred\\n'";
+    for (argv, key) in [
+        (vec!["sh", "-c", loud], "v1"),
+        (vec!["sh", "-c", "echo bye; exit 3"], "v2"),
+    ] {
+        s.ok(
+            ALICE,
+            "integration.verify",
+            json!({"workspace_id": "ws1", "candidate_id": cid, "candidate_revision": rev,
+                   "argv": argv, "timeout_seconds": 60, "idempotency_key": key}),
+        );
+    }
+    let vs = settled(&s, &cid);
+    assert_eq!(vs[0]["status"], "passed", "{vs}");
+    assert_eq!(vs[0]["output_truncated"], true, "{vs}");
+    assert_eq!(vs[1]["status"], "failed", "{vs}");
+
+    let bob = sign_in(&s, BOB);
+    let path = format!("/ui/w/ws1/candidates/{cid}");
+    let (status, _, page) = get(&s, &bob, &path);
+    assert_eq!(status, 200, "{page}");
+    for v in vs.as_array().unwrap() {
+        for key in [
+            "verification_id",
+            "environment_sha256",
+            "observed_image",
+            "image",
+        ] {
+            let want = v[key].as_str().unwrap();
+            assert!(page.contains(want), "{key} {want} is not on the page");
+        }
+    }
+    assert!(page.contains("<code>sh</code> <code>-c</code> <code>echo bye; exit 3</code>"));
+    assert!(page.contains("<td>3</td>"), "the exit code");
+    assert!(page.contains("<td>0</td>"), "the other exit code");
+    let total = vs[0]["output_bytes_total"].as_u64().unwrap();
+    assert!(total > 100_000, "{vs}");
+    assert!(page.contains(&format!(
+        "output truncated: the command wrote {total} bytes"
+    )));
+    assert!(
+        page.contains("bytes of output omitted]"),
+        "the capture's own marker"
+    );
+    assert!(page.contains("\u{241b}[31mred") && !page.contains('\u{1b}'));
+    assert!(page.contains(" s (timeout 60 s)"), "elapsed time");
+    assert!(!page.contains("Cancel verification"), "nothing is running");
+
+    // The diff in pages, each ending at a line end, adding up to git's own diff.
+    let git_diff = std::process::Command::new("git")
+        .args([
+            "diff",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--full-index",
+            "--binary",
+            "--no-renames",
+            &base,
+            &rev,
+            "--",
+        ])
+        .current_dir(&s.repo)
+        .output()
+        .unwrap()
+        .stdout;
+    let git_diff = String::from_utf8(git_diff).unwrap();
+    let mut joined = String::new();
+    let mut offset = 0u64;
+    let mut pages = 0;
+    loop {
+        let p = s.ok(
+            BOB,
+            "integration.patch",
+            json!({"workspace_id": "ws1", "candidate_id": cid, "offset": offset,
+                   "limit": 100_000}),
+        );
+        assert_eq!(p["offset"], offset);
+        let text = p["patch"].as_str().unwrap();
+        assert!(text.len() <= 100_000);
+        joined.push_str(text);
+        pages += 1;
+        match p["next_offset"].as_u64() {
+            Some(next) => {
+                assert_eq!(p["truncated"], true);
+                assert!(text.ends_with('\n'), "a page ends at a line end");
+                assert_eq!(next, offset + text.len() as u64);
+                offset = next;
+            }
+            None => {
+                assert_eq!(p["truncated"], false);
+                break;
+            }
+        }
+    }
+    assert!(pages >= 7, "{pages} pages");
+    assert_eq!(joined, git_diff, "the pages add up to git's diff");
+    // Past the end: an empty last page. Out of bounds: refused, naming the field and bound.
+    let past = s.ok(
+        BOB,
+        "integration.patch",
+        json!({"workspace_id": "ws1", "candidate_id": cid, "offset": git_diff.len() + 10}),
+    );
+    assert_eq!(past["patch"], "");
+    assert!(past["next_offset"].is_null());
+    for (body, field, bound) in [
+        (json!({"limit": 1023}), "limit", "1024..=1048576"),
+        (json!({"limit": 1_048_577}), "limit", "1024..=1048576"),
+        (json!({"offset": 268_435_457u64}), "offset", "268435456"),
+    ] {
+        let mut b = json!({"workspace_id": "ws1", "candidate_id": cid});
+        b.as_object_mut()
+            .unwrap()
+            .extend(body.as_object().unwrap().clone());
+        let (status, v) = s.call(BOB, "integration.patch", b);
+        assert_eq!(status, 400, "{v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert_eq!(v["error"]["code"], "invalid_argument", "{v}");
+        assert!(message.starts_with(field) && message.contains(bound), "{v}");
+    }
+
+    // The web page walks the same pages: first, next, ..., the last.
+    let mut at = path.clone();
+    let mut seen = 0;
+    loop {
+        let (status, _, page) = get(&s, &bob, &at);
+        assert_eq!(status, 200, "{page}");
+        seen += 1;
+        let marker = "?offset=";
+        match page.find(marker) {
+            Some(i) => {
+                let rest = &page[i + marker.len()..];
+                let n: u64 = rest[..rest.find('#').unwrap()].parse().unwrap();
+                assert!(page.contains("next page"));
+                at = format!("{path}?offset={n}");
+            }
+            None => {
+                assert!(page.contains("the last page"), "{page}");
+                assert!(page.contains("line 059999"), "the diff's end");
+                assert!(page.contains("first page"));
+                break;
+            }
+        }
+        assert!(seen < 10, "the pages never end");
+    }
+    assert_eq!(seen, 3, "600 KiB in 256 KiB pages");
+    let (_, _, first) = get(&s, &bob, &path);
+    assert!(first.contains("line 000000") && !first.contains("line 059999"));
+    let (status, _, _) = get(&s, &bob, &format!("{path}?offset=x"));
+    assert_eq!(status, 400, "a malformed offset");
+}
+
+/// A patch that renames a file, adds an executable script and a binary file.
+fn file_kinds_patch(s: &Server) -> String {
+    std::fs::create_dir_all(s.repo.join("docs")).unwrap();
+    git(&s.repo, &["mv", "README", "docs/README.md"]);
+    std::fs::write(s.repo.join("tool.sh"), "#!/bin/sh\necho hi\n").unwrap();
+    std::fs::write(s.repo.join("blob.bin"), [0u8, 159, 146, 150, 0, 1, 2]).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        s.repo.join("tool.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    git(&s.repo, &["add", "-A"]);
+    let out = std::process::Command::new("git")
+        .args(["diff", "--cached", "--binary", "-M", "--no-color"])
+        .current_dir(&s.repo)
+        .output()
+        .unwrap();
+    git(&s.repo, &["reset", "-q", "--hard"]);
+    git(&s.repo, &["clean", "-qfd"]);
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn the_proposal_page_offers_security_review_reject_and_withdraw_to_whom_the_server_allows() {
+    let s = Server::fake_governed_with("[workspaces.ws1.roles]\nerin = [\"security\"]\n");
+    let p = proposal_with_hostile_text(&s);
+    let id = p["proposal"]["proposal_id"].as_str().unwrap().to_string();
+    let path = format!("/ui/w/ws1/proposals/{id}");
+    let (alice, bob, erin, sam) = (
+        sign_in(&s, ALICE),
+        sign_in(&s, BOB),
+        sign_in(&s, ERIN),
+        sign_in(&s, SAM),
+    );
+    let page_of = |cookie: &str| {
+        let (status, _, page) = get(&s, cookie, &path);
+        assert_eq!(status, 200, "{page}");
+        page
+    };
+    // Only erin holds security; the author never reviews their own proposal.
+    assert!(page_of(&erin).contains("Record security review"));
+    for who in [&alice, &bob, &sam] {
+        assert!(!page_of(who).contains("Record security review"));
+    }
+    // Reject is for reviewers and admins other than the author; withdraw for the author.
+    let a = page_of(&alice);
+    assert!(a.contains("Withdraw proposal") && !a.contains("Reject proposal"));
+    let b = page_of(&bob);
+    assert!(b.contains("Reject proposal") && !b.contains("Withdraw proposal"));
+
+    // sam's hand-made security review is refused by the server (no security role); erin's,
+    // with hostile notes, is recorded and shown inert.
+    let act = format!("{path}/act");
+    let notes = format!("{HOSTILE} <i>sec-notes</i>");
+    let review = |cookie: &str, key: &str| {
+        let page = page_of(cookie);
+        let rev = p["proposal"]["current_revision"].as_str().unwrap();
+        post(
+            &s,
+            cookie,
+            &act,
+            &[
+                ("csrf", &csrf(&page)),
+                ("op", "security_review"),
+                ("revision", rev),
+                ("verdict", "needs_changes"),
+                ("notes_md", &notes),
+                ("idempotency_key", key),
+            ],
+        )
+    };
+    let (status, body) = review(&sam, "sr-sam");
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("security"), "{body}");
+    let (status, body) = review(&erin, "sr-erin");
+    assert_eq!(status, 303, "{body}");
+    let e = page_of(&erin);
+    assert!(
+        e.contains("needs_changes") && e.contains("member:erin"),
+        "{e}"
+    );
+    assert!(
+        e.contains("&lt;i&gt;sec-notes") && !e.contains("<i>sec-notes"),
+        "{e}"
+    );
+    let listed = s.ok(
+        ALICE,
+        "proposal.get",
+        json!({"workspace_id": "ws1", "proposal_id": id}),
+    );
+    assert_eq!(
+        listed["security_reviews"].as_array().unwrap().len(),
+        1,
+        "{listed}"
+    );
+
+    // The author's hand-made reject is refused; a forged one without the token too.
+    let transition = |cookie: &str, op: &str, token: &str, key: &str| {
+        post(
+            &s,
+            cookie,
+            &act,
+            &[
+                ("csrf", token),
+                ("op", op),
+                ("reason_md", "no"),
+                ("idempotency_key", key),
+            ],
+        )
+    };
+    assert_eq!(transition(&alice, "reject", &csrf(&a), "x1").0, 403);
+    assert_eq!(transition(&bob, "reject", "", "x2").0, 403);
+    assert_eq!(transition(&bob, "withdraw", &csrf(&b), "x3").0, 403);
+    let now = s.ok(
+        ALICE,
+        "proposal.get",
+        json!({"workspace_id": "ws1", "proposal_id": id}),
+    );
+    assert_eq!(now["proposal"]["status"], "in_review", "nothing changed");
+    // bob rejects through his form; then nobody is offered anything.
+    let (status, body) = transition(&bob, "reject", &csrf(&b), "x4");
+    assert_eq!(status, 303, "{body}");
+    for who in [&alice, &bob, &erin] {
+        let page = page_of(who);
+        assert!(page.contains("rejected"), "{page}");
+        for gone in [
+            "Reject proposal",
+            "Withdraw proposal",
+            "Record security review",
+            "Cast vote",
+            "Validate",
+        ] {
+            let button = format!(">{gone}</button>");
+            assert!(
+                !page.contains(&button),
+                "{gone} offered on a rejected proposal"
+            );
+        }
+    }
+
+    // A second proposal: renames, modes and binaries in the file table; withdrawn by its
+    // author.
+    for (i, r) in ["file:blob.bin", "file:docs/README.md", "file:tool.sh"]
+        .iter()
+        .enumerate()
+    {
+        let (status, v) = s.acquire(ALICE, r, "write", &format!("kinds-{i}"));
+        assert_eq!(status, 200, "{v}");
+    }
+    let patch = file_kinds_patch(&s);
+    let q = s.ok(
+        ALICE,
+        "proposal.create",
+        json!({"workspace_id": "ws1", "task_id": "t1", "title": "kinds", "summary_md": "s",
+               "patch": patch, "idempotency_key": "p2"}),
+    );
+    let qid = q["proposal"]["proposal_id"].as_str().unwrap().to_string();
+    let qpath = format!("/ui/w/ws1/proposals/{qid}");
+    let (_, _, page) = get(&s, &alice, &qpath);
+    assert!(
+        page.contains("<code>README</code> → <code>docs/README.md</code>"),
+        "{page}"
+    );
+    assert!(page.contains("<code>tool.sh</code>") && page.contains(">100755<"));
+    assert!(
+        page.contains("<span class=\"badge\">binary</span>"),
+        "{page}"
+    );
+    assert!(page.contains("Withdraw proposal"));
+    let (status, body) = post(
+        &s,
+        &alice,
+        &format!("{qpath}/act"),
+        &[
+            ("csrf", &csrf(&page)),
+            ("op", "withdraw"),
+            ("reason_md", ""),
+            ("idempotency_key", "w1"),
+        ],
+    );
+    assert_eq!(status, 303, "{body}");
+    let now = s.ok(
+        ALICE,
+        "proposal.get",
+        json!({"workspace_id": "ws1", "proposal_id": qid}),
+    );
+    assert_eq!(now["proposal"]["status"], "withdrawn", "{now}");
+}
+
+#[test]
+fn the_session_cookie_is_secure_only_when_browsers_come_over_tls() {
+    let s = Server::fake_with("public_url = \"https://airlock.example\"\n");
+    let body = form_encode(&[("token", ALICE)]);
+    let form = ("Content-Type", "application/x-www-form-urlencoded");
+    let (status, h, _) = exchange(&s.addr, "POST", "/ui/login", &[form], body.as_bytes()).unwrap();
+    assert_eq!(status, 303);
+    let cookie = h
+        .iter()
+        .find(|(k, _)| k == "set-cookie")
+        .map(|(_, v)| v.clone())
+        .unwrap();
+    assert!(cookie.contains("; Secure"), "{cookie}");
+    // Without public_url (plain HTTP), a Secure cookie would never come back: none is set.
+    let plain = Server::fake();
+    let (_, h, _) = exchange(&plain.addr, "POST", "/ui/login", &[form], body.as_bytes()).unwrap();
+    let cookie = h
+        .iter()
+        .find(|(k, _)| k == "set-cookie")
+        .map(|(_, v)| v.clone())
+        .unwrap();
+    assert!(!cookie.contains("Secure"), "{cookie}");
+}
