@@ -276,4 +276,122 @@ mod tests {
             rest = &tail[end..];
         }
     }
+
+    /// The first `key` anywhere under `v` (an optional field's bounds sit beside its null).
+    fn find<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
+        match v {
+            Value::Object(o) => o.get(key).or_else(|| o.values().find_map(|x| find(x, key))),
+            Value::Array(a) => a.iter().find_map(|x| find(x, key)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn the_documented_bounds_are_the_named_limits() {
+        use crate::candidate as c;
+        use crate::limits as l;
+        let doc = document(&crate::config::Config::builtin());
+        let field = |ty: &str, f: &str| doc["components"]["schemas"][ty]["properties"][f].clone();
+        let num = |ty: &str, f: &str, k: &str| {
+            find(&field(ty, f), k)
+                .and_then(Value::as_f64)
+                .unwrap_or_else(|| panic!("{ty}.{f} documents no {k}"))
+        };
+        let bounds = [
+            (
+                "PatchParams",
+                "offset",
+                "maximum",
+                c::MAX_PATCH_OFFSET as f64,
+            ),
+            (
+                "PatchParams",
+                "limit",
+                "minimum",
+                c::MIN_PATCH_PAGE_BYTES as f64,
+            ),
+            ("PatchParams", "limit", "maximum", c::MAX_PATCH_BYTES as f64),
+            (
+                "ListParams",
+                "limit",
+                "maximum",
+                f64::from(l::MAX_CANDIDATE_LIST_LIMIT),
+            ),
+            (
+                "ClaimListParams",
+                "limit",
+                "maximum",
+                f64::from(l::MAX_CLAIM_LIST_LIMIT),
+            ),
+            (
+                "ProposalListParams",
+                "limit",
+                "maximum",
+                f64::from(l::MAX_CLAIM_LIST_LIMIT),
+            ),
+            (
+                "ClaimExtendParams",
+                "ttl_seconds",
+                "minimum",
+                *l::CLAIM_TTL_SECONDS.start() as f64,
+            ),
+            (
+                "ClaimExtendParams",
+                "ttl_seconds",
+                "maximum",
+                *l::CLAIM_TTL_SECONDS.end() as f64,
+            ),
+            (
+                "VerifyParams",
+                "timeout_seconds",
+                "minimum",
+                l::MIN_TIMEOUT_SECONDS as f64,
+            ),
+            (
+                "VerifyParams",
+                "timeout_seconds",
+                "maximum",
+                l::MAX_TIMEOUT_SECONDS as f64,
+            ),
+            (
+                "VerifyParams",
+                "argv",
+                "maxItems",
+                l::MAX_ARGV_ENTRIES as f64,
+            ),
+            (
+                "ResolveParams",
+                "files",
+                "maxItems",
+                c::MAX_RESOLVE_FILES as f64,
+            ),
+            (
+                "PrepareParams",
+                "submissions",
+                "maxItems",
+                c::MAX_SUBMISSIONS as f64,
+            ),
+            (
+                "RequestParams",
+                "verification_ids",
+                "maxItems",
+                c::MAX_REQUEST_VERIFICATIONS as f64,
+            ),
+        ];
+        for (ty, f, k, want) in bounds {
+            assert_eq!(num(ty, f, k), want, "{ty}.{f} {k}");
+        }
+        // Character counts documented for byte limits: at most 4 bytes a character.
+        let title = num("ProposalCreateParams", "title", "maxLength");
+        assert!(title * 4.0 <= l::MAX_PROPOSAL_TITLE_BYTES as f64);
+        let key_field = field("VerifyParams", "idempotency_key");
+        let key = find(&key_field, "pattern").unwrap();
+        assert_eq!(
+            key,
+            &json!(format!(
+                "^[\\x20-\\x7E]{{1,{}}}$",
+                c::MAX_IDEMPOTENCY_KEY_BYTES
+            ))
+        );
+    }
 }
