@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::domain::verification::Status;
 
 /// One verification, with exactly the fields of the wire object.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Verification {
     pub verification_id: String,

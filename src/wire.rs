@@ -1,8 +1,11 @@
 //! The wire: every API method's request parameters and the results that are not domain values.
-//! A leaf module (it names only candidate types): the API parses requests into these and the
+//! A leaf module (it names only candidate and domain types): the API parses requests into these and the
 //! engine takes them as its inputs, so both depend on it and neither on the other's internals.
 //! (Kept out of `api/` on purpose: there, the engine would import the API that calls it.)
 //! Every request type refuses unknown fields; `agent_id`-style identity never comes from here.
+
+mod views;
+pub use views::*;
 
 use crate::candidate::{DeliveryAction, EvidenceSource, ResolveFile, SubmissionRef};
 use serde::{Deserialize, Serialize};

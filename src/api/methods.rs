@@ -115,6 +115,7 @@ impl std::fmt::Debug for Method {
     }
 }
 
+use crate::store::reviews::{ApprovalRow, DecisionRow, SecurityReviewRow, VoteRow};
 use crate::wire as w;
 use Field as F;
 
@@ -150,10 +151,13 @@ const EVIDENCE: Reply = Reply::Fields(&[(
     "evidence",
     F::Typed(schema_of::<crate::candidate::EvidencePacket>),
 )]);
-const CLAIM: Reply = Reply::Fields(&[("claim", F::Object)]);
-const PROPOSAL: Reply = Reply::Fields(&[("proposal", F::Object)]);
-const VALIDATION: Reply = Reply::Fields(&[("validation", F::Object)]);
-const APPROVAL: Reply = Reply::Fields(&[("approval", F::Object)]);
+const CLAIM: Reply = Reply::Fields(&[("claim", F::Typed(schema_of::<w::ClaimView>))]);
+const PROPOSAL: Reply = Reply::Fields(&[("proposal", F::Typed(schema_of::<w::ProposalView>))]);
+const VALIDATION: Reply = Reply::Fields(&[(
+    "validation",
+    F::Typed(schema_of::<crate::engine::governed::validation::ValidationView>),
+)]);
+const APPROVAL: Reply = Reply::Fields(&[("approval", F::Typed(schema_of::<ApprovalRow>))]);
 
 fn empty(out: &mut Schemas) -> String {
     out.entry("Empty".into())
@@ -324,7 +328,10 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::ClaimReleaseParams>,
         "the holder, or admin (forced)",
-        Reply::Fields(&[("claim", F::Object), ("changed", F::Bool)]),
+        Reply::Fields(&[
+            ("claim", F::Typed(schema_of::<w::ClaimView>)),
+            ("changed", F::Bool),
+        ]),
         AGENT,
         "Release a claim",
     ),
@@ -342,7 +349,10 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::ClaimListParams>,
         "view",
-        Reply::Fields(&[("claims", F::Objects), ("next_cursor", F::OptString)]),
+        Reply::Fields(&[
+            ("claims", F::ListOf(schema_of::<w::ClaimView>)),
+            ("next_cursor", F::OptString),
+        ]),
         AGENT,
         "List claims, newest first",
     ),
@@ -454,9 +464,20 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::ProposalParams>,
         "view",
         Reply::Fields(&[
-            ("proposal", F::Object),
+            ("proposal", F::Typed(schema_of::<w::ProposalView>)),
             ("files", F::Objects),
             ("decisions", F::Objects),
+            ("review_plan", F::Any),
+            ("votes", F::ListOf(schema_of::<VoteRow>)),
+            (
+                "security_reviews",
+                F::ListOf(schema_of::<SecurityReviewRow>),
+            ),
+            ("approvals", F::ListOf(schema_of::<ApprovalRow>)),
+            (
+                "verdict",
+                F::Typed(schema_of::<crate::domain::policy::Verdict>),
+            ),
         ]),
         AGENT,
         "Show a proposal with its files and decisions",
@@ -466,7 +487,10 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::ProposalListParams>,
         "view",
-        Reply::Fields(&[("proposals", F::Objects), ("next_cursor", F::OptString)]),
+        Reply::Fields(&[
+            ("proposals", F::ListOf(schema_of::<w::ProposalView>)),
+            ("next_cursor", F::OptString),
+        ]),
         AGENT,
         "List proposals",
     ),
@@ -502,7 +526,7 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::VoteCastParams>,
         "a member with review, or a run holding a role; never the author",
-        Reply::Fields(&[("vote", F::Object)]),
+        Reply::Fields(&[("vote", F::Typed(schema_of::<VoteRow>))]),
         AGENT,
         "Vote on a revision",
     ),
@@ -511,7 +535,7 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::VoteListParams>,
         "view",
-        Reply::Fields(&[("votes", F::Objects)]),
+        Reply::Fields(&[("votes", F::ListOf(schema_of::<VoteRow>))]),
         AGENT,
         "List votes",
     ),
@@ -520,7 +544,7 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::SecurityReviewParams>,
         "a reviewer holding security; never the author",
-        Reply::Fields(&[("security_review", F::Object)]),
+        Reply::Fields(&[("security_review", F::Typed(schema_of::<SecurityReviewRow>))]),
         AGENT,
         "Record a security review",
     ),
@@ -547,7 +571,7 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::DecisionRecordParams>,
         "a member with review, approve or admin, or a run holding a role",
-        Reply::Fields(&[("decision", F::Object)]),
+        Reply::Fields(&[("decision", F::Typed(schema_of::<DecisionRow>))]),
         AGENT,
         "Record a decision",
     ),
@@ -556,7 +580,7 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::DecisionListParams>,
         "view",
-        Reply::Fields(&[("decisions", F::Objects)]),
+        Reply::Fields(&[("decisions", F::ListOf(schema_of::<DecisionRow>))]),
         AGENT,
         "List decisions",
     ),
@@ -569,7 +593,10 @@ pub const METHODS: &[Method] = &[
             ("proposal_id", F::String),
             ("revision", F::String),
             ("status", F::String),
-            ("verdict", F::Object),
+            (
+                "verdict",
+                F::Typed(schema_of::<crate::domain::policy::Verdict>),
+            ),
             ("note", F::Any),
         ]),
         AGENT,
@@ -607,7 +634,10 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::ApplyParams>,
         "members with apply (never a run)",
-        Reply::Fields(&[("transaction", F::Object), ("proposal", F::Object)]),
+        Reply::Fields(&[
+            ("transaction", F::Typed(schema_of::<w::TransactionView>)),
+            ("proposal", F::Typed(schema_of::<w::ProposalView>)),
+        ]),
         HUMAN,
         "Apply a validated revision",
     ),
@@ -616,7 +646,7 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::TransactionParams>,
         "view",
-        Reply::Fields(&[("transaction", F::Object)]),
+        Reply::Fields(&[("transaction", F::Typed(schema_of::<w::TransactionView>))]),
         HUMAN,
         "Show a transaction",
     ),
@@ -625,7 +655,10 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::TransactionListParams>,
         "view",
-        Reply::Fields(&[("transactions", F::Objects), ("next_cursor", F::OptString)]),
+        Reply::Fields(&[
+            ("transactions", F::ListOf(schema_of::<w::TransactionView>)),
+            ("next_cursor", F::OptString),
+        ]),
         HUMAN,
         "List transactions, newest first",
     ),

@@ -97,7 +97,7 @@ pub enum Image {
 }
 
 /// An image without its bytes: what recovery compares.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Fingerprint {
     Absent,

@@ -13,7 +13,7 @@ use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use serde::Serialize;
 
 /// A vote as stored.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct VoteRow {
     pub vote_id: String,
     pub proposal_id: String,
@@ -30,7 +30,7 @@ pub struct VoteRow {
 }
 
 /// A security review as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct SecurityReviewRow {
     pub review_id: String,
     pub proposal_id: String,
@@ -42,7 +42,7 @@ pub struct SecurityReviewRow {
 }
 
 /// A human approval as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ApprovalRow {
     pub approval_id: String,
     pub workspace_id: String,
@@ -59,7 +59,7 @@ pub struct ApprovalRow {
 }
 
 /// A decision as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct DecisionRow {
     pub decision_id: String,
     pub workspace_id: String,

@@ -80,15 +80,21 @@ fn expiry_with_an_injectable_clock() {
         "failed_precondition",
     );
     assert!(m.contains("expired") || m.contains("does not exist"), "{m}");
+    // The pass deletes a packet's ref, then its transcript, then its row: wait for the row.
     wait_for(
-        || s.git_refs("refs/airlock/evidence/").is_empty(),
-        "evidence refs purged",
+        || {
+            let (_, v) = s.call(
+                ALICE,
+                "evidence.show",
+                json!({"workspace_id": "ws1", "evidence_ref": later["evidence_ref"]}),
+            );
+            v["error"]["code"] == "not_found"
+        },
+        "evidence rows purged",
     );
-    s.err(
-        ALICE,
-        "evidence.show",
-        json!({"workspace_id": "ws1", "evidence_ref": later["evidence_ref"]}),
-        "not_found",
+    assert!(
+        s.git_refs("refs/airlock/evidence/").is_empty(),
+        "refs purged"
     );
     // The frozen candidate does not depend on the purged packets.
     let shown = s.ok(

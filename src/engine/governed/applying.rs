@@ -83,27 +83,27 @@ impl Service {
 
     fn tx_view(t: &TxRow) -> Result<Value, ServiceError> {
         let r = Self::tx_record(t)?;
-        Ok(json!({
-            "transaction_id": t.transaction_id,
-            "workspace_id": t.workspace_id,
-            "proposal_id": t.proposal_id,
-            "revision": t.revision,
-            "validation_id": t.validation_id,
-            "status": t.status,
-            "version": t.version,
-            "applied_by": r.applied_by,
-            "paths": r.paths,
-            "hashes": r.hashes,
-            "head_before": r.head_before,
-            "head_after": r.head_after,
-            "claims": r.claims,
-            "approvals": r.approvals,
-            "test_verifications": r.test_verifications,
-            "rollback_sha256": r.rollback_sha256,
-            "blocked_reason": r.blocked_reason,
-            "retry_of": r.retry_of,
-            "created_at": r.created_at,
-            "updated_at": r.updated_at,
+        Ok(json!(crate::wire::TransactionView {
+            transaction_id: t.transaction_id.clone(),
+            workspace_id: t.workspace_id.clone(),
+            proposal_id: t.proposal_id.clone(),
+            revision: t.revision.clone(),
+            validation_id: t.validation_id.clone(),
+            status: t.status,
+            version: t.version,
+            applied_by: r.applied_by,
+            paths: r.paths,
+            hashes: r.hashes,
+            head_before: r.head_before,
+            head_after: r.head_after,
+            claims: r.claims,
+            approvals: r.approvals,
+            test_verifications: r.test_verifications,
+            rollback_sha256: r.rollback_sha256,
+            blocked_reason: r.blocked_reason,
+            retry_of: r.retry_of,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
         }))
     }
 

@@ -187,26 +187,32 @@ impl Service {
         let expires = time::OffsetDateTime::from_unix_timestamp(c.expires_at)
             .map(crate::ids::rfc3339)
             .unwrap_or_default();
-        Ok(json!({
-            "claim_id": c.claim_id,
-            "workspace_id": c.workspace_id,
-            "resource_id": c.resource_id,
-            "resource": {"type": kind, "path": resource.path(), "symbol": symbol, "span": c.span},
-            "mode": c.mode,
-            "holder": c.holder,
-            "task_id": r.task_id,
-            "session_id": r.session_id,
-            "fencing_token": c.fencing_token,
-            "status": status,
-            "base_hash": r.base_hash,
-            "renewable": r.renewable,
-            "resume_policy": r.resume_policy,
-            "rationale": r.rationale,
-            "acquired_at": r.acquired_at,
-            "heartbeat_at": r.heartbeat_at,
-            "expires_at": expires,
-            "version": c.version,
-        }))
+        let view = crate::wire::ClaimView {
+            claim_id: c.claim_id.clone(),
+            workspace_id: c.workspace_id.clone(),
+            resource_id: c.resource_id.clone(),
+            resource: crate::wire::ClaimResource {
+                kind: kind.to_string(),
+                path: resource.path().map(str::to_string),
+                symbol,
+                span: c.span,
+            },
+            mode: c.mode,
+            holder: c.holder.clone(),
+            task_id: r.task_id,
+            session_id: r.session_id,
+            fencing_token: c.fencing_token,
+            status,
+            base_hash: r.base_hash,
+            renewable: r.renewable,
+            resume_policy: r.resume_policy,
+            rationale: r.rationale,
+            acquired_at: r.acquired_at,
+            heartbeat_at: r.heartbeat_at,
+            expires_at: expires,
+            version: c.version,
+        };
+        Ok(json!(view))
     }
 
     pub(super) async fn claim_in(

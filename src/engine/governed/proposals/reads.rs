@@ -43,40 +43,44 @@ impl Service {
         p: &ProposalRow,
     ) -> Result<Value, ServiceError> {
         let r = Self::record_of(p)?;
-        let revisions: Vec<Value> = self
+        let revisions = self
             .ctx
             .data
             .store
             .revisions(&p.proposal_id)
             .await?
             .into_iter()
-            .map(|v| {
-                json!({"revision": v.revision, "number": v.number, "bytes": v.bytes,
-                       "created_at": v.created_at, "current": v.revision == p.current_revision})
+            .map(|v| crate::wire::RevisionView {
+                current: v.revision == p.current_revision,
+                revision: v.revision,
+                number: v.number,
+                bytes: v.bytes,
+                created_at: v.created_at,
             })
             .collect();
-        Ok(json!({
-            "proposal_id": p.proposal_id,
-            "workspace_id": p.workspace_id,
-            "task_id": p.task_id,
-            "session_id": r.session_id,
-            "deliberation_id": r.deliberation_id,
-            "author": p.author,
-            "title": r.title,
-            "summary_md": r.summary_md,
-            "risk": r.risk,
-            "status": p.status,
-            "version": p.version,
-            "current_revision": p.current_revision,
-            "revisions": revisions,
-            "affected_resources": r.affected_resources,
-            "expected_tests": r.expected_tests,
-            "rollback_notes": r.rollback_notes,
-            "base_revision": r.base_revision,
-            "reason_md": r.reason_md,
-            "created_at": r.created_at,
-            "updated_at": r.updated_at,
-        }))
+        let view = crate::wire::ProposalView {
+            proposal_id: p.proposal_id.clone(),
+            workspace_id: p.workspace_id.clone(),
+            task_id: p.task_id.clone(),
+            session_id: r.session_id,
+            deliberation_id: r.deliberation_id,
+            author: p.author.clone(),
+            title: r.title,
+            summary_md: r.summary_md,
+            risk: r.risk,
+            status: p.status,
+            version: p.version,
+            current_revision: p.current_revision.clone(),
+            revisions,
+            affected_resources: r.affected_resources,
+            expected_tests: r.expected_tests,
+            rollback_notes: r.rollback_notes,
+            base_revision: r.base_revision,
+            reason_md: r.reason_md,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        };
+        Ok(json!(view))
     }
 
     pub(super) async fn proposal_reply(&self, p: &ProposalRow) -> Result<Value, ServiceError> {

@@ -22,7 +22,7 @@ use std::time::Instant;
 mod jobs;
 
 /// A stage's outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub(super) enum StageState {
     Executed,
@@ -31,7 +31,7 @@ pub(super) enum StageState {
     Running,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub(super) struct Stage {
     pub(super) name: String,
     pub(super) state: StageState,
@@ -40,7 +40,7 @@ pub(super) struct Stage {
 }
 
 /// A claim the validation relied on, with the token apply must still see.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub(super) struct HeldClaim {
     pub(super) claim_id: String,
     pub(super) resource_id: String,
@@ -73,6 +73,37 @@ pub(super) struct Record {
     pub(super) dry_run_verification: Option<String>,
     pub(super) test_verifications: Vec<String>,
     pub(super) tests_commit: Option<String>,
+}
+
+/// A validation as every validation method answers it: `valid` once every stage but policy
+/// executed or was skipped, `tests` as the verifications stand now.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ValidationView {
+    validation_id: String,
+    proposal_id: String,
+    revision: String,
+    requested_by: String,
+    valid: bool,
+    complete: bool,
+    expired: bool,
+    stages: Vec<Stage>,
+    claims: Vec<HeldClaim>,
+    stale_claims: Vec<String>,
+    worktree_head: Option<String>,
+    pre_images: Vec<PathImage>,
+    post_images: Vec<PathImage>,
+    dry_run_verification: Option<String>,
+    test_verifications: Vec<String>,
+    tests: Vec<crate::verification::Verification>,
+    created_at: String,
+    expires_at: String,
+}
+
+/// A path and what it holds (before the apply, or after it).
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+struct PathImage {
+    path: String,
+    image: crate::apply::Fingerprint,
 }
 
 fn stage(name: &str, state: StageState, reason: impl Into<String>, t: Instant) -> Stage {
@@ -185,25 +216,39 @@ impl Service {
                 tests.push(v);
             }
         }
-        Ok(json!({
-            "validation_id": rec.validation_id,
-            "proposal_id": rec.proposal_id,
-            "revision": rec.revision,
-            "requested_by": rec.requested_by,
-            "valid": valid,
-            "complete": complete,
-            "expired": row.expires_at <= now,
-            "stages": stages,
-            "claims": rec.claims,
-            "stale_claims": rec.stale_claims,
-            "worktree_head": rec.worktree_head,
-            "pre_images": rec.pre_images.iter().map(|(p, f)| json!({"path": p, "image": f})).collect::<Vec<_>>(),
-            "post_images": rec.post_images.iter().map(|p| json!({"path": p.path, "image": p.fingerprint})).collect::<Vec<_>>(),
-            "dry_run_verification": rec.dry_run_verification,
-            "test_verifications": rec.test_verifications,
-            "tests": tests,
-            "created_at": rec.created_at,
-            "expires_at": rec.expires_at,
+        Ok(json!(ValidationView {
+            validation_id: rec.validation_id.clone(),
+            proposal_id: rec.proposal_id.clone(),
+            revision: rec.revision.clone(),
+            requested_by: rec.requested_by.clone(),
+            valid,
+            complete,
+            expired: row.expires_at <= now,
+            stages,
+            claims: rec.claims.clone(),
+            stale_claims: rec.stale_claims.clone(),
+            worktree_head: rec.worktree_head.clone(),
+            pre_images: rec
+                .pre_images
+                .iter()
+                .map(|(p, f)| PathImage {
+                    path: p.clone(),
+                    image: f.clone(),
+                })
+                .collect(),
+            post_images: rec
+                .post_images
+                .iter()
+                .map(|p| PathImage {
+                    path: p.path.clone(),
+                    image: p.fingerprint.clone(),
+                })
+                .collect(),
+            dry_run_verification: rec.dry_run_verification.clone(),
+            test_verifications: rec.test_verifications.clone(),
+            tests,
+            created_at: rec.created_at.clone(),
+            expires_at: rec.expires_at.clone(),
         }))
     }
 
