@@ -102,6 +102,11 @@ fn the_candidate_page_lays_out_each_verification_and_pages_the_diff() {
     assert!(page.contains("\u{241b}[31mred") && !page.contains('\u{1b}'));
     assert!(page.contains(" s (timeout 60 s)"), "elapsed time");
     assert!(!page.contains("Cancel verification"), "nothing is running");
+    // The index lists the candidate with its age and the time it has left.
+    let (_, _, index) = get(&s, &bob, "/ui/");
+    assert!(index.contains(&path), "{index}");
+    assert!(index.contains("s ago</td>"), "{index}");
+    assert!(index.contains("in 29d 23h</td>"), "{index}");
 
     // The diff in pages, each ending at a line end, adding up to git's own diff.
     let git_diff = std::process::Command::new("git")

@@ -287,13 +287,7 @@ pub(super) async fn candidate_act(
             json!({"workspace_id": ws, "candidate_id": id, "request_id": field("request_id"),
                    "request_version": number("request_version")}),
         ),
-        other => {
-            return refusal(
-                StatusCode::BAD_REQUEST,
-                Some(&s),
-                &format!("op: unknown form action {other:?}"),
-            );
-        }
+        other => return unknown_op(&s, other),
     };
     let back = format!("/ui/w/{}/candidates/{}", urlencode(&ws), urlencode(&id));
     act(&st, &s, method, body, &back).await

@@ -199,6 +199,15 @@ fn refusal(status: StatusCode, who: Option<&UiSession>, message: &str) -> Respon
     r
 }
 
+/// A form POST naming an action its page does not have.
+fn unknown_op(s: &UiSession, op: &str) -> Response {
+    refusal(
+        StatusCode::BAD_REQUEST,
+        Some(s),
+        &format!("op: unknown form action {op:?}"),
+    )
+}
+
 fn error_page(e: &ServiceError, who: &UiSession) -> Response {
     let text = match super::envelope(e, None)["error"]["message"].as_str() {
         Some(m) => format!("{}: {m}", e.code()),
@@ -418,6 +427,21 @@ fn rows(items: &[Value], cols: &[&str], link: impl Fn(&Value) -> Option<String>)
     }
 }
 
+/// Candidates with their `age` and time to expiry, as the index lists them.
+fn with_times(st: &AppState, list: &Value) -> Vec<Value> {
+    list.as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+        .iter()
+        .map(|c| {
+            let mut c = c.clone();
+            c["age"] = json!(age(st, &c["created_at"]));
+            c["expires"] = json!(countdown(st, &c["expires_at"]));
+            c
+        })
+        .collect()
+}
+
 async fn index(State(st): State<AppState>, Signed(s): Signed) -> Response {
     let config = &st.service.ctx.config;
     let mut sections = Vec::new();
@@ -455,8 +479,8 @@ async fn index(State(st): State<AppState>, Signed(s): Signed) -> Response {
             @if let Some(c) = candidates {
                 h3 { "Candidates" }
                 @match c {
-                    Ok(v) => (rows(v["candidates"].as_array().map(Vec::as_slice).unwrap_or(&[]),
-                        &["candidate_id", "state", "target_ref", "created_at", "expires_at"],
+                    Ok(v) => (rows(&with_times(&st, &v["candidates"]),
+                        &["candidate_id", "state", "target_ref", "age", "expires", "expires_at"],
                         |c| c["candidate_id"].as_str().map(|id| format!("/ui/w/{enc}/candidates/{}", urlencode(id))))),
                     Err(e) => p.blocked { (e.code()) ": " (e.to_string()) },
                 }
@@ -491,6 +515,42 @@ async fn index(State(st): State<AppState>, Signed(s): Signed) -> Response {
     )
 }
 
+/// Seconds from now to an RFC 3339 time by the daemon's clock (negative when past).
+fn seconds_until(st: &AppState, at: &Value) -> Option<i64> {
+    let t = at.as_str().and_then(|s| {
+        time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
+    })?;
+    Some((t - st.service.ctx.clock.now()).whole_seconds())
+}
+
+/// "2d 3h", "3h 5m" or "5m 3s": the two largest units of a duration.
+fn span(secs: i64) -> String {
+    let (d, h, m, s) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    match (d, h) {
+        (0, 0) => format!("{m}m {s}s"),
+        (0, h) => format!("{h}h {m}m"),
+        (d, h) => format!("{d}d {h}h"),
+    }
+}
+
+/// "in 5m 3s" or "expired" (no JavaScript: the page says how long was left when it was
+/// rendered).
+fn countdown(st: &AppState, at: &Value) -> String {
+    match seconds_until(st, at) {
+        None => "unknown".into(),
+        Some(left) if left <= 0 => "expired".into(),
+        Some(left) => format!("in {}", span(left)),
+    }
+}
+
+/// "3h 5m ago", from an RFC 3339 time.
+fn age(st: &AppState, at: &Value) -> String {
+    match seconds_until(st, at) {
+        None => "unknown".into(),
+        Some(left) => format!("{} ago", span((-left).max(0))),
+    }
+}
+
 /// Percent-encodes a path segment (ids are validated shapes, but nothing is trusted here).
 fn urlencode(s: &str) -> String {
     let mut out = String::new();
@@ -502,4 +562,15 @@ fn urlencode(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn spans_name_their_two_largest_units() {
+        assert_eq!(super::span(0), "0m 0s");
+        assert_eq!(super::span(303), "5m 3s");
+        assert_eq!(super::span(3 * 3600 + 5 * 60 + 9), "3h 5m");
+        assert_eq!(super::span(30 * 86_400 - 1), "29d 23h");
+    }
 }

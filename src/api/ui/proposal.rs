@@ -42,22 +42,6 @@ pub(super) fn touching<'a>(
         .unwrap_or_default()
 }
 
-/// "in 5m 3s" or "expired", from an RFC 3339 time and the daemon's clock (no JavaScript: the
-/// page says how long was left when it was rendered).
-pub(super) fn countdown(st: &AppState, at: &Value) -> String {
-    let Some(t) = at.as_str().and_then(|s| {
-        time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
-    }) else {
-        return "unknown".into();
-    };
-    let left = (t - st.service.ctx.clock.now()).whole_seconds();
-    if left <= 0 {
-        "expired".into()
-    } else {
-        format!("in {}m {}s", left / 60, left % 60)
-    }
-}
-
 pub(super) async fn proposal_page(
     State(st): State<AppState>,
     Signed(s): Signed,
@@ -322,8 +306,9 @@ fn file_mode(f: &Value) -> Markup {
     }
 }
 
-/// The proposal page's workflow forms: request review, vote, request a human approval,
-/// validate, apply; each the API method of that name, with the key made when the page rendered.
+/// The proposal page's workflow forms: request review, vote, security review, request a human
+/// approval, validate, apply, reject, withdraw; each the API method of that name, with the key
+/// made when the page rendered.
 pub(super) async fn proposal_act(
     State(st): State<AppState>,
     headers: HeaderMap,
@@ -377,13 +362,7 @@ pub(super) async fn proposal_act(
             json!({"workspace_id": ws, "proposal_id": id, "validation_id": field("validation_id"),
                    "idempotency_key": key}),
         ),
-        other => {
-            return refusal(
-                StatusCode::BAD_REQUEST,
-                Some(&s),
-                &format!("op: unknown form action {other:?}"),
-            );
-        }
+        other => return unknown_op(&s, other),
     };
     let back = format!("/ui/w/{}/proposals/{}", urlencode(&ws), urlencode(&id));
     act(&st, &s, method, body, &back).await
