@@ -73,7 +73,24 @@ pub(super) async fn candidate_page(
         html! {
             p { "State " strong { (value(&c["state"])) } " · target " (value(&c["target_ref"]))
                 " · created " (value(&c["created_at"])) " · expires " (value(&c["expires_at"])) }
-            h2 { "Inputs, in order" } (value(&c["inputs"]))
+            h2 { "Inputs, in order" }
+            table {
+                tr { th { "#" } th { "run" } th { "evidence" } th { "retained revision" } th { "base" }
+                     th { "sources" } th { "transcript sha256" } th { "evidence expires" } }
+                @for (i, input) in c["inputs"].as_array().map(Vec::as_slice).unwrap_or(&[]).iter().enumerate() {
+                    @let e = &input["evidence"];
+                    tr {
+                        td { (i + 1) }
+                        td { (value(&input["submission"]["run_id"])) }
+                        td { code { (value(&input["submission"]["evidence_ref"])) } }
+                        td { code { (value(&input["submission"]["retained_revision"])) } }
+                        td { code { (value(&input["base_revision"])) } }
+                        td { (e["sources"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")).unwrap_or_default()) }
+                        td { code { (value(&e["transcript_sha256"])) } }
+                        td { (value(&e["expires_at"])) }
+                    }
+                }
+            }
             h2 { "Conflicts" } (value(&c["conflicts"]))
             @if *state == json!(CandidateState::Conflicted) && may(&st, &s, &ws, Permission::Integrate) {
                 form method="post" action=(act) {
@@ -198,7 +215,10 @@ fn verification(v: &Value, current: &Value, act: Option<&String>, s: &UiSession)
             p.missing { "output truncated: the command wrote " (value(&v["output_bytes_total"]))
                 " bytes; their beginning and end are kept, joined by the line that says how many were omitted" }
         }
-        pre { (visible(v["output"].as_str().unwrap_or(""))) }
+        @match v["output"].as_str().filter(|o| !o.is_empty()) {
+            Some(o) => pre { (visible(o)) },
+            None => p { span.badge { "no output" } },
+        }
         @if status == "running" && let Some(act) = act {
             form method="post" action=(act) {
                 input type="hidden" name="csrf" value=(s.csrf);

@@ -38,7 +38,8 @@ padding:0 1rem;color:#1b1b1b}table{border-collapse:collapse;margin:.5rem 0}td,th
 solid #ccc;padding:.2rem .5rem;vertical-align:top;text-align:left}pre{background:#f4f4f4;\
 padding:.5rem;overflow:auto;max-height:30rem;white-space:pre-wrap}.badge{background:#eee;\
 border-radius:.3rem;padding:0 .4rem}.stale{background:#fde2c8}.missing{color:#a15c00}\
-.blocked{color:#b00020}.satisfied{color:#1b6e20}form.inline{display:inline}nav a{margin-right:1rem}";
+.blocked{color:#b00020}.satisfied{color:#1b6e20}form.inline{display:inline}nav a{margin-right:1rem}\
+td code{word-break:break-all;font-size:.85em}";
 
 /// One signed-in browser.
 #[derive(Clone)]
