@@ -189,8 +189,21 @@ pub(super) async fn proposal_page(
                 }
             }
             h2 { "Votes" }
-            @for v in votes.as_ref().and_then(|v| v["votes"].as_array()).map(Vec::as_slice).unwrap_or(&[]) {
-                div { @if stale(v) { span.badge.stale { "not current" } } (value(v)) }
+            @let votes = votes.as_ref().and_then(|v| v["votes"].as_array()).map(Vec::as_slice).unwrap_or(&[]);
+            @if votes.is_empty() { p { span.badge { "none" } } } @else {
+                table {
+                    tr { th { "voter" } th { "vote" } th { "roles" } th { "confidence" } th { "reason" } th { "revision" } th { "cast" } }
+                    @for v in votes {
+                        tr {
+                            td { (value(&v["voter"])) } td { (value(&v["vote"])) }
+                            td { (v["roles"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")).unwrap_or_default()) }
+                            td { (value(&v["confidence"])) } td { (value(&v["reason_md"])) }
+                            td { @if stale(v) { span.badge.stale { "not current" } } @else { "current" }
+                                 @if v["current"] == false { " " span.badge { "superseded" } } }
+                            td { (value(&v["created_at"])) }
+                        }
+                    }
+                }
             }
             @if in_review && !author && may(&st, &s, &ws, Permission::Review) {
                 form method="post" action=(act) {
@@ -208,8 +221,17 @@ pub(super) async fn proposal_page(
                 }
             }
             h2 { "Security reviews" }
-            @for r in &security_reviews {
-                div { @if stale(r) { span.badge.stale { "not current" } } (value(r)) }
+            @if security_reviews.is_empty() { p { span.badge { "none" } } } @else {
+                table {
+                    tr { th { "reviewer" } th { "verdict" } th { "notes" } th { "revision" } th { "recorded" } }
+                    @for r in &security_reviews {
+                        tr {
+                            td { (value(&r["reviewer"])) } td { (value(&r["verdict"])) } td { (value(&r["notes_md"])) }
+                            td { @if stale(r) { span.badge.stale { "not current" } } @else { "current" } }
+                            td { (value(&r["created_at"])) }
+                        }
+                    }
+                }
             }
             @if may_security {
                 form method="post" action=(act) {
@@ -227,6 +249,7 @@ pub(super) async fn proposal_page(
                 }
             }
             h2 { "Validations" }
+            @if validations.is_empty() { p { span.badge { "none" } } }
             @for v in &validations {
                 div {
                     @if stale(v) { span.badge.stale { "not current" } }
@@ -235,6 +258,7 @@ pub(super) async fn proposal_page(
                 }
             }
             h2 { "Human approvals" }
+            @if approvals.is_empty() { p { span.badge { "none" } } }
             @for a in &approvals {
                 div {
                     @if stale(a) { span.badge.stale { "not current" } }
