@@ -398,7 +398,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::EventListParams>,
         "view",
         Reply::Fields(&[
-            ("events", F::Objects),
+            ("events", F::ListOf(schema_of::<w::EventView>)),
             ("next_since", F::OptInteger),
             ("next_cursor", F::OptString),
         ]),

@@ -105,3 +105,20 @@ pub struct TransactionView {
     pub created_at: String,
     pub updated_at: String,
 }
+
+/// One entry of a workspace's event log (`event.list`).
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct EventView {
+    /// The log position: poll with `since` set to the last one seen.
+    pub seq: i64,
+    /// What the event is about (a claim, proposal, transaction, ... id).
+    pub subject: String,
+    pub kind: String,
+    pub actor: String,
+    pub prior: Option<String>,
+    pub new: Option<String>,
+    /// The event's detail, as the method that wrote it recorded it (null if unreadable).
+    #[schema(value_type = Object, nullable = true)]
+    pub payload: serde_json::Value,
+    pub at: String,
+}

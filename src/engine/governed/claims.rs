@@ -692,18 +692,24 @@ impl Service {
             .store
             .list_events(&p.workspace_id, p.subject, p.kind, after, limit)
             .await?;
-        let events: Vec<Value> = rows
+        let events: Vec<crate::wire::EventView> = rows
             .into_iter()
-            .map(|(seq, subject, kind, actor, prior, new, payload, at)| {
-                json!({"seq": seq, "subject": subject, "kind": kind, "actor": actor,
-                       "prior": prior, "new": new,
-                       "payload": serde_json::from_str::<Value>(&payload).unwrap_or(Value::Null),
-                       "at": at})
-            })
+            .map(
+                |(seq, subject, kind, actor, prior, new, payload, at)| crate::wire::EventView {
+                    seq,
+                    subject,
+                    kind,
+                    actor,
+                    prior,
+                    new,
+                    payload: serde_json::from_str(&payload).unwrap_or(Value::Null),
+                    at,
+                },
+            )
             .collect();
         // `next_since` is the last seq seen (poll with it for what comes later);
         // `next_cursor` is set when the page was full.
-        let last = events.last().and_then(|e| e["seq"].as_i64());
+        let last = events.last().map(|e| e.seq);
         let next = next_cursor("evc_", events.len(), limit, last);
         Ok(json!({"events": events, "next_since": last, "next_cursor": next}))
     }
