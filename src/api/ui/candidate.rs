@@ -14,14 +14,22 @@ pub(super) async fn candidate_page(
         Err(e) => return error_page(&e, &s),
     };
     let offset = q.offset.unwrap_or(0);
-    let patch = call(
-        &st,
-        &s,
-        "integration.patch",
-        json!({"workspace_id": ws, "candidate_id": id, "offset": offset,
-               "limit": crate::limits::UI_DIFF_PAGE_BYTES}),
-    )
-    .await;
+    // Only a frozen candidate has a combined diff: the others are not asked for one.
+    let patch = if c["state"] == json!(CandidateState::Frozen) {
+        Some(
+            call(
+                &st,
+                &s,
+                "integration.patch",
+                json!({"workspace_id": ws, "candidate_id": id, "offset": offset,
+                       "limit": crate::limits::UI_DIFF_PAGE_BYTES}),
+            )
+            .await,
+        )
+    } else {
+        None
+    };
+    let may_verify = may(&st, &s, &ws, Permission::Verify);
     // The server refuses the requester's own decision while distinct_approver holds; the
     // page does not offer it either.
     let own_request = st
@@ -111,9 +119,9 @@ pub(super) async fn candidate_page(
             @let verifications = c["verifications"].as_array().map(Vec::as_slice).unwrap_or(&[]);
             @if verifications.is_empty() { p { span.badge { "none" } } }
             @for v in verifications {
-                (verification(v, &c["candidate_revision"], (may(&st, &s, &ws, Permission::Verify)).then_some(&act), &s))
+                (verification(v, &c["candidate_revision"], may_verify.then_some(&act), &s))
             }
-            @if frozen && may(&st, &s, &ws, Permission::Verify) {
+            @if frozen && may_verify {
                 form method="post" action=(act) {
                     input type="hidden" name="csrf" value=(s.csrf);
                     input type="hidden" name="op" value="verify";
@@ -161,7 +169,8 @@ pub(super) async fn candidate_page(
             h2 { "Receipt" } (value(&c["delivery_receipt"]))
             h2 { "Combined diff" }
             @match &patch {
-                Ok(p) => {
+                None => p { span.badge { "no frozen revision yet" } },
+                Some(Ok(p)) => {
                     @let here = format!("/ui/w/{}/candidates/{}", urlencode(&ws), urlencode(&id));
                     p { "From byte " (offset)
                         @if offset > 0 { " · " a href=(here) { "first page" } }
@@ -171,7 +180,7 @@ pub(super) async fn candidate_page(
                     }
                     pre id="diff" { (visible(p["patch"].as_str().unwrap_or(""))) }
                 }
-                Err(e) => p { (e.code()) ": " (e.to_string()) },
+                Some(Err(e)) => p.blocked { (e.code()) ": " (e.to_string()) },
             }
         },
     )
@@ -230,7 +239,8 @@ fn verification(v: &Value, current: &Value, act: Option<&String>, s: &UiSession)
     }
 }
 
-/// The candidate page's workflow forms: resolve, verify, request delivery, deliver. Each is the
+/// The candidate page's workflow forms: resolve, verify, cancel a verification, request
+/// delivery, deliver. Each is the
 /// API method of that name with the form's fields; the keys come from the rendered form, so a
 /// resubmitted form replays instead of acting twice.
 pub(super) async fn candidate_act(
