@@ -466,14 +466,10 @@ async fn run(common: &Common, req: RunRequest) -> ExitCode {
         Err(e) => return refuse(e),
     };
     let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
+    // Installed here, before anything is staged: a signal from now on cancels the run.
+    let signalled = termination_signal();
     tokio::spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler installs");
-        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler installs");
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
-        }
+        signalled.await;
         tracing::warn!("signal received; cancelling the verification");
         let _ = cancel_tx.send(true);
     });
@@ -586,6 +582,21 @@ async fn verification(cmd: VerificationCommand) -> ExitCode {
     }
 }
 
+/// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called, not when
+/// the future is first polled: a signal that arrives in between is kept for it instead of
+/// ending the process by the signal's default action.
+fn termination_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler installs");
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler installs");
+    async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+    }
+}
+
 async fn serve(common: &Common) -> ExitCode {
     use crate::daemon::{Daemon, StartError};
     let (config, dir) = match load(common) {
@@ -622,16 +633,13 @@ async fn serve(common: &Common) -> ExitCode {
     if let Some(m) = metrics.as_ref().and_then(|l| l.local_addr().ok()) {
         ready["metrics_listening"] = serde_json::json!(m.to_string());
     }
-    println!("{ready}");
+    // Whoever reads the ready line may stop the daemon at once: the handlers are installed
+    // and the log line written before it is printed, so that stop is a graceful one.
+    let signalled = termination_signal();
     tracing::info!(%addr, "airlock serve is listening");
+    println!("{ready}");
     let shutdown = async {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler installs");
-        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler installs");
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
-        }
+        signalled.await;
         tracing::info!("shutting down: no new connections; finishing in-flight calls");
     };
     match daemon.run_with_metrics(listener, metrics, shutdown).await {

@@ -62,11 +62,12 @@ fn serve(config: &std::path::Path, log: &std::path::Path) -> std::process::Child
     child
 }
 
-fn stop(mut child: std::process::Child) {
+/// Sends SIGTERM and returns how the daemon exited.
+fn stop(mut child: std::process::Child) -> std::process::ExitStatus {
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
-    let _ = child.wait();
+    child.wait().unwrap()
 }
 
 #[test]
@@ -117,13 +118,17 @@ fn one_daemon_per_data_dir_and_the_second_names_the_first() {
 }
 
 #[test]
-fn logs_to_a_file_carry_no_colour_codes() {
+fn logs_to_a_file_carry_no_colour_codes_and_a_stop_right_after_ready_is_graceful() {
     let d = tempfile::tempdir().unwrap();
     let cfg = config(d.path());
     let log = d.path().join("serve.log");
-    stop(serve(&cfg, &log));
+    // SIGTERM the moment the ready line is read: the handlers are already installed, so the
+    // daemon drains and exits 0 instead of dying by the signal's default action.
+    let status = stop(serve(&cfg, &log));
     let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}: {text}");
     assert!(text.contains("listening"), "{text}");
+    assert!(text.contains("shutting down"), "{text}");
     assert!(!text.contains('\u{1b}'), "ANSI escapes in a file: {text:?}");
 }
 
