@@ -104,7 +104,8 @@ pub struct Candidate {
     pub state: CandidateState,
     pub conflicts: Option<Vec<String>>,
     pub applied_inputs: usize,
-    pub verifications: Vec<serde_json::Value>,
+    /// Filled from the verification records on every read, oldest first.
+    pub verifications: Vec<crate::verification::Verification>,
     pub delivery_request: Option<DeliveryRequest>,
     pub delivery_receipt: Option<DeliveryReceipt>,
     pub created_at: String,

@@ -54,17 +54,16 @@ pub fn schema_of<T: utoipa::ToSchema>(out: &mut Schemas) -> String {
     name
 }
 
-/// One field of a reply object.
+/// One field of a reply object. Every kind names its shape: there is no untyped object, so
+/// the document describes every value a reply carries.
 #[derive(Clone, Copy)]
 pub enum Field {
     /// A value of a type that derives its schema.
     Typed(SchemaFn),
+    /// Such a value, or null.
+    OptTyped(SchemaFn),
     /// A list of such values.
     ListOf(SchemaFn),
-    /// A JSON object built by the service (its keys are in the README's tables).
-    Object,
-    /// A list of such objects.
-    Objects,
     /// A list of strings (ids).
     Strings,
     /// A string, or null (a cursor past the last page).
@@ -73,12 +72,8 @@ pub enum Field {
     OptInteger,
     /// A boolean.
     Bool,
-    /// An integer.
-    Integer,
     /// A string.
     String,
-    /// Any JSON value.
-    Any,
 }
 
 /// What a successful call answers.
@@ -88,9 +83,9 @@ pub enum Reply {
     Fields(&'static [(&'static str, Field)]),
     /// A value of a type that derives its schema.
     Typed(SchemaFn),
-    /// An object whose shape depends on the request (`proposal.preview`'s `part`,
-    /// `transaction.control`'s `action`).
-    Varies,
+    /// Exactly one of these closed shapes, by what the request asked
+    /// (`transaction.control`'s `action`).
+    OneOf(&'static [SchemaFn]),
 }
 
 /// One routed method.
@@ -161,8 +156,51 @@ const APPROVAL: Reply = Reply::Fields(&[("approval", F::Typed(schema_of::<Approv
 
 fn empty(out: &mut Schemas) -> String {
     out.entry("Empty".into())
-        .or_insert_with(|| serde_json::json!({"type": "object"}));
+        .or_insert_with(|| serde_json::json!({"type": "object", "additionalProperties": false}));
     "Empty".into()
+}
+
+/// `proposal.preview`'s reply: one closed object per part, each the header's fields and the
+/// part's own (what `PreviewReply` serializes), with `part` fixed to its name.
+fn preview_reply(out: &mut Schemas) -> String {
+    use crate::wire::PreviewPart;
+    let header = schema_of::<w::PreviewHeader>(out);
+    let parts: [(PreviewPart, SchemaFn); 5] = [
+        (PreviewPart::Metadata, schema_of::<w::PreviewMetadata>),
+        (PreviewPart::Files, schema_of::<w::PreviewFiles>),
+        (PreviewPart::Diff, schema_of::<w::PreviewDiff>),
+        (PreviewPart::Raw, schema_of::<w::PreviewRaw>),
+        (PreviewPart::Symbols, schema_of::<w::PreviewSymbols>),
+    ];
+    let mut alternatives = vec![];
+    for (part, body) in parts {
+        let body = body(out);
+        let mut merged = out[&header].clone();
+        let b = &out[&body];
+        for key in ["properties", "required"] {
+            let from = b[key].clone();
+            match (merged[key].as_object_mut(), from.as_object()) {
+                (Some(m), Some(f)) => m.extend(f.clone()),
+                _ => {
+                    if let (Some(m), Some(f)) = (merged[key].as_array_mut(), from.as_array()) {
+                        m.extend(f.iter().cloned());
+                    }
+                }
+            }
+        }
+        let name = serde_json::to_value(part).expect("a part serializes");
+        merged["properties"]["part"] = serde_json::json!({"const": name});
+        merged["additionalProperties"] = serde_json::json!(false);
+        merged["description"] = b["description"].clone();
+        let key = format!("Preview{}Reply", body.trim_start_matches("Preview"));
+        out.insert(key.clone(), merged);
+        alternatives.push(serde_json::json!({"$ref": format!("#/components/schemas/{key}")}));
+    }
+    out.insert(
+        "PreviewReply".into(),
+        serde_json::json!({"oneOf": alternatives, "description": "One part of a revision, by the request's part"}),
+    );
+    "PreviewReply".into()
 }
 
 /// Every method, in the README's order of flows.
@@ -410,7 +448,10 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::ContentionListParams>,
         "view",
-        Reply::Fields(&[("contentions", F::Objects), ("next_cursor", F::OptString)]),
+        Reply::Fields(&[
+            ("contentions", F::ListOf(schema_of::<w::ContentionView>)),
+            ("next_cursor", F::OptString),
+        ]),
         AGENT,
         "List contentions, oldest first",
     ),
@@ -421,8 +462,9 @@ pub const METHODS: &[Method] = &[
         "admin",
         Reply::Fields(&[
             ("contention_id", F::String),
-            ("resolution", F::String),
-            ("claim", F::Any),
+            ("resolution", F::Typed(schema_of::<w::ResolutionKind>)),
+            // The claim a transfer or extension changed; null otherwise.
+            ("claim", F::OptTyped(schema_of::<w::ClaimView>)),
         ]),
         HUMAN,
         "Resolve a contention",
@@ -435,7 +477,7 @@ pub const METHODS: &[Method] = &[
         Reply::Fields(&[
             ("suspended", F::Strings),
             ("unchanged", F::Strings),
-            ("unreadable", F::Objects),
+            ("unreadable", F::ListOf(schema_of::<w::UnreadableClaim>)),
         ]),
         HUMAN,
         "Suspend claims whose resource changed",
@@ -445,7 +487,7 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::EndSessionParams>,
         "the caller's own claims",
-        Reply::Fields(&[("released", F::Any)]),
+        Reply::Fields(&[("released", F::Strings)]),
         AGENT,
         "Release a session's claims",
     ),
@@ -454,7 +496,7 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::ResourceShowParams>,
         "view",
-        Reply::Fields(&[("resource", F::Object)]),
+        Reply::Fields(&[("resource", F::Typed(schema_of::<w::ResourceView>))]),
         AGENT,
         "Resolve a resource and its current hash",
     ),
@@ -465,9 +507,10 @@ pub const METHODS: &[Method] = &[
         "view",
         Reply::Fields(&[
             ("proposal", F::Typed(schema_of::<w::ProposalView>)),
-            ("files", F::Objects),
-            ("decisions", F::Objects),
-            ("review_plan", F::Any),
+            ("files", F::ListOf(schema_of::<w::FileView>)),
+            ("decisions", F::ListOf(schema_of::<w::ProposalDecisionView>)),
+            // Null until review is requested for the current revision.
+            ("review_plan", F::OptTyped(schema_of::<w::ReviewPlan>)),
             ("votes", F::ListOf(schema_of::<VoteRow>)),
             (
                 "security_reviews",
@@ -499,7 +542,10 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::ProposalTransitionParams>,
         "the author",
-        PROPOSAL,
+        Reply::Fields(&[
+            ("proposal", F::Typed(schema_of::<w::ProposalView>)),
+            ("review_plan", F::OptTyped(schema_of::<w::ReviewPlan>)),
+        ]),
         AGENT,
         "Move a proposal to in_review",
     ),
@@ -592,12 +638,16 @@ pub const METHODS: &[Method] = &[
         Reply::Fields(&[
             ("proposal_id", F::String),
             ("revision", F::String),
-            ("status", F::String),
+            (
+                "status",
+                F::Typed(schema_of::<crate::domain::proposal::ProposalState>),
+            ),
             (
                 "verdict",
                 F::Typed(schema_of::<crate::domain::policy::Verdict>),
             ),
-            ("note", F::Any),
+            // Set when the proposal is not in review: the verdict is informational.
+            ("note", F::OptString),
         ]),
         AGENT,
         "Evaluate the policy on the current revision",
@@ -607,9 +657,9 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::ProposalPreviewParams>,
         "view",
-        Reply::Varies,
+        Reply::Typed(preview_reply),
         AGENT,
-        "One part of a revision: metadata, files, diff or resources",
+        "One part of a revision: metadata, files, diff, raw bytes or touched symbols",
     ),
     m(
         "patch.validate",
@@ -634,10 +684,7 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::ApplyParams>,
         "members with apply (never a run)",
-        Reply::Fields(&[
-            ("transaction", F::Typed(schema_of::<w::TransactionView>)),
-            ("proposal", F::Typed(schema_of::<w::ProposalView>)),
-        ]),
+        Reply::Typed(schema_of::<w::ApplyReply>),
         HUMAN,
         "Apply a validated revision",
     ),
@@ -667,7 +714,10 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::TransactionParams>,
         "view",
-        Reply::Fields(&[("transaction_id", F::String), ("phases", F::Objects)]),
+        Reply::Fields(&[
+            ("transaction_id", F::String),
+            ("phases", F::ListOf(schema_of::<w::PhaseView>)),
+        ]),
         HUMAN,
         "A transaction's phases",
     ),
@@ -676,14 +726,7 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::TransactionParams>,
         "view",
-        Reply::Fields(&[
-            ("status", F::String),
-            ("repository_state", F::String),
-            ("paths", F::Objects),
-            ("actions", F::Any),
-            ("blocked_reason", F::Any),
-            ("artifact_error", F::Any),
-        ]),
+        Reply::Typed(schema_of::<w::RecoveryView>),
         HUMAN,
         "Judge each touched path and advise",
     ),
@@ -692,7 +735,11 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::TransactionControlParams>,
         "members with apply (and propose, for compensate)",
-        Reply::Varies,
+        Reply::OneOf(&[
+            schema_of::<w::TransactionReply>,
+            schema_of::<w::ApplyReply>,
+            schema_of::<w::CompensationReply>,
+        ]),
         HUMAN,
         "Retry, cancel or compensate a transaction",
     ),

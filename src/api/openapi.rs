@@ -58,16 +58,13 @@ fn field_schema(f: Field, out: &mut Schemas) -> Value {
     let r = |name: String| json!({"$ref": format!("#/components/schemas/{name}")});
     match f {
         Field::Typed(s) => r(s(out)),
+        Field::OptTyped(s) => json!({"oneOf": [r(s(out)), {"type": "null"}]}),
         Field::ListOf(s) => json!({"type": "array", "items": r(s(out))}),
-        Field::Object => json!({"type": "object"}),
-        Field::Objects => json!({"type": "array", "items": {"type": "object"}}),
         Field::Strings => json!({"type": "array", "items": {"type": "string"}}),
         Field::OptString => json!({"type": ["string", "null"]}),
         Field::OptInteger => json!({"type": ["integer", "null"]}),
         Field::Bool => json!({"type": "boolean"}),
-        Field::Integer => json!({"type": "integer"}),
         Field::String => json!({"type": "string"}),
-        Field::Any => json!({}),
     }
 }
 
@@ -80,10 +77,18 @@ pub fn reply_schema(m: &Method, out: &mut Schemas) -> Value {
                 props.insert((*name).to_string(), field_schema(*f, out));
             }
             let required: Vec<&str> = fields.iter().map(|(n, _)| *n).collect();
-            json!({"type": "object", "properties": props, "required": required})
+            // Closed: a field the registry does not name is a drift the suite's checks catch.
+            json!({"type": "object", "properties": props, "required": required,
+                   "additionalProperties": false})
         }
         Reply::Typed(s) => json!({"$ref": format!("#/components/schemas/{}", s(out))}),
-        Reply::Varies => json!({"type": "object"}),
+        Reply::OneOf(alternatives) => {
+            let refs: Vec<Value> = alternatives
+                .iter()
+                .map(|s| json!({"$ref": format!("#/components/schemas/{}", s(out))}))
+                .collect();
+            json!({"oneOf": refs})
+        }
     }
 }
 
@@ -275,6 +280,76 @@ mod tests {
             assert!(doc.pointer(pointer).is_some(), "{pointer} does not resolve");
             rest = &tail[end..];
         }
+    }
+
+    /// Every value a reply can carry has a shape: walking each method's reply schema through
+    /// every `$ref`, no schema is empty (`{}`: anything) and no object is without properties,
+    /// except the two raw records the document says are raw. Objects a reply names directly
+    /// are closed, so a field the registry does not list fails the suite's reply checks.
+    #[test]
+    fn every_reply_is_typed_down_to_its_leaves() {
+        const RAW: &[&str] = &["PhaseView.detail", "EventView.payload"];
+        let doc = document(&crate::config::Config::builtin());
+        fn walk(doc: &Value, v: &Value, at: &str, seen: &mut Vec<String>, bad: &mut Vec<String>) {
+            let Some(o) = v.as_object() else { return };
+            if let Some(r) = o.get("$ref").and_then(Value::as_str) {
+                if !seen.iter().any(|s| s == r) {
+                    seen.push(r.to_string());
+                    let name = r.rsplit('/').next().expect("a ref has a name");
+                    walk(
+                        doc,
+                        doc.pointer(&r[1..]).expect("resolves"),
+                        name,
+                        seen,
+                        bad,
+                    );
+                }
+                return;
+            }
+            let kinds = ["type", "oneOf", "anyOf", "allOf", "enum", "const"];
+            if !kinds.iter().any(|k| o.contains_key(*k)) {
+                bad.push(format!("{at}: no type"));
+            }
+            let is_object = match &o.get("type") {
+                Some(Value::String(t)) => t == "object",
+                Some(Value::Array(ts)) => ts.iter().any(|t| t == "object"),
+                _ => false,
+            };
+            let closed = o.get("additionalProperties") == Some(&Value::Bool(false));
+            if is_object && !o.contains_key("properties") && !closed && !RAW.contains(&at) {
+                bad.push(format!("{at}: an object without properties"));
+            }
+            for (k, child) in o {
+                match k.as_str() {
+                    "properties" => {
+                        for (name, p) in child.as_object().expect("properties") {
+                            let field = format!("{}.{name}", at.split('.').next().unwrap_or(at));
+                            walk(doc, p, &field, seen, bad);
+                        }
+                    }
+                    "items" => walk(doc, child, at, seen, bad),
+                    "oneOf" | "anyOf" | "allOf" => {
+                        for alt in child.as_array().expect("alternatives") {
+                            walk(doc, alt, at, seen, bad);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut bad = vec![];
+        for m in METHODS {
+            let reply = &doc["paths"][format!("/api/v1/{}", m.name)]["post"]["responses"]["200"]["content"]
+                ["application/json"]["schema"];
+            let mut seen = vec![];
+            walk(&doc, reply, m.name, &mut seen, &mut bad);
+            if reply["type"] == "object" {
+                assert_eq!(reply["additionalProperties"], false, "{}", m.name);
+            }
+        }
+        bad.sort();
+        bad.dedup();
+        assert!(bad.is_empty(), "untyped reply values:\n{}", bad.join("\n"));
     }
 
     /// The first `key` anywhere under `v` (an optional field's bounds sit beside its null).

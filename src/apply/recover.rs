@@ -14,7 +14,7 @@ use std::os::fd::AsFd;
 use std::path::Path;
 
 /// What a touched path holds now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PathState {
     /// Its pre-image; nothing staged beside it.
@@ -28,7 +28,7 @@ pub enum PathState {
 }
 
 /// One path of [`inspect`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct PathReport {
     pub path: String,
     pub state: PathState,

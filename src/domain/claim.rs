@@ -199,6 +199,11 @@ impl ClaimMode {
         }
     }
 
+    /// The mode named `s` (its `as_str`), if any.
+    pub fn parse(s: &str) -> Option<ClaimMode> {
+        ClaimMode::ALL.into_iter().find(|m| m.as_str() == s)
+    }
+
     /// Seed 003's matrix, for two claims on overlapping resources: exclusive conflicts with
     /// everything; otherwise read conflicts with nothing, review with nothing, and write only
     /// with write.

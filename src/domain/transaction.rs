@@ -73,6 +73,11 @@ impl TxState {
         }
     }
 
+    /// The state named `s` (its `as_str`), if any.
+    pub fn parse(s: &str) -> Option<TxState> {
+        TxState::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+
     /// Work may still be in flight (recovery looks at these after a crash).
     pub fn is_open(self) -> bool {
         match self {
@@ -207,4 +212,20 @@ mod tests {
             }
         }
     }
+}
+
+/// Why a transaction failed or needs attention: the `failure_code` of its phase's detail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureCode {
+    /// A recheck or the preparation refused; nothing visible changed.
+    RefusedBeforeInstall,
+    /// A rename or unlink of the install failed part way.
+    InstallStopped,
+    /// Recovery could not undo a preparation (a path already changed).
+    UndoRefused,
+    /// Recovery could not remove staged files named by a missing artifact.
+    CleanupFailed,
+    /// The rollback artifact is missing or corrupt where an install needs it.
+    ArtifactUnusable,
 }

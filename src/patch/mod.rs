@@ -28,7 +28,8 @@ pub use rules::check_path;
 use rules::{check_symlink_target, check_whole};
 
 /// What one file section does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum ChangeKind {
     Create,
     Delete,

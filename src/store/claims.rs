@@ -114,10 +114,7 @@ pub(super) fn row(r: &rusqlite::Row) -> rusqlite::Result<ClaimRow> {
         workspace_id: r.get(1)?,
         resource_id: r.get(2)?,
         holder: r.get(3)?,
-        mode: ClaimMode::ALL
-            .into_iter()
-            .find(|m| m.as_str() == mode)
-            .ok_or_else(|| bad("mode", &mode))?,
+        mode: ClaimMode::parse(&mode).ok_or_else(|| bad("mode", &mode))?,
         status: ClaimState::ALL
             .into_iter()
             .find(|s| s.as_str() == status)

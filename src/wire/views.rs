@@ -91,8 +91,7 @@ pub struct TransactionView {
     /// Every path the apply touches.
     pub paths: Vec<String>,
     /// Per path: its fingerprints before and after, once applied.
-    #[schema(value_type = Vec<Object>)]
-    pub hashes: Vec<serde_json::Value>,
+    pub hashes: Vec<PathHashes>,
     pub head_before: Option<String>,
     pub head_after: Option<String>,
     pub claims: Vec<String>,
@@ -121,4 +120,304 @@ pub struct EventView {
     #[schema(value_type = Object, nullable = true)]
     pub payload: serde_json::Value,
     pub at: String,
+}
+
+/// Per touched path of an applied transaction: what it held before and after.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct PathHashes {
+    pub path: String,
+    pub before: crate::apply::Fingerprint,
+    pub after: crate::apply::Fingerprint,
+}
+
+/// One contention (`claim.contentions`): who asked for what, which claim stood in the way,
+/// and what an admin may still do about it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ContentionView {
+    pub contention_id: String,
+    pub requested_resource_id: String,
+    /// The requested resource's path (none for a resource kind without one).
+    pub requested_path: Option<String>,
+    /// The requester.
+    pub agent: String,
+    pub task_id: Option<String>,
+    pub mode: crate::domain::claim::ClaimMode,
+    pub challenged_claim: String,
+    /// The challenged claim's holder (none once that claim is removed).
+    pub holder: Option<String>,
+    pub state: super::ContentionState,
+    pub resolution: Option<super::ResolutionKind>,
+    pub reason: Option<String>,
+    pub created_at: String,
+    /// The challenged claim's current lease end.
+    pub lease_expires_at: Option<String>,
+    /// What `claim.resolve_contention` accepts now (none once resolved).
+    pub allowed_resolutions: Vec<super::ResolutionKind>,
+}
+
+/// A claim `claim.reconcile` could not judge (its resource cannot be read), and why.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct UnreadableClaim {
+    pub claim_id: String,
+    pub reason: String,
+}
+
+/// A resource as `resource.show` resolves it in the worktree now.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ResourceView {
+    /// The canonical spelling of the resource id.
+    pub resource_id: String,
+    /// `file`, `directory`, `symbol`, or another lowercase category.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub path: Option<String>,
+    pub symbol: Option<String>,
+    /// The language the path's extension names, where the governed path knows it.
+    pub language: Option<String>,
+    /// A symbol's line span, from the parser.
+    pub span: Option<crate::domain::claim::Span>,
+    pub exists: bool,
+    /// Seed 003's content hash of the resource (empty when it does not exist).
+    pub current_hash: String,
+}
+
+/// One file section of a revision's patch, as the parser read it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct FileView {
+    pub operation: crate::patch::ChangeKind,
+    /// None for a created file.
+    pub old_path: Option<String>,
+    /// None for a deleted file.
+    pub new_path: Option<String>,
+    /// The octal mode git writes (`100644`, `100755`, `120000`).
+    pub old_mode: Option<String>,
+    pub new_mode: Option<String>,
+    pub binary: bool,
+    /// Lines added and removed.
+    pub added: u64,
+    pub removed: u64,
+    /// A rename's or copy's similarity, percent.
+    pub similarity: Option<u8>,
+    /// The new symlink target, when the patch makes one.
+    pub symlink_target: Option<String>,
+}
+
+impl FileView {
+    pub fn of(f: &crate::patch::FileChange) -> FileView {
+        FileView {
+            operation: f.kind,
+            old_path: f.old_path.clone(),
+            new_path: f.new_path.clone(),
+            old_mode: f.old_mode.map(|m| m.as_str().to_string()),
+            new_mode: f.new_mode.map(|m| m.as_str().to_string()),
+            binary: f.binary,
+            added: f.added,
+            removed: f.removed,
+            similarity: f.similarity,
+            symlink_target: f.symlink_target.clone(),
+        }
+    }
+}
+
+/// A decision recorded on a proposal's own transitions (a rejection, a withdrawal).
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ProposalDecisionView {
+    pub decision_id: String,
+    /// The revision it was about (empty when it named none).
+    pub revision: String,
+    pub decision: String,
+    pub actor: String,
+    pub rationale_md: String,
+    pub created_at: String,
+}
+
+/// A revision's review plan, persisted when review is requested or a revision attached: the
+/// roles the policy requires and who may fill each (never the author).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ReviewPlan {
+    pub revision: String,
+    pub required_roles: Vec<PlannedRole>,
+    pub high_risk: bool,
+    pub security_review_required: bool,
+    pub human_approval_required: bool,
+}
+
+/// One role a review plan requires, with the members and runs holding it.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct PlannedRole {
+    pub role: String,
+    pub candidates: Vec<String>,
+}
+
+/// One phase of an apply transaction (`transaction.phases`); a phase lasts until the next
+/// begins.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct PhaseView {
+    pub phase: crate::domain::transaction::TxState,
+    pub actor: String,
+    /// When it began (also `started_at`).
+    pub at: String,
+    pub started_at: String,
+    /// When the next phase began; none for the phase the transaction is in.
+    pub ended_at: Option<String>,
+    pub reason: Option<String>,
+    /// The `x-request-id` of the call that moved it there.
+    pub request_id: Option<String>,
+    pub failure_code: Option<crate::domain::transaction::FailureCode>,
+    /// The phase's whole detail as recorded (null if unreadable).
+    #[schema(value_type = Object, nullable = true)]
+    pub detail: serde_json::Value,
+}
+
+/// What the touched paths of a transaction add up to, judged from the files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RepositoryState {
+    /// Every path holds its post-image and the transaction is applied.
+    Applied,
+    /// Every path holds its post-image or some do, but the transaction is not applied.
+    PartiallyApplied,
+    /// Every path holds its pre-image (staged files at most).
+    NotStarted,
+    /// Applied, and a path changed since.
+    AppliedThenModified,
+    /// A path holds neither image, or the rollback artifact cannot be read.
+    Unknown,
+}
+
+/// `transaction.recovery`: each touched path's state, the repository's, and what
+/// `transaction.control` accepts now.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RecoveryView {
+    pub transaction_id: String,
+    pub status: crate::domain::transaction::TxState,
+    pub repository_state: RepositoryState,
+    pub paths: Vec<crate::apply::PathReport>,
+    pub actions: Vec<crate::domain::transaction::ControlAction>,
+    pub blocked_reason: Option<String>,
+    /// Why the rollback artifact could not be read, if it could not.
+    pub artifact_error: Option<String>,
+}
+
+/// `transaction.control`'s answer to cancel (and any replay of cancel or compensate).
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TransactionReply {
+    pub transaction: TransactionView,
+}
+
+/// `patch.apply`'s answer, and `transaction.control`'s to retry: the new transaction and the
+/// proposal it moved.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApplyReply {
+    pub transaction: TransactionView,
+    pub proposal: ProposalView,
+}
+
+/// `transaction.control`'s answer to compensate: the reverse-patch proposal it filed.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompensationReply {
+    pub transaction_id: String,
+    pub proposal: ProposalView,
+}
+
+/// What every `proposal.preview` part answers besides its own fields.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct PreviewHeader {
+    pub proposal_id: String,
+    pub revision: String,
+    /// Whether `revision` is the proposal's current one.
+    pub current: bool,
+    pub part: super::PreviewPart,
+}
+
+/// A `proposal.preview` answer: the header's fields and the part's, in one object.
+#[derive(Debug, Clone, Serialize)]
+pub struct PreviewReply {
+    #[serde(flatten)]
+    pub header: PreviewHeader,
+    #[serde(flatten)]
+    pub body: PreviewBody,
+}
+
+/// The part-specific fields of a preview.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum PreviewBody {
+    Metadata(PreviewMetadata),
+    Files(PreviewFiles),
+    Diff(PreviewDiff),
+    Raw(PreviewRaw),
+    Symbols(PreviewSymbols),
+}
+
+/// `part = "metadata"`: the revision in numbers and its base against the worktree's HEAD.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct PreviewMetadata {
+    pub base_revision: Option<String>,
+    pub worktree_head: Option<String>,
+    /// The proposal names a base that is not the worktree's HEAD now.
+    pub stale_base: bool,
+    pub files: u64,
+    pub added: u64,
+    pub removed: u64,
+    pub binary: u64,
+    pub bytes: u64,
+}
+
+/// `part = "files"`: a page of the file list.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct PreviewFiles {
+    pub files: Vec<FileView>,
+    pub next_cursor: Option<String>,
+}
+
+/// `part = "diff"`: a page of the patch's lines (invalid UTF-8 shown as U+FFFD).
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct PreviewDiff {
+    pub lines: Vec<String>,
+    /// The 1-based number of `lines[0]`.
+    pub first_line: u64,
+    pub total_lines: u64,
+    pub next_cursor: Option<String>,
+}
+
+/// `part = "raw"`: the exact patch bytes.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct PreviewRaw {
+    /// Always `base64`.
+    pub encoding: String,
+    pub patch: String,
+    /// The bytes' SHA-256: the revision.
+    pub sha256: String,
+    pub bytes: u64,
+}
+
+/// `part = "symbols"`: per touched file, the worktree's declarations whose spans meet the
+/// changed lines.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct PreviewSymbols {
+    pub files: Vec<TouchedFile>,
+}
+
+/// One file of a symbols preview; `note` says why it has no symbols when it cannot have any.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct TouchedFile {
+    pub path: String,
+    pub language: Option<String>,
+    pub symbols: Vec<TouchedSymbol>,
+    pub note: Option<String>,
+}
+
+/// A declaration a revision touches, with the resource id that claims it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct TouchedSymbol {
+    pub resource_id: String,
+    pub name: String,
+    /// The grammar's node kind (`function_item`, `class_definition`, ...).
+    pub kind: String,
+    pub span: crate::domain::claim::Span,
 }

@@ -13,7 +13,7 @@ use crate::apply::{self, Change, Image, PathState, Plan};
 use crate::config::Permission;
 use crate::domain::claim::ClaimState;
 use crate::domain::policy::TestEvidence;
-use crate::domain::transaction::{TxEvent, TxState};
+use crate::domain::transaction::{FailureCode, TxEvent, TxState};
 use crate::engine::service::{Actor, Service, ServiceError};
 use crate::store::applies::TxRow;
 use crate::wire::{ApplyParams, TransactionListParams, TransactionParams};
@@ -35,7 +35,7 @@ pub(super) struct TxRecord {
     test_verifications: Vec<String>,
     rollback_sha256: Option<String>,
     /// Per path: (before, after) fingerprints once applied.
-    hashes: Vec<Value>,
+    hashes: Vec<crate::wire::PathHashes>,
     pub(super) blocked_reason: Option<String>,
     created_at: String,
     updated_at: String,
@@ -81,9 +81,9 @@ impl Service {
         Ok(Self::tx_record(t)?.retry_of)
     }
 
-    fn tx_view(t: &TxRow) -> Result<Value, ServiceError> {
+    fn tx_view(t: &TxRow) -> Result<crate::wire::TransactionView, ServiceError> {
         let r = Self::tx_record(t)?;
-        Ok(json!(crate::wire::TransactionView {
+        Ok(crate::wire::TransactionView {
             transaction_id: t.transaction_id.clone(),
             workspace_id: t.workspace_id.clone(),
             proposal_id: t.proposal_id.clone(),
@@ -104,7 +104,7 @@ impl Service {
             retry_of: r.retry_of,
             created_at: r.created_at,
             updated_at: r.updated_at,
-        }))
+        })
     }
 
     /// Test evidence of the current revision: the newest complete validation's tests.
@@ -425,7 +425,11 @@ impl Service {
         r.hashes = rb
             .entries
             .iter()
-            .map(|e| json!({"path": e.path, "before": e.before.fingerprint(), "after": e.after}))
+            .map(|e| crate::wire::PathHashes {
+                path: e.path.clone(),
+                before: e.before.fingerprint(),
+                after: e.after.clone(),
+            })
             .collect();
         r.head_after = {
             let repo = self.repo(&t.workspace_id).clone();
@@ -458,7 +462,10 @@ impl Service {
 
     pub(super) async fn apply_reply(&self, t: &TxRow) -> Result<Value, ServiceError> {
         let prop = self.proposal_in(&t.workspace_id, &t.proposal_id).await?;
-        Ok(json!({"transaction": Self::tx_view(t)?, "proposal": self.proposal_view(&prop).await?}))
+        Ok(json!(crate::wire::ApplyReply {
+            transaction: Self::tx_view(t)?,
+            proposal: self.proposal_view(&prop).await?,
+        }))
     }
 
     /// `transaction.show`.
@@ -469,7 +476,9 @@ impl Service {
     ) -> Result<Value, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let t = self.tx_in(&p.workspace_id, &p.transaction_id).await?;
-        Ok(json!({"transaction": Self::tx_view(&t)?}))
+        Ok(json!(crate::wire::TransactionReply {
+            transaction: Self::tx_view(&t)?,
+        }))
     }
 
     /// `transaction.phases`: oldest first.
@@ -487,19 +496,27 @@ impl Service {
             .transaction_phases(&t.transaction_id)
             .await?;
         // A phase lasts until the next one begins; the last one is where the transaction is.
-        let phases: Vec<Value> = rows
-            .iter()
-            .enumerate()
-            .map(|(i, (phase, actor, detail, at))| {
-                let detail = serde_json::from_str::<Value>(detail).unwrap_or(Value::Null);
-                json!({"phase": phase, "actor": actor, "at": at, "started_at": at,
-                       "ended_at": rows.get(i + 1).map(|n| n.3.clone()),
-                       "reason": detail.get("reason"),
-                       "request_id": detail.get("request_id"),
-                       "failure_code": detail.get("failure_code"),
-                       "detail": detail})
-            })
-            .collect();
+        let mut phases = Vec::with_capacity(rows.len());
+        for (i, (phase, actor, detail, at)) in rows.iter().enumerate() {
+            let phase = TxState::parse(phase).ok_or_else(|| {
+                ServiceError::internal(format!("transaction phase {phase:?} is not a state"))
+            })?;
+            let detail = serde_json::from_str::<Value>(detail).unwrap_or(Value::Null);
+            let text = |k: &str| detail.get(k).and_then(Value::as_str).map(str::to_string);
+            phases.push(crate::wire::PhaseView {
+                phase,
+                actor: actor.clone(),
+                at: at.clone(),
+                started_at: at.clone(),
+                ended_at: rows.get(i + 1).map(|n| n.3.clone()),
+                reason: text("reason"),
+                request_id: text("request_id"),
+                failure_code: detail
+                    .get("failure_code")
+                    .and_then(|c| serde_json::from_value(c.clone()).ok()),
+                detail,
+            });
+        }
         Ok(json!({"transaction_id": t.transaction_id, "phases": phases}))
     }
 
@@ -552,61 +569,45 @@ impl Service {
             t.status,
             TxState::Prepared | TxState::Failed | TxState::Cancelled
         );
-        let (paths, state) = match &inspected {
-            Err(apply::ApplyError::ArtifactMissing(_)) if never_installed => {
-                (json!([]), "not_started".to_string())
+        use crate::wire::RepositoryState as R;
+        let (paths, state, artifact_error) = match inspected {
+            Err(e @ apply::ApplyError::ArtifactMissing(_)) if never_installed => {
+                (vec![], R::NotStarted, Some(e.to_string()))
             }
-            Err(_) => (json!([]), "unknown".to_string()),
+            Err(e) => (vec![], R::Unknown, Some(e.to_string())),
             Ok(reports) => {
                 let all = |s: PathState| reports.iter().all(|r| r.state == s);
                 let state = if all(PathState::Post) {
                     if t.status == TxState::Applied {
-                        "applied"
+                        R::Applied
                     } else {
-                        "partially_applied"
+                        R::PartiallyApplied
                     }
                 } else if reports
                     .iter()
                     .all(|r| matches!(r.state, PathState::Pre | PathState::StagedOnly))
                 {
-                    "not_started"
+                    R::NotStarted
                 } else if reports.iter().any(|r| r.state == PathState::Other) {
                     if t.status == TxState::Applied {
-                        "applied_then_modified"
+                        R::AppliedThenModified
                     } else {
-                        "unknown"
+                        R::Unknown
                     }
                 } else {
-                    "partially_applied"
+                    R::PartiallyApplied
                 };
-                (
-                    serde_json::to_value(reports).unwrap_or_default(),
-                    state.to_string(),
-                )
+                (reports, state, None)
             }
         };
-        let artifact_error = inspected.as_ref().err().map(|e| e.to_string());
-        Ok(
-            json!({"transaction_id": t.transaction_id, "status": t.status,
-                  "repository_state": state, "paths": paths,
-                  "actions": t.status.actions(), "blocked_reason": r.blocked_reason,
-                  "artifact_error": artifact_error}),
-        )
+        Ok(json!(crate::wire::RecoveryView {
+            transaction_id: t.transaction_id.clone(),
+            status: t.status,
+            repository_state: state,
+            paths,
+            actions: t.status.actions().to_vec(),
+            blocked_reason: r.blocked_reason,
+            artifact_error,
+        }))
     }
-}
-
-/// Why a transaction failed or needs attention, in its phase row's detail.
-#[derive(Debug, Clone, Copy, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub(super) enum FailureCode {
-    /// A recheck or the preparation refused; nothing visible changed.
-    RefusedBeforeInstall,
-    /// A rename or unlink of the install failed part way.
-    InstallStopped,
-    /// Recovery could not undo a preparation (a path already changed).
-    UndoRefused,
-    /// Recovery could not remove staged files named by a missing artifact.
-    CleanupFailed,
-    /// The rollback artifact is missing or corrupt where an install needs it.
-    ArtifactUnusable,
 }

@@ -6,7 +6,9 @@ use crate::config::Permission;
 use crate::domain::claim::{ClaimState, ResourceId};
 use crate::engine::service::{Actor, Service, ServiceError};
 use crate::store::Binding;
-use crate::wire::{ContentionListParams, ContentionState, ResolutionKind, ResolveContentionParams};
+use crate::wire::{
+    ContentionListParams, ContentionState, ContentionView, ResolutionKind, ResolveContentionParams,
+};
 use serde_json::{Value, json};
 
 impl Service {
@@ -38,37 +40,73 @@ impl Service {
             let live = challenged
                 .as_ref()
                 .is_some_and(|x| x.status == ClaimState::Active && x.expires_at > now);
-            let allowed: &[&str] = match (c.state.as_str(), live) {
-                ("open", true) => &["keep_owner", "reject_contender", "transfer", "extend_lease"],
-                ("open", false) => &["keep_owner", "reject_contender"],
-                // Resolved (the only other state the table allows): nothing is left to do.
-                (_, _) => &[],
+            use ResolutionKind as K;
+            let state = match c.state.as_str() {
+                "open" => ContentionState::Open,
+                "resolved" => ContentionState::Resolved,
+                other => {
+                    return Err(ServiceError::internal(format!(
+                        "contention {} is in unknown state {other:?}",
+                        c.contention_id
+                    )));
+                }
+            };
+            let allowed: &[ResolutionKind] = match (state, live) {
+                (ContentionState::Open, true) => &[
+                    K::KeepOwner,
+                    K::RejectContender,
+                    K::Transfer,
+                    K::ExtendLease,
+                ],
+                (ContentionState::Open, false) => &[K::KeepOwner, K::RejectContender],
+                (ContentionState::Resolved, _) => &[],
             };
             let lease = challenged.as_ref().and_then(|x| {
                 time::OffsetDateTime::from_unix_timestamp(x.expires_at)
                     .ok()
                     .map(crate::ids::rfc3339)
             });
-            let resource_path = c.record["resource_id"]
-                .as_str()
-                .and_then(|r| ResourceId::parse(r).ok())
+            let field = |k: &str| -> Result<Option<String>, ServiceError> {
+                match c.record.get(k) {
+                    None | Some(Value::Null) => Ok(None),
+                    Some(Value::String(v)) => Ok(Some(v.clone())),
+                    Some(other) => Err(ServiceError::internal(format!(
+                        "contention {} has {k} {other}",
+                        c.contention_id
+                    ))),
+                }
+            };
+            let requested = field("resource_id")?.unwrap_or_default();
+            let requested_path = ResourceId::parse(&requested)
+                .ok()
                 .and_then(|r| r.path().map(str::to_string));
-            out.push(json!({
-                "contention_id": c.contention_id,
-                "requested_resource_id": c.record["resource_id"],
-                "requested_path": resource_path,
-                "agent": c.requester,
-                "task_id": c.record["request"]["task_id"],
-                "mode": c.record["mode"],
-                "challenged_claim": c.challenged_claim,
-                "holder": challenged.as_ref().map(|x| x.holder.clone()),
-                "state": c.state,
-                "resolution": c.record.get("resolution"),
-                "reason": c.record.get("reason"),
-                "created_at": c.created_at,
-                "lease_expires_at": lease,
-                "allowed_resolutions": allowed,
-            }));
+            let mode = field("mode")?
+                .as_deref()
+                .and_then(crate::domain::claim::ClaimMode::parse)
+                .ok_or_else(|| {
+                    ServiceError::internal(format!("contention {} has no mode", c.contention_id))
+                })?;
+            let resolution = field("resolution")?
+                .map(|r| serde_json::from_value(Value::String(r)))
+                .transpose()
+                .map_err(|e| ServiceError::record("a contention's resolution", e))?;
+            let reason = field("reason")?;
+            out.push(ContentionView {
+                contention_id: c.contention_id.clone(),
+                requested_resource_id: requested,
+                requested_path,
+                agent: c.requester.clone(),
+                task_id: c.record["request"]["task_id"].as_str().map(str::to_string),
+                mode,
+                challenged_claim: c.challenged_claim.clone(),
+                holder: challenged.as_ref().map(|x| x.holder.clone()),
+                state,
+                resolution,
+                reason,
+                created_at: c.created_at.clone(),
+                lease_expires_at: lease,
+                allowed_resolutions: allowed.to_vec(),
+            });
         }
         Ok(json!({"contentions": out, "next_cursor": next}))
     }

@@ -340,6 +340,13 @@ impl Service {
                 },
             )
             .await?;
-        Ok(json!({"transaction_id": p.transaction_id, "proposal": proposal["proposal"]}))
+        let id = proposal["proposal"]["proposal_id"]
+            .as_str()
+            .ok_or_else(|| ServiceError::internal("proposal.create answered no proposal_id"))?;
+        let row = self.proposal_in(&p.workspace_id, id).await?;
+        Ok(json!(crate::wire::CompensationReply {
+            transaction_id: p.transaction_id.clone(),
+            proposal: self.proposal_view(&row).await?,
+        }))
     }
 }

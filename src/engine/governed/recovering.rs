@@ -5,8 +5,9 @@
 //! is quarantined, never used. A transaction whose apply is still live (its lock held) is
 //! left alone.
 
-use super::applying::{FailureCode, TxRecord};
+use super::applying::TxRecord;
 use crate::apply;
+use crate::domain::transaction::FailureCode;
 use crate::domain::transaction::{TxEvent, TxState};
 use crate::engine::service::{Service, ServiceError};
 use crate::store::applies::TxRow;

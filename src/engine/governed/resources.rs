@@ -91,7 +91,10 @@ impl Service {
                 .map_err(|e| ServiceError::record(format!("claim {} record", c.claim_id), e))?;
             let resource = ResourceId::parse(&c.resource_id).map_err(ServiceError::internal)?;
             match Self::current_hash(worktree.clone(), resource).await {
-                Err(reason) => unreadable.push(json!({"claim_id": c.claim_id, "reason": reason})),
+                Err(reason) => unreadable.push(crate::wire::UnreadableClaim {
+                    claim_id: c.claim_id.clone(),
+                    reason,
+                }),
                 Ok(current)
                     if current.as_deref().unwrap_or_default()
                         == r.base_hash.as_deref().unwrap_or_default() =>
@@ -237,15 +240,16 @@ impl Service {
                     format!("the resource cannot be read: {e}"),
                 )
             })?;
-        Ok(json!({"resource": {
-            "resource_id": resource.id(),
-            "type": kind,
-            "path": path,
-            "symbol": symbol,
-            "language": language,
-            "span": span,
-            "exists": hash.is_some() || matches!(resource, ResourceId::Other { .. }),
-            "current_hash": hash.unwrap_or_default(),
+        let exists = hash.is_some() || matches!(resource, ResourceId::Other { .. });
+        Ok(json!({"resource": crate::wire::ResourceView {
+            resource_id: resource.id(),
+            kind: kind.to_string(),
+            path,
+            symbol,
+            language: language.map(str::to_string),
+            span,
+            exists,
+            current_hash: hash.unwrap_or_default(),
         }}))
     }
 }

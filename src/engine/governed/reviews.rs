@@ -138,7 +138,7 @@ impl Service {
         revision: &str,
         risk: Risk,
         paths: &[String],
-    ) -> Value {
+    ) -> crate::wire::ReviewPlan {
         let policy = &ws.policy;
         let high_risk = policy.is_high_risk(risk, paths);
         let holders = |role: &str| -> Vec<String> {
@@ -156,18 +156,37 @@ impl Service {
                 .filter(|k| k != author)
                 .collect()
         };
-        let roles: Vec<Value> = policy
+        let required_roles = policy
             .routing_roles(risk, paths)
             .iter()
-            .map(|r| json!({"role": r, "candidates": holders(r)}))
+            .map(|r| crate::wire::PlannedRole {
+                role: r.to_string(),
+                candidates: holders(r),
+            })
             .collect();
-        json!({
-            "revision": revision,
-            "required_roles": roles,
-            "high_risk": high_risk,
-            "security_review_required": policy.security_review.applies(high_risk),
-            "human_approval_required": policy.human_approval.applies(high_risk),
-        })
+        crate::wire::ReviewPlan {
+            revision: revision.to_string(),
+            required_roles,
+            high_risk,
+            security_review_required: policy.security_review.applies(high_risk),
+            human_approval_required: policy.human_approval.applies(high_risk),
+        }
+    }
+
+    /// The review plan persisted for `revision`, if review was requested for it.
+    pub(in crate::engine::governed) async fn stored_plan(
+        &self,
+        proposal_id: &str,
+        revision: &str,
+    ) -> Result<Option<crate::wire::ReviewPlan>, ServiceError> {
+        self.ctx
+            .data
+            .store
+            .review_plan(proposal_id, revision)
+            .await?
+            .map(|text| serde_json::from_str(&text))
+            .transpose()
+            .map_err(|e| ServiceError::record("a review plan", e))
     }
 
     /// The verdict of `p`'s current revision under its workspace's policy, with the test
@@ -269,13 +288,7 @@ impl Service {
             .ok_or_else(|| ServiceError::internal("the proposal's workspace is gone"))?;
         let store = &self.ctx.data.store;
         let rev = &p.current_revision;
-        let plan = match store.review_plan(&p.proposal_id, rev).await? {
-            Some(text) => Some(
-                serde_json::from_str::<Value>(&text)
-                    .map_err(|e| ServiceError::record("a review plan", e))?,
-            ),
-            None => None,
-        };
+        let plan = self.stored_plan(&p.proposal_id, rev).await?;
         let votes = store.votes(&p.proposal_id, Some(rev.clone())).await?;
         let reviews: Vec<_> = store
             .security_reviews(&p.proposal_id)

@@ -14,14 +14,13 @@ impl Service {
     pub async fn verification_views(
         &self,
         candidate_id: &str,
-    ) -> Result<Vec<serde_json::Value>, ServiceError> {
+    ) -> Result<Vec<crate::verification::Verification>, ServiceError> {
         let rows = self.ctx.data.store.verifications_of(candidate_id).await?;
         Ok(rows
             .into_iter()
-            .map(|(v, queued)| {
-                let mut j = serde_json::to_value(&v).expect("a verification serializes");
-                j["queued"] = serde_json::Value::Bool(queued && v.status == Status::Running);
-                j
+            .map(|(mut v, queued)| {
+                v.queued = Some(queued && v.status == Status::Running);
+                v
             })
             .collect())
     }

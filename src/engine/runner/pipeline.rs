@@ -255,6 +255,7 @@ impl Context {
             expires_at: ids::rfc3339(expires),
             creation_key: creation_key.clone(),
             container_id: None,
+            queued: None,
         };
         let t_insert = Instant::now();
         let link = link.map(|l| (l.candidate_id, l.binding));

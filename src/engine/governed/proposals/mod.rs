@@ -384,9 +384,8 @@ impl Service {
             .flat_map(|f| f.paths().map(str::to_string))
             .collect();
         let ws = self.authorize(actor, &p.workspace_id, Permission::Propose)?;
-        let plan = self
-            .plan(ws, &row.author, &revision, record.risk, &paths)
-            .to_string();
+        let plan = self.plan(ws, &row.author, &revision, record.risk, &paths);
+        let plan = serde_json::to_string(&plan).expect("a review plan serializes");
         let next = RevisionRow {
             number: number as i64,
             revision,
@@ -467,7 +466,7 @@ impl Service {
         let key = actor.key();
         if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
             let row = self.proposal_in(&p.workspace_id, &id).await?;
-            return self.proposal_reply(&row).await;
+            return self.transition_reply(&row, event).await;
         }
         let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
         let by_author = row.author == key;
@@ -505,10 +504,8 @@ impl Service {
         let plan = if event == ProposalEvent::RequestReview {
             let ws = self.authorize(actor, &p.workspace_id, Permission::Propose)?;
             let paths = self.touched_paths(&row.current_revision).await?;
-            Some(
-                self.plan(ws, &row.author, &row.current_revision, record.risk, &paths)
-                    .to_string(),
-            )
+            let plan = self.plan(ws, &row.author, &row.current_revision, record.risk, &paths);
+            Some(serde_json::to_string(&plan).expect("a review plan serializes"))
         } else {
             None
         };
@@ -528,21 +525,24 @@ impl Service {
                 plan,
             )
             .await?;
+        self.transition_reply(&row, event).await
+    }
+
+    /// A transition's answer, the same for the call and its replays: the proposal, and for
+    /// `request_review` the current revision's review plan.
+    async fn transition_reply(
+        &self,
+        row: &ProposalRow,
+        event: ProposalEvent,
+    ) -> Result<Value, ServiceError> {
+        let mut reply = self.proposal_reply(row).await?;
         if event == ProposalEvent::RequestReview {
             let plan = self
-                .ctx
-                .data
-                .store
-                .review_plan(&row.proposal_id, &row.current_revision)
-                .await?
-                .map(|t| serde_json::from_str::<Value>(&t))
-                .transpose()
-                .map_err(|e| ServiceError::record("a review plan", e))?;
-            let mut reply = self.proposal_reply(&row).await?;
-            reply["review_plan"] = plan.unwrap_or(Value::Null);
-            return Ok(reply);
+                .stored_plan(&row.proposal_id, &row.current_revision)
+                .await?;
+            reply["review_plan"] = serde_json::json!(plan);
         }
-        self.proposal_reply(&row).await
+        Ok(reply)
     }
 }
 

@@ -10,6 +10,7 @@ use crate::engine::service::{Actor, Service, ServiceError};
 use crate::limits;
 use crate::patch::{ChangeKind, FileChange, Patch};
 use crate::wire::{PreviewPart, ProposalPreviewParams};
+use crate::wire::{TouchedFile, TouchedSymbol};
 use base64::Engine;
 use serde_json::{Value, json};
 
@@ -29,13 +30,6 @@ fn page(
     }
     let from = parse_cursor(prefix, cursor)?.unwrap_or(0) as usize;
     Ok((limit, from))
-}
-
-fn file_json(f: &FileChange) -> Value {
-    json!({"operation": f.kind.as_str(), "old_path": f.old_path, "new_path": f.new_path,
-           "old_mode": f.old_mode.map(|m| m.as_str()), "new_mode": f.new_mode.map(|m| m.as_str()),
-           "binary": f.binary, "added": f.added, "removed": f.removed,
-           "similarity": f.similarity, "symlink_target": f.symlink_target})
 }
 
 /// The changed old-side lines of a file as spans (an insertion touches the line before it).
@@ -93,18 +87,19 @@ impl Service {
                 .expect("rev-parse does not panic")
         };
         let base = Self::record_of(&row)?.base_revision;
-        let mut reply = json!({"proposal_id": row.proposal_id, "revision": revision,
-                               "current": revision == row.current_revision, "part": p.part});
+        use crate::wire::{
+            PreviewBody as B, PreviewDiff, PreviewFiles, PreviewMetadata, PreviewRaw,
+        };
         let body = match p.part {
-            PreviewPart::Metadata => json!({
-                "base_revision": base,
-                "worktree_head": head,
-                "stale_base": base.as_ref().is_some_and(|b| Some(b) != head.as_ref()),
-                "files": patch.files.len(),
-                "added": patch.files.iter().map(|f| f.added).sum::<u64>(),
-                "removed": patch.files.iter().map(|f| f.removed).sum::<u64>(),
-                "binary": patch.files.iter().filter(|f| f.binary).count(),
-                "bytes": bytes.len(),
+            PreviewPart::Metadata => B::Metadata(PreviewMetadata {
+                stale_base: base.as_ref().is_some_and(|b| Some(b) != head.as_ref()),
+                base_revision: base,
+                worktree_head: head,
+                files: patch.files.len() as u64,
+                added: patch.files.iter().map(|f| f.added).sum(),
+                removed: patch.files.iter().map(|f| f.removed).sum(),
+                binary: patch.files.iter().filter(|f| f.binary).count() as u64,
+                bytes: bytes.len() as u64,
             }),
             PreviewPart::Files => {
                 let (limit, from) = page(
@@ -114,16 +109,19 @@ impl Service {
                     p.cursor.as_deref(),
                     "pvf_",
                 )?;
-                let items: Vec<Value> = patch
+                let files: Vec<crate::wire::FileView> = patch
                     .files
                     .iter()
                     .skip(from)
                     .take(limit as usize)
-                    .map(file_json)
+                    .map(crate::wire::FileView::of)
                     .collect();
-                let end = from + items.len();
+                let end = from + files.len();
                 let more = end < patch.files.len();
-                json!({"files": items, "next_cursor": more.then(|| format!("pvf_{end}"))})
+                B::Files(PreviewFiles {
+                    files,
+                    next_cursor: more.then(|| format!("pvf_{end}")),
+                })
             }
             PreviewPart::Diff => {
                 let (limit, from) = page(
@@ -139,33 +137,48 @@ impl Service {
                     .unwrap_or(&text)
                     .split('\n')
                     .collect();
-                let lines: Vec<&str> = all
+                let lines: Vec<String> = all
                     .iter()
                     .skip(from)
                     .take(limit as usize)
-                    .copied()
+                    .map(|l| l.to_string())
                     .collect();
                 let end = from + lines.len();
-                json!({"lines": lines, "first_line": from + 1, "total_lines": all.len(),
-                       "next_cursor": (end < all.len()).then(|| format!("pvd_{end}"))})
+                B::Diff(PreviewDiff {
+                    lines,
+                    first_line: from as u64 + 1,
+                    total_lines: all.len() as u64,
+                    next_cursor: (end < all.len()).then(|| format!("pvd_{end}")),
+                })
             }
-            PreviewPart::Raw => json!({
-                "encoding": "base64",
-                "patch": base64::engine::general_purpose::STANDARD.encode(&bytes),
-                "sha256": revision,
-                "bytes": bytes.len(),
+            PreviewPart::Raw => B::Raw(PreviewRaw {
+                encoding: "base64".into(),
+                patch: base64::engine::general_purpose::STANDARD.encode(&bytes),
+                sha256: revision.clone(),
+                bytes: bytes.len() as u64,
             }),
-            PreviewPart::Symbols => json!({"files": self.touched_symbols(worktree, &patch).await}),
+            PreviewPart::Symbols => B::Symbols(crate::wire::PreviewSymbols {
+                files: self.touched_symbols(worktree, &patch).await,
+            }),
         };
-        if let (Some(r), Some(b)) = (reply.as_object_mut(), body.as_object()) {
-            r.extend(b.clone());
-        }
-        Ok(reply)
+        Ok(json!(crate::wire::PreviewReply {
+            header: crate::wire::PreviewHeader {
+                current: revision == row.current_revision,
+                proposal_id: row.proposal_id,
+                revision,
+                part: p.part,
+            },
+            body,
+        }))
     }
 
     /// For each modified file, the declarations of the worktree's current file whose spans
     /// meet the changed lines. A file that cannot be indexed says why; nothing is skipped.
-    async fn touched_symbols(&self, worktree: std::path::PathBuf, patch: &Patch) -> Vec<Value> {
+    async fn touched_symbols(
+        &self,
+        worktree: std::path::PathBuf,
+        patch: &Patch,
+    ) -> Vec<TouchedFile> {
         let files: Vec<(String, ChangeKind, Vec<Span>)> = patch
             .files
             .iter()
@@ -176,13 +189,22 @@ impl Service {
                     .map(|p| (p, f.kind, changed_spans(f)))
             })
             .collect();
+        // A file without symbols, and why.
+        let none = |path: &str, note: String| TouchedFile {
+            path: path.to_string(),
+            language: None,
+            symbols: vec![],
+            note: Some(note),
+        };
         tokio::task::spawn_blocking(move || {
             let root = match crate::beneath::Root::open(&worktree) {
                 Ok(r) => r,
                 Err(e) => {
                     return files
                         .iter()
-                        .map(|(path, _, _)| json!({"path": path, "symbols": [], "note": format!("the worktree cannot be opened: {e}")}))
+                        .map(|(path, _, _)| {
+                            none(path, format!("the worktree cannot be opened: {e}"))
+                        })
                         .collect();
                 }
             };
@@ -190,27 +212,45 @@ impl Service {
                 .into_iter()
                 .map(|(path, kind, spans)| {
                     if kind == ChangeKind::Create {
-                        return json!({"path": path, "symbols": [], "note": "a created file has no current declarations"});
+                        return none(&path, "a created file has no current declarations".into());
                     }
                     let Some(lang) = crate::symbols::Language::detect(&path) else {
-                        return json!({"path": path, "symbols": [], "note": "no parser for this file type"});
+                        return none(&path, "no parser for this file type".into());
                     };
-                    let src = match crate::worktree::source(&root, &path, crate::symbols::MAX_SYMBOL_SOURCE_BYTES) {
+                    let src = match crate::worktree::source(
+                        &root,
+                        &path,
+                        crate::symbols::MAX_SYMBOL_SOURCE_BYTES,
+                    ) {
                         Ok(Some(s)) => s,
-                        Ok(None) => return json!({"path": path, "symbols": [], "note": "the file does not exist in the worktree"}),
-                        Err(e) => return json!({"path": path, "symbols": [], "note": e.to_string()}),
+                        Ok(None) => {
+                            return none(&path, "the file does not exist in the worktree".into());
+                        }
+                        Err(e) => return none(&path, e.to_string()),
                     };
                     match crate::symbols::symbols(lang, &path, &src) {
-                        Err(e) => json!({"path": path, "symbols": [], "note": e.to_string()}),
+                        Err(e) => none(&path, e.to_string()),
                         Ok(all) => {
-                            let hit: Vec<Value> = all
+                            let symbols = all
                                 .into_iter()
-                                .filter(|s| spans.iter().any(|c| c.start <= s.span.end && s.span.start <= c.end))
-                                .map(|s| json!({"resource_id": format!("symbol:{path}#{}", s.name),
-                                                "name": s.name, "kind": s.kind,
-                                                "span": s.span}))
+                                .filter(|s| {
+                                    spans
+                                        .iter()
+                                        .any(|c| c.start <= s.span.end && s.span.start <= c.end)
+                                })
+                                .map(|s| TouchedSymbol {
+                                    resource_id: format!("symbol:{path}#{}", s.name),
+                                    name: s.name,
+                                    kind: s.kind,
+                                    span: s.span,
+                                })
                                 .collect();
-                            json!({"path": path, "language": lang.as_str(), "symbols": hit})
+                            TouchedFile {
+                                path,
+                                language: Some(lang.as_str().to_string()),
+                                symbols,
+                                note: None,
+                            }
                         }
                     }
                 })

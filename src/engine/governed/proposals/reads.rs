@@ -41,7 +41,7 @@ impl Service {
     pub(in crate::engine::governed) async fn proposal_view(
         &self,
         p: &ProposalRow,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<crate::wire::ProposalView, ServiceError> {
         let r = Self::record_of(p)?;
         let revisions = self
             .ctx
@@ -80,7 +80,7 @@ impl Service {
             created_at: r.created_at,
             updated_at: r.updated_at,
         };
-        Ok(json!(view))
+        Ok(view)
     }
 
     pub(super) async fn proposal_reply(&self, p: &ProposalRow) -> Result<Value, ServiceError> {
@@ -103,33 +103,33 @@ impl Service {
                 row.current_revision
             ))
         })?;
-        let files: Vec<Value> = patch
-            .files
-            .iter()
-            .map(|f| {
-                json!({"operation": f.kind.as_str(), "old_path": f.old_path, "new_path": f.new_path,
-                       "old_mode": f.old_mode.map(|m| m.as_str()),
-                       "new_mode": f.new_mode.map(|m| m.as_str()),
-                       "binary": f.binary, "added": f.added, "removed": f.removed})
-            })
-            .collect();
-        let decisions: Vec<Value> = self
+        let files: Vec<crate::wire::FileView> =
+            patch.files.iter().map(crate::wire::FileView::of).collect();
+        let decisions: Vec<crate::wire::ProposalDecisionView> = self
             .ctx
             .data
             .store
             .decisions_of(&row.proposal_id)
             .await?
             .into_iter()
-            .map(|(id, revision, decision, actor, rationale, at)| {
-                json!({"decision_id": id, "revision": revision, "decision": decision,
-                       "actor": actor, "rationale_md": rationale, "created_at": at})
-            })
+            .map(
+                |(decision_id, revision, decision, actor, rationale_md, created_at)| {
+                    crate::wire::ProposalDecisionView {
+                        decision_id,
+                        revision,
+                        decision,
+                        actor,
+                        rationale_md,
+                        created_at,
+                    }
+                },
+            )
             .collect();
         let risk = Self::record_of(&row)?.risk;
         let mut reply = self.review_picture(&row, risk).await?;
-        reply["proposal"] = self.proposal_view(&row).await?;
-        reply["files"] = Value::Array(files);
-        reply["decisions"] = Value::Array(decisions);
+        reply["proposal"] = json!(self.proposal_view(&row).await?);
+        reply["files"] = json!(files);
+        reply["decisions"] = json!(decisions);
         Ok(reply)
     }
 
