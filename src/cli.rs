@@ -15,6 +15,9 @@ use std::process::ExitCode;
 /// Exit code for a refused request.
 pub const EXIT_REFUSED: u8 = 2;
 
+/// The `--help` heading of the options every command takes, listed after its own.
+const GLOBAL: &str = "Global options";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "airlock",
@@ -24,10 +27,22 @@ pub const EXIT_REFUSED: u8 = 2;
 )]
 pub struct Cli {
     /// Log format on stderr (text is coloured only on a terminal, and never with NO_COLOR set).
-    #[arg(long, global = true, value_enum, default_value = "text")]
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        help_heading = GLOBAL
+    )]
     pub log_format: LogFormat,
     /// Log filter (tracing EnvFilter syntax), e.g. info or airlock=debug.
-    #[arg(long, global = true, default_value = "warn", env = "AIRLOCK_LOG")]
+    #[arg(
+        long,
+        global = true,
+        default_value = "warn",
+        env = "AIRLOCK_LOG",
+        help_heading = GLOBAL
+    )]
     pub log_level: String,
     #[command(subcommand)]
     pub command: Command,
@@ -42,7 +57,7 @@ pub enum LogFormat {
 #[derive(clap::Args, Debug, Clone)]
 pub struct Common {
     /// Server configuration file (TOML; see the README's Configuration). Without it, built-in
-    /// defaults.
+    /// defaults, which serve refuses: it needs workspaces and tokens.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Data directory (database, artifacts, checkouts). Default: the config's data_dir, else
@@ -55,8 +70,6 @@ pub struct Common {
 pub enum Command {
     /// Verify an exact revision: run ARGV in a hardened container and print the result as JSON.
     Run {
-        #[command(flatten)]
-        common: Common,
         /// Git repository (bare or non-bare) on this host.
         #[arg(long, value_name = "PATH")]
         repo: PathBuf,
@@ -70,6 +83,8 @@ pub enum Command {
         /// Timeout in seconds (1..=1800).
         #[arg(long, value_name = "SECONDS", default_value_t = limits::DEFAULT_TIMEOUT_SECONDS)]
         timeout: u64,
+        #[command(flatten)]
+        common: Common,
         /// The command to run in the container, after `--` (e.g. `-- make test`).
         #[arg(last = true, value_name = "ARGV")]
         argv: Vec<String>,
@@ -105,7 +120,7 @@ pub enum Command {
         method: String,
         /// The request: JSON text, @FILE, or - for stdin (default {}).
         body: Option<String>,
-        /// The daemon's address (default: AIRLOCK_URL, else http://127.0.0.1:7700).
+        /// The daemon's address.
         #[arg(long, value_name = "URL", env = "AIRLOCK_URL", default_value = crate::client::DEFAULT_URL)]
         url: String,
     },
@@ -165,9 +180,11 @@ pub enum VerificationCommand {
     },
 }
 
-fn init_logging(format: LogFormat, level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+/// Installs the stderr logger, or says why `--log-level` (or `AIRLOCK_LOG`) is not a filter.
+fn init_logging(format: LogFormat, level: &str) -> Result<(), String> {
+    let filter = tracing_subscriber::EnvFilter::try_new(level).map_err(|e| {
+        format!("--log-level {level:?} (or AIRLOCK_LOG) is not a log filter: {e}; e.g. info or airlock=debug")
+    })?;
     use std::io::IsTerminal;
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let builder = tracing_subscriber::fmt()
@@ -178,6 +195,7 @@ fn init_logging(format: LogFormat, level: &str) {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+    Ok(())
 }
 
 /// Prints `msg` and returns the refusal exit code.
@@ -201,7 +219,9 @@ fn print_json<T: serde::Serialize>(v: &T) {
 /// Entry point of the `airlock` binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format, &cli.log_level);
+    if let Err(e) = init_logging(cli.log_format, &cli.log_level) {
+        return refuse(e);
+    }
     if let Err(e) = crash::validate_env() {
         return refuse(e);
     }

@@ -163,10 +163,20 @@ fn help_describes_every_flag() {
         vec!["images", "build", "--help"],
         vec!["verification", "list", "--help"],
         vec!["verification", "show", "--help"],
+        vec!["call", "--help"],
+        vec!["doctor", "--help"],
     ] {
         let o = airlock(&args);
         assert!(o.status.success(), "{args:?}");
         let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        // The options every command takes come last, under their own heading.
+        let global = text
+            .find("Global options:")
+            .unwrap_or_else(|| panic!("{args:?}: no global options heading\n{text}"));
+        assert!(
+            text[global..].contains("--log-level") && !text[..global].contains("--log-level"),
+            "{args:?}: the log options are mixed into the command's own\n{text}"
+        );
         // clap prints an option with no doc comment as a bare name: every line that starts an
         // option or argument must carry text after it.
         for line in text.lines() {
@@ -185,6 +195,27 @@ fn help_describes_every_flag() {
                 assert!(prose.count() > 0, "{args:?}: no help for {t:?}\n{text}");
             }
         }
+    }
+}
+
+#[test]
+fn a_log_filter_that_does_not_parse_is_refused_naming_the_flag() {
+    for (flag, env) in [(Some("airlock=loud"), None), (None, Some("airlock=loud"))] {
+        let mut c = Command::new(BIN);
+        if let Some(f) = flag {
+            c.args(["--log-level", f]);
+        }
+        if let Some(e) = env {
+            c.env("AIRLOCK_LOG", e);
+        }
+        let o = c.args(["verification", "list"]).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(
+            stderr(&o)
+                .contains("--log-level \"airlock=loud\" (or AIRLOCK_LOG) is not a log filter"),
+            "{}",
+            stderr(&o)
+        );
     }
 }
 
