@@ -24,6 +24,9 @@ pub const TOMBSTONE_RETENTION: std::time::Duration = std::time::Duration::from_s
 pub const MAX_PATCH_BYTES: usize = 1024 * 1024;
 /// Smallest page `integration.patch` accepts as `limit`.
 pub const MIN_PATCH_PAGE_BYTES: usize = 1024;
+/// Largest conflicted file `integration.conflict` returns as text; a larger one is described
+/// (size, mode) without its content, since a resolution replaces the whole file.
+pub const MAX_CONFLICT_CONTENT_BYTES: u64 = 1024 * 1024;
 /// Furthest byte `integration.patch` skips to (`offset`): git renders and discards what lies
 /// before a page, so a deep page costs as much as reading up to it.
 pub const MAX_PATCH_OFFSET: u64 = 256 * 1024 * 1024;

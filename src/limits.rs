@@ -223,8 +223,10 @@ pub const UI_MAX_SESSIONS: usize = 1024;
 pub const UI_SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 /// The largest web form accepted (a sign-in, a decision with its reason).
 pub const UI_FORM_LIMIT: usize = 64 * 1024;
-/// Conflicted files one resolve form of the web page can carry.
-pub const UI_FORM_FILES: usize = 256;
+/// Largest form body of a candidate page's forms: a resolution carries whole files (each
+/// conflicted file is shown up to `MAX_CONFLICT_CONTENT_BYTES`, form-encoded). The session is
+/// checked from the headers before such a body is read.
+pub const UI_RESOLVE_FORM_LIMIT: usize = 8 * 1024 * 1024;
 /// Active claims the web page reads to show those on a proposal's resources.
 pub const UI_CLAIMS_SHOWN: u32 = 200;
 /// Bytes of a candidate's combined diff per web page (`integration.patch`'s `limit`); the page

@@ -115,6 +115,36 @@ pub struct PatchResult {
     pub next_offset: Option<u64>,
 }
 
+/// `integration.conflict` parameters: one of a conflicted candidate's `conflicts`.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConflictParams {
+    pub workspace_id: String,
+    pub candidate_id: String,
+    /// A path the candidate lists in `conflicts`.
+    pub path: String,
+}
+
+/// `integration.conflict` result: one conflicted path as the merge left it, so a resolver can
+/// edit the conflict markers out instead of writing the file blind.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ConflictView {
+    pub path: String,
+    /// The merge left a file at this path (a modify/delete or a file/directory conflict may
+    /// leave none).
+    pub present: bool,
+    /// Its octal mode (`100644`, `100755`, `120000`), when present.
+    pub mode: Option<String>,
+    pub bytes: u64,
+    /// It holds a NUL byte or is not UTF-8.
+    pub binary: bool,
+    /// The file, conflict markers included; null when absent, binary, or over
+    /// `MAX_CONFLICT_CONTENT_BYTES` (1 MiB).
+    pub content: Option<String>,
+    /// Why `content` is null, when it is.
+    pub note: Option<String>,
+}
+
 /// `integration.verify` parameters.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]

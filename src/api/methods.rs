@@ -299,6 +299,15 @@ pub const METHODS: &[Method] = &[
         "One page of the candidate's combined diff (follow next_offset)",
     ),
     m(
+        "integration.conflict",
+        Body::Small,
+        schema_of::<w::ConflictParams>,
+        "view",
+        Reply::Typed(schema_of::<w::ConflictView>),
+        HUMAN,
+        "One conflicted path as the merge left it, conflict markers included",
+    ),
+    m(
         "integration.delete",
         Body::Small,
         schema_of::<w::CandidateParams>,

@@ -478,6 +478,9 @@ async fn dispatch(
             Reply::Value(json!({"candidates": to(&svc.list(actor, parse(method, body)?).await?)}))
         }
         "integration.patch" => Reply::Value(to(&svc.patch(actor, parse(method, body)?).await?)),
+        "integration.conflict" => {
+            Reply::Value(to(&svc.conflict(actor, parse(method, body)?).await?))
+        }
         "integration.resolve" => {
             candidate(svc, svc.resolve(actor, parse(method, body)?).await?).await?
         }

@@ -375,6 +375,19 @@ impl Repo {
         Ok(None)
     }
 
+    /// The size of an object in bytes, without reading it.
+    pub fn object_size(&self, oid: &str) -> Result<u64, StagingError> {
+        let mut cmd = self.git();
+        cmd.args(["cat-file", "-s", oid]);
+        let (_, out) = run_git(cmd, &[0])?;
+        let text = String::from_utf8_lossy(&out);
+        text.trim().parse().map_err(|_| StagingError::Git {
+            args: "cat-file -s".into(),
+            code: None,
+            stderr: format!("not a size: {text:?}"),
+        })
+    }
+
     /// The content of a blob.
     pub fn read_blob(&self, oid: &str) -> Result<Vec<u8>, StagingError> {
         let mut cmd = self.git();

@@ -362,3 +362,147 @@ fn owned_transcripts_are_capped_per_candidate() {
     );
     assert_eq!(cand(&v)["state"], "frozen");
 }
+
+#[test]
+fn a_conflicted_path_is_shown_as_the_merge_left_it_bounded_and_only_to_members() {
+    let s = Server::fake();
+    let base = s.head();
+    // A text file, a binary one (a NUL byte) and one over the 1 MiB content bound, each
+    // changed differently by both agents.
+    let big = |c: char| format!("{}\n", c.to_string().repeat(1024 * 1024 + 10));
+    let setup = s.agent_commit(
+        "setup",
+        &base,
+        &[
+            ("f.txt", "one\ntwo\nthree\n"),
+            ("bin.dat", "\0base"),
+            ("big.txt", &big('x')),
+        ],
+    );
+    git(&s.repo, &["reset", "-q", "--hard", &setup]);
+    let a = s.agent_commit(
+        "a",
+        &setup,
+        &[
+            ("f.txt", "one\nA <script>\nthree\n"),
+            ("bin.dat", "\0a"),
+            ("big.txt", &big('a')),
+        ],
+    );
+    let b = s.agent_commit(
+        "b",
+        &setup,
+        &[
+            ("f.txt", "one\nB\nthree\n"),
+            ("bin.dat", "\0b"),
+            ("big.txt", &big('b')),
+        ],
+    );
+    let subs = vec![
+        s.evidence("run_a", &setup, &a, None),
+        s.evidence("run_b", &setup, &b, None),
+    ];
+    let v = s.ok(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(subs, &setup, "p"),
+    );
+    let c = cand(&v);
+    assert_eq!(c["state"], "conflicted", "{v}");
+    assert_eq!(c["conflicts"], json!(["big.txt", "bin.dat", "f.txt"]));
+    let cid = c["candidate_id"].as_str().unwrap().to_string();
+    let ask = |token: &str, path: Value| {
+        s.call(
+            token,
+            "integration.conflict",
+            json!({"workspace_id": "ws1", "candidate_id": cid, "path": path}),
+        )
+    };
+
+    // bob may view: the text file with both sides between git's markers.
+    let (status, text) = ask(BOB, json!("f.txt"));
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(text["present"], true);
+    assert_eq!(text["mode"], "100644");
+    assert_eq!(text["binary"], false);
+    assert!(text["note"].is_null(), "{text}");
+    let content = text["content"].as_str().unwrap();
+    assert_eq!(text["bytes"], content.len());
+    for part in [
+        "one\n<<<<<<< ",
+        "A <script>\n=======\nB\n>>>>>>> ",
+        "three\n",
+    ] {
+        assert!(content.contains(part), "{part:?} missing from {content:?}");
+    }
+
+    let (status, bin) = ask(BOB, json!("bin.dat"));
+    assert_eq!(status, 200, "{bin}");
+    assert_eq!(bin["binary"], true);
+    assert!(bin["content"].is_null(), "{bin}");
+    assert!(bin["note"].as_str().unwrap().contains("binary"), "{bin}");
+
+    let (status, huge) = ask(BOB, json!("big.txt"));
+    assert_eq!(status, 200);
+    assert!(huge["content"].is_null());
+    assert!(huge["bytes"].as_u64().unwrap() > 1024 * 1024, "{huge}");
+    assert!(
+        huge["note"]
+            .as_str()
+            .unwrap()
+            .contains("up to 1048576 bytes"),
+        "{huge}"
+    );
+
+    // Only listed conflicts, and nothing for callers outside the workspace.
+    for path in [
+        json!("README"),
+        json!("../f.txt"),
+        json!("f.txt/"),
+        json!(""),
+    ] {
+        let (status, e) = ask(BOB, path.clone());
+        assert_eq!(status, 400, "{path}: {e}");
+        assert_eq!(e["error"]["code"], "invalid_argument");
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("is not one of the candidate's 3 conflicted paths"),
+            "{e}"
+        );
+    }
+    let (status, e) = ask(BOB, json!(7));
+    assert_eq!(status, 400, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("path"));
+    let (status, _) = ask(CAROL, json!("f.txt"));
+    assert_eq!(status, 403, "another workspace's member");
+    let (status, _) = s.call(
+        BOB,
+        "integration.conflict",
+        json!({"workspace_id": "ws1", "candidate_id": "cand_00000000000000000000000000000000",
+               "path": "f.txt"}),
+    );
+    assert_eq!(status, 404);
+
+    // Resolved, there is nothing left to show.
+    let v = s.ok(
+        ALICE,
+        "integration.resolve",
+        json!({"workspace_id": "ws1", "candidate_id": cid, "expected_version": c["version"],
+               "files": [{"path": "f.txt", "content": "one\nA and B\nthree\n"},
+                         {"path": "bin.dat", "delete": true},
+                         {"path": "big.txt", "content": "small now\n"}],
+               "idempotency_key": "r"}),
+    );
+    assert_eq!(cand(&v)["state"], "frozen", "{v}");
+    let (status, e) = ask(BOB, json!("f.txt"));
+    assert_eq!(status, 412, "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("only a conflicted candidate"),
+        "{e}"
+    );
+}

@@ -555,6 +555,16 @@ fn in_a_real_browser_a_candidate_goes_from_conflicted_to_delivered_through_the_p
     assert!(has_button(&pages[7], "Approve delivery"), "{}", pages[7]);
     assert!(has_button(&pages[10], "Deliver"), "{}", pages[10]);
     assert!(!has_button(&pages[11], "Deliver"), "{}", pages[11]);
+    // Delivered: the header says so, and no new request is offered against the moved target.
+    assert!(
+        pages[11]["text"]
+            .as_str()
+            .unwrap()
+            .contains("delivery delivered (landed at"),
+        "{}",
+        pages[11]
+    );
+    assert!(!has_button(&pages[11], "Request delivery"), "{}", pages[11]);
     let now = s.ok(
         ALICE,
         "integration.show",

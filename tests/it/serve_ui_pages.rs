@@ -425,3 +425,191 @@ fn the_session_cookie_is_secure_only_when_browsers_come_over_tls() {
         .unwrap();
     assert!(!cookie.contains("Secure"), "{cookie}");
 }
+
+/// The resolve form's fields for one batch: `choose(i, path)` gives each file's resolution and
+/// the text a browser would send (its lines ending in CRLF), or None to leave it for later.
+fn resolve_batch(
+    page: &str,
+    choose: impl Fn(usize, &str) -> (&'static str, String),
+) -> Vec<(String, String)> {
+    let mut pairs = vec![
+        ("csrf".to_string(), csrf(page)),
+        ("op".to_string(), "resolve".to_string()),
+        (
+            "idempotency_key".to_string(),
+            crate::serve_ui::field(page, "idempotency_key"),
+        ),
+        (
+            "expected_version".to_string(),
+            crate::serve_ui::field(page, "expected_version"),
+        ),
+    ];
+    for i in 0.. {
+        let name = format!("path_{i}");
+        if !page.contains(&format!("name=\"{name}\"")) {
+            break;
+        }
+        let path = crate::serve_ui::field(page, &name);
+        let (resolution, text) = choose(i, &path);
+        pairs.push((name, path.clone()));
+        pairs.push((format!("resolution_{i}"), resolution.to_string()));
+        pairs.push((format!("content_{i}"), text.replace('\n', "\r\n")));
+        if page.contains(&format!("name=\"eol_{i}\" value=\"crlf\"")) {
+            pairs.push((format!("eol_{i}"), "crlf".into()));
+        }
+    }
+    pairs
+}
+
+#[test]
+fn the_resolve_form_shows_each_conflicted_file_resolves_in_batches_and_keeps_crlf() {
+    use crate::support::daemon::file_at;
+    let s = Server::fake();
+    let base = s.head();
+    // 35 conflicted files: more than one resolve call may carry (32), one with CRLF line
+    // endings, one whose side A tries to break out of the textarea.
+    let names: Vec<String> = (0..33).map(|i| format!("f{i:02}.txt")).collect();
+    let side = |tag: &str| -> Vec<(String, String)> {
+        let mut files: Vec<(String, String)> = names
+            .iter()
+            .map(|n| (n.clone(), format!("{tag}\n")))
+            .collect();
+        files.push(("crlf.txt".into(), format!("a\r\n{tag}\r\n")));
+        let hostile = if tag == "A" {
+            "</textarea><script>alert(1)</script>\n".to_string()
+        } else {
+            format!("{tag}\n")
+        };
+        files.push(("hostile.txt".into(), hostile));
+        files
+    };
+    let refs = |v: &[(String, String)]| -> Vec<(String, String)> { v.to_vec() };
+    let commit = |branch: &str, base: &str, files: &[(String, String)]| {
+        let f: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(a, b)| (a.as_str(), b.as_str()))
+            .collect();
+        s.agent_commit(branch, base, &f)
+    };
+    let setup = commit("setup", &base, &refs(&side("base")));
+    git(&s.repo, &["reset", "-q", "--hard", &setup]);
+    let a = commit("a", &setup, &side("A"));
+    let b = commit("b", &setup, &side("B"));
+    let subs = vec![
+        s.evidence("run_a", &setup, &a, None),
+        s.evidence("run_b", &setup, &b, None),
+    ];
+    let v = s.ok(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(subs, &setup, "p"),
+    );
+    let cid = cand(&v)["candidate_id"].as_str().unwrap().to_string();
+    assert_eq!(cand(&v)["conflicts"].as_array().unwrap().len(), 35, "{v}");
+    let path = format!("/ui/w/ws1/candidates/{cid}");
+    let act = format!("{path}/act");
+
+    // A viewer sees the conflicts and no form.
+    let bob = sign_in(&s, BOB);
+    let (_, _, page) = get(&s, &bob, &path);
+    assert!(page.contains("crlf.txt") && !page.contains("name=\"resolution_0\""));
+
+    let alice = sign_in(&s, ALICE);
+    let (status, _, page) = get(&s, &alice, &path);
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("This form resolves the first 32 of 35 conflicted files"),
+        "{page}"
+    );
+    assert!(page.contains("name=\"path_31\"") && !page.contains("name=\"path_32\""));
+    // Each file as the merge left it, markers escaped, ready to edit.
+    assert!(
+        page.contains("&lt;&lt;&lt;&lt;&lt;&lt;&lt; ")
+            && page.contains("&gt;&gt;&gt;&gt;&gt;&gt;&gt; "),
+        "{page}"
+    );
+    assert_eq!(crate::serve_ui::field(&page, "path_0"), "crlf.txt");
+    // Which side is which: the markers name commits, the page names the input and its run.
+    assert!(
+        page.contains("is what the first 1 input(s) made of it")
+            && page.contains("is input 2 (run run_b, <code>"),
+        "{page}"
+    );
+    assert!(page.contains("name=\"eol_0\" value=\"crlf\""));
+    assert!(!page.contains("name=\"eol_1\""), "f00.txt has LF endings");
+
+    let submit = |pairs: Vec<(String, String)>| {
+        let refs: Vec<(&str, &str)> = pairs
+            .iter()
+            .map(|(a, b)| (a.as_str(), b.as_str()))
+            .collect();
+        let (status, body) = post(&s, &alice, &act, &refs);
+        assert_eq!(status, 303, "{body}");
+    };
+    // First batch: crlf.txt written (its CRLF endings kept), f00 deleted, the rest written.
+    let pairs = resolve_batch(&page, |i, _| match i {
+        0 => ("content", "a\nmerged\n".into()),
+        1 => ("delete", String::new()),
+        _ => ("content", "merged\n".into()),
+    });
+    submit(pairs);
+    let now = s.ok(
+        ALICE,
+        "integration.show",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    assert_eq!(
+        cand(&now)["conflicts"],
+        json!(["f31.txt", "f32.txt", "hostile.txt"]),
+        "{now}"
+    );
+
+    // The rest fit one form; the textarea breakout stays text.
+    let (_, _, page) = get(&s, &alice, &path);
+    assert!(!page.contains("This form resolves the first"), "{page}");
+    assert!(page.contains("&lt;/textarea&gt;&lt;script&gt;"), "{page}");
+    assert!(!page.contains("</textarea><script>"));
+    // Second batch: f31 written, f32 deleted, hostile.txt left for later.
+    let pairs = resolve_batch(&page, |_, p| match p {
+        "f31.txt" => ("content", "merged\n".into()),
+        "f32.txt" => ("delete", String::new()),
+        _ => ("later", String::new()),
+    });
+    submit(pairs);
+    let (_, _, page) = get(&s, &alice, &path);
+    let pairs = resolve_batch(&page, |_, _| ("content", "safe\n".into()));
+    submit(pairs);
+
+    let now = s.ok(
+        ALICE,
+        "integration.show",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    let c = cand(&now);
+    assert_eq!(c["state"], "frozen", "{now}");
+    let rev = c["candidate_revision"].as_str().unwrap();
+    let raw = |p: &str| {
+        let o = std::process::Command::new("git")
+            .args(["cat-file", "-p", &format!("{rev}:{p}")])
+            .current_dir(&s.repo)
+            .output()
+            .unwrap();
+        (o.status.success(), String::from_utf8(o.stdout).unwrap())
+    };
+    assert_eq!(
+        raw("crlf.txt"),
+        (true, "a\r\nmerged\r\n".into()),
+        "CRLF kept"
+    );
+    assert_eq!(
+        raw("f01.txt"),
+        (true, "merged\n".into()),
+        "LF as the file had"
+    );
+    assert!(!raw("f00.txt").0 && !raw("f32.txt").0, "deleted");
+    assert_eq!(file_at(&s.repo, rev, "hostile.txt"), "safe");
+
+    // The form route checks the session before it reads a body.
+    let (status, _) = post(&s, "airlock_session=none", &act, &[("op", "resolve")]);
+    assert_eq!(status, 401);
+}

@@ -29,6 +29,23 @@ pub(super) async fn candidate_page(
     } else {
         None
     };
+    // Each conflicted file of this resolve batch as the merge left it, to edit in place.
+    let resolving =
+        c["state"] == json!(CandidateState::Conflicted) && may(&st, &s, &ws, Permission::Integrate);
+    let mut conflict_views = Vec::new();
+    if resolving {
+        let paths = c["conflicts"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        for path in paths.iter().take(crate::candidate::MAX_RESOLVE_FILES) {
+            let view = call(
+                &st,
+                &s,
+                "integration.conflict",
+                json!({"workspace_id": ws, "candidate_id": id, "path": path}),
+            )
+            .await;
+            conflict_views.push((path.as_str().unwrap_or("").to_string(), view));
+        }
+    }
     let may_verify = may(&st, &s, &ws, Permission::Verify);
     // The server refuses the requester's own decision while distinct_approver holds; the
     // page does not offer it either.
@@ -79,7 +96,11 @@ pub(super) async fn candidate_page(
         &format!("Candidate {id}"),
         Some(&s),
         html! {
-            p { "State " strong { (value(&c["state"])) } " · target " (value(&c["target_ref"]))
+            p { "State " strong { (value(&c["state"])) }
+                @if let Some(rs) = request["state"].as_str() { " · delivery " strong { (rs) } }
+                @if let Some(result) = c["delivery_receipt"]["result"].as_str() {
+                    " (" (result) " at " (value(&c["delivery_receipt"]["created_at"])) ")" }
+                " · target " (value(&c["target_ref"]))
                 " · created " (value(&c["created_at"])) " · expires " (value(&c["expires_at"])) }
             h2 { "Inputs, in order" }
             table {
@@ -100,17 +121,24 @@ pub(super) async fn candidate_page(
                 }
             }
             h2 { "Conflicts" } (value(&c["conflicts"]))
-            @if *state == json!(CandidateState::Conflicted) && may(&st, &s, &ws, Permission::Integrate) {
+            @if resolving {
                 form method="post" action=(act) {
                     input type="hidden" name="csrf" value=(s.csrf);
                     input type="hidden" name="op" value="resolve";
                     input type="hidden" name="idempotency_key" value=(crate::ids::new_creation_key());
                     input type="hidden" name="expected_version" value=(c["version"].as_u64().unwrap_or(0));
-                    @for (i, path) in conflicts.iter().enumerate() {
-                        input type="hidden" name=(format!("path_{i}")) value=(path);
-                        label { "New content of " code { (visible(path)) } br;
-                            textarea name=(format!("content_{i}")) rows="6" cols="80" {} }
-                        br;
+                    @let applied = c["applied_inputs"].as_u64().unwrap_or(0) as usize;
+                    @let input = &c["inputs"][applied]["submission"];
+                    p { "In each file, the side after " code { "<<<<<<<" } " is what the first "
+                        (applied) " input(s) made of it; the side before " code { ">>>>>>>" }
+                        " is input " (applied + 1) " (run " (value(&input["run_id"])) ", "
+                        code { (value(&input["retained_revision"])) } ")." }
+                    @if conflicts.len() > conflict_views.len() {
+                        p.missing { "This form resolves the first " (conflict_views.len()) " of "
+                            (conflicts.len()) " conflicted files; the rest follow once these are resolved." }
+                    }
+                    @for (i, (path, view)) in conflict_views.iter().enumerate() {
+                        (conflict_file(i, path, view))
                     }
                     button type="submit" { "Resolve" }
                 }
@@ -134,7 +162,9 @@ pub(super) async fn candidate_page(
                 }
             }
             h2 { "Delivery request" } (value(request))
-            @if frozen && !passed.is_empty() && !open_request && may(&st, &s, &ws, Permission::Integrate) {
+            // Once delivered, the target has moved on: a new request could only be refused.
+            @if frozen && !passed.is_empty() && !open_request && c["delivery_receipt"].is_null()
+                && may(&st, &s, &ws, Permission::Integrate) {
                 form method="post" action=(act) {
                     input type="hidden" name="csrf" value=(s.csrf);
                     input type="hidden" name="op" value="request";
@@ -184,6 +214,44 @@ pub(super) async fn candidate_page(
             }
         },
     )
+}
+
+/// One file of the resolve form: what the merge left there (conflict markers included) in a
+/// textarea to edit, or why it cannot be shown; and whether to write it, delete it, or leave it
+/// for a later batch.
+fn conflict_file(i: usize, path: &str, view: &Result<Value, ServiceError>) -> Markup {
+    let (content, note, crlf) = match view {
+        Ok(v) => {
+            let content = v["content"].as_str().unwrap_or("");
+            (
+                content.to_string(),
+                v["note"].as_str().map(str::to_string),
+                content.contains("\r\n"),
+            )
+        }
+        Err(e) => (String::new(), Some(format!("{}: {e}", e.code())), false),
+    };
+    // Browsers send a textarea's lines ending in CRLF: the handler turns them back into LF
+    // unless the file had CRLF endings.
+    let rows = (content.lines().count() + 1).clamp(6, 40);
+    html! {
+        fieldset {
+            legend { code { (visible(path)) } }
+            input type="hidden" name=(format!("path_{i}")) value=(path);
+            @if crlf { input type="hidden" name=(format!("eol_{i}")) value="crlf"; }
+            @if let Some(n) = &note { p.missing { (n) "; write the whole new content below" } }
+            @else { p { "As the merge left it: edit the conflict markers out." } }
+            label { "Resolution " select name=(format!("resolution_{i}")) {
+                option value="content" selected { "the content below" }
+                option value="delete" { "delete the file" }
+                option value="later" { "leave it for a later batch" }
+            } }
+            br;
+            // The newline after the tag is dropped by the parser, so content that begins with
+            // one keeps it.
+            textarea name=(format!("content_{i}")) rows=(rows) cols="100" { "\n" (content) }
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -247,6 +315,7 @@ pub(super) async fn candidate_act(
     State(st): State<AppState>,
     headers: HeaderMap,
     Path((ws, id)): Path<(String, String)>,
+    _signed_in: SessionFirst,
     Form(f): Form<HashMap<String, String>>,
 ) -> Response {
     let field = |k: &str| f.get(k).map(String::as_str).unwrap_or("");
@@ -267,12 +336,21 @@ pub(super) async fn candidate_act(
     let (method, body) = match field("op") {
         "resolve" => {
             let mut files = Vec::new();
-            for i in 0..crate::limits::UI_FORM_FILES {
+            for i in 0..crate::candidate::MAX_RESOLVE_FILES {
                 let Some(path) = f.get(&format!("path_{i}")) else {
                     break;
                 };
-                let content = field(&format!("content_{i}")).replace("\r\n", "\n");
-                files.push(json!({"path": path, "content": content}));
+                match field(&format!("resolution_{i}")) {
+                    "later" => {}
+                    "delete" => files.push(json!({"path": path, "delete": true})),
+                    _ => {
+                        let mut content = field(&format!("content_{i}")).replace("\r\n", "\n");
+                        if field(&format!("eol_{i}")) == "crlf" {
+                            content = content.replace('\n', "\r\n");
+                        }
+                        files.push(json!({"path": path, "content": content}));
+                    }
+                }
             }
             (
                 "integration.resolve",

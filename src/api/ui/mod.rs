@@ -93,7 +93,12 @@ pub fn router() -> Router<AppState> {
         .route("/ui/logout", post(logout))
         .route("/ui/w/{ws}/candidates/{id}", get(candidate_page))
         .route("/ui/w/{ws}/candidates/{id}/decide", post(candidate_decide))
-        .route("/ui/w/{ws}/candidates/{id}/act", post(candidate_act))
+        .route(
+            "/ui/w/{ws}/candidates/{id}/act",
+            post(candidate_act).layer(axum::extract::DefaultBodyLimit::max(
+                crate::limits::UI_RESOLVE_FORM_LIMIT,
+            )),
+        )
         .route("/ui/w/{ws}/proposals/{id}", get(proposal_page))
         .route("/ui/w/{ws}/approvals/{id}/decide", post(approval_decide))
         .route("/ui/w/{ws}/proposals/{id}/act", post(proposal_act))
@@ -143,6 +148,23 @@ fn cookie_of(headers: &HeaderMap) -> Option<String> {
 fn session(st: &AppState, headers: &HeaderMap) -> Option<(String, UiSession)> {
     let id = cookie_of(headers)?;
     st.ui_sessions.get(&id).map(|s| (id, s))
+}
+
+/// A form's sender has a session, checked from the headers before the body is read (a form
+/// route with a large body limit is only open to signed-in members).
+struct SessionFirst;
+
+impl axum::extract::FromRequestParts<AppState> for SessionFirst {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        st: &AppState,
+    ) -> Result<Self, Response> {
+        session(st, &parts.headers)
+            .map(|_| SessionFirst)
+            .ok_or_else(|| refusal(StatusCode::UNAUTHORIZED, None, "sign in first"))
+    }
 }
 
 /// A page's signed-in member; a browser without a session is sent to sign in.

@@ -111,3 +111,87 @@ impl Service {
         })
     }
 }
+
+impl Service {
+    /// `integration.conflict`: one of a conflicted candidate's paths as the merge left it in
+    /// the conflict tree (conflict markers included), for a resolver to edit. Binary files and
+    /// files over [`candidate::MAX_CONFLICT_CONTENT_BYTES`] are described without content.
+    pub async fn conflict(
+        &self,
+        actor: &Actor,
+        p: crate::wire::ConflictParams,
+    ) -> Result<crate::wire::ConflictView, ServiceError> {
+        self.authorize(actor, &p.workspace_id, Permission::View)?;
+        let l = self.load(&p.workspace_id, &p.candidate_id).await?;
+        let _admitted = self.admit_on(actor, Operation::Conflict, false, &l.c)?;
+        let (CandidateState::Conflicted, Some(tree)) = (l.c.state, &l.a.conflict_tree) else {
+            return Err(ServiceError::precondition(format!(
+                "candidate is {}; only a conflicted candidate has conflicts to show",
+                l.c.state.as_str()
+            )));
+        };
+        let conflicts = l.c.conflicts.as_deref().unwrap_or_default();
+        if !conflicts.contains(&p.path) {
+            let shown: String = p.path.chars().take(200).collect();
+            return Err(ServiceError::invalid_field(
+                "path",
+                format!(
+                    "path {shown:?} is not one of the candidate's {} conflicted paths",
+                    conflicts.len()
+                ),
+            ));
+        }
+        let repo = self.repo(&p.workspace_id);
+        blocking(|| {
+            let none = |note: &str, entry: Option<&crate::staging::plumbing::TreeEntry>, bytes| {
+                crate::wire::ConflictView {
+                    path: p.path.clone(),
+                    present: entry.is_some(),
+                    mode: entry.map(|e| e.mode.as_str().to_string()),
+                    bytes,
+                    binary: false,
+                    content: None,
+                    note: Some(note.to_string()),
+                }
+            };
+            let entry = match repo.tree_entry(tree, &p.path)? {
+                Some(e) if e.kind == ObjectKind::Blob => e,
+                Some(e) => {
+                    return Ok(none(
+                        "the merge left a directory or submodule here, not a file",
+                        Some(&e),
+                        0,
+                    ));
+                }
+                None => return Ok(none("the merge left no file at this path", None, 0)),
+            };
+            let bytes = repo.object_size(&entry.oid)?;
+            if bytes > candidate::MAX_CONFLICT_CONTENT_BYTES {
+                return Ok(none(
+                    &format!(
+                        "the file is {bytes} bytes; content is shown up to {} bytes",
+                        candidate::MAX_CONFLICT_CONTENT_BYTES
+                    ),
+                    Some(&entry),
+                    bytes,
+                ));
+            }
+            let blob = repo.read_blob(&entry.oid)?;
+            let text = (!blob.contains(&0))
+                .then(|| String::from_utf8(blob).ok())
+                .flatten();
+            Ok(crate::wire::ConflictView {
+                path: p.path.clone(),
+                present: true,
+                mode: Some(entry.mode.as_str().to_string()),
+                bytes,
+                binary: text.is_none(),
+                note: text
+                    .is_none()
+                    .then(|| "the file is binary (a NUL byte, or not UTF-8)".to_string()),
+                content: text,
+            })
+        })
+        .map_err(|e: crate::staging::StagingError| ServiceError::from(e))
+    }
+}
