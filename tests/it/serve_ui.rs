@@ -228,19 +228,25 @@ fn sign_in_hostile_text_and_decisions_on_the_web_page() {
     let (_, _, still) = get(&s, &erin, &page_path);
     assert!(still.contains("Approve</button>"), "still pending");
 
-    // erin's own form approves.
-    let (status, body) = post(
-        &s,
-        &erin,
-        &action,
-        &[
-            ("csrf", &token),
-            ("proposal_id", &id),
-            ("approve", "true"),
-            ("reason_md", "looks right"),
-        ],
-    );
-    assert_eq!(status, 303, "{body}");
+    // erin's own form approves, with the key the page made for it; sent twice (a browser
+    // resubmitting), the second is a replay of the first, not an error.
+    let form = &still[still.find(&action).expect("the approval form")..];
+    let key = field(form, "idempotency_key");
+    for _ in 0..2 {
+        let (status, body) = post(
+            &s,
+            &erin,
+            &action,
+            &[
+                ("csrf", &token),
+                ("proposal_id", &id),
+                ("idempotency_key", &key),
+                ("approve", "true"),
+                ("reason_md", "looks right"),
+            ],
+        );
+        assert_eq!(status, 303, "{body}");
+    }
     let (_, _, after) = get(&s, &erin, &page_path);
     assert!(!after.contains("Approve</button>"), "decided: no button");
     assert!(after.contains("approved"), "{after}");

@@ -267,6 +267,7 @@ pub(super) async fn proposal_page(
                         form method="post" action=(format!("/ui/w/{}/approvals/{}/decide", urlencode(&ws), urlencode(a["approval_id"].as_str().unwrap_or("")))) {
                             input type="hidden" name="csrf" value=(s.csrf);
                             input type="hidden" name="proposal_id" value=(id);
+                            input type="hidden" name="idempotency_key" value=(crate::ids::new_creation_key());
                             label { "Reason " input type="text" name="reason_md" required; }
                             " "
                             button type="submit" name="approve" value="true" { "Approve" }
@@ -399,6 +400,9 @@ pub(super) struct ApprovalForm {
     proposal_id: String,
     approve: bool,
     reason_md: String,
+    /// Made when the page rendered: a resubmitted form replays the decision.
+    #[serde(default)]
+    idempotency_key: String,
 }
 
 pub(super) async fn approval_decide(
@@ -412,7 +416,7 @@ pub(super) async fn approval_decide(
         Err(refused) => return *refused,
     };
     let body = json!({"workspace_id": ws, "approval_id": id, "approve": f.approve,
-                      "reason_md": f.reason_md, "idempotency_key": crate::ids::new_creation_key()});
+                      "reason_md": f.reason_md, "idempotency_key": f.idempotency_key});
     let back = format!(
         "/ui/w/{}/proposals/{}",
         urlencode(&ws),
