@@ -405,8 +405,22 @@ fn the_rollback_artifact_and_its_directory_are_fsynced_before_the_first_rename_i
         .args(["-p", &s.pid().to_string()])
         .spawn()
         .expect("strace runs (scripts/install-prereqs.sh installs it)");
-    // Give strace time to attach to every thread.
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // Wait until strace traces every thread of the daemon (their TracerPid), rather than
+    // guessing how long attaching takes on a loaded machine; threads made later are followed
+    // by -f.
+    let tracer = strace.id().to_string();
+    crate::support::daemon::wait_for(
+        || {
+            let tasks = std::fs::read_dir(format!("/proc/{}/task", s.pid())).unwrap();
+            tasks.flatten().all(|t| {
+                std::fs::read_to_string(t.path().join("status")).is_ok_and(|st| {
+                    st.lines()
+                        .any(|l| l.split_whitespace().eq(["TracerPid:", tracer.as_str()]))
+                })
+            })
+        },
+        "strace attaches to every thread of the daemon",
+    );
     let a = s.ok(
         ALICE,
         "patch.apply",
