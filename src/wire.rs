@@ -1,5 +1,6 @@
-//! The wire: every API method's request parameters and the results that are not domain values.
-//! A leaf module (it names only candidate and domain types): the API parses requests into these and the
+//! The wire: every API method's request parameters here, and in `views` the replies that are
+//! not domain values.
+//! A leaf module (it names only candidate, domain, patch and apply types): the API parses requests into these and the
 //! engine takes them as its inputs, so both depend on it and neither on the other's internals.
 //! (Kept out of `api/` on purpose: there, the engine would import the API that calls it.)
 //! Every request type refuses unknown fields; `agent_id`-style identity never comes from here.
@@ -103,18 +104,6 @@ pub struct PatchParams {
     pub limit: Option<u64>,
 }
 
-/// `integration.patch` result: one page, ending at a line end when more follows.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct PatchResult {
-    pub patch: String,
-    /// More of the diff follows this page.
-    pub truncated: bool,
-    /// The byte offset this page starts at.
-    pub offset: u64,
-    /// Where the next page starts; absent on the last page.
-    pub next_offset: Option<u64>,
-}
-
 /// `integration.conflict` parameters: one of a conflicted candidate's `conflicts`.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -123,26 +112,6 @@ pub struct ConflictParams {
     pub candidate_id: String,
     /// A path the candidate lists in `conflicts`.
     pub path: String,
-}
-
-/// `integration.conflict` result: one conflicted path as the merge left it, so a resolver can
-/// edit the conflict markers out instead of writing the file blind.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct ConflictView {
-    pub path: String,
-    /// The merge left a file at this path (a modify/delete or a file/directory conflict may
-    /// leave none).
-    pub present: bool,
-    /// Its octal mode (`100644`, `100755`, `120000`), when present.
-    pub mode: Option<String>,
-    pub bytes: u64,
-    /// It holds a NUL byte or is not UTF-8.
-    pub binary: bool,
-    /// The file, conflict markers included; null when absent, binary, or over
-    /// `MAX_CONFLICT_CONTENT_BYTES` (1 MiB).
-    pub content: Option<String>,
-    /// Why `content` is null, when it is.
-    pub note: Option<String>,
 }
 
 /// `integration.verify` parameters.

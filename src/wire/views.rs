@@ -1,8 +1,41 @@
-//! The governed path's reply objects: each service builds one of these and serializes it, so
-//! `/openapi.json` documents exactly what the API answers.
+//! Reply objects: each service builds one of these and serializes it, so `/openapi.json`
+//! documents exactly what the API answers (the candidate flow's own records, `Candidate`
+//! and friends, live in `crate::candidate`).
 
 use super::ResumePolicy;
 use serde::Serialize;
+
+/// `integration.patch` result: one page, ending at a line end when more follows.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct PatchResult {
+    pub patch: String,
+    /// More of the diff follows this page.
+    pub truncated: bool,
+    /// The byte offset this page starts at.
+    pub offset: u64,
+    /// Where the next page starts; absent on the last page.
+    pub next_offset: Option<u64>,
+}
+
+/// `integration.conflict` result: one conflicted path as the merge left it, so a resolver can
+/// edit the conflict markers out instead of writing the file blind.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ConflictView {
+    pub path: String,
+    /// The merge left a file at this path (a modify/delete or a file/directory conflict may
+    /// leave none).
+    pub present: bool,
+    /// Its octal mode (`100644`, `100755`, `120000`), when present.
+    pub mode: Option<String>,
+    pub bytes: u64,
+    /// It holds a NUL byte or is not UTF-8.
+    pub binary: bool,
+    /// The file, conflict markers included; null when absent, binary, or over
+    /// `MAX_CONFLICT_CONTENT_BYTES` (1 MiB).
+    pub content: Option<String>,
+    /// Why `content` is null, when it is.
+    pub note: Option<String>,
+}
 
 /// A claim as every claim method answers it: `status` is `expired` once its time passed,
 /// swept or not.
