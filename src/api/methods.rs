@@ -34,6 +34,11 @@ impl Body {
     }
 }
 
+/// A reference to the component schema `name`.
+pub fn component_ref(name: &str) -> serde_json::Value {
+    serde_json::json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
 /// Registers a type's JSON schema (and those it refers to) and answers its component name.
 pub type SchemaFn = fn(&mut Schemas) -> String;
 
@@ -175,18 +180,16 @@ fn preview_reply(out: &mut Schemas) -> String {
     let mut alternatives = vec![];
     for (part, body) in parts {
         let body = body(out);
+        let b = out[&body].clone();
         let mut merged = out[&header].clone();
-        let b = &out[&body];
-        for key in ["properties", "required"] {
-            let from = b[key].clone();
-            match (merged[key].as_object_mut(), from.as_object()) {
-                (Some(m), Some(f)) => m.extend(f.clone()),
-                _ => {
-                    if let (Some(m), Some(f)) = (merged[key].as_array_mut(), from.as_array()) {
-                        m.extend(f.iter().cloned());
-                    }
-                }
-            }
+        if let (Some(m), Some(f)) = (
+            merged["properties"].as_object_mut(),
+            b["properties"].as_object(),
+        ) {
+            m.extend(f.clone());
+        }
+        if let (Some(m), Some(f)) = (merged["required"].as_array_mut(), b["required"].as_array()) {
+            m.extend(f.iter().cloned());
         }
         let name = serde_json::to_value(part).expect("a part serializes");
         merged["properties"]["part"] = serde_json::json!({"const": name});
@@ -194,7 +197,7 @@ fn preview_reply(out: &mut Schemas) -> String {
         merged["description"] = b["description"].clone();
         let key = format!("Preview{}Reply", body.trim_start_matches("Preview"));
         out.insert(key.clone(), merged);
-        alternatives.push(serde_json::json!({"$ref": format!("#/components/schemas/{key}")}));
+        alternatives.push(component_ref(&key));
     }
     out.insert(
         "PreviewReply".into(),

@@ -4,7 +4,7 @@
 //! where the service answers a typed value), and every method documents the error envelope with
 //! each status the API can answer.
 
-use super::methods::{Field, METHODS, Method, Reply, Schemas};
+use super::methods::{Field, METHODS, Method, Reply, Schemas, component_ref};
 use serde_json::{Map, Value, json};
 
 /// Every error status the API answers, with its code (see `ApiError`).
@@ -55,7 +55,7 @@ pub const ERRORS: &[(u16, &str, &str)] = &[
 
 /// The schema of one reply field.
 fn field_schema(f: Field, out: &mut Schemas) -> Value {
-    let r = |name: String| json!({"$ref": format!("#/components/schemas/{name}")});
+    let r = |name: String| component_ref(&name);
     match f {
         Field::Typed(s) => r(s(out)),
         Field::OptTyped(s) => json!({"oneOf": [r(s(out)), {"type": "null"}]}),
@@ -81,11 +81,11 @@ pub fn reply_schema(m: &Method, out: &mut Schemas) -> Value {
             json!({"type": "object", "properties": props, "required": required,
                    "additionalProperties": false})
         }
-        Reply::Typed(s) => json!({"$ref": format!("#/components/schemas/{}", s(out))}),
+        Reply::Typed(s) => component_ref(&s(out)),
         Reply::OneOf(alternatives) => {
             let refs: Vec<Value> = alternatives
                 .iter()
-                .map(|s| json!({"$ref": format!("#/components/schemas/{}", s(out))}))
+                .map(|s| component_ref(&s(out)))
                 .collect();
             json!({"oneOf": refs})
         }
@@ -142,7 +142,7 @@ fn operation(m: &Method, config: &crate::config::Config, out: &mut Schemas) -> V
         "x-airlock-agent-tool": m.agent,
         "requestBody": {
             "required": true,
-            "content": json_content(json!({"$ref": format!("#/components/schemas/{params}")})),
+            "content": json_content(component_ref(&params)),
         },
         "responses": responses,
     })
@@ -209,7 +209,7 @@ pub fn document(config: &crate::config::Config) -> Value {
     for (_, code, why) in ERRORS {
         responses.insert(
             (*code).to_string(),
-            json!({"description": format!("{code}: {why}"), "content": json_content(json!({"$ref": "#/components/schemas/Error"}))}),
+            json!({"description": format!("{code}: {why}"), "content": json_content(component_ref("Error"))}),
         );
     }
     schemas.insert("Error".into(), error_schema());
