@@ -110,9 +110,7 @@ impl Service {
             next_offset,
         })
     }
-}
 
-impl Service {
     /// `integration.conflict`: one of a conflicted candidate's paths as the merge left it in
     /// the conflict tree (conflict markers included), for a resolver to edit. Binary files and
     /// files over [`candidate::MAX_CONFLICT_CONTENT_BYTES`] are described without content.
@@ -142,56 +140,45 @@ impl Service {
             ));
         }
         let repo = self.repo(&p.workspace_id);
-        blocking(|| {
-            let none = |note: &str, entry: Option<&crate::staging::plumbing::TreeEntry>, bytes| {
-                crate::wire::ConflictView {
-                    path: p.path.clone(),
-                    present: entry.is_some(),
-                    mode: entry.map(|e| e.mode.as_str().to_string()),
-                    bytes,
-                    binary: false,
-                    content: None,
-                    note: Some(note.to_string()),
-                }
-            };
-            let entry = match repo.tree_entry(tree, &p.path)? {
+        // (the tree entry, its size, its text, binary, why there is no text)
+        let (entry, bytes, content, binary, note) = blocking(|| {
+            let blob = match repo.tree_entry(tree, &p.path)? {
                 Some(e) if e.kind == ObjectKind::Blob => e,
                 Some(e) => {
-                    return Ok(none(
-                        "the merge left a directory or submodule here, not a file",
-                        Some(&e),
-                        0,
-                    ));
+                    let note = "the merge left a directory or submodule here, not a file";
+                    return Ok((Some(e), 0, None, false, Some(note.to_string())));
                 }
-                None => return Ok(none("the merge left no file at this path", None, 0)),
+                None => {
+                    let note = "the merge left no file at this path";
+                    return Ok((None, 0, None, false, Some(note.to_string())));
+                }
             };
-            let bytes = repo.object_size(&entry.oid)?;
+            let bytes = repo.object_size(&blob.oid)?;
             if bytes > candidate::MAX_CONFLICT_CONTENT_BYTES {
-                return Ok(none(
-                    &format!(
-                        "the file is {bytes} bytes; content is shown up to {} bytes",
-                        candidate::MAX_CONFLICT_CONTENT_BYTES
-                    ),
-                    Some(&entry),
-                    bytes,
-                ));
+                let note = format!(
+                    "the file is {bytes} bytes; content is shown up to {} bytes",
+                    candidate::MAX_CONFLICT_CONTENT_BYTES
+                );
+                return Ok((Some(blob), bytes, None, false, Some(note)));
             }
-            let blob = repo.read_blob(&entry.oid)?;
-            let text = (!blob.contains(&0))
-                .then(|| String::from_utf8(blob).ok())
+            let data = repo.read_blob(&blob.oid)?;
+            let text = (!data.contains(&0))
+                .then(|| String::from_utf8(data).ok())
                 .flatten();
-            Ok(crate::wire::ConflictView {
-                path: p.path.clone(),
-                present: true,
-                mode: Some(entry.mode.as_str().to_string()),
-                bytes,
-                binary: text.is_none(),
-                note: text
-                    .is_none()
-                    .then(|| "the file is binary (a NUL byte, or not UTF-8)".to_string()),
-                content: text,
-            })
+            let note = text
+                .is_none()
+                .then(|| "the file is binary (a NUL byte, or not UTF-8)".to_string());
+            let binary = text.is_none();
+            Ok::<_, crate::staging::StagingError>((Some(blob), bytes, text, binary, note))
+        })?;
+        Ok(crate::wire::ConflictView {
+            path: p.path,
+            present: entry.is_some(),
+            mode: entry.map(|e| e.mode.as_str().to_string()),
+            bytes,
+            binary,
+            content,
+            note,
         })
-        .map_err(|e: crate::staging::StagingError| ServiceError::from(e))
     }
 }
