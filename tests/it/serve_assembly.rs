@@ -398,15 +398,7 @@ fn a_conflicted_path_is_shown_as_the_merge_left_it_bounded_and_only_to_members()
             ("big.txt", &big('b')),
         ],
     );
-    let subs = vec![
-        s.evidence("run_a", &setup, &a, None),
-        s.evidence("run_b", &setup, &b, None),
-    ];
-    let v = s.ok(
-        ALICE,
-        "integration.prepare",
-        s.prepare_body(subs, &setup, "p"),
-    );
+    let v = s.prepare_pair(&setup, &a, &b, "p");
     let c = cand(&v);
     assert_eq!(c["state"], "conflicted", "{v}");
     assert_eq!(c["conflicts"], json!(["big.txt", "bin.dat", "f.txt"]));

@@ -483,7 +483,6 @@ fn the_resolve_form_shows_each_conflicted_file_resolves_in_batches_and_keeps_crl
         files.push(("hostile.txt".into(), hostile));
         files
     };
-    let refs = |v: &[(String, String)]| -> Vec<(String, String)> { v.to_vec() };
     let commit = |branch: &str, base: &str, files: &[(String, String)]| {
         let f: Vec<(&str, &str)> = files
             .iter()
@@ -491,19 +490,11 @@ fn the_resolve_form_shows_each_conflicted_file_resolves_in_batches_and_keeps_crl
             .collect();
         s.agent_commit(branch, base, &f)
     };
-    let setup = commit("setup", &base, &refs(&side("base")));
+    let setup = commit("setup", &base, &side("base"));
     git(&s.repo, &["reset", "-q", "--hard", &setup]);
     let a = commit("a", &setup, &side("A"));
     let b = commit("b", &setup, &side("B"));
-    let subs = vec![
-        s.evidence("run_a", &setup, &a, None),
-        s.evidence("run_b", &setup, &b, None),
-    ];
-    let v = s.ok(
-        ALICE,
-        "integration.prepare",
-        s.prepare_body(subs, &setup, "p"),
-    );
+    let v = s.prepare_pair(&setup, &a, &b, "p");
     let cid = cand(&v)["candidate_id"].as_str().unwrap().to_string();
     assert_eq!(cand(&v)["conflicts"].as_array().unwrap().len(), 35, "{v}");
     let path = format!("/ui/w/ws1/candidates/{cid}");

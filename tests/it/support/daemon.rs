@@ -292,6 +292,20 @@ impl Server {
                "expected_target_revision": base, "idempotency_key": key})
     }
 
+    /// Alice prepares a candidate of run_a's revision `a` then run_b's `b`, both built on
+    /// `base` (the target); returns the answer.
+    pub fn prepare_pair(&self, base: &str, a: &str, b: &str, key: &str) -> Value {
+        let subs = vec![
+            self.evidence("run_a", base, a, None),
+            self.evidence("run_b", base, b, None),
+        ];
+        self.ok(
+            ALICE,
+            "integration.prepare",
+            self.prepare_body(subs, base, key),
+        )
+    }
+
     pub fn set_clock(&self, t: time::OffsetDateTime) {
         std::fs::write(&self.clock, airlock::ids::rfc3339(t)).unwrap();
     }
@@ -359,15 +373,7 @@ pub fn conflicted(s: &Server) -> (String, u64, String) {
     git(&s.repo, &["reset", "-q", "--hard", &setup]);
     let a = s.agent_commit("a", &setup, &[("f.txt", "A\n")]);
     let b = s.agent_commit("b", &setup, &[("f.txt", "B\n")]);
-    let subs = vec![
-        s.evidence("run_a", &setup, &a, None),
-        s.evidence("run_b", &setup, &b, None),
-    ];
-    let v = s.ok(
-        ALICE,
-        "integration.prepare",
-        s.prepare_body(subs, &setup, "p-conflict"),
-    );
+    let v = s.prepare_pair(&setup, &a, &b, "p-conflict");
     let c = cand(&v);
     assert_eq!(c["state"], "conflicted");
     (
