@@ -142,6 +142,11 @@ pub const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(50);
 /// How long shutdown waits for in-flight requests to finish their responses.
 pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(60);
 
+/// How long an apply may take from its `prepared` commit to its end (the call budget): a
+/// claim it relies on that expires sooner makes it refuse up front. A claim an open apply
+/// holds is not expired before the apply settles.
+pub const APPLY_CLAIM_MARGIN_SECONDS: i64 = 60;
+
 /// Budget for one control call.
 pub const CONTROL_CALL_BUDGET: Duration = Duration::from_secs(60);
 

@@ -2,7 +2,7 @@
 //! that gates apply (`[workspaces.<id>.roles]`, `[workspaces.<id>.policy]`).
 
 use super::{ConfigError, bound};
-use crate::domain::policy::{Gate, PathRole, Policy, check_glob};
+use crate::domain::policy::{Gate, PathRole, Policy, RequiredCheck, check_glob};
 use crate::limits;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -25,7 +25,21 @@ pub(super) struct RawPolicy {
     security_review: Option<Gate>,
     human_approval: Option<Gate>,
     required_tests: Option<bool>,
+    #[serde(default)]
+    required_checks: Vec<RawCheck>,
 }
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCheck {
+    name: String,
+    argv: Vec<String>,
+    profile: Option<String>,
+    timeout_seconds: Option<u64>,
+}
+
+/// Most required checks one workspace's policy names.
+pub const MAX_REQUIRED_CHECKS: usize = 16;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -79,8 +93,13 @@ pub(super) fn roles(
 }
 
 /// Validates and completes a workspace's policy (defaults: one approval, role `reviewer`,
-/// security review and human approval for high-risk changes, tests not required).
-pub(super) fn policy(ws: &str, raw: Option<RawPolicy>) -> Result<Policy, ConfigError> {
+/// security review and human approval for high-risk changes, tests not required, no
+/// required checks). `is_profile` says whether a profile name is configured.
+pub(super) fn policy(
+    ws: &str,
+    raw: Option<RawPolicy>,
+    is_profile: impl Fn(&str) -> bool,
+) -> Result<Policy, ConfigError> {
     let Some(raw) = raw else {
         return Ok(Policy::default());
     };
@@ -123,6 +142,45 @@ pub(super) fn policy(ws: &str, raw: Option<RawPolicy>) -> Result<Policy, ConfigE
             role: r.role,
         });
     }
+    if raw.required_checks.len() > MAX_REQUIRED_CHECKS {
+        return Err(invalid(
+            field("required_checks"),
+            format!(
+                "{} required checks; at most {MAX_REQUIRED_CHECKS}",
+                raw.required_checks.len()
+            ),
+        ));
+    }
+    let mut required_checks: Vec<RequiredCheck> = Vec::with_capacity(raw.required_checks.len());
+    for (i, c) in raw.required_checks.into_iter().enumerate() {
+        let at = |k: &str| field(&format!("required_checks[{i}].{k}"));
+        if !is_role(&c.name) {
+            return Err(invalid(
+                at("name"),
+                format!("{:?}: 1..=64 of a-z, 0-9, '_' and '-'", c.name),
+            ));
+        }
+        if required_checks.iter().any(|o| o.name == c.name) {
+            return Err(invalid(at("name"), format!("{:?} is named twice", c.name)));
+        }
+        crate::verification::validate_argv(&c.argv)
+            .map_err(|e| invalid(at("argv"), e.to_string()))?;
+        if let Some(p) = &c.profile
+            && !is_profile(p)
+        {
+            return Err(invalid(at("profile"), format!("unknown profile {p:?}")));
+        }
+        if let Some(t) = c.timeout_seconds {
+            crate::verification::validate_timeout(t)
+                .map_err(|e| invalid(at("timeout_seconds"), e.to_string()))?;
+        }
+        required_checks.push(RequiredCheck {
+            name: c.name,
+            argv: c.argv,
+            profile: c.profile,
+            timeout_seconds: c.timeout_seconds,
+        });
+    }
     Ok(Policy {
         required_approvals,
         required_roles,
@@ -131,6 +189,7 @@ pub(super) fn policy(ws: &str, raw: Option<RawPolicy>) -> Result<Policy, ConfigE
         security_review: raw.security_review.unwrap_or(d.security_review),
         human_approval: raw.human_approval.unwrap_or(d.human_approval),
         required_tests: raw.required_tests.unwrap_or(d.required_tests),
+        required_checks,
     })
 }
 

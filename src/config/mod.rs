@@ -394,7 +394,7 @@ impl Config {
                 }
             };
             let roles = governance::roles(&id, w.roles)?;
-            let policy = governance::policy(&id, w.policy)?;
+            let policy = governance::policy(&id, w.policy, |p| profiles.contains_key(p))?;
             workspaces.insert(
                 id.clone(),
                 Workspace {

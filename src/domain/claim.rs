@@ -283,6 +283,16 @@ impl ClaimState {
         }
     }
 
+    /// The states in which `pred` holds, as a SQL list (`'active', 'suspended'`).
+    pub fn sql_list(pred: impl Fn(ClaimState) -> bool) -> String {
+        super::candidate::sql_list(
+            ClaimState::ALL
+                .into_iter()
+                .filter(|s| pred(*s))
+                .map(ClaimState::as_str),
+        )
+    }
+
     /// Whether a claim in this state (and not yet past its expiry) blocks others.
     pub fn blocks(self) -> bool {
         match self {

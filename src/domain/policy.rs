@@ -171,6 +171,22 @@ pub struct Policy {
     pub security_review: Gate,
     pub human_approval: Gate,
     pub required_tests: bool,
+    /// Checks every validation runs on the post-image commit beside the author's expected
+    /// tests: a gate the author cannot choose away.
+    #[serde(default)]
+    pub required_checks: Vec<RequiredCheck>,
+}
+
+/// A workspace's required check (`[[workspaces.<id>.policy.required_checks]]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RequiredCheck {
+    /// A label of 1..=64 of a-z, 0-9, `_` and `-`, unique in the workspace.
+    pub name: String,
+    pub argv: Vec<String>,
+    /// The profile it runs in (the workspace's when `None`).
+    pub profile: Option<String>,
+    /// Its timeout (`expected_test_timeout_seconds` when `None`).
+    pub timeout_seconds: Option<u64>,
 }
 
 impl Default for Policy {
@@ -183,6 +199,7 @@ impl Default for Policy {
             security_review: Gate::HighRisk,
             human_approval: Gate::HighRisk,
             required_tests: false,
+            required_checks: vec![],
         }
     }
 }
@@ -362,10 +379,13 @@ pub struct ApprovalEvidence {
     pub reason_md: Option<String>,
 }
 
-/// Test results of the current revision (part 3's validation).
+/// Test results of the current revision (part 3's validation): the expected tests and
+/// required checks that ran. None ran is never "every test passed".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TestEvidence {
     pub all_passed: bool,
+    /// The verifications that ran; empty when the validation ran none (its tests stage was
+    /// skipped, or there was nothing to run).
     pub verification_ids: Vec<String>,
 }
 
@@ -389,6 +409,25 @@ pub enum ReqState {
     Missing,
     Blocked,
     Overridden,
+}
+
+impl ReqState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReqState::Satisfied => "satisfied",
+            ReqState::Missing => "missing",
+            ReqState::Blocked => "blocked",
+            ReqState::Overridden => "overridden",
+        }
+    }
+
+    /// Whether the requirement lets the revision through.
+    pub fn holds(self) -> bool {
+        match self {
+            ReqState::Satisfied | ReqState::Overridden => true,
+            ReqState::Missing | ReqState::Blocked => false,
+        }
+    }
 }
 
 /// One requirement of the verdict.
@@ -572,6 +611,12 @@ pub fn evaluate(policy: &Policy, ev: &Evidence) -> Verdict {
                 vec![],
                 "the expected tests have not run on this revision".into(),
             ),
+            Some(t) if t.verification_ids.is_empty() => req(
+                "tests",
+                ReqState::Missing,
+                vec![],
+                "no test ran on this revision: the validation's tests stage was skipped or had nothing to run (name expected tests, or add required_checks to the policy)".into(),
+            ),
             Some(t) => req(
                 "tests",
                 if t.all_passed {
@@ -581,9 +626,9 @@ pub fn evaluate(policy: &Policy, ev: &Evidence) -> Verdict {
                 },
                 t.verification_ids.clone(),
                 if t.all_passed {
-                    "every expected test passed on this revision".into()
+                    "every expected test and required check passed on this revision".into()
                 } else {
-                    "an expected test did not pass on this revision".into()
+                    "an expected test or required check did not pass on this revision".into()
                 },
             ),
         });

@@ -36,6 +36,10 @@ pub enum TxEvent {
     Flag,
     /// A compensation restored every pre-image.
     RollBack,
+    /// An operator's `resolve` of a flagged transaction whose every path holds its post-image.
+    ResolveApplied,
+    /// An operator's `resolve` of a flagged transaction whose every path holds its pre-image.
+    ResolveRolledBack,
 }
 
 /// What `transaction.control` may ask.
@@ -48,6 +52,10 @@ pub enum ControlAction {
     Cancel,
     /// File a reverse patch as a new proposal.
     Compensate,
+    /// Settle a flagged transaction as the files stand (an admin, with a reason): `applied`
+    /// when every touched path holds its post-image, `rolled_back` when every one holds its
+    /// pre-image.
+    Resolve,
 }
 
 impl TxState {
@@ -78,6 +86,16 @@ impl TxState {
         TxState::ALL.into_iter().find(|t| t.as_str() == s)
     }
 
+    /// The open states as a SQL list (`'prepared', 'installing'`).
+    pub fn open_sql_list() -> String {
+        super::candidate::sql_list(
+            TxState::ALL
+                .into_iter()
+                .filter(|s| s.is_open())
+                .map(TxState::as_str),
+        )
+    }
+
     /// Work may still be in flight (recovery looks at these after a crash).
     pub fn is_open(self) -> bool {
         match self {
@@ -100,6 +118,8 @@ impl TxState {
             (S::Prepared, E::Fail) => Some(S::Failed),
             (S::Prepared, E::Flag) | (S::Installing, E::Flag) => Some(S::NeedsAttention),
             (S::Applied, E::RollBack) => Some(S::RolledBack),
+            (S::NeedsAttention, E::ResolveApplied) => Some(S::Applied),
+            (S::NeedsAttention, E::ResolveRolledBack) => Some(S::RolledBack),
             (S::Prepared, E::Complete)
             | (S::Prepared, E::RollBack)
             | (S::Installing, E::BeginInstall)
@@ -111,10 +131,15 @@ impl TxState {
             | (S::Applied, E::Cancel)
             | (S::Applied, E::Fail)
             | (S::Applied, E::Flag)
+            | (S::Prepared | S::Installing | S::Applied, E::ResolveApplied)
+            | (S::Prepared | S::Installing | S::Applied, E::ResolveRolledBack)
             | (S::RolledBack, _)
             | (S::Cancelled, _)
             | (S::Failed, _)
-            | (S::NeedsAttention, _) => None,
+            | (
+                S::NeedsAttention,
+                E::BeginInstall | E::Complete | E::Cancel | E::Fail | E::Flag | E::RollBack,
+            ) => None,
         };
         next.ok_or(IllegalTransition {
             machine: "transaction",
@@ -129,19 +154,22 @@ impl TxState {
             TxState::Prepared => &[ControlAction::Cancel],
             TxState::Applied => &[ControlAction::Compensate],
             TxState::Failed | TxState::Cancelled => &[ControlAction::Retry],
-            TxState::Installing | TxState::RolledBack | TxState::NeedsAttention => &[],
+            TxState::NeedsAttention => &[ControlAction::Resolve],
+            TxState::Installing | TxState::RolledBack => &[],
         }
     }
 }
 
 impl TxEvent {
-    pub const ALL: [TxEvent; 6] = [
+    pub const ALL: [TxEvent; 8] = [
         TxEvent::BeginInstall,
         TxEvent::Complete,
         TxEvent::Cancel,
         TxEvent::Fail,
         TxEvent::Flag,
         TxEvent::RollBack,
+        TxEvent::ResolveApplied,
+        TxEvent::ResolveRolledBack,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -152,6 +180,8 @@ impl TxEvent {
             TxEvent::Fail => "fail",
             TxEvent::Flag => "flag",
             TxEvent::RollBack => "roll_back",
+            TxEvent::ResolveApplied => "resolve_applied",
+            TxEvent::ResolveRolledBack => "resolve_rolled_back",
         }
     }
 }
@@ -168,13 +198,15 @@ mod tests {
                 .filter(|e| s.on(*e).is_ok())
                 .count();
             match s {
-                TxState::Prepared | TxState::Installing | TxState::Applied => {
+                TxState::Prepared
+                | TxState::Installing
+                | TxState::Applied
+                | TxState::NeedsAttention => {
                     assert!(moves > 0, "{s:?}")
                 }
-                TxState::RolledBack
-                | TxState::Cancelled
-                | TxState::Failed
-                | TxState::NeedsAttention => assert_eq!(moves, 0, "{s:?}"),
+                TxState::RolledBack | TxState::Cancelled | TxState::Failed => {
+                    assert_eq!(moves, 0, "{s:?}")
+                }
             }
         }
         let s = TxState::Prepared.on(TxEvent::BeginInstall).unwrap();
@@ -199,7 +231,18 @@ mod tests {
         assert_eq!(TxState::Applied.actions(), [ControlAction::Compensate]);
         assert_eq!(TxState::Failed.actions(), [ControlAction::Retry]);
         assert!(TxState::Installing.actions().is_empty());
-        assert!(TxState::NeedsAttention.actions().is_empty());
+        assert_eq!(TxState::NeedsAttention.actions(), [ControlAction::Resolve]);
+        // Only a flagged transaction is resolved, to either outcome the files can show.
+        for s in TxState::ALL {
+            let resolvable = s.on(TxEvent::ResolveApplied).is_ok();
+            assert_eq!(resolvable, s == TxState::NeedsAttention, "{s:?}");
+            assert_eq!(
+                s.on(TxEvent::ResolveRolledBack).is_ok(),
+                resolvable,
+                "{s:?}"
+            );
+        }
+        assert_eq!(TxState::open_sql_list(), "'prepared', 'installing'");
         // Every action a state offers is one its transitions (or a new transaction) can do.
         for s in TxState::ALL {
             for a in s.actions() {
@@ -207,6 +250,7 @@ mod tests {
                     ControlAction::Cancel => s.on(TxEvent::Cancel).is_ok(),
                     ControlAction::Compensate => s == TxState::Applied,
                     ControlAction::Retry => !s.is_open() && s != TxState::Applied,
+                    ControlAction::Resolve => s.on(TxEvent::ResolveApplied).is_ok(),
                 };
                 assert!(ok, "{s:?} offers {a:?}");
             }
@@ -228,4 +272,7 @@ pub enum FailureCode {
     CleanupFailed,
     /// The rollback artifact is missing or corrupt where an install needs it.
     ArtifactUnusable,
+    /// Every path holds its post-image but the proposal could not be accepted (it left
+    /// review meanwhile): `resolve` settles the transaction.
+    ProposalUnsettled,
 }

@@ -205,6 +205,12 @@ impl From<StoreError> for ServiceError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Conflict(m) => ServiceError::Conflict(m),
+            StoreError::Precondition { field, message } => {
+                ServiceError::FailedPrecondition(Refusal {
+                    field: field.map(str::to_string),
+                    message,
+                })
+            }
             StoreError::IllegalTransition(t) => ServiceError::from(t),
             other => ServiceError::Internal(Arc::new(Internal::Store(other))),
         }

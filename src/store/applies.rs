@@ -4,9 +4,11 @@
 //! final move to `applied` accepts the proposal in that same transaction.
 
 use super::candidates::insert_binding_checked;
-use super::claims::event;
+use super::claims::{ClaimRow, event};
+use super::proposals::ProposalRow;
+use super::reviews::ReviewEvidence;
 use super::{Binding, Store, StoreError};
-use crate::domain::proposal::{ProposalEvent, ProposalState};
+use crate::domain::proposal::ProposalEvent;
 use crate::domain::transaction::{TxEvent, TxState};
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
@@ -100,6 +102,217 @@ fn load_tx(tx: &rusqlite::Transaction, id: &str) -> Result<TxRow, StoreError> {
     .ok_or_else(|| StoreError::Conflict(format!("transaction {id} does not exist")))
 }
 
+/// What an open transaction holds until it settles: the claims its validation relied on and
+/// every path it reads or writes.
+#[derive(Debug, Clone, Default)]
+pub struct Fence {
+    pub claims: Vec<String>,
+    pub paths: Vec<String>,
+}
+
+/// Every fact apply's gates depend on, read inside the transaction that commits `prepared`.
+#[derive(Debug, Clone)]
+pub struct ApplyFacts {
+    pub proposal: ProposalRow,
+    pub validation: ValidationRow,
+    /// The evidence about the transaction's revision.
+    pub review: ReviewEvidence,
+    /// Each claim of the fence by id, `None` when it no longer exists.
+    pub claims: Vec<(String, Option<ClaimRow>)>,
+}
+
+/// One move of a transaction ([`Store::advance_transaction`]).
+#[derive(Debug, Clone)]
+pub struct Move {
+    pub id: String,
+    pub expected_version: i64,
+    pub ev: TxEvent,
+    /// The transaction's new record.
+    pub record: String,
+    pub actor: String,
+    /// The phase's detail, as JSON.
+    pub detail: String,
+    pub at: String,
+    /// The control call's idempotency binding, committed with the move.
+    pub binding: Option<Binding>,
+    /// Claims whose base hash becomes the given hash when the move reaches `applied`: an
+    /// apply's own change does not make the claims it landed under stale.
+    pub rebase: Vec<(String, String)>,
+}
+
+/// Why a gate refused, and the request field it is about when there is one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateRefusal {
+    pub field: Option<&'static str>,
+    pub message: String,
+}
+
+/// Decides on [`ApplyFacts`]: the new transaction's record, or why apply is refused.
+pub type ApplyGate = Box<dyn FnOnce(&ApplyFacts) -> Result<String, GateRefusal> + Send>;
+
+/// The refusal while `transaction_id` (in `status`) is open: what it is and what clears it.
+pub fn still_open(transaction_id: &str, status: &str) -> String {
+    let clears = if status == TxState::Prepared.as_str() {
+        "it settles when its apply returns; if that apply died, recovery (the next maintenance pass, a restart or `airlock recover`) undoes it, or transaction.control cancel does"
+    } else {
+        "it settles when its apply returns; if that apply died, recovery (the next maintenance pass, a restart or `airlock recover`) finishes it forward or flags it needs_attention for transaction.control resolve"
+    };
+    format!("transaction {transaction_id} of this workspace is still open ({status}): {clears}")
+}
+
+/// Inside a transaction: refuses a change to proposal `proposal_id` (its patch, state or
+/// evidence) while a transaction applying it is open.
+pub(super) fn proposal_fence(
+    tx: &rusqlite::Transaction,
+    proposal_id: &str,
+) -> Result<(), StoreError> {
+    let open: Option<String> = tx
+        .query_row(
+            &format!(
+                "SELECT transaction_id FROM transactions WHERE proposal_id = ?1 AND status IN ({})",
+                TxState::open_sql_list()
+            ),
+            params![proposal_id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    match open {
+        Some(t) => Err(StoreError::fenced(format!(
+            "transaction {t} is applying proposal {proposal_id}: its patch, state, votes, reviews and approvals cannot change until it settles"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Inside a transaction: the open transaction holding claim `claim_id`, if any.
+pub(super) fn claim_holder(
+    tx: &rusqlite::Transaction,
+    claim_id: &str,
+) -> Result<Option<String>, StoreError> {
+    Ok(tx
+        .query_row(
+            &format!(
+                "SELECT t.transaction_id FROM transaction_claims f
+                 JOIN transactions t ON t.transaction_id = f.transaction_id
+                 WHERE f.claim_id = ?1 AND t.status IN ({})",
+                TxState::open_sql_list()
+            ),
+            params![claim_id],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
+/// Inside a transaction: refuses a change to claim `claim_id` while an open transaction
+/// holds it.
+pub(super) fn claim_fence(tx: &rusqlite::Transaction, claim_id: &str) -> Result<(), StoreError> {
+    match claim_holder(tx, claim_id)? {
+        Some(t) => Err(StoreError::fenced(format!(
+            "claim {claim_id} is held by transaction {t}, which is applying under it: it cannot be released, revoked, suspended, transferred or expired until that transaction settles"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Inside a transaction: (transaction, path) for every path an open transaction of
+/// `workspace_id` holds.
+pub(super) fn held_paths(
+    tx: &rusqlite::Transaction,
+    workspace_id: &str,
+) -> Result<Vec<(String, String)>, StoreError> {
+    let mut st = tx.prepare(&format!(
+        "SELECT t.transaction_id, f.path FROM transaction_paths f
+         JOIN transactions t ON t.transaction_id = f.transaction_id
+         WHERE t.workspace_id = ?1 AND t.status IN ({})",
+        TxState::open_sql_list()
+    ))?;
+    let rows = st
+        .query_map(params![workspace_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
+/// Inside the transaction that moves `cur` to `applied`: accepts its proposal (an apply that
+/// completes needs it still in review: otherwise `Precondition`, and the caller flags the
+/// transaction; an operator's `resolve` leaves a proposal that left review as it is), and when
+/// that proposal compensates an applied transaction, rolls that one back.
+fn landed(
+    tx: &rusqlite::Transaction,
+    cur: &TxRow,
+    ev: TxEvent,
+    actor: &str,
+    at: &str,
+) -> Result<(), StoreError> {
+    let p = super::proposals::load(tx, &cur.proposal_id)?;
+    match p.status.on(ProposalEvent::Accept) {
+        Ok(to) => {
+            let n = tx.execute(
+                "UPDATE proposals SET status = ?1, version = version + 1
+                 WHERE proposal_id = ?2 AND version = ?3",
+                params![to.as_str(), p.proposal_id, p.version],
+            )?;
+            if n != 1 {
+                return Err(StoreError::Conflict(format!(
+                    "proposal {} moved",
+                    p.proposal_id
+                )));
+            }
+            event(
+                tx,
+                &cur.workspace_id,
+                &p.proposal_id,
+                "proposal.accept",
+                actor,
+                Some(p.status.as_str()),
+                Some(to.as_str()),
+                &serde_json::json!({"transaction_id": cur.transaction_id}).to_string(),
+                at,
+            )?;
+        }
+        Err(e) if ev == TxEvent::Complete => {
+            return Err(StoreError::fenced(format!(
+                "proposal {} cannot be accepted ({e}); the files hold the post-image",
+                p.proposal_id
+            )));
+        }
+        Err(_) => {}
+    }
+    let compensated: Option<String> = tx.query_row(
+        "SELECT json_extract(record, '$.compensates') FROM proposals WHERE proposal_id = ?1",
+        params![p.proposal_id],
+        |r| r.get(0),
+    )?;
+    if let Some(orig) = compensated {
+        let o = load_tx(tx, &orig)?;
+        if let Ok(to) = o.status.on(TxEvent::RollBack) {
+            let n = tx.execute(
+                "UPDATE transactions SET status = ?1, version = version + 1
+                 WHERE transaction_id = ?2 AND version = ?3",
+                params![to.as_str(), orig, o.version],
+            )?;
+            if n != 1 {
+                return Err(StoreError::Conflict(format!("transaction {orig} moved")));
+            }
+            let detail =
+                serde_json::json!({"compensated_by": cur.transaction_id, "proposal_id": p.proposal_id})
+                    .to_string();
+            phase(tx, &orig, to.as_str(), actor, &detail, at)?;
+            event(
+                tx,
+                &o.workspace_id,
+                &orig,
+                &format!("transaction.{}", to.as_str()),
+                actor,
+                Some(o.status.as_str()),
+                Some(to.as_str()),
+                &detail,
+                at,
+            )?;
+        }
+    }
+    Ok(())
+}
+
 impl Store {
     /// Records a validation with its idempotency binding.
     pub async fn insert_validation(
@@ -167,12 +380,20 @@ impl Store {
         .await
     }
 
-    /// Opens a transaction in `prepared` (its intent committed before any file is staged),
-    /// with its phase row, event and binding. Refused while another transaction of the
-    /// workspace is open.
+    /// Opens a transaction in `prepared` as **one decision**: in a single `BEGIN IMMEDIATE`
+    /// transaction it refuses while another transaction of the workspace is open, reads every
+    /// fact the gates depend on ([`ApplyFacts`]: the proposal, the validation, the current
+    /// revision's votes, security review and approval, the validated claims) as committed,
+    /// lets `gate` decide on them (it returns the transaction's record, or the refusal), and
+    /// only then inserts the row with its fence (the claims and paths it holds until it
+    /// settles), phase row, event and binding. Nothing committed before this transaction is
+    /// ignored; every write that could change a gate checks the fence in its own transaction.
+    #[allow(clippy::too_many_arguments)] // one value each; a struct would only rename them
     pub async fn open_transaction(
         &self,
         t: TxRow,
+        fence: Fence,
+        gate: ApplyGate,
         actor: &str,
         detail: &str,
         at: &str,
@@ -181,33 +402,88 @@ impl Store {
         let (actor, detail, at) = (actor.to_string(), detail.to_string(), at.to_string());
         self.call(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let open: Option<String> = tx
+            let open: Option<(String, String)> = tx
                 .query_row(
-                    "SELECT transaction_id FROM transactions
-                     WHERE workspace_id = ?1 AND status IN ('prepared','installing')",
+                    &format!(
+                        "SELECT transaction_id, status FROM transactions
+                         WHERE workspace_id = ?1 AND status IN ({})",
+                        TxState::open_sql_list()
+                    ),
                     params![t.workspace_id],
-                    |r| r.get(0),
+                    |r| Ok((r.get(0)?, r.get(1)?)),
                 )
                 .optional()?;
-            if let Some(o) = open {
-                return Err(StoreError::Conflict(format!(
-                    "transaction {o} of this workspace is still open"
-                )));
+            if let Some((o, status)) = open {
+                return Err(StoreError::Conflict(still_open(&o, &status)));
             }
+            let facts = ApplyFacts {
+                proposal: super::proposals::load(&tx, &t.proposal_id)?,
+                validation: tx
+                    .query_row(
+                        &format!(
+                            "SELECT {VALIDATION_COLUMNS} FROM validations WHERE validation_id = ?1"
+                        ),
+                        params![t.validation_id],
+                        validation_row,
+                    )
+                    .optional()?
+                    .ok_or_else(|| {
+                        StoreError::Conflict(format!("validation {} does not exist", t.validation_id))
+                    })?,
+                review: super::reviews::evidence_in(&tx, &t.proposal_id, &t.revision)?,
+                claims: fence
+                    .claims
+                    .iter()
+                    .map(|id| {
+                        Ok((
+                            id.clone(),
+                            tx.query_row(
+                                &format!(
+                                    "SELECT {} FROM claims WHERE claim_id = ?1",
+                                    super::claims::CLAIM_COLUMNS
+                                ),
+                                params![id],
+                                super::claims::row,
+                            )
+                            .optional()?,
+                        ))
+                    })
+                    .collect::<Result<_, StoreError>>()?,
+            };
+            let record = gate(&facts).map_err(|r| StoreError::Precondition {
+                field: r.field,
+                message: r.message,
+            })?;
             tx.execute(
-                "INSERT INTO transactions (transaction_id, workspace_id, proposal_id, revision, validation_id, status, version, record)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'prepared', 1, ?6)",
-                params![t.transaction_id, t.workspace_id, t.proposal_id, t.revision, t.validation_id, t.record],
+                &format!(
+                    "INSERT INTO transactions (transaction_id, workspace_id, proposal_id, revision, validation_id, status, version, record)
+                     VALUES (?1, ?2, ?3, ?4, ?5, '{}', 1, ?6)",
+                    TxState::Prepared.as_str()
+                ),
+                params![t.transaction_id, t.workspace_id, t.proposal_id, t.revision, t.validation_id, record],
             )?;
-            phase(&tx, &t.transaction_id, "prepared", &actor, &detail, &at)?;
+            for id in &fence.claims {
+                tx.execute(
+                    "INSERT OR IGNORE INTO transaction_claims (transaction_id, claim_id) VALUES (?1, ?2)",
+                    params![t.transaction_id, id],
+                )?;
+            }
+            for p in &fence.paths {
+                tx.execute(
+                    "INSERT OR IGNORE INTO transaction_paths (transaction_id, path) VALUES (?1, ?2)",
+                    params![t.transaction_id, p],
+                )?;
+            }
+            let prepared = TxState::Prepared.as_str();
+            phase(&tx, &t.transaction_id, prepared, &actor, &detail, &at)?;
             event(
                 &tx,
                 &t.workspace_id,
                 &t.transaction_id,
-                "transaction.prepared",
+                &format!("transaction.{prepared}"),
                 &actor,
                 None,
-                Some("prepared"),
+                Some(prepared),
                 &serde_json::json!({"proposal_id": t.proposal_id, "revision": t.revision}).to_string(),
                 &at,
             )?;
@@ -221,25 +497,19 @@ impl Store {
 
     /// Moves a transaction at `expected_version` by `ev` (the domain decides), replacing its
     /// record, with its phase row, event and (for a control action) idempotency binding;
-    /// reaching `applied` accepts the proposal too.
-    #[allow(clippy::too_many_arguments)] // one value each; a struct would only rename them
-    pub async fn advance_transaction(
-        &self,
-        id: &str,
-        expected_version: i64,
-        ev: TxEvent,
-        record: String,
-        actor: &str,
-        detail: &str,
-        at: &str,
-        binding: Option<Binding>,
-    ) -> Result<TxRow, StoreError> {
-        let (id, actor, detail, at) = (
-            id.to_string(),
-            actor.to_string(),
-            detail.to_string(),
-            at.to_string(),
-        );
+    /// reaching `applied` accepts the proposal too and re-bases the claims it names.
+    pub async fn advance_transaction(&self, m: Move) -> Result<TxRow, StoreError> {
+        let Move {
+            id,
+            expected_version,
+            ev,
+            record,
+            actor,
+            detail,
+            at,
+            binding,
+            rebase,
+        } = m;
         self.call(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let cur = load_tx(&tx, &id)?;
@@ -271,41 +541,25 @@ impl Store {
                 &at,
             )?;
             if next == TxState::Applied {
-                let (status, version): (String, i64) = tx.query_row(
-                    "SELECT status, version FROM proposals WHERE proposal_id = ?1",
-                    params![cur.proposal_id],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )?;
-                let from = ProposalState::ALL
-                    .into_iter()
-                    .find(|s| s.as_str() == status)
-                    .ok_or_else(|| StoreError::Corrupt {
-                        id: cur.proposal_id.clone(),
-                        message: format!("status {status:?}"),
-                    })?;
-                let to = from.on(ProposalEvent::Accept)?;
-                let n = tx.execute(
-                    "UPDATE proposals SET status = ?1, version = version + 1
-                     WHERE proposal_id = ?2 AND version = ?3",
-                    params![to.as_str(), cur.proposal_id, version],
-                )?;
-                if n != 1 {
-                    return Err(StoreError::Conflict(format!(
-                        "proposal {} moved",
-                        cur.proposal_id
-                    )));
+                landed(&tx, &cur, ev, &actor, &at)?;
+                for (claim_id, hash) in &rebase {
+                    tx.execute(
+                        "UPDATE claims SET record = json_set(record, '$.base_hash', ?1), version = version + 1
+                         WHERE claim_id = ?2",
+                        params![hash, claim_id],
+                    )?;
+                    event(
+                        &tx,
+                        &cur.workspace_id,
+                        claim_id,
+                        "claim.rebased",
+                        &actor,
+                        None,
+                        None,
+                        &serde_json::json!({"base_hash": hash, "transaction_id": id}).to_string(),
+                        &at,
+                    )?;
                 }
-                event(
-                    &tx,
-                    &cur.workspace_id,
-                    &cur.proposal_id,
-                    "proposal.accept",
-                    &actor,
-                    Some(from.as_str()),
-                    Some(to.as_str()),
-                    &serde_json::json!({"transaction_id": id}).to_string(),
-                    &at,
-                )?;
             }
             let row = load_tx(&tx, &id)?;
             tx.commit()?;
@@ -332,7 +586,8 @@ impl Store {
     pub async fn open_transactions(&self) -> Result<Vec<TxRow>, StoreError> {
         self.call(move |c| {
             let mut st = c.prepare(&format!(
-                "SELECT {TX_COLUMNS} FROM transactions WHERE status IN ('prepared','installing') ORDER BY seq"
+                "SELECT {TX_COLUMNS} FROM transactions WHERE status IN ({}) ORDER BY seq",
+                TxState::open_sql_list()
             ))?;
             let rows = st.query_map([], tx_row)?.collect::<Result<Vec<_>, _>>()?;
             Ok(rows)

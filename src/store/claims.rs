@@ -195,10 +195,22 @@ impl Store {
     pub async fn acquire_claim(&self, a: Acquire) -> Result<Acquired, StoreError> {
         self.call(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            // No new grant on a path an open apply is installing (whatever the modes, and
+            // even once the apply's own claims are past their expiry: they are held).
+            for (txn, path) in super::applies::held_paths(&tx, &a.workspace_id)? {
+                let file = ResourceId::File { path: path.clone() };
+                if overlap(&a.resource, &file, None).is_some() {
+                    return Err(StoreError::fenced(format!(
+                        "{} overlaps {path:?}, which transaction {txn} is applying: no claim on it is granted until that transaction settles",
+                        a.resource.id()
+                    )));
+                }
+            }
             let blocking: Vec<ClaimRow> = {
                 let mut st = tx.prepare(&format!(
                     "SELECT {CLAIM_COLUMNS} FROM claims
-                     WHERE workspace_id = ?1 AND status = 'active' AND expires_at > ?2"
+                     WHERE workspace_id = ?1 AND status IN ({}) AND expires_at > ?2",
+                    ClaimState::sql_list(ClaimState::blocks)
                 ))?;
                 st.query_map(params![a.workspace_id, a.now], row)?
                     .collect::<rusqlite::Result<_>>()?
@@ -303,7 +315,7 @@ impl Store {
                 seq: None,
             };
             tx.execute(
-                &format!("INSERT INTO claims ({CLAIM_COLUMNS}, task_id, session_id) VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, ?7, ?8, ?9, 1, ?10, ?11, ?12)"),
+                &format!("INSERT INTO claims ({CLAIM_COLUMNS}, task_id, session_id) VALUES (?1, ?2, ?3, ?4, ?5, ?13, ?6, ?7, ?8, ?9, 1, ?10, ?11, ?12)"),
                 params![
                     granted.claim_id,
                     granted.workspace_id,
@@ -317,6 +329,7 @@ impl Store {
                     granted.record,
                     a.task_id,
                     a.session_id,
+                    ClaimState::Active.as_str(),
                 ],
             )?;
             if let Some(b) = &a.binding {
@@ -390,6 +403,7 @@ impl Store {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let id = &t.claim_id;
             let current = claim_by_id(&tx, id)?;
+            super::applies::claim_fence(&tx, id)?;
             if current.version != t.expected_version {
                 return Err(StoreError::Conflict(format!(
                     "claim {id} is at version {}, not {}",
@@ -516,40 +530,55 @@ impl Store {
         .await
     }
 
-    /// Marks every active claim whose expiry has passed `expired`, each with its event, in one
-    /// transaction; returns how many.
+    /// Moves every claim past its expiry whose state allows it (the domain's `Expire`:
+    /// active and suspended claims) to its next state, each a compare-and-set with its event,
+    /// in one transaction; returns how many. A claim an open apply holds is left until that
+    /// transaction settles (the next sweep expires it).
     pub async fn expire_due_claims(&self, now: i64, at: &str) -> Result<usize, StoreError> {
         let at = at.to_string();
         self.call(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let due: Vec<(String, String)> = {
-                let mut st = tx.prepare(
-                    "SELECT claim_id, workspace_id FROM claims
-                     WHERE status = 'active' AND expires_at <= ?1",
-                )?;
-                st.query_map(params![now], |r| Ok((r.get(0)?, r.get(1)?)))?
+            let due: Vec<ClaimRow> = {
+                let mut st = tx.prepare(&format!(
+                    "SELECT {CLAIM_COLUMNS} FROM claims
+                     WHERE status IN ({}) AND expires_at <= ?1",
+                    ClaimState::sql_list(|s| s.on(ClaimEvent::Expire).is_ok())
+                ))?;
+                st.query_map(params![now], row)?
                     .collect::<rusqlite::Result<_>>()?
             };
-            for (id, ws) in &due {
-                tx.execute(
-                    "UPDATE claims SET status = 'expired', version = version + 1
-                     WHERE claim_id = ?1 AND status = 'active'",
-                    params![id],
+            let mut n = 0;
+            for c in &due {
+                if super::applies::claim_holder(&tx, &c.claim_id)?.is_some() {
+                    continue;
+                }
+                let next = c.status.on(ClaimEvent::Expire)?;
+                let changed = tx.execute(
+                    "UPDATE claims SET status = ?1, version = version + 1
+                     WHERE claim_id = ?2 AND version = ?3",
+                    params![next.as_str(), c.claim_id, c.version],
                 )?;
+                if changed != 1 {
+                    return Err(StoreError::Conflict(format!(
+                        "claim {} changed meanwhile",
+                        c.claim_id
+                    )));
+                }
                 event(
                     &tx,
-                    ws,
-                    id,
-                    "claim.expire",
+                    &c.workspace_id,
+                    &c.claim_id,
+                    &format!("claim.{}", ClaimEvent::Expire.as_str()),
                     "system:maintenance",
-                    Some("active"),
-                    Some("expired"),
+                    Some(c.status.as_str()),
+                    Some(next.as_str()),
                     "{}",
                     &at,
                 )?;
+                n += 1;
             }
             tx.commit()?;
-            Ok(due.len())
+            Ok(n)
         })
         .await
     }
@@ -562,11 +591,12 @@ impl Store {
         self.call(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let ids: Vec<String> = {
-                let mut st = tx.prepare(
+                let mut st = tx.prepare(&format!(
                     "SELECT claim_id FROM claims
-                     WHERE status IN ('released','revoked','expired') AND expires_at < ?1
-                     ORDER BY expires_at LIMIT ?2",
-                )?;
+                         WHERE status IN ({}) AND expires_at < ?1
+                         ORDER BY expires_at LIMIT ?2",
+                    ClaimState::sql_list(ClaimState::is_terminal)
+                ))?;
                 st.query_map(params![before, limit], |r| r.get(0))?
                     .collect::<rusqlite::Result<_>>()?
             };
@@ -603,8 +633,8 @@ impl Store {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let changed = tx.execute(
                 "UPDATE claims SET record = ?1, version = version + 1
-                 WHERE claim_id = ?2 AND version = ?3 AND status = 'active'",
-                params![record, id, expected_version],
+                 WHERE claim_id = ?2 AND version = ?3 AND status = ?4",
+                params![record, id, expected_version, ClaimState::Active.as_str()],
             )?;
             if changed != 1 {
                 return Err(StoreError::Conflict(format!(

@@ -3,7 +3,7 @@
 
 use super::claims::{CLAIM_COLUMNS, ClaimRow, event, row};
 use super::{Store, StoreError};
-use crate::domain::claim::{ClaimEvent, ClaimMode, ResourceId, overlap};
+use crate::domain::claim::{ClaimEvent, ClaimMode, ClaimState, ResourceId, overlap};
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 /// A contention row.
@@ -179,6 +179,7 @@ impl Store {
                     session_id,
                 } => {
                     claim.status.on(ClaimEvent::Transfer)?;
+                    super::applies::claim_fence(&tx, &claim.claim_id)?;
                     if claim.expires_at <= r.now {
                         return Err(StoreError::Conflict("the challenged claim has expired; nothing to transfer".into()));
                     }
@@ -193,7 +194,8 @@ impl Store {
                     let others: Vec<ClaimRow> = {
                         let mut st = tx.prepare(&format!(
                             "SELECT {CLAIM_COLUMNS} FROM claims
-                             WHERE workspace_id = ?1 AND status = 'active' AND expires_at > ?2 AND claim_id <> ?3"
+                             WHERE workspace_id = ?1 AND status IN ({}) AND expires_at > ?2 AND claim_id <> ?3",
+                            ClaimState::sql_list(ClaimState::blocks)
                         ))?;
                         st.query_map(params![r.workspace_id, r.now, claim.claim_id], row)?
                             .collect::<rusqlite::Result<_>>()?

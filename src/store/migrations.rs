@@ -265,6 +265,23 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         );
         CREATE INDEX transaction_phases_by_tx ON transaction_phases (transaction_id, seq);",
     ),
+    (
+        10,
+        "apply fences: the claims and paths an open transaction holds",
+        "CREATE TABLE transaction_claims (
+            transaction_id TEXT NOT NULL REFERENCES transactions (transaction_id),
+            claim_id TEXT NOT NULL,
+            PRIMARY KEY (transaction_id, claim_id)
+        );
+        CREATE INDEX transaction_claims_by_claim ON transaction_claims (claim_id);
+        CREATE TABLE transaction_paths (
+            transaction_id TEXT NOT NULL REFERENCES transactions (transaction_id),
+            path TEXT NOT NULL,
+            PRIMARY KEY (transaction_id, path)
+        );
+        CREATE INDEX transactions_by_status ON transactions (status, workspace_id);
+        CREATE INDEX transactions_by_proposal ON transactions (proposal_id, status);",
+    ),
 ];
 
 /// The newest schema version this binary knows.

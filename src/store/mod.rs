@@ -47,6 +47,14 @@ pub enum StoreError {
     },
     #[error("conflict: {0}")]
     Conflict(String),
+    /// The change is refused by what the database holds now: an open apply's fence, or a gate
+    /// that no longer holds (the message names which).
+    #[error("{message}")]
+    Precondition {
+        /// The request field the refusal is about, when it names one.
+        field: Option<&'static str>,
+        message: String,
+    },
     /// The row's state does not allow the change (decided by the domain's state machine).
     #[error(transparent)]
     IllegalTransition(#[from] crate::domain::IllegalTransition),
@@ -56,6 +64,16 @@ pub enum StoreError {
     Corrupt { id: String, message: String },
     #[error("the database thread is gone")]
     Closed,
+}
+
+impl StoreError {
+    /// A change refused by an open apply's fence (or another state the message names).
+    pub fn fenced(message: String) -> StoreError {
+        StoreError::Precondition {
+            field: None,
+            message,
+        }
+    }
 }
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;

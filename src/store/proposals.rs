@@ -85,7 +85,7 @@ fn row(r: &rusqlite::Row) -> rusqlite::Result<ProposalRow> {
     })
 }
 
-fn load(tx: &rusqlite::Transaction, id: &str) -> Result<ProposalRow, StoreError> {
+pub(super) fn load(tx: &rusqlite::Transaction, id: &str) -> Result<ProposalRow, StoreError> {
     tx.query_row(
         &format!("SELECT {COLUMNS} FROM proposals WHERE proposal_id = ?1"),
         params![id],
@@ -93,25 +93,6 @@ fn load(tx: &rusqlite::Transaction, id: &str) -> Result<ProposalRow, StoreError>
     )
     .optional()?
     .ok_or_else(|| StoreError::Conflict(format!("proposal {id} does not exist")))
-}
-
-/// Refuses to move a proposal while an apply of it is open (its files may be half installed;
-/// the apply accepts the proposal when it completes).
-fn no_open_apply(tx: &rusqlite::Transaction, proposal_id: &str) -> Result<(), StoreError> {
-    let open: Option<String> = tx
-        .query_row(
-            "SELECT transaction_id FROM transactions
-             WHERE proposal_id = ?1 AND status IN ('prepared','installing')",
-            params![proposal_id],
-            |r| r.get(0),
-        )
-        .optional()?;
-    match open {
-        Some(t) => Err(StoreError::Conflict(format!(
-            "transaction {t} is applying proposal {proposal_id}; wait until it settles"
-        ))),
-        None => Ok(()),
-    }
 }
 
 fn insert_revision(
@@ -191,7 +172,7 @@ impl Store {
         self.call(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let p = load(&tx, &id)?;
-            no_open_apply(&tx, &id)?;
+            super::applies::proposal_fence(&tx, &id)?;
             if p.version != expected_version {
                 return Err(StoreError::Conflict(format!(
                     "proposal {id} is at version {}, not expected_version {expected_version}",
@@ -268,7 +249,7 @@ impl Store {
         self.call(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let p = load(&tx, &id)?;
-            no_open_apply(&tx, &id)?;
+            super::applies::proposal_fence(&tx, &id)?;
             if p.version != expected_version {
                 return Err(StoreError::Conflict(format!("proposal {id} moved")));
             }
@@ -320,6 +301,33 @@ impl Store {
             let p = load(&tx, &id)?;
             tx.commit()?;
             Ok(p)
+        })
+        .await
+    }
+
+    /// The open (pending or in review) proposal compensating `transaction_id`, if any.
+    pub async fn open_compensation(
+        &self,
+        transaction_id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let id = transaction_id.to_string();
+        self.call(move |c| {
+            Ok(c.query_row(
+                &format!(
+                    "SELECT proposal_id FROM proposals
+                     WHERE json_extract(record, '$.compensates') = ?1 AND status IN ({})
+                     ORDER BY seq LIMIT 1",
+                    crate::domain::candidate::sql_list(
+                        ProposalState::ALL
+                            .into_iter()
+                            .filter(|s| !s.is_terminal())
+                            .map(ProposalState::as_str)
+                    )
+                ),
+                params![id],
+                |r| r.get(0),
+            )
+            .optional()?)
         })
         .await
     }

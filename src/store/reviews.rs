@@ -179,7 +179,8 @@ fn written<T>(row: rusqlite::Result<Option<T>>, what: &str) -> Result<T, StoreEr
     row?.ok_or_else(|| StoreError::Conflict(format!("{what} vanished inside its transaction")))
 }
 
-/// Inside a transaction: the proposal must be in review with `revision` current.
+/// Inside a transaction: the proposal must be in review with `revision` current, and no
+/// transaction may be applying it (evidence cannot change under an apply).
 fn require_current(
     tx: &rusqlite::Transaction,
     proposal_id: &str,
@@ -203,7 +204,57 @@ fn require_current(
             "proposal {proposal_id} is {status}, not in_review"
         )));
     }
+    super::applies::proposal_fence(tx, proposal_id)?;
     Ok(ws)
+}
+
+/// The evidence the verdict reads about one revision: each voter's current vote, the newest
+/// security review and the newest human approval.
+#[derive(Debug, Clone, Default)]
+pub struct ReviewEvidence {
+    pub votes: Vec<VoteRow>,
+    pub security: Option<SecurityReviewRow>,
+    pub approval: Option<ApprovalRow>,
+}
+
+/// [`ReviewEvidence`] of `revision`, read on `c` (inside the caller's transaction, if any).
+pub(super) fn evidence_in(
+    c: &rusqlite::Connection,
+    proposal_id: &str,
+    revision: &str,
+) -> rusqlite::Result<ReviewEvidence> {
+    let votes = c
+        .prepare(&format!(
+            "SELECT {VOTE_COLUMNS} FROM votes
+             WHERE proposal_id = ?1 AND revision = ?2 AND current = 1 ORDER BY seq"
+        ))?
+        .query_map(params![proposal_id, revision], vote_row)?
+        .collect::<Result<Vec<_>, _>>()?;
+    let security = c
+        .query_row(
+            &format!(
+                "SELECT {REVIEW_COLUMNS} FROM security_reviews
+                 WHERE proposal_id = ?1 AND revision = ?2 ORDER BY seq DESC LIMIT 1"
+            ),
+            params![proposal_id, revision],
+            review_row,
+        )
+        .optional()?;
+    let approval = c
+        .query_row(
+            &format!(
+                "SELECT {APPROVAL_COLUMNS} FROM approvals
+                 WHERE proposal_id = ?1 AND revision = ?2 ORDER BY seq DESC LIMIT 1"
+            ),
+            params![proposal_id, revision],
+            approval_row,
+        )
+        .optional()?;
+    Ok(ReviewEvidence {
+        votes,
+        security,
+        approval,
+    })
 }
 
 /// A vote to record.
@@ -271,6 +322,16 @@ impl Store {
             Ok(row)
         })
         .await
+    }
+
+    /// The evidence about `revision` the verdict reads, in one read.
+    pub async fn review_evidence(
+        &self,
+        proposal_id: &str,
+        revision: &str,
+    ) -> Result<ReviewEvidence, StoreError> {
+        let (p, r) = (proposal_id.to_string(), revision.to_string());
+        self.call(move |c| Ok(evidence_in(c, &p, &r)?)).await
     }
 
     /// A proposal's votes (of one revision, if given), oldest first, history included.

@@ -378,7 +378,8 @@ fn concurrent_applies_serialize_on_overlapping_files_and_both_succeed_on_disjoin
     .iter()
     .enumerate()
     {
-        let (code, p) = create(&s, &diff_of(&s, edits), json!([]), &format!("o{i}"));
+        // required_tests: a validation that ran no test never satisfies it.
+        let (code, p) = create(&s, &diff_of(&s, edits), json!([["true"]]), &format!("o{i}"));
         assert_eq!(code, 200, "{p}");
         let (id, rev) = reviewed(&s, &p, &format!("o{i}"));
         let v = validated(&s, &id, &rev, &format!("o{i}"));
@@ -406,7 +407,7 @@ fn concurrent_applies_serialize_on_overlapping_files_and_both_succeed_on_disjoin
         let (code, p) = create(
             &s,
             &diff_of(&s, &[(path, Some("changed\n"))]),
-            json!([]),
+            json!([["true"]]),
             &format!("d{i}"),
         );
         assert_eq!(code, 200, "{p}");

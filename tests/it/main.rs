@@ -4,6 +4,7 @@
 
 mod apply_hostile;
 mod apply_kill;
+mod apply_races;
 mod cli;
 mod clients;
 mod delivery;

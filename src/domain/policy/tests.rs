@@ -319,6 +319,33 @@ fn the_verdicts_invariants_hold_for_every_combination() {
     assert_eq!(seen, 3 * 2 * 7 * 7 * 4 * 7 * 3);
 }
 
+#[test]
+fn no_test_run_is_missing_never_satisfied() {
+    let p = Policy {
+        required_tests: true,
+        required_approvals: 0,
+        required_roles: vec![],
+        ..Policy::default()
+    };
+    let mut e = ev(Risk::Low, &["a"]);
+    for all_passed in [true, false] {
+        e.tests = Some(TestEvidence {
+            all_passed,
+            verification_ids: vec![],
+        });
+        let v = evaluate(&p, &e);
+        let t = v.requirements.iter().find(|r| r.name == "tests").unwrap();
+        assert_eq!(t.state, ReqState::Missing, "{v:?}");
+        assert!(t.detail.contains("no test ran"), "{t:?}");
+        assert!(!v.approvable);
+    }
+    e.tests = Some(TestEvidence {
+        all_passed: true,
+        verification_ids: vec!["ver_1".into()],
+    });
+    assert!(evaluate(&p, &e).approvable);
+}
+
 fn check_invariants(p: &Policy, e: &Evidence, v: &Verdict) {
     let all_ok = v
         .requirements

@@ -8,14 +8,17 @@
 //! rename, `applied` (and the proposal `accepted`) after every path holds its post-image.
 
 use super::claims::{Keyed, next_cursor, page_limit, parse_cursor};
+use super::reviews::evidence_of;
 use super::validation::{Record as ValidationRecord, StageState};
 use crate::apply::{self, Change, Image, PathState, Plan};
 use crate::config::Permission;
 use crate::domain::claim::ClaimState;
-use crate::domain::policy::TestEvidence;
+use crate::domain::policy::{TestEvidence, evaluate};
+use crate::domain::proposal::ProposalEvent;
 use crate::domain::transaction::{FailureCode, TxEvent, TxState};
 use crate::engine::service::{Actor, Service, ServiceError};
-use crate::store::applies::TxRow;
+use crate::limits;
+use crate::store::applies::{ApplyFacts, ApplyGate, Fence, GateRefusal, Move, TxRow};
 use crate::wire::{ApplyParams, TransactionListParams, TransactionParams};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -35,7 +38,7 @@ pub(super) struct TxRecord {
     test_verifications: Vec<String>,
     rollback_sha256: Option<String>,
     /// Per path: (before, after) fingerprints once applied.
-    hashes: Vec<crate::wire::PathHashes>,
+    pub(super) hashes: Vec<crate::wire::PathHashes>,
     pub(super) blocked_reason: Option<String>,
     created_at: String,
     updated_at: String,
@@ -58,21 +61,40 @@ impl Service {
         actor: &str,
         detail: &str,
     ) -> Result<TxRow, ServiceError> {
+        self.advance_with(transaction_id, version, ev, r, actor, detail, None, vec![])
+            .await
+    }
+
+    /// [`Service::advance`] with a control call's binding, and the claims to re-base when
+    /// the move reaches `applied`.
+    #[allow(clippy::too_many_arguments)] // one value each; a struct would only rename them
+    pub(super) async fn advance_with(
+        &self,
+        transaction_id: &str,
+        version: i64,
+        ev: TxEvent,
+        r: &mut TxRecord,
+        actor: &str,
+        detail: &str,
+        binding: Option<crate::store::Binding>,
+        rebase: Vec<(String, String)>,
+    ) -> Result<TxRow, ServiceError> {
         r.updated_at = self.now_rfc3339();
         Ok(self
             .ctx
             .data
             .store
-            .advance_transaction(
-                transaction_id,
-                version,
+            .advance_transaction(Move {
+                id: transaction_id.to_string(),
+                expected_version: version,
                 ev,
-                serde_json::to_string(r).expect("a transaction record serializes"),
-                actor,
-                &crate::engine::request::stamp(detail),
-                &self.now_rfc3339(),
-                None,
-            )
+                record: serde_json::to_string(r).expect("a transaction record serializes"),
+                actor: actor.to_string(),
+                detail: crate::engine::request::stamp(detail),
+                at: self.now_rfc3339(),
+                binding,
+                rebase,
+            })
             .await?)
     }
 
@@ -181,101 +203,35 @@ impl Service {
             .validation_in(&p.workspace_id, &p.validation_id)
             .await?;
         let prop = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
-        let pre = |m: String| ServiceError::precondition_field("validation_id", m);
         if vrow.proposal_id != prop.proposal_id {
-            return Err(pre("the validation is of another proposal".into()));
+            return Err(ServiceError::precondition_field(
+                "validation_id",
+                "the validation is of another proposal",
+            ));
         }
-        if vrow.revision != prop.current_revision {
-            return Err(pre(format!(
-                "the validation is of revision {}, not the current {}",
-                vrow.revision, prop.current_revision
-            )));
-        }
-        if vrow.expires_at <= self.ctx.clock.now().unix_timestamp() {
-            return Err(pre(format!(
-                "the validation expired at {}",
-                vrec.expires_at
-            )));
-        }
-        let view = self.validation_view(&vrow, &vrec).await?;
-        if view["complete"] != true || view["valid"] != true {
-            return Err(pre(format!(
-                "the validation is not valid and complete: {}",
-                view["stages"]
-            )));
-        }
-        // Only a proposal in review is accepted by an apply: checked before anything is staged.
-        prop.status
-            .on(crate::domain::proposal::ProposalEvent::Accept)
-            .map_err(|e| {
-                ServiceError::precondition(format!(
-                    "{e}: request review (and approval) before applying"
-                ))
-            })?;
-        let ws = self.authorize(actor, &p.workspace_id, Permission::Apply)?;
-        let risk = Self::record_of(&prop)?.risk;
-        let tests = self.test_evidence(&vrec).await?;
-        let verdict = self.verdict_with(ws, &prop, risk, tests).await?;
-        if !verdict.approvable {
-            return Err(ServiceError::precondition(format!(
-                "the policy verdict is not approvable: {}",
-                serde_json::to_string(&verdict.requirements).unwrap_or_default()
-            )));
-        }
-        let now = self.ctx.clock.now().unix_timestamp();
-        for h in &vrec.claims {
-            let c = self.ctx.data.store.claim(&h.claim_id).await?;
-            let live = c.as_ref().is_some_and(|c| {
-                c.status == ClaimState::Active
-                    && c.expires_at > now
-                    && c.fencing_token == h.fencing_token
-            });
-            if !live {
-                return Err(ServiceError::precondition(format!(
-                    "claim {} on {} is no longer the validated grant (expired, released, or re-granted with a new fencing token)",
-                    h.claim_id, h.resource_id
-                )));
-            }
-        }
-        // The post-images, from the blobs the validation stored.
-        let repo = self.repo(&p.workspace_id).clone();
-        let posts = vrec.post_images.clone();
-        let changes = tokio::task::spawn_blocking(move || -> Result<Vec<Change>, String> {
-            posts
+        // What the validation itself says (fixed once it is complete).
+        let view = self.validation_state(&vrow, &vrec).await?;
+        if !view.complete || !view.valid {
+            let stages: Vec<String> = view
+                .stages
                 .iter()
-                .map(|pi| {
-                    let after = match (&pi.fingerprint, &pi.blob) {
-                        (apply::Fingerprint::Absent, _) => Image::Absent,
-                        (apply::Fingerprint::File { executable, .. }, Some(b)) => Image::File {
-                            executable: *executable,
-                            bytes: repo.read_blob(b).map_err(|e| e.to_string())?,
-                        },
-                        (apply::Fingerprint::Symlink { .. }, Some(b)) => Image::Symlink {
-                            target: String::from_utf8_lossy(
-                                &repo.read_blob(b).map_err(|e| e.to_string())?,
-                            )
-                            .into_owned(),
-                        },
-                        (_, None) => {
-                            return Err(format!("{}: the post-image blob is missing", pi.path));
-                        }
-                    };
-                    if after.fingerprint() != pi.fingerprint {
-                        return Err(format!(
-                            "{}: the stored post-image does not match its hash",
-                            pi.path
-                        ));
-                    }
-                    Ok(Change {
-                        path: pi.path.clone(),
-                        after,
-                    })
-                })
-                .collect()
-        })
-        .await
-        .expect("reading post-images does not panic")
-        .map_err(ServiceError::internal)?;
+                .filter(|s| s.name != "policy")
+                .filter(|s| !matches!(s.state, StageState::Executed | StageState::Skipped))
+                .map(|s| format!("{} {}: {}", s.name, s.state.as_str(), s.reason))
+                .collect();
+            return Err(ServiceError::precondition_field(
+                "validation_id",
+                format!(
+                    "the validation is not {}: {}",
+                    if view.complete { "valid" } else { "complete" },
+                    stages.join("; ")
+                ),
+            ));
+        }
+        let ws = self.authorize(actor, &p.workspace_id, Permission::Apply)?;
+        let tests = self.test_evidence(&vrec).await?;
+        let paths = self.touched_paths(&vrow.revision).await?;
+        let changes = self.post_images(&p.workspace_id, &vrec).await?;
 
         let transaction_id = format!("txn_{}", crate::ids::new_creation_key());
         // Held until this call returns: recovery (here or in `airlock recover`) skips it.
@@ -283,24 +239,111 @@ impl Service {
             .tx_lock(&transaction_id)?
             .ok_or_else(|| ServiceError::internal("a fresh transaction id is locked"))?;
         let at = self.now_rfc3339();
-        let record = TxRecord {
+        let mut record = TxRecord {
             applied_by: actor.key(),
             paths: changes.iter().map(|c| c.path.clone()).collect(),
             head_before: vrec.worktree_head.clone(),
             head_after: None,
             claims: vrec.claims.iter().map(|c| c.claim_id.clone()).collect(),
             retry_of,
-            approvals: verdict
-                .requirements
-                .iter()
-                .flat_map(|r| r.evidence.clone())
-                .collect(),
+            approvals: vec![],
             test_verifications: vrec.test_verifications.clone(),
             rollback_sha256: None,
             hashes: vec![],
             blocked_reason: None,
             created_at: at.clone(),
             updated_at: at.clone(),
+        };
+        // The one decision: every gate is judged on the facts as committed, in the
+        // transaction that commits `prepared` (and the fence that keeps them so).
+        let gate = {
+            let policy = ws.policy.clone();
+            let held = vrec.claims.clone();
+            let now = self.ctx.clock.now().unix_timestamp();
+            let expires_at = vrec.expires_at.clone();
+            let mut record = record.clone();
+            Box::new(move |f: &ApplyFacts| -> Result<String, GateRefusal> {
+                let refuse =
+                    |field: Option<&'static str>, message: String| GateRefusal { field, message };
+                let prop = &f.proposal;
+                prop.status.on(ProposalEvent::Accept).map_err(|e| {
+                    refuse(None, format!("{e}: only a proposal in review is applied"))
+                })?;
+                if f.validation.revision != prop.current_revision {
+                    return Err(refuse(
+                        Some("validation_id"),
+                        format!(
+                            "the validation is of revision {}, not the current {}",
+                            f.validation.revision, prop.current_revision
+                        ),
+                    ));
+                }
+                if f.validation.expires_at <= now {
+                    return Err(refuse(
+                        Some("validation_id"),
+                        format!("the validation expired at {expires_at}"),
+                    ));
+                }
+                let risk = Self::record_of(prop)
+                    .map_err(|e| refuse(None, e.to_string()))?
+                    .risk;
+                let verdict = evaluate(&policy, &evidence_of(&f.review, risk, paths, tests));
+                if !verdict.approvable {
+                    let unmet: Vec<String> = verdict
+                        .requirements
+                        .iter()
+                        .filter(|r| !r.state.holds())
+                        .map(|r| format!("{} {}: {}", r.name, r.state.as_str(), r.detail))
+                        .collect();
+                    return Err(refuse(
+                        None,
+                        format!(
+                            "the policy verdict is not approvable now: {}",
+                            unmet.join("; ")
+                        ),
+                    ));
+                }
+                for (h, (_, c)) in held.iter().zip(&f.claims) {
+                    let why = match c {
+                        None => Some("it no longer exists".to_string()),
+                        Some(c) if c.status != ClaimState::Active => {
+                            Some(format!("it is {}", c.status.as_str()))
+                        }
+                        Some(c) if c.fencing_token != h.fencing_token => Some(format!(
+                            "it was re-granted with fencing token {} (the validation saw {})",
+                            c.fencing_token, h.fencing_token
+                        )),
+                        Some(c) if c.expires_at <= now => Some("it expired".to_string()),
+                        Some(c) if c.expires_at <= now + limits::APPLY_CLAIM_MARGIN_SECONDS => {
+                            Some(format!(
+                                "it expires in {} s, within the {} s an apply may take: extend it (claim.extend), then apply",
+                                c.expires_at - now,
+                                limits::APPLY_CLAIM_MARGIN_SECONDS
+                            ))
+                        }
+                        Some(_) => None,
+                    };
+                    if let Some(why) = why {
+                        return Err(refuse(
+                            None,
+                            format!(
+                                "claim {} on {} (fencing token {}) is no longer the validated grant: {why}",
+                                h.claim_id, h.resource_id, h.fencing_token
+                            ),
+                        ));
+                    }
+                }
+                record.approvals = verdict
+                    .requirements
+                    .iter()
+                    .flat_map(|r| r.evidence.clone())
+                    .collect();
+                Ok(serde_json::to_string(&record).expect("a record serializes"))
+            }) as ApplyGate
+        };
+        let fence = Fence {
+            claims: vrec.claims.iter().map(|c| c.claim_id.clone()).collect(),
+            paths: vrec.pre_images.iter().map(|(p, _)| p.clone()).collect(),
         };
         let t = self
             .ctx
@@ -315,40 +358,25 @@ impl Service {
                     validation_id: vrow.validation_id.clone(),
                     status: TxState::Prepared,
                     version: 1,
-                    record: serde_json::to_string(&record).expect("a record serializes"),
+                    record: String::new(),
                     seq: 0,
                 },
+                fence,
+                gate,
                 &actor.key(),
                 &crate::engine::request::stamp("{}"),
                 &at,
                 k.binding(&p.workspace_id, actor, &transaction_id),
             )
             .await?;
+        record = Self::tx_record(&t)?;
         crate::engine::crash::point(crate::engine::crash::CrashPoint::ApplyAfterPrepared);
         let plan = Plan {
             transaction_id: transaction_id.clone(),
             head: vrec.worktree_head.clone(),
             changes,
         };
-        let expected = vrec.pre_images.clone();
-        let dir = self.ctx.data.layout.transactions();
-        let wt = worktree.to_path_buf();
-        let prepared = tokio::task::spawn_blocking(move || {
-            let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
-            // Paths the patch only reads (copy sources) must be unchanged too.
-            for (path, fp) in &expected {
-                if plan.changes.iter().any(|c| &c.path == path) {
-                    continue;
-                }
-                let now = apply::current(&root, path).map_err(|e| e.to_string())?;
-                if now.fingerprint() != *fp {
-                    return Err(format!("{path:?} changed since it was validated"));
-                }
-            }
-            apply::prepare(&root, &plan, Some(&expected), &dir).map_err(|e| e.to_string())
-        })
-        .await
-        .expect("prepare does not panic");
+        let prepared = self.prepare_checked(worktree, &vrec, plan).await?;
         let rb = match prepared {
             Ok(rb) => rb,
             Err(reason) => {
@@ -387,6 +415,104 @@ impl Service {
             .finish_install(worktree, t, r, rb, &actor.key())
             .await?;
         self.apply_reply(&t).await
+    }
+
+    /// After `prepared`: every path the validation read still holds the image it saw, no
+    /// claim it relied on is stale (its resource changed since the grant, by anything but an
+    /// apply under it), then [`apply::prepare`] stages the post-images and writes the
+    /// rollback artifact. `Ok(Err(reason))` is a refusal: nothing visible changed.
+    async fn prepare_checked(
+        &self,
+        worktree: &std::path::Path,
+        vrec: &ValidationRecord,
+        plan: Plan,
+    ) -> Result<Result<apply::Rollback, String>, ServiceError> {
+        let expected = vrec.pre_images.clone();
+        let wt = worktree.to_path_buf();
+        let unchanged = tokio::task::spawn_blocking(move || -> Result<(), String> {
+            let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
+            for (path, fp) in &expected {
+                let now = apply::current(&root, path).map_err(|e| e.to_string())?;
+                if now.fingerprint() != *fp {
+                    return Err(format!("{path:?} changed since it was validated"));
+                }
+            }
+            Ok(())
+        })
+        .await
+        .expect("reading pre-images does not panic");
+        if let Err(reason) = unchanged {
+            return Ok(Err(reason));
+        }
+        let mut relied = vec![];
+        for h in &vrec.claims {
+            if let Some(c) = self.ctx.data.store.claim(&h.claim_id).await? {
+                relied.push(c);
+            }
+        }
+        let stale = Self::stale_among(worktree, &relied).await?;
+        if !stale.is_empty() {
+            return Ok(Err(format!(
+                "stale claims: the resources of {} changed since they were granted; reconcile or acquire them again, then validate",
+                stale.join(", ")
+            )));
+        }
+        let expected = vrec.pre_images.clone();
+        let dir = self.ctx.data.layout.transactions();
+        let wt = worktree.to_path_buf();
+        Ok(tokio::task::spawn_blocking(move || {
+            let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
+            apply::prepare(&root, &plan, Some(&expected), &dir).map_err(|e| e.to_string())
+        })
+        .await
+        .expect("prepare does not panic"))
+    }
+
+    /// The validation's post-images, read back from the blobs it stored and checked against
+    /// their hashes.
+    async fn post_images(
+        &self,
+        workspace_id: &str,
+        vrec: &ValidationRecord,
+    ) -> Result<Vec<Change>, ServiceError> {
+        let repo = self.repo(workspace_id).clone();
+        let posts = vrec.post_images.clone();
+        tokio::task::spawn_blocking(move || -> Result<Vec<Change>, String> {
+            posts
+                .iter()
+                .map(|pi| {
+                    let after = match (&pi.fingerprint, &pi.blob) {
+                        (apply::Fingerprint::Absent, _) => Image::Absent,
+                        (apply::Fingerprint::File { executable, .. }, Some(b)) => Image::File {
+                            executable: *executable,
+                            bytes: repo.read_blob(b).map_err(|e| e.to_string())?,
+                        },
+                        (apply::Fingerprint::Symlink { .. }, Some(b)) => Image::Symlink {
+                            target: String::from_utf8_lossy(
+                                &repo.read_blob(b).map_err(|e| e.to_string())?,
+                            )
+                            .into_owned(),
+                        },
+                        (_, None) => {
+                            return Err(format!("{}: the post-image blob is missing", pi.path));
+                        }
+                    };
+                    if after.fingerprint() != pi.fingerprint {
+                        return Err(format!(
+                            "{}: the stored post-image does not match its hash",
+                            pi.path
+                        ));
+                    }
+                    Ok(Change {
+                        path: pi.path.clone(),
+                        after,
+                    })
+                })
+                .collect()
+        })
+        .await
+        .expect("reading post-images does not panic")
+        .map_err(ServiceError::internal)
     }
 
     /// Installs a transaction in `installing` and records it `applied`.
@@ -437,15 +563,55 @@ impl Service {
                 .await
                 .expect("rev-parse does not panic")
         };
-        self.advance(
-            &t.transaction_id,
-            t.version,
-            TxEvent::Complete,
-            &mut r,
-            actor,
-            "{}",
-        )
-        .await
+        // The claims this apply landed under now describe the files as it left them.
+        let mut rebase = vec![];
+        for id in &r.claims {
+            let Some(c) = self.ctx.data.store.claim(id).await? else {
+                continue;
+            };
+            if !c.mode.writes() {
+                continue;
+            }
+            let resource = crate::domain::claim::ResourceId::parse(&c.resource_id)
+                .map_err(ServiceError::internal)?;
+            if let Ok(hash) = Self::current_hash(worktree.to_path_buf(), resource).await {
+                rebase.push((c.claim_id.clone(), hash.unwrap_or_default()));
+            }
+        }
+        match self
+            .advance_with(
+                &t.transaction_id,
+                t.version,
+                TxEvent::Complete,
+                &mut r,
+                actor,
+                "{}",
+                None,
+                rebase,
+            )
+            .await
+        {
+            // The files are installed but the proposal left review (no fence should let that
+            // happen): flagged, never left `installing`, so nothing waits on it forever.
+            Err(ServiceError::FailedPrecondition(why)) => {
+                r.blocked_reason = Some(why.message.clone());
+                self.advance(
+                    &t.transaction_id,
+                    t.version,
+                    TxEvent::Flag,
+                    &mut r,
+                    actor,
+                    &json!({"reason": why.message, "failure_code": FailureCode::ProposalUnsettled})
+                        .to_string(),
+                )
+                .await?;
+                Err(ServiceError::precondition(format!(
+                    "transaction {} installed every post-image, but {}; it is needs_attention: transaction.control resolve settles it",
+                    t.transaction_id, why.message
+                )))
+            }
+            other => other,
+        }
     }
 
     /// What a replayed apply answers: the same refusal when the first call was refused before
@@ -570,11 +736,19 @@ impl Service {
             TxState::Prepared | TxState::Failed | TxState::Cancelled
         );
         use crate::wire::RepositoryState as R;
+        // The artifact is named by the digest the journal recorded, never by a host path.
+        let named = |e: apply::ApplyError| {
+            let digest = r
+                .rollback_sha256
+                .as_deref()
+                .map_or("never recorded".to_string(), |d| format!("sha256 {d}"));
+            format!("{e} (rollback artifact digest: {digest})")
+        };
         let (paths, state, artifact_error) = match inspected {
             Err(e @ apply::ApplyError::ArtifactMissing(_)) if never_installed => {
-                (vec![], R::NotStarted, Some(e.to_string()))
+                (vec![], R::NotStarted, Some(named(e)))
             }
-            Err(e) => (vec![], R::Unknown, Some(e.to_string())),
+            Err(e) => (vec![], R::Unknown, Some(named(e))),
             Ok(reports) => {
                 let all = |s: PathState| reports.iter().all(|r| r.state == s);
                 let state = if all(PathState::Post) {

@@ -78,17 +78,7 @@ pub(super) fn page_limit(limit: Option<u32>) -> Result<u32, ServiceError> {
 }
 
 pub(super) fn check_text(field: &str, v: &str, required: bool) -> Result<(), ServiceError> {
-    if (required && v.is_empty()) || v.len() > limits::MAX_CLAIM_TEXT_BYTES {
-        return Err(ServiceError::invalid_field(
-            field,
-            format!(
-                "{field} must be {}..={} bytes",
-                u8::from(required),
-                limits::MAX_CLAIM_TEXT_BYTES
-            ),
-        ));
-    }
-    Ok(())
+    super::check_text_field(field, v, required, limits::MAX_CLAIM_TEXT_BYTES)
 }
 
 fn check_ttl(ttl: u64) -> Result<(), ServiceError> {

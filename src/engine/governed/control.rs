@@ -81,7 +81,7 @@ impl Service {
                     let t = self.tx_in(&p.workspace_id, &id).await?;
                     self.replayed_apply(&t).await
                 }
-                ControlAction::Cancel | ControlAction::Compensate => {
+                ControlAction::Cancel | ControlAction::Compensate | ControlAction::Resolve => {
                     self.transaction_show(actor, show).await
                 }
             };
@@ -119,25 +119,128 @@ impl Service {
                     .transaction(&p.transaction_id)
                     .await?
                     .ok_or_else(|| ServiceError::internal("the transaction is gone"))?;
-                self.ctx
-                    .data
-                    .store
-                    .advance_transaction(
-                        &row.transaction_id,
-                        row.version,
-                        TxEvent::Cancel,
-                        row.record.clone(),
-                        &actor.key(),
-                        &crate::engine::request::stamp(&json!({"reason": p.reason}).to_string()),
-                        &self.now_rfc3339(),
-                        Some(k.binding(&p.workspace_id, actor, &p.transaction_id)),
-                    )
-                    .await?;
+                let mut r = Self::tx_record(&row)?;
+                self.advance_with(
+                    &row.transaction_id,
+                    row.version,
+                    TxEvent::Cancel,
+                    &mut r,
+                    &actor.key(),
+                    &json!({"reason": p.reason}).to_string(),
+                    Some(k.binding(&p.workspace_id, actor, &p.transaction_id)),
+                    vec![],
+                )
+                .await?;
                 self.transaction_show(actor, show).await
             }
             ControlAction::Compensate => self.compensate(actor, &worktree, &p, &k).await,
             ControlAction::Retry => self.retry(actor, &worktree, &p, &k).await,
+            ControlAction::Resolve => {
+                self.resolve_flagged(actor, &worktree, &p, &k).await?;
+                self.transaction_show(actor, show).await
+            }
         }
+    }
+
+    /// `resolve`: an admin settles a flagged transaction as its files stand, judged against
+    /// the validation's fingerprints (so a missing or quarantined rollback artifact does not
+    /// matter): `applied` when every touched path holds its post-image (its proposal is
+    /// accepted if it is still in review), `rolled_back` when every one holds its pre-image
+    /// (staged temp files are removed). Anything else is refused, naming the paths: restore
+    /// them to one side first.
+    async fn resolve_flagged(
+        &self,
+        actor: &Actor,
+        worktree: &std::path::Path,
+        p: &TransactionControlParams,
+        k: &Keyed,
+    ) -> Result<(), ServiceError> {
+        self.authorize(actor, &p.workspace_id, Permission::Admin)?;
+        let reason = p.reason.clone().ok_or_else(|| {
+            ServiceError::invalid_field("reason", "resolve needs a reason (what was checked)")
+        })?;
+        let t = self.tx_in(&p.workspace_id, &p.transaction_id).await?;
+        let (_, vrec) = self
+            .validation_in(&p.workspace_id, &t.validation_id)
+            .await?;
+        let mut r = Self::tx_record(&t)?;
+        let images: Vec<(String, Option<apply::Fingerprint>, apply::Fingerprint)> = vrec
+            .pre_images
+            .iter()
+            .map(|(path, pre)| {
+                let post = vrec
+                    .post_images
+                    .iter()
+                    .find(|i| &i.path == path)
+                    .map(|i| i.fingerprint.clone());
+                (path.clone(), post, pre.clone())
+            })
+            .collect();
+        let wt = worktree.to_path_buf();
+        let (id, paths) = (t.transaction_id.clone(), r.paths.clone());
+        let judged = tokio::task::spawn_blocking(move || -> Result<TxEvent, String> {
+            let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
+            let mut post = true;
+            let mut pre = true;
+            let mut neither = vec![];
+            for (path, after, before) in &images {
+                let now = apply::current(&root, path)
+                    .map_err(|e| e.to_string())?
+                    .fingerprint();
+                // A path the patch only reads (a copy source) is the same on both sides.
+                let after = after.as_ref().unwrap_or(before);
+                let (is_post, is_pre) = (now == *after, now == *before);
+                post &= is_post;
+                pre &= is_pre;
+                if !is_post && !is_pre {
+                    neither.push(path.clone());
+                }
+            }
+            if post {
+                return Ok(TxEvent::ResolveApplied);
+            }
+            if pre {
+                apply::remove_staged(&root, &id, &paths).map_err(|e| e.to_string())?;
+                return Ok(TxEvent::ResolveRolledBack);
+            }
+            Err(if neither.is_empty() {
+                "some touched paths hold their post-image and others their pre-image: restore every one to the same side, then resolve".to_string()
+            } else {
+                format!(
+                    "{} hold neither the pre-image nor the post-image: restore them (every touched path to the same side), then resolve",
+                    neither.join(", ")
+                )
+            })
+        })
+        .await
+        .expect("judging the files does not panic")
+        .map_err(|m| ServiceError::precondition_field("action", m))?;
+        if judged == TxEvent::ResolveApplied {
+            r.hashes = vrec
+                .pre_images
+                .iter()
+                .filter_map(|(path, before)| {
+                    let after = vrec.post_images.iter().find(|i| &i.path == path)?;
+                    Some(crate::wire::PathHashes {
+                        path: path.clone(),
+                        before: before.clone(),
+                        after: after.fingerprint.clone(),
+                    })
+                })
+                .collect();
+        }
+        self.advance_with(
+            &t.transaction_id,
+            t.version,
+            judged,
+            &mut r,
+            &actor.key(),
+            &json!({"reason": reason}).to_string(),
+            Some(k.binding(&p.workspace_id, actor, &t.transaction_id)),
+            vec![],
+        )
+        .await?;
+        Ok(())
     }
 
     /// `retry`: applies a fresh validation of the retried transaction's revision (named, or the
@@ -289,6 +392,20 @@ impl Service {
                 "every touched path already holds its pre-image: nothing to compensate",
             ));
         }
+        // One open compensation per transaction: a second request answers the first.
+        if let Some(open) = self
+            .ctx
+            .data
+            .store
+            .open_compensation(&p.transaction_id)
+            .await?
+        {
+            let row = self.proposal_in(&p.workspace_id, &open).await?;
+            return Ok(json!(crate::wire::CompensationReply {
+                transaction_id: p.transaction_id.clone(),
+                proposal: self.proposal_view(&row).await?,
+            }));
+        }
         // Write claims on every touched path for the requesting member.
         let task = format!("compensate-{}", p.transaction_id);
         for (i, e) in rb.entries.iter().enumerate() {
@@ -311,7 +428,7 @@ impl Service {
             .await?;
         }
         let proposal = self
-            .proposal_create(
+            .create_proposal_as(
                 actor,
                 ProposalCreateParams {
                     workspace_id: p.workspace_id.clone(),
@@ -338,6 +455,7 @@ impl Service {
                     base_revision: None,
                     idempotency_key: format!("{}/proposal", k.key),
                 },
+                Some(p.transaction_id.clone()),
             )
             .await?;
         let id = proposal["proposal"]["proposal_id"]

@@ -17,7 +17,7 @@ use crate::domain::proposal::{ProposalState, Risk, is_revision};
 use crate::engine::service::{Actor, Service, ServiceError};
 use crate::limits;
 use crate::store::proposals::ProposalRow;
-use crate::store::reviews::{DecisionRow, NewVote};
+use crate::store::reviews::{DecisionRow, NewVote, ReviewEvidence as StoredReview};
 use crate::wire::{
     DecisionListParams, DecisionRecordParams, HumanDecideParams, PolicyEvaluateParams,
     RequestApprovalParams, SecurityReviewParams, VoteCastParams, VoteListParams,
@@ -34,6 +34,43 @@ pub(super) fn roles_of(ws: &Workspace, actor: &Actor) -> Vec<String> {
     ws.roles.get(&key).cloned().unwrap_or_default()
 }
 
+/// The verdict's evidence from the stored rows about one revision (the same mapping for
+/// `policy.evaluate` and for apply's gate inside its transaction).
+pub(super) fn evidence_of(
+    review: &StoredReview,
+    risk: Risk,
+    paths: Vec<String>,
+    tests: Option<crate::domain::policy::TestEvidence>,
+) -> Evidence {
+    Evidence {
+        risk,
+        paths,
+        votes: review
+            .votes
+            .iter()
+            .map(|v| VoteEvidence {
+                vote_id: v.vote_id.clone(),
+                voter: v.voter.clone(),
+                roles: v.roles.clone(),
+                vote: v.vote,
+            })
+            .collect(),
+        security: review.security.as_ref().map(|r| ReviewEvidence {
+            review_id: r.review_id.clone(),
+            reviewer: r.reviewer.clone(),
+            verdict: r.verdict,
+        }),
+        approval: review.approval.as_ref().map(|a| ApprovalEvidence {
+            approval_id: a.approval_id.clone(),
+            state: a.state,
+            decided_by: a.decided_by.clone(),
+            override_votes: a.override_votes,
+            reason_md: a.reason_md.clone(),
+        }),
+        tests,
+    }
+}
+
 fn check_revision(revision: &str) -> Result<(), ServiceError> {
     if is_revision(revision) {
         return Ok(());
@@ -45,18 +82,7 @@ fn check_revision(revision: &str) -> Result<(), ServiceError> {
 }
 
 fn check_md(field: &str, v: &str, required: bool) -> Result<(), ServiceError> {
-    if (required && v.trim().is_empty()) || v.len() > limits::MAX_PROPOSAL_TEXT_BYTES {
-        return Err(ServiceError::invalid_field(
-            field,
-            format!(
-                "{field} must be {}..={} bytes{}",
-                u8::from(required),
-                limits::MAX_PROPOSAL_TEXT_BYTES,
-                if required { " and not blank" } else { "" }
-            ),
-        ));
-    }
-    Ok(())
+    super::check_text_field(field, v, required, limits::MAX_PROPOSAL_TEXT_BYTES)
 }
 
 /// A store refusal about the revision or the state, as the precondition it is.
@@ -226,51 +252,18 @@ impl Service {
         risk: Risk,
         tests: Option<crate::domain::policy::TestEvidence>,
     ) -> Result<Verdict, ServiceError> {
-        let store = &self.ctx.data.store;
-        let rev = p.current_revision.clone();
-        let votes = store
-            .votes(&p.proposal_id, Some(rev.clone()))
-            .await?
-            .into_iter()
-            .filter(|v| v.current)
-            .map(|v| VoteEvidence {
-                vote_id: v.vote_id,
-                voter: v.voter,
-                roles: v.roles,
-                vote: v.vote,
-            })
-            .collect();
-        let security = store
-            .security_reviews(&p.proposal_id)
-            .await?
-            .into_iter()
-            .rfind(|r| r.revision == rev)
-            .map(|r| ReviewEvidence {
-                review_id: r.review_id,
-                reviewer: r.reviewer,
-                verdict: r.verdict,
-            });
-        let approval = store
-            .approvals(&p.proposal_id)
-            .await?
-            .into_iter()
-            .rfind(|a| a.revision == rev)
-            .map(|a| ApprovalEvidence {
-                approval_id: a.approval_id,
-                state: a.state,
-                decided_by: a.decided_by,
-                override_votes: a.override_votes,
-                reason_md: a.reason_md,
-            });
-        let evidence = Evidence {
-            risk,
-            paths: self.touched_paths(&rev).await?,
-            votes,
-            security,
-            approval,
-            tests,
-        };
-        Ok(evaluate(&ws.policy, &evidence))
+        let rev = &p.current_revision;
+        let review = self
+            .ctx
+            .data
+            .store
+            .review_evidence(&p.proposal_id, rev)
+            .await?;
+        let paths = self.touched_paths(rev).await?;
+        Ok(evaluate(
+            &ws.policy,
+            &evidence_of(&review, risk, paths, tests),
+        ))
     }
 
     /// The review side of `proposal.get`: the current revision's plan, votes (history

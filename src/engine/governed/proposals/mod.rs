@@ -44,6 +44,10 @@ pub(super) struct Record {
     updated_at: String,
     /// The reason given with the last transition (a rejection's, a withdrawal's).
     reason_md: Option<String>,
+    /// The applied transaction this proposal reverses (`transaction.control compensate`):
+    /// when it applies, that transaction becomes `rolled_back` in the same commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(in crate::engine::governed) compensates: Option<String>,
 }
 
 impl Service {
@@ -189,6 +193,17 @@ impl Service {
         actor: &Actor,
         p: ProposalCreateParams,
     ) -> Result<Value, ServiceError> {
+        self.create_proposal_as(actor, p, None).await
+    }
+
+    /// [`Service::proposal_create`], for a compensation of the applied transaction
+    /// `compensates` when given.
+    pub(in crate::engine::governed) async fn create_proposal_as(
+        &self,
+        actor: &Actor,
+        p: ProposalCreateParams,
+        compensates: Option<String>,
+    ) -> Result<Value, ServiceError> {
         let worktree = self.governed(actor, &p.workspace_id, Permission::Propose)?;
         let k = Keyed::new(
             "proposal.create",
@@ -271,6 +286,7 @@ impl Service {
             created_at: now.clone(),
             updated_at: now.clone(),
             reason_md: None,
+            compensates,
         };
         let row = ProposalRow {
             proposal_id: proposal_id.clone(),
@@ -547,17 +563,7 @@ impl Service {
 }
 
 fn check_bounded(field: &str, v: &str, required: bool, max: usize) -> Result<(), ServiceError> {
-    if (required && v.trim().is_empty()) || v.len() > max {
-        return Err(ServiceError::invalid_field(
-            field,
-            format!(
-                "{field} must be {}..={max} bytes{}",
-                u8::from(required),
-                if required { " and not blank" } else { "" }
-            ),
-        ));
-    }
-    Ok(())
+    super::check_text_field(field, v, required, max)
 }
 
 /// A full Git object id: 40 (SHA-1) or 64 (SHA-256) lowercase hex digits.

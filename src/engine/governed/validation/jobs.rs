@@ -262,6 +262,7 @@ impl Service {
         workspace_id: &str,
         validation_id: &str,
         tests: &[Vec<String>],
+        checks: &[crate::domain::policy::RequiredCheck],
         rec: &mut Record,
     ) -> Result<(), String> {
         let repo = self.repo(workspace_id).clone();
@@ -323,26 +324,48 @@ impl Service {
             .get(workspace_id)
             .map(|w| w.profile.clone())
             .unwrap_or_default();
-        for argv in tests {
+        let timeout = self.ctx.config.expected_test_timeout_seconds;
+        let runs = tests
+            .iter()
+            .map(|argv| (None, argv, profile.as_str(), timeout))
+            .chain(checks.iter().map(|c| {
+                (
+                    Some(c.name.as_str()),
+                    &c.argv,
+                    c.profile.as_deref().unwrap_or(&profile),
+                    c.timeout_seconds.unwrap_or(timeout),
+                )
+            }));
+        for (check, argv, profile, timeout) in runs {
+            let what = match check {
+                Some(name) => format!("required check {name:?}"),
+                None => "an expected test".to_string(),
+            };
             let prepared = self
                 .ctx
                 .prepare_commit(
                     self.repo(workspace_id).clone(),
                     commit.clone(),
-                    &profile,
+                    profile,
                     argv.clone(),
-                    self.ctx.config.expected_test_timeout_seconds,
+                    timeout,
                     None,
                 )
                 .await
-                .map_err(|e| format!("an expected test cannot start: {e}"))?;
+                .map_err(|e| format!("{what} cannot start: {e}"))?;
             let started = self
                 .ctx
                 .begin(prepared, None)
                 .await
-                .map_err(|e| format!("an expected test cannot be recorded: {e}"))?;
-            rec.test_verifications
-                .push(started.verification.verification_id.clone());
+                .map_err(|e| format!("{what} cannot be recorded: {e}"))?;
+            let id = started.verification.verification_id.clone();
+            rec.test_verifications.push(id.clone());
+            if let Some(name) = check {
+                rec.checks.push(super::CheckRun {
+                    name: name.to_string(),
+                    verification_id: id,
+                });
+            }
             self.spawn_worker(started);
         }
         Ok(())

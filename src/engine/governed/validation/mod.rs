@@ -31,6 +31,17 @@ pub(super) enum StageState {
     Running,
 }
 
+impl StageState {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            StageState::Executed => "executed",
+            StageState::Skipped => "skipped",
+            StageState::Failed => "failed",
+            StageState::Running => "running",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub(super) struct Stage {
     pub(super) name: String,
@@ -71,8 +82,19 @@ pub(super) struct Record {
     pub(super) pre_images: Vec<(String, Fingerprint)>,
     pub(super) post_images: Vec<PostImage>,
     pub(super) dry_run_verification: Option<String>,
+    /// Every test that ran: the author's expected tests, then the policy's required checks.
     pub(super) test_verifications: Vec<String>,
+    /// The required checks among them, by name.
+    #[serde(default)]
+    pub(super) checks: Vec<CheckRun>,
     pub(super) tests_commit: Option<String>,
+}
+
+/// A required check a validation ran, and its verification.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub(super) struct CheckRun {
+    pub(super) name: String,
+    pub(super) verification_id: String,
 }
 
 /// A validation as every validation method answers it: `valid` once every stage but policy
@@ -83,10 +105,10 @@ pub struct ValidationView {
     proposal_id: String,
     revision: String,
     requested_by: String,
-    valid: bool,
-    complete: bool,
+    pub(in crate::engine::governed) valid: bool,
+    pub(in crate::engine::governed) complete: bool,
     expired: bool,
-    stages: Vec<Stage>,
+    pub(in crate::engine::governed) stages: Vec<Stage>,
     claims: Vec<HeldClaim>,
     stale_claims: Vec<String>,
     worktree_head: Option<String>,
@@ -94,6 +116,8 @@ pub struct ValidationView {
     post_images: Vec<PathImage>,
     dry_run_verification: Option<String>,
     test_verifications: Vec<String>,
+    /// The policy's required checks among `test_verifications`, by name.
+    checks: Vec<CheckRun>,
     tests: Vec<crate::verification::Verification>,
     created_at: String,
     expires_at: String,
@@ -116,6 +140,28 @@ fn stage(name: &str, state: StageState, reason: impl Into<String>, t: Instant) -
 }
 
 impl Service {
+    /// The claims among `held` whose resource changed since the grant: its hash now differs
+    /// from the hash recorded with the grant (an unreadable resource counts as changed).
+    pub(super) async fn stale_among(
+        worktree: &std::path::Path,
+        held: &[crate::store::claims::ClaimRow],
+    ) -> Result<Vec<String>, ServiceError> {
+        let mut stale = vec![];
+        for c in held {
+            let r: super::claims::Record = serde_json::from_str(&c.record)
+                .map_err(|e| ServiceError::record("a claim record", e))?;
+            let resource = ResourceId::parse(&c.resource_id).map_err(ServiceError::internal)?;
+            let current = Self::current_hash(worktree.to_path_buf(), resource)
+                .await
+                .ok()
+                .flatten();
+            if current.unwrap_or_default() != r.base_hash.unwrap_or_default() {
+                stale.push(c.claim_id.clone());
+            }
+        }
+        Ok(stale)
+    }
+
     /// The stored validation of `workspace_id`, or `not_found`.
     pub(super) async fn validation_in(
         &self,
@@ -148,10 +194,11 @@ impl Service {
         rec: &Record,
     ) -> Result<(StageState, String, bool), ServiceError> {
         if rec.test_verifications.is_empty() {
+            // Nothing ran: never "every test passed" (the verdict calls it missing).
             let st = rec.stages.iter().find(|s| s.name == "tests");
             return Ok(match st {
-                Some(s) => (s.state, s.reason.clone(), s.state == StageState::Skipped),
-                None => (StageState::Skipped, "no expected tests".into(), true),
+                Some(s) => (s.state, s.reason.clone(), false),
+                None => (StageState::Skipped, "no expected tests".into(), false),
             });
         }
         let mut running = 0;
@@ -191,12 +238,21 @@ impl Service {
         })
     }
 
-    /// The validation as the API shows it (the tests stage as it is now).
+    /// The validation as the API shows it (the tests stage as it is now), as JSON.
     pub(super) async fn validation_view(
         &self,
         row: &ValidationRow,
         rec: &Record,
     ) -> Result<Value, ServiceError> {
+        Ok(json!(self.validation_state(row, rec).await?))
+    }
+
+    /// The validation as it stands now (the tests stage from its verifications).
+    pub(super) async fn validation_state(
+        &self,
+        row: &ValidationRow,
+        rec: &Record,
+    ) -> Result<ValidationView, ServiceError> {
         let (tstate, treason, _) = self.tests_state(rec).await?;
         let mut stages = rec.stages.clone();
         if let Some(t) = stages.iter_mut().find(|s| s.name == "tests") {
@@ -216,7 +272,7 @@ impl Service {
                 tests.push(v);
             }
         }
-        Ok(json!(ValidationView {
+        Ok(ValidationView {
             validation_id: rec.validation_id.clone(),
             proposal_id: rec.proposal_id.clone(),
             revision: rec.revision.clone(),
@@ -246,10 +302,11 @@ impl Service {
                 .collect(),
             dry_run_verification: rec.dry_run_verification.clone(),
             test_verifications: rec.test_verifications.clone(),
+            checks: rec.checks.clone(),
             tests,
             created_at: rec.created_at.clone(),
             expires_at: rec.expires_at.clone(),
-        }))
+        })
     }
 
     /// `patch.validation_show`.
@@ -358,6 +415,7 @@ impl Service {
             post_images: vec![],
             dry_run_verification: None,
             test_verifications: vec![],
+            checks: vec![],
             tests_commit: None,
         };
         let mut ok = true;
@@ -399,30 +457,13 @@ impl Service {
                 }
             }
         }
-        for h in &rec.claims {
-            let c = held
-                .iter()
-                .find(|c| c.claim_id == h.claim_id)
-                .expect("listed above");
-            let r: super::claims::Record = serde_json::from_str(&c.record)
-                .map_err(|e| ServiceError::record("a claim record", e))?;
-            let resource = ResourceId::parse(&c.resource_id).map_err(ServiceError::internal)?;
-            let current = Self::current_hash(worktree.clone(), resource)
-                .await
-                .ok()
-                .flatten();
-            if current.unwrap_or_default() != r.base_hash.unwrap_or_default() {
-                rec.stale_claims.push(c.claim_id.clone());
-            }
-        }
-        rec.stages.push(if missing.is_empty() {
-            stage(
-                "claims",
-                StageState::Executed,
-                format!("{} claims cover every affected resource", rec.claims.len()),
-                t,
-            )
-        } else {
+        let relied: Vec<_> = held
+            .iter()
+            .filter(|c| rec.claims.iter().any(|h| h.claim_id == c.claim_id))
+            .cloned()
+            .collect();
+        rec.stale_claims = Self::stale_among(&worktree, &relied).await?;
+        rec.stages.push(if !missing.is_empty() {
             ok = false;
             stage(
                 "claims",
@@ -431,6 +472,24 @@ impl Service {
                     "no active write or exclusive claim of the author covers {}",
                     missing.join(", ")
                 ),
+                t,
+            )
+        } else if !rec.stale_claims.is_empty() {
+            ok = false;
+            stage(
+                "claims",
+                StageState::Failed,
+                format!(
+                    "stale claims: the resources of {} changed since they were granted; reconcile or acquire them again",
+                    rec.stale_claims.join(", ")
+                ),
+                t,
+            )
+        } else {
+            stage(
+                "claims",
+                StageState::Executed,
+                format!("{} claims cover every affected resource", rec.claims.len()),
                 t,
             )
         });
@@ -545,13 +604,21 @@ impl Service {
             )),
         }
 
-        // tests, asynchronously.
+        // tests (the author's expected tests and the policy's required checks),
+        // asynchronously.
         let t = Instant::now();
-        if precord.expected_tests.is_empty() {
+        let required = self
+            .ctx
+            .config
+            .workspaces
+            .get(&p.workspace_id)
+            .map(|w| w.policy.required_checks.clone())
+            .unwrap_or_default();
+        if precord.expected_tests.is_empty() && required.is_empty() {
             rec.stages.push(stage(
                 "tests",
                 StageState::Skipped,
-                "the proposal names no expected tests",
+                "the proposal names no expected tests and the policy no required checks",
                 t,
             ));
         } else if !ok {
@@ -567,6 +634,7 @@ impl Service {
                     &p.workspace_id,
                     &validation_id,
                     &precord.expected_tests,
+                    &required,
                     &mut rec,
                 )
                 .await
