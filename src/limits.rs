@@ -147,6 +147,10 @@ pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(60);
 /// holds is not expired before the apply settles.
 pub const APPLY_CLAIM_MARGIN_SECONDS: i64 = 60;
 
+/// The lowest port an unprivileged process in a job container may bind
+/// (`net.ipv4.ip_unprivileged_port_start`; the kernel's own default).
+pub const SANDBOX_UNPRIVILEGED_PORT_START: u16 = 1024;
+
 /// Budget for one control call.
 pub const CONTROL_CALL_BUDGET: Duration = Duration::from_secs(60);
 

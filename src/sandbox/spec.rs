@@ -187,6 +187,12 @@ pub fn render(spec: &RuntimeSpec, run: &RunIdentity) -> ContainerCreateBody {
             config: None,
         }),
         ipc_mode: Some("private".into()),
+        // Docker's default lets any user bind ports below 1024; a job's unprivileged user
+        // must not (tests that expect the host's rule then behave as on a host).
+        sysctls: Some(HashMap::from([(
+            "net.ipv4.ip_unprivileged_port_start".to_string(),
+            limits::SANDBOX_UNPRIVILEGED_PORT_START.to_string(),
+        )])),
         auto_remove: Some(false),
         ..Default::default()
     };
