@@ -151,6 +151,9 @@ pub const APPLY_CLAIM_MARGIN_SECONDS: i64 = 60;
 /// (`net.ipv4.ip_unprivileged_port_start`; the kernel's own default).
 pub const SANDBOX_UNPRIVILEGED_PORT_START: u16 = 1024;
 
+/// How long a sign-in form (its CSRF cookie) stays usable.
+pub const UI_LOGIN_FORM_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// Budget for one control call.
 pub const CONTROL_CALL_BUDGET: Duration = Duration::from_secs(60);
 

@@ -32,10 +32,36 @@ pub fn form_encode(pairs: &[(&str, &str)]) -> String {
         .join("&")
 }
 
+/// The sign-in form as a browser gets it: (its CSRF cookie, the form's CSRF value).
+pub fn login_form(addr: &str) -> (String, String) {
+    let (status, h, page) = exchange(addr, "GET", "/ui/login", &[], b"").unwrap();
+    assert_eq!(status, 200);
+    let cookie = header(&h, "set-cookie").unwrap();
+    for attr in ["HttpOnly", "SameSite=Strict", "Path=/ui/login"] {
+        assert!(cookie.contains(attr), "{cookie} lacks {attr}");
+    }
+    let cookie = cookie.split(';').next().unwrap().to_string();
+    let page = String::from_utf8(page).unwrap();
+    let at = page.find("name=\"csrf\" value=\"").unwrap() + "name=\"csrf\" value=\"".len();
+    let value = page[at..].split('"').next().unwrap().to_string();
+    assert_eq!(cookie.split_once('=').unwrap().1, value);
+    (cookie, value)
+}
+
+/// Posts the sign-in form with `token` as a browser on this site would (its CSRF cookie and
+/// value), plus `extra` headers; (status, headers).
+pub fn login_post(addr: &str, token: &str, extra: &[(&str, &str)]) -> (u16, Headers) {
+    let (cookie, csrf) = login_form(addr);
+    let body = form_encode(&[("csrf", &csrf), ("token", token)]);
+    let mut headers = vec![FORM, ("Cookie", cookie.as_str())];
+    headers.extend_from_slice(extra);
+    let (status, h, _) = exchange(addr, "POST", "/ui/login", &headers, body.as_bytes()).unwrap();
+    (status, h)
+}
+
 /// Signs in with `token`; returns the `Cookie` header value.
 pub fn sign_in(s: &Server, token: &str) -> String {
-    let body = form_encode(&[("token", token)]);
-    let (status, h, _) = exchange(&s.addr, "POST", "/ui/login", &[FORM], body.as_bytes()).unwrap();
+    let (status, h) = login_post(&s.addr, token, &[]);
     assert_eq!(status, 303);
     let cookie = header(&h, "set-cookie").unwrap();
     for attr in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
@@ -152,12 +178,45 @@ fn sign_in_hostile_text_and_decisions_on_the_web_page() {
     );
     // Unknown tokens and run tokens do not sign in.
     for (token, want) in [("nope", 401), (RUN_A, 403)] {
-        let body = form_encode(&[("token", token)]);
-        let (status, h, _) =
-            exchange(&s.addr, "POST", "/ui/login", &[FORM], body.as_bytes()).unwrap();
+        let (status, h) = login_post(&s.addr, token, &[]);
         assert_eq!(status, want, "{token}");
         assert!(header(&h, "set-cookie").is_none());
     }
+    // A sign-in form posted from another site signs nobody in: without the form's own
+    // CSRF cookie and value, with a foreign Origin, or marked cross-site by the browser.
+    let body = form_encode(&[("token", ALICE)]);
+    let (status, h, _) = exchange(&s.addr, "POST", "/ui/login", &[FORM], body.as_bytes()).unwrap();
+    assert_eq!(status, 403, "no CSRF cookie or value");
+    assert!(header(&h, "set-cookie").is_none());
+    let (cookie, _) = login_form(&s.addr);
+    let wrong = form_encode(&[("csrf", "0123456789abcdef"), ("token", ALICE)]);
+    let (status, h, _) = exchange(
+        &s.addr,
+        "POST",
+        "/ui/login",
+        &[FORM, ("Cookie", cookie.as_str())],
+        wrong.as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(status, 403, "a CSRF value that is not the cookie's");
+    assert!(header(&h, "set-cookie").is_none());
+    for hostile in [
+        ("Origin", "http://evil.example"),
+        ("Origin", "null"),
+        ("Sec-Fetch-Site", "cross-site"),
+    ] {
+        let (status, h) = login_post(&s.addr, ALICE, &[hostile]);
+        assert_eq!(status, 403, "{hostile:?}");
+        assert!(header(&h, "set-cookie").is_none(), "{hostile:?}");
+    }
+    // The daemon's own origin is fine.
+    let own = format!("http://{}", s.addr);
+    let (status, _) = login_post(
+        &s.addr,
+        ALICE,
+        &[("Origin", &own), ("Sec-Fetch-Site", "same-origin")],
+    );
+    assert_eq!(status, 303);
     // A made-up cookie is no session.
     let (status, _, _) = get(&s, "airlock_session=0123", "/ui/");
     assert_eq!(status, 303);

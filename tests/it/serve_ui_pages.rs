@@ -4,10 +4,9 @@
 //! table, security reviews for holders of the security role, reject and withdraw for the members
 //! the server lets do them, and the Secure cookie behind a TLS proxy.
 
-use crate::serve_ui::{HOSTILE, csrf, form_encode, get, post, proposal_with_hostile_text, sign_in};
+use crate::serve_ui::{HOSTILE, csrf, get, post, proposal_with_hostile_text, sign_in};
 use crate::support::daemon::{ALICE, BOB, ERIN, SAM, Server, cand, wait_for};
 use crate::support::docker;
-use crate::support::http::exchange;
 use crate::support::repo::git;
 use serde_json::{Value, json};
 
@@ -405,9 +404,7 @@ fn the_proposal_page_offers_security_review_reject_and_withdraw_to_whom_the_serv
 #[test]
 fn the_session_cookie_is_secure_only_when_browsers_come_over_tls() {
     let s = Server::fake_with("public_url = \"https://airlock.example\"\n");
-    let body = form_encode(&[("token", ALICE)]);
-    let form = ("Content-Type", "application/x-www-form-urlencoded");
-    let (status, h, _) = exchange(&s.addr, "POST", "/ui/login", &[form], body.as_bytes()).unwrap();
+    let (status, h) = crate::serve_ui::login_post(&s.addr, ALICE, &[]);
     assert_eq!(status, 303);
     let cookie = h
         .iter()
@@ -417,7 +414,7 @@ fn the_session_cookie_is_secure_only_when_browsers_come_over_tls() {
     assert!(cookie.contains("; Secure"), "{cookie}");
     // Without public_url (plain HTTP), a Secure cookie would never come back: none is set.
     let plain = Server::fake();
-    let (_, h, _) = exchange(&plain.addr, "POST", "/ui/login", &[form], body.as_bytes()).unwrap();
+    let (_, h) = crate::serve_ui::login_post(&plain.addr, ALICE, &[]);
     let cookie = h
         .iter()
         .find(|(k, _)| k == "set-cookie")

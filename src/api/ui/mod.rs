@@ -31,6 +31,8 @@ use std::time::Instant;
 use transaction::*;
 
 const COOKIE: &str = "airlock_session";
+/// The sign-in form's CSRF cookie (double submit: the form carries the same value).
+const LOGIN_COOKIE: &str = "airlock_login";
 const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
                    frame-ancestors 'none'; base-uri 'none'";
 const STYLE: &str = "body{font:15px/1.45 system-ui,sans-serif;margin:2rem auto;max-width:72rem;\
@@ -123,7 +125,9 @@ async fn harden(mut resp: Response) -> Response {
     );
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        // Our own form POSTs then carry their real Origin (no-referrer made it "null");
+        // nothing is sent to other sites.
+        HeaderValue::from_static("same-origin"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
@@ -135,14 +139,66 @@ async fn style() -> Response {
 }
 
 fn cookie_of(headers: &HeaderMap) -> Option<String> {
+    named_cookie(headers, COOKIE)
+}
+
+fn named_cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == COOKIE)
+        .find(|(k, _)| *k == name)
         .map(|(_, v)| v.to_string())
+}
+
+/// Whether a POST comes from this site's own pages: its `Origin` (which browsers send with
+/// every form POST) is the address it was sent to (`Host`) or `public_url`'s, and its
+/// `Sec-Fetch-Site`, when sent, is not cross-site. A request without either header (not a
+/// browser, or a very old one) still needs the CSRF token.
+fn same_origin(st: &AppState, headers: &HeaderMap) -> bool {
+    let text = |h: header::HeaderName| headers.get(h).and_then(|v| v.to_str().ok());
+    let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
+    if let Some(site) = site
+        && !matches!(site, "same-origin" | "none")
+    {
+        return false;
+    }
+    let Some(origin) = text(header::ORIGIN) else {
+        return true;
+    };
+    // An opaque origin (a sandboxed frame, a data: page, or a referrer policy that hides
+    // it) is trusted only when the browser itself says the request is same-origin.
+    if origin == "null" {
+        return site == Some("same-origin");
+    }
+    let host = text(header::HOST).unwrap_or_default();
+    let public = st
+        .service
+        .ctx
+        .config
+        .public_url
+        .as_deref()
+        .map(|u| u.trim_end_matches('/'));
+    let own = [format!("http://{host}"), format!("https://{host}")];
+    (!host.is_empty() && own.iter().any(|o| o == origin))
+        || public.is_some_and(|p| {
+            // The origin part of public_url (scheme://host[:port]).
+            let end = p
+                .find("://")
+                .and_then(|i| p[i + 3..].find('/').map(|j| i + 3 + j))
+                .unwrap_or(p.len());
+            &p[..end] == origin
+        })
+}
+
+fn cross_site() -> Response {
+    refusal(
+        StatusCode::FORBIDDEN,
+        None,
+        "a form sent from another site is refused (its Origin is not this daemon's)",
+    )
 }
 
 fn session(st: &AppState, headers: &HeaderMap) -> Option<(String, UiSession)> {
@@ -272,6 +328,9 @@ fn form_session(
     headers: &HeaderMap,
     csrf: &str,
 ) -> Result<UiSession, Box<Response>> {
+    if !same_origin(st, headers) {
+        return Err(Box::new(cross_site()));
+    }
     let Some((_, s)) = session(st, headers) else {
         return Err(Box::new(refusal(
             StatusCode::UNAUTHORIZED,
@@ -294,18 +353,30 @@ fn csrf_ok(s: &UiSession, presented: &str) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
-async fn login_page() -> Response {
-    page(
+async fn login_page(State(st): State<AppState>) -> Response {
+    // A fresh nonce, as a cookie and in the form: a cross-site form has neither the cookie
+    // (SameSite=Strict) nor the value, so nobody signs a browser in under another token.
+    let nonce = crate::ids::new_creation_key();
+    let mut resp = page(
         "Sign in",
         None,
         html! {
             p { "Sign in with your member bearer token. It is exchanged for a session cookie and never stored in the browser." }
             form method="post" action="/ui/login" {
+                input type="hidden" name="csrf" value=(nonce);
                 label { "Token " input type="password" name="token" autocomplete="off" required; }
                 " " button type="submit" { "Sign in" }
             }
         },
-    )
+    );
+    if let Ok(v) = HeaderValue::from_str(&format!(
+        "{LOGIN_COOKIE}={nonce}; Path=/ui/login; HttpOnly; SameSite=Strict; Max-Age={}{}",
+        crate::limits::UI_LOGIN_FORM_TTL.as_secs(),
+        secure(&st)
+    )) {
+        resp.headers_mut().append(header::SET_COOKIE, v);
+    }
+    resp
 }
 
 /// `; Secure` when browsers reach the daemon over TLS (`public_url` is https://: Airlock
@@ -325,9 +396,30 @@ fn secure(st: &AppState) -> &'static str {
 #[derive(Deserialize)]
 struct LoginForm {
     token: String,
+    #[serde(default)]
+    csrf: String,
 }
 
-async fn login(State(st): State<AppState>, Form(f): Form<LoginForm>) -> Response {
+async fn login(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Form(f): Form<LoginForm>,
+) -> Response {
+    if !same_origin(&st, &headers) {
+        return cross_site();
+    }
+    let nonce = named_cookie(&headers, LOGIN_COOKIE).unwrap_or_default();
+    let (a, b) = (nonce.as_bytes(), f.csrf.as_bytes());
+    let matches = !a.is_empty()
+        && a.len() == b.len()
+        && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0;
+    if !matches {
+        return refusal(
+            StatusCode::FORBIDDEN,
+            None,
+            "the sign-in form's CSRF token is missing or wrong: open /ui/login and sign in from there",
+        );
+    }
     let member = match authenticate(&st.service.ctx.config, &f.token) {
         Some(Actor::Member { member_id }) => member_id,
         Some(_) => {
@@ -373,6 +465,9 @@ async fn logout(
     headers: HeaderMap,
     Form(f): Form<CsrfForm>,
 ) -> Response {
+    if !same_origin(&st, &headers) {
+        return cross_site();
+    }
     if let Some((id, s)) = session(&st, &headers) {
         if !csrf_ok(&s, &f.csrf) {
             return refusal(
