@@ -454,8 +454,13 @@ pub struct ProposalCreateParams {
     pub summary_md: String,
     #[serde(default)]
     pub risk: Option<crate::domain::proposal::Risk>,
-    /// The patch, in Git's extended diff format.
-    pub patch: String,
+    /// The patch, in Git's extended diff format, as text. Give this or `patch_base64`.
+    #[serde(default)]
+    pub patch: Option<String>,
+    /// The patch's exact bytes, base64 (standard alphabet, padded): for patches that are not
+    /// UTF-8 (a Latin-1 file's hunks). The revision is the SHA-256 of these bytes.
+    #[serde(default)]
+    pub patch_base64: Option<String>,
     #[serde(default)]
     pub affected_resources: Option<Vec<String>>,
     #[serde(default)]
@@ -478,7 +483,12 @@ pub struct ProposalAttachParams {
     pub proposal_id: String,
     /// The proposal's `version` the author saw; another is `conflict`.
     pub expected_version: u64,
-    pub patch: String,
+    /// The patch as text. Give this or `patch_base64`.
+    #[serde(default)]
+    pub patch: Option<String>,
+    /// The patch's exact bytes, base64 (standard alphabet, padded).
+    #[serde(default)]
+    pub patch_base64: Option<String>,
     #[serde(default)]
     pub affected_resources: Option<Vec<String>>,
     #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]

@@ -36,8 +36,9 @@ enum Content {
     Directory(OwnedFd),
 }
 
-/// Reads `rel` beneath `root`: a regular file's bytes, a symlink's target text, or a directory.
-fn read_entry(root: &Root, rel: &str) -> std::io::Result<Content> {
+/// The directory holding `rel` (opened beneath `root`, never through a symlink) and `rel`'s
+/// name in it; `None` when the directory does not exist.
+fn parent_of<'a>(root: &Root, rel: &'a str) -> std::io::Result<Option<(OwnedFd, &'a str)>> {
     let (parent, name) = match rel.rsplit_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, rel),
@@ -49,12 +50,115 @@ fn read_entry(root: &Root, rel: &str) -> std::io::Result<Content> {
             Mode::empty(),
         ) {
             Ok(fd) => fd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Content::Missing),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         },
         None => root.reopen(OFlag::O_PATH)?,
     };
-    entry_at(&dir, name)
+    Ok(Some((dir, name)))
+}
+
+/// Reads `rel` beneath `root`: a regular file's bytes, a symlink's target text, or a directory.
+fn read_entry(root: &Root, rel: &str) -> std::io::Result<Content> {
+    match parent_of(root, rel)? {
+        Some((dir, name)) => entry_at(&dir, name),
+        None => Ok(Content::Missing),
+    }
+}
+
+/// The target of `rel` when it is a symlink (read beneath `root`), `None` otherwise.
+pub fn link_target(root: &Root, rel: &str) -> std::io::Result<Option<Vec<u8>>> {
+    let Some((dir, name)) = parent_of(root, rel)? else {
+        return Ok(None);
+    };
+    match nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFLNK => {
+            Ok(Some(
+                nix::fcntl::readlinkat(dir.as_fd(), name)
+                    .map_err(io)?
+                    .into_encoded_bytes(),
+            ))
+        }
+        Ok(_) | Err(nix::errno::Errno::ENOENT) => Ok(None),
+        Err(e) => Err(io(e)),
+    }
+}
+
+/// Most symlinks one resolution follows (the kernel's own limit, ELOOP).
+pub const MAX_SYMLINK_HOPS: u32 = 40;
+
+/// Checks that every symlink of `links` (path, target), as the tree will be once `overlay`
+/// (path -> the symlink target it will hold, `None` for a path that will not be a symlink)
+/// replaces what the worktree holds, resolves inside the worktree: judged from the link's
+/// own (new) location, component by component, following every symlink it meets on the way
+/// (in the overlay, else in the worktree), refusing an absolute target, a climb above the
+/// top, a step into `.git` and more than [`MAX_SYMLINK_HOPS`] links. Err names the path.
+pub fn links_stay_inside(
+    root: &Root,
+    links: &[(String, String)],
+    overlay: &std::collections::HashMap<String, Option<String>>,
+) -> Result<(), String> {
+    for (path, target) in links {
+        let mut hops = 0;
+        let dir: Vec<String> = match path.rsplit_once('/') {
+            Some((d, _)) => d.split('/').map(str::to_string).collect(),
+            None => vec![],
+        };
+        resolve_inside(root, overlay, dir, target, &mut hops)
+            .map_err(|why| format!("symlink {path:?} -> {target:?} {why}"))?;
+    }
+    Ok(())
+}
+
+fn resolve_inside(
+    root: &Root,
+    overlay: &std::collections::HashMap<String, Option<String>>,
+    mut at: Vec<String>,
+    target: &str,
+    hops: &mut u32,
+) -> Result<Vec<String>, String> {
+    if target.starts_with('/') {
+        return Err("points to an absolute path".into());
+    }
+    if target.is_empty() {
+        return Err("has an empty target".into());
+    }
+    for comp in target.split('/') {
+        match comp {
+            "" | "." => {}
+            ".." => {
+                if at.pop().is_none() {
+                    return Err("leaves the tree".into());
+                }
+            }
+            c if crate::domain::path::is_dotgit_alias(c) => {
+                return Err("points into .git".into());
+            }
+            c => {
+                at.push(c.to_string());
+                let here = at.join("/");
+                let link = match overlay.get(&here) {
+                    Some(over) => over.clone(),
+                    None => link_target(root, &here)
+                        .map_err(|e| format!("cannot be judged: {here:?}: {e}"))?
+                        .map(|t| String::from_utf8_lossy(&t).into_owned()),
+                };
+                if let Some(next) = link {
+                    *hops += 1;
+                    if *hops > MAX_SYMLINK_HOPS {
+                        return Err(format!(
+                            "passes through more than {MAX_SYMLINK_HOPS} symlinks"
+                        ));
+                    }
+                    at.pop();
+                    at = resolve_inside(root, overlay, at, &next, hops).map_err(|why| {
+                        format!("passes through {here:?} -> {next:?}, which {why}")
+                    })?;
+                }
+            }
+        }
+    }
+    Ok(at)
 }
 
 fn entry_at(dir: &OwnedFd, name: &str) -> std::io::Result<Content> {

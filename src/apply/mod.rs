@@ -22,7 +22,10 @@ mod recover;
 #[cfg(test)]
 mod tests;
 
-pub use recover::{PathReport, PathState, finish_forward, inspect, remove_staged, undo_prepare};
+pub use recover::{
+    PathReport, PathState, discard_preparation, finish_forward, inspect, remove_staged,
+    undo_prepare,
+};
 
 use crate::beneath::Root;
 use nix::errno::Errno;
@@ -53,7 +56,8 @@ pub enum ApplyError {
     },
     #[error("rollback artifact: {0}")]
     Artifact(String),
-    /// No artifact was written (a crash before it was durable).
+    /// No artifact was written (a crash before it was durable). Messages never hold a host
+    /// path: the artifact is named by its transaction.
     #[error("rollback artifact: {0} does not exist")]
     ArtifactMissing(String),
 }
@@ -141,6 +145,29 @@ mod b64 {
 pub struct Change {
     pub path: String,
     pub after: Image,
+}
+
+/// Checks that every symlink among `changes` resolves inside the worktree once the changes
+/// are in place (see [`crate::worktree::links_stay_inside`]); Err names the path.
+pub fn links_stay_inside(root: &Root, changes: &[Change]) -> Result<(), String> {
+    let overlay = changes
+        .iter()
+        .map(|c| {
+            let link = match &c.after {
+                Image::Symlink { target } => Some(target.clone()),
+                Image::Absent | Image::File { .. } => None,
+            };
+            (c.path.clone(), link)
+        })
+        .collect();
+    let links: Vec<(String, String)> = changes
+        .iter()
+        .filter_map(|c| match &c.after {
+            Image::Symlink { target } => Some((c.path.clone(), target.clone())),
+            Image::Absent | Image::File { .. } => None,
+        })
+        .collect();
+    crate::worktree::links_stay_inside(root, &links, &overlay)
 }
 
 /// What to install, for one transaction.
@@ -418,8 +445,9 @@ pub fn prepare(
         .map(|_| ())
         .map_err(|e| ApplyError::Artifact(e.to_string()))
     }) {
-        // Nothing visible changed yet: take back what was staged.
-        let _ = undo_prepare(root, &rb);
+        // Nothing visible changed yet: take back everything staged so far (without judging
+        // the paths: a refusal may be about one of them).
+        let _ = discard_preparation(root, &rb);
         return Err(e);
     }
     Ok(rb)
@@ -517,9 +545,25 @@ pub(crate) fn install_steps(root: &Root, rb: &Rollback, limit: usize) -> Result<
     for e in &rb.entries {
         let (parent, name) = split(&e.path);
         let Some(dir) = parent_dir(root, &e.path)? else {
+            if e.after == Fingerprint::Absent {
+                // Deleted, and its emptied directory removed with it.
+                continue;
+            }
             return Err(refused(&e.path, "its directory is gone"));
         };
         if read_image(&dir, &e.path, name)?.fingerprint() == e.after {
+            // Already there: a staged copy beside it is not left behind.
+            if let Some(staged) = &e.staged {
+                match nix::unistd::unlinkat(
+                    dir.as_fd(),
+                    staged.as_str(),
+                    nix::unistd::UnlinkatFlags::NoRemoveDir,
+                ) {
+                    Ok(()) => dirs.push(parent),
+                    Err(Errno::ENOENT) => {}
+                    Err(x) => return Err(ioe(&e.path, "remove the staged file")(errno(x))),
+                }
+            }
             continue;
         }
         if steps == limit {
@@ -547,15 +591,47 @@ pub(crate) fn install_steps(root: &Root, rb: &Rollback, limit: usize) -> Result<
         dirs.push(parent);
         test_pause();
     }
+    let removed = remove_emptied_dirs(root, rb)?;
+    dirs.extend(removed.iter().map(|d| split(d).0));
+    // A removed directory is skipped (gone); its parent records the removal.
     fsync_dirs(root, dirs)
+}
+
+/// Removes the directories a deletion left empty, from the deleted path's parent upwards (as
+/// `git apply` does), never the worktree's top and never a directory that still holds
+/// anything. Returns the removed directories.
+fn remove_emptied_dirs(root: &Root, rb: &Rollback) -> Result<Vec<String>, ApplyError> {
+    let mut removed: Vec<String> = vec![];
+    for e in rb.entries.iter().filter(|e| e.after == Fingerprint::Absent) {
+        let mut dir = split(&e.path).0.to_string();
+        while !dir.is_empty() {
+            let (parent, name) = split(&dir);
+            let pfd = match parent_dir(root, &dir)? {
+                Some(fd) => fd,
+                None => break,
+            };
+            match nix::unistd::unlinkat(pfd.as_fd(), name, nix::unistd::UnlinkatFlags::RemoveDir) {
+                Ok(()) => removed.push(dir.clone()),
+                // Gone already (another deletion emptied it), still in use, or not a
+                // directory: stop climbing.
+                Err(Errno::ENOENT) => {}
+                Err(Errno::ENOTEMPTY | Errno::EEXIST | Errno::ENOTDIR | Errno::EBUSY) => break,
+                Err(x) => return Err(ioe(&dir, "remove an emptied directory")(errno(x))),
+            }
+            dir = parent.to_string();
+        }
+    }
+    Ok(removed)
 }
 
 /// Reads the rollback artifact of `transaction_id` from `artifact_dir`.
 pub fn read_artifact(artifact_dir: &Path, transaction_id: &str) -> Result<Rollback, ApplyError> {
     let path = artifact_dir.join(format!("{transaction_id}.rollback.json"));
     let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => ApplyError::ArtifactMissing(path.display().to_string()),
-        _ => ApplyError::Artifact(format!("{}: {e}", path.display())),
+        std::io::ErrorKind::NotFound => {
+            ApplyError::ArtifactMissing(format!("the one of {transaction_id}"))
+        }
+        _ => ApplyError::Artifact(format!("the one of {transaction_id} is unreadable: {e}")),
     })?;
     Rollback::from_bytes(&bytes, transaction_id)
 }

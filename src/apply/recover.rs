@@ -130,10 +130,20 @@ pub fn undo_prepare(root: &Root, rb: &Rollback) -> Result<(), ApplyError> {
             "already changed: an install began, so a preparation cannot be undone",
         ));
     }
+    discard_preparation(root, rb)
+}
+
+/// Removes what a preparation wrote, without judging the paths: every staged file the
+/// artifact names and the directories prepare created (when empty). For a preparation that
+/// failed part way (nothing was installed) and for the undo above.
+pub fn discard_preparation(root: &Root, rb: &Rollback) -> Result<(), ApplyError> {
     for e in &rb.entries {
         let Some(name) = &e.staged else { continue };
-        let Some(dir) = parent_dir(root, &e.path)? else {
-            continue;
+        let dir = match parent_dir(root, &e.path) {
+            Ok(Some(dir)) => dir,
+            // Gone, or a symlink now: apply never staged through one.
+            Ok(None) | Err(ApplyError::Refused { .. }) => continue,
+            Err(e) => return Err(e),
         };
         match nix::unistd::unlinkat(
             dir.as_fd(),
@@ -179,7 +189,8 @@ pub fn remove_staged(
     root: &Root,
     transaction_id: &str,
     paths: &[String],
-) -> Result<(), ApplyError> {
+) -> Result<Vec<String>, ApplyError> {
+    let mut removed = vec![];
     for (i, path) in paths.iter().enumerate() {
         let dir = match parent_dir(root, path) {
             Ok(Some(dir)) => dir,
@@ -193,13 +204,21 @@ pub fn remove_staged(
             name.as_str(),
             nix::unistd::UnlinkatFlags::NoRemoveDir,
         ) {
-            Ok(()) => nix::unistd::fsync(dir.as_fd())
-                .map_err(|x| super::ioe(path, "fsync")(super::errno(x)))?,
+            Ok(()) => {
+                nix::unistd::fsync(dir.as_fd())
+                    .map_err(|x| super::ioe(path, "fsync")(super::errno(x)))?;
+                let (parent, _) = split(path);
+                removed.push(if parent.is_empty() {
+                    name
+                } else {
+                    format!("{parent}/{name}")
+                });
+            }
             Err(Errno::ENOENT) => {}
             Err(x) => {
                 return Err(super::ioe(path, "remove the staged file")(super::errno(x)));
             }
         }
     }
-    Ok(())
+    Ok(removed)
 }

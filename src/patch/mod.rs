@@ -21,7 +21,7 @@ mod rules;
 use crate::domain::git::FileMode;
 use crate::limits;
 use names::{
-    HeaderNames, check_base85_line, is_full_oid, parse_hunk_header, parse_index, quote_if_needed,
+    HeaderNames, check_base85_line, is_full_oid, parse_hunk_header, parse_index,
     split_header_names, unquote,
 };
 pub use rules::check_path;
@@ -38,6 +38,9 @@ pub enum ChangeKind {
     Copy,
     /// Only the mode changes (no content).
     ModeOnly,
+    /// The path changes kind: a file becomes a symlink or a symlink a file (git writes a
+    /// deletion and a creation of the path).
+    TypeChange,
 }
 
 impl ChangeKind {
@@ -49,6 +52,7 @@ impl ChangeKind {
             ChangeKind::Rename => "rename",
             ChangeKind::Copy => "copy",
             ChangeKind::ModeOnly => "mode_only",
+            ChangeKind::TypeChange => "type_change",
         }
     }
 }
@@ -128,21 +132,38 @@ pub fn parse(bytes: &[u8]) -> Result<Patch, PatchError> {
             ),
         );
     }
-    let text = std::str::from_utf8(bytes).map_err(|e| PatchError {
-        line: line_of(bytes, e.valid_up_to()),
-        reason: "the patch is not UTF-8 (binary contents travel as `GIT binary patch` blocks)"
-            .into(),
-    })?;
-    if text.contains('\r') {
-        let at = text.find('\r').unwrap_or(0);
-        return err(
-            line_of(bytes, at),
-            "carriage return: line endings must be LF",
-        );
+    // Lines as git reads them: split at LF only. A hunk's content lines may hold a carriage
+    // return (a CRLF file) or bytes that are not UTF-8 (a Latin-1 file): those are kept as
+    // read (their bytes only reach git, in the sandbox) and marked; every other line must be
+    // UTF-8 without a carriage return.
+    let mut owned: Vec<std::borrow::Cow<str>> = Vec::new();
+    let mut lossy: Vec<bool> = Vec::new();
+    let mut preamble = true;
+    for (i, raw) in bytes.split_inclusive(|b| *b == b'\n').enumerate() {
+        preamble &= !raw.starts_with(b"diff --git ");
+        match std::str::from_utf8(raw) {
+            Ok(t) => {
+                owned.push(std::borrow::Cow::Borrowed(t));
+                lossy.push(false);
+            }
+            // A mail's header and message (ignored, as git ignores them) may be in any
+            // encoding.
+            Err(_) if preamble || matches!(raw.first(), Some(b'+' | b'-' | b' ')) => {
+                owned.push(String::from_utf8_lossy(raw));
+                lossy.push(true);
+            }
+            Err(_) => {
+                return err(
+                    i + 1,
+                    "this line is not UTF-8; only hunk lines may hold other bytes (send the patch as patch_base64)",
+                );
+            }
+        }
     }
-    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let lines: Vec<&str> = owned.iter().map(|l| l.as_ref()).collect();
     let mut p = Parser {
         lines: &lines,
+        lossy: &lossy,
         at: 0,
     };
     let mut patch = Patch::default();
@@ -185,16 +206,9 @@ pub fn parse(bytes: &[u8]) -> Result<Patch, PatchError> {
             );
         }
     }
+    merge_type_changes(&mut patch);
     check_whole(&patch)?;
     Ok(patch)
-}
-
-fn line_of(bytes: &[u8], offset: usize) -> usize {
-    bytes[..offset.min(bytes.len())]
-        .iter()
-        .filter(|b| **b == b'\n')
-        .count()
-        + 1
 }
 
 pub(crate) fn truncate(s: &str) -> String {
@@ -219,7 +233,48 @@ fn is_unsupported_diff_start(line: &str) -> bool {
 
 struct Parser<'a> {
     lines: &'a [&'a str],
+    /// Lines that were not UTF-8 (read lossily): allowed only as hunk content.
+    lossy: &'a [bool],
     at: usize,
+}
+
+/// A structural line without its LF: refused when it holds a carriage return (only hunk
+/// content may; a CRLF header is a mangled patch).
+/// Git writes a type change (a symlink becoming a file, or back) as a deletion of the path
+/// followed by its creation: one [`ChangeKind::TypeChange`] here, so reviewers see one change
+/// of kind and coverage, claims and images see the path once.
+fn merge_type_changes(patch: &mut Patch) {
+    let mut out: Vec<FileChange> = Vec::with_capacity(patch.files.len());
+    for f in std::mem::take(&mut patch.files) {
+        if let Some(prev) = out.last_mut()
+            && prev.kind == ChangeKind::Delete
+            && f.kind == ChangeKind::Create
+            && prev.old_path == f.new_path
+            && prev.old_mode != f.new_mode
+        {
+            prev.kind = ChangeKind::TypeChange;
+            prev.new_path = f.new_path;
+            prev.new_mode = f.new_mode;
+            prev.new_oid = f.new_oid;
+            prev.binary |= f.binary;
+            prev.added += f.added;
+            prev.symlink_target = f.symlink_target;
+            continue;
+        }
+        out.push(f);
+    }
+    patch.files = out;
+}
+
+fn structural(line: &str, n: usize) -> Result<&str, PatchError> {
+    let body = line.strip_suffix('\n').unwrap_or(line);
+    if body.contains('\r') {
+        return err(
+            n,
+            "carriage return in a header line: only hunk lines may end in CRLF",
+        );
+    }
+    Ok(body)
 }
 
 /// Extended header values of one section, before they are reconciled.
@@ -245,21 +300,22 @@ impl<'a> Parser<'a> {
     fn file(&mut self) -> Result<FileChange, PatchError> {
         let header_line = self.at + 1;
         let raw = self.lines[self.at];
-        let names = raw
+        if !raw.ends_with('\n') {
+            return err(header_line, "the patch ends inside a header");
+        }
+        let names = structural(raw, header_line)?
             .strip_prefix("diff --git ")
-            .expect("called on a diff --git line")
-            .strip_suffix('\n')
-            .ok_or_else(|| PatchError {
-                line: header_line,
-                reason: "the patch ends inside a header".into(),
-            })?;
+            .expect("called on a diff --git line");
         let header_names = split_header_names(names);
         self.at += 1;
         let mut h = Header::default();
         // Extended header lines.
         while let Some(line) = self.peek() {
             let n = self.at + 1;
-            let body = line.strip_suffix('\n').unwrap_or(line);
+            if self.lossy[self.at] {
+                break;
+            }
+            let body = structural(line, n)?;
             let mode = |v: &str| {
                 FileMode::parse(v).ok_or_else(|| PatchError {
                     line: n,
@@ -340,6 +396,18 @@ impl<'a> Parser<'a> {
                     );
                 }
             };
+        if h.rename_from.is_none()
+            && h.copy_from.is_none()
+            && let HeaderNames::Pair(a, b) = &header_names
+            && a != b
+        {
+            return err(
+                header_line,
+                format!(
+                    "diff --git names two paths ({a:?}, {b:?}) without rename or copy lines: git would delete {a:?} and overwrite {b:?}, which is not what a reviewer sees; send a rename (git diff -M) or one section per path"
+                ),
+            );
+        }
         if let (HeaderNames::Pair(a, b), Some(o), Some(nw)) = (&header_names, &old_path, &new_path)
             && (a != o || b != nw)
         {
@@ -391,9 +459,10 @@ impl<'a> Parser<'a> {
         } else if let Some(line) = self.peek()
             && line.starts_with("Binary files ")
         {
-            self.binary_files(line, &old_path, &new_path, &h)?;
-            change.binary = true;
-            content = true;
+            return err(
+                self.at + 1,
+                "`Binary files ... differ` carries no data to apply: make the patch with git diff --binary (or git format-patch --binary)",
+            );
         } else if self.peek() == Some("GIT binary patch\n") {
             self.binary_patch()?;
             change.binary = true;
@@ -495,6 +564,10 @@ impl<'a> Parser<'a> {
                 line: n,
                 reason: format!("the patch ends before the {prefix} line"),
             })?;
+            if self.lossy[self.at] {
+                return err(n, format!("the {prefix} line is not UTF-8"));
+            }
+            structural(line, n)?;
             let body = line
                 .strip_prefix(prefix)
                 .and_then(|l| l.strip_prefix(' '))
@@ -531,12 +604,14 @@ impl<'a> Parser<'a> {
         let mut last_old_end = 0u64;
         let mut any = false;
         let mut target = String::new();
+        let mut target_lossy = false;
         while let Some(line) = self.peek() {
             if !line.starts_with("@@ ") {
                 break;
             }
             any = true;
             let n = self.at + 1;
+            structural(line, n)?;
             let (os, oc, ns, nc) = parse_hunk_header(line, n)?;
             if os < last_old_end || (os == last_old_end && os != 0) {
                 return err(n, "hunks overlap or are out of order");
@@ -552,6 +627,12 @@ impl<'a> Parser<'a> {
                 let Some(line) = self.peek() else {
                     return err(n, "the patch ends inside a hunk");
                 };
+                if line.contains('\0') {
+                    return err(
+                        n,
+                        "a NUL byte in a text hunk: git treats such a file as binary; send it as a binary patch (git diff --binary)",
+                    );
+                }
                 let (tag, rest) = match line.chars().next() {
                     // An empty line is an empty context line (git apply reads it so).
                     Some('\n') => (' ', ""),
@@ -610,6 +691,9 @@ impl<'a> Parser<'a> {
                                 len: 0,
                             });
                         }
+                        if self.lossy[self.at] {
+                            target_lossy = true;
+                        }
                         target.push_str(rest.strip_suffix('\n').unwrap_or(rest));
                     }
                 }
@@ -637,44 +721,15 @@ impl<'a> Parser<'a> {
         {
             // A symlink's content is its target: one added line.
             if change.new_mode == Some(FileMode::Symlink) && change.added > 0 {
+                if target_lossy || target.contains('\r') {
+                    return err(
+                        self.at,
+                        "a symlink target that is not UTF-8 or holds a carriage return",
+                    );
+                }
                 change.symlink_target = Some(target);
             }
         }
-        Ok(())
-    }
-
-    fn binary_files(
-        &mut self,
-        line: &str,
-        old: &Option<String>,
-        new: &Option<String>,
-        h: &Header,
-    ) -> Result<(), PatchError> {
-        let n = self.at + 1;
-        let body = line
-            .strip_prefix("Binary files ")
-            .and_then(|l| l.strip_suffix(" differ\n"))
-            .ok_or_else(|| PatchError {
-                line: n,
-                reason: "a malformed `Binary files` line".into(),
-            })?;
-        let side = |name: &Option<String>, prefix: &str, absent: bool| match name {
-            _ if absent => "/dev/null".to_string(),
-            Some(p) => quote_if_needed(&format!("{prefix}{p}")),
-            None => String::new(),
-        };
-        let expected = format!(
-            "{} and {}",
-            side(old, "a/", h.created_mode.is_some()),
-            side(new, "b/", h.deleted_mode.is_some())
-        );
-        if body != expected {
-            return err(
-                n,
-                format!("`Binary files {body} differ` names other files than the header"),
-            );
-        }
-        self.at += 1;
         Ok(())
     }
 

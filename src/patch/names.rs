@@ -133,6 +133,7 @@ pub(super) fn unquote(s: &str, n: usize) -> Result<String, PatchError> {
 }
 
 /// How git would write `name` in a `Binary files` line.
+#[cfg(test)]
 pub(super) fn quote_if_needed(name: &str) -> String {
     let needs = name
         .bytes()

@@ -1,7 +1,7 @@
 //! The safety rules of the governed path that a well-formed patch must still pass: safe paths,
 //! symlink targets inside the tree, no path touched twice, nothing beyond a symlink.
 
-use super::{Patch, PatchError, err};
+use super::{ChangeKind, Patch, PatchError, err};
 use crate::domain::git::FileMode;
 
 pub use crate::domain::path::check_repo_path as check_path;
@@ -36,10 +36,14 @@ pub(super) fn check_symlink_target(link: &str, target: &str) -> Result<(), Strin
 
 /// Checks across sections: no path touched twice, no path beyond a symlink the patch touches.
 pub(super) fn check_whole(patch: &Patch) -> Result<(), PatchError> {
+    // A copy only reads its source (git applies every section against the original tree),
+    // so a copy source may also be modified, renamed or copied again by another section;
+    // every other touch of a path happens once.
     let mut seen = std::collections::HashSet::new();
     for f in &patch.files {
         for p in f.paths() {
-            if !seen.insert(p) {
+            let copy_source = f.kind == ChangeKind::Copy && f.old_path.as_deref() == Some(p);
+            if !copy_source && !seen.insert(p) {
                 return err(0, format!("path {p:?} is touched twice"));
             }
         }

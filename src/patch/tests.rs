@@ -2,6 +2,7 @@
 //! --summary`), this repository's own history, hostile shapes, and random damage.
 
 use super::*;
+use names::quote_if_needed;
 use std::path::Path;
 use std::process::Command;
 
@@ -451,10 +452,20 @@ fn hostile_and_malformed_patches_are_refused_with_the_line() {
         "diff --git a/.GIT/hooks/x b/.GIT/hooks/x\nnew file mode 100755\n--- /dev/null\n+++ b/.GIT/hooks/x\n@@ -0,0 +1 @@\n+x\n",
         ".git",
     );
-    // Binary without a full index line.
+    // A binary stub without its data (git diff without --binary): refused at once.
     refused(
         "diff --git a/b.bin b/b.bin\nindex 1111111..2222222 100644\nBinary files a/b.bin and b/b.bin differ\n",
-        "full index line",
+        "git diff --binary",
+    );
+    // Two names without rename or copy lines: git deletes one and overwrites the other.
+    refused(
+        "diff --git a/x b/y\n--- a/x\n+++ b/y\n@@ -1 +1 @@\n-a\n+b\n",
+        "without rename or copy lines",
+    );
+    // A NUL in a text hunk: git would call the file binary.
+    refused(
+        "diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\0c\n",
+        "NUL",
     );
     // Hunk counts that do not match the body, both ways.
     refused(
@@ -487,22 +498,76 @@ fn hostile_and_malformed_patches_are_refused_with_the_line() {
         "unknown `\\` line",
     );
     refused("diff --cc x\n", "only git's own diff format");
-    // Encoding.
+    // Encoding: hunk lines may hold any bytes and CRLF (git applies them as bytes), header
+    // lines may not.
+    let latin1 = parse(b"diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-\xff\n+b\n").unwrap();
+    assert_eq!((latin1.files[0].added, latin1.files[0].removed), (1, 1));
     assert!(
-        parse(b"diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-\xff\n+b\n")
+        parse(b"diff --git a/x b/x\n--- a/\xff\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n")
             .unwrap_err()
             .to_string()
-            .contains("UTF-8")
+            .contains("not UTF-8")
     );
+    assert!(
+        parse(b"diff --git a/\xff b/\xff\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n")
+            .unwrap_err()
+            .to_string()
+            .contains("not UTF-8")
+    );
+    let crlf = parse(b"diff --git a/m.bat b/m.bat\n--- a/m.bat\n+++ b/m.bat\n@@ -1,2 +1,2 @@\n a\r\n-b\r\n+c\r\n").unwrap();
+    assert_eq!((crlf.files[0].added, crlf.files[0].removed), (1, 1));
     refused(
         "diff --git a/x b/x\r\n--- a/x\r\n+++ b/x\r\n@@ -1 +1 @@\r\n-a\r\n+b\r\n",
         "carriage return",
+    );
+    assert!(
+        parse(b"diff --git a/l b/l\nnew file mode 120000\n--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+t\xff\n\\ No newline at end of file\n")
+            .unwrap_err()
+            .to_string()
+            .contains("symlink target")
     );
     refused("", "no `diff --git` section");
     // Quoting.
     refused(
         "diff --git \"a/x\\q\" \"b/x\\q\"\n--- \"a/x\\q\"\n+++ \"b/x\\q\"\n@@ -1 +1 @@\n-a\n+b\n",
         "unknown escape",
+    );
+}
+
+#[test]
+fn a_type_change_is_one_change_and_a_copy_may_read_a_path_another_section_changes() {
+    let tc = parse(
+        b"diff --git a/l b/l\ndeleted file mode 120000\n--- a/l\n+++ /dev/null\n@@ -1 +0,0 @@\n-f\n\\ No newline at end of file\n\
+          diff --git a/l b/l\nnew file mode 100644\n--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+content\n",
+    )
+    .unwrap();
+    assert_eq!(tc.files.len(), 1, "{tc:?}");
+    let f = &tc.files[0];
+    assert_eq!(f.kind, ChangeKind::TypeChange);
+    assert_eq!(
+        (f.old_mode, f.new_mode),
+        (Some(FileMode::Symlink), Some(FileMode::Regular))
+    );
+    assert_eq!((f.added, f.removed), (1, 1));
+    assert_eq!(f.paths().collect::<Vec<_>>(), ["l"]);
+    // Deleting and creating a path of the same kind is still one path touched twice.
+    refused(
+        "diff --git a/x b/x\ndeleted file mode 100644\n--- a/x\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n\
+         diff --git a/x b/x\nnew file mode 100644\n--- /dev/null\n+++ b/x\n@@ -0,0 +1 @@\n+b\n",
+        "touched twice",
+    );
+    // git diff -C -C: a copy of a file the same patch modifies (git copies the original).
+    let cc = parse(
+        b"diff --git a/a b/a\n--- a/a\n+++ b/a\n@@ -1 +1 @@\n-x\n+y\n\
+          diff --git a/a b/c\nsimilarity index 100%\ncopy from a\ncopy to c\n",
+    )
+    .unwrap();
+    assert_eq!(cc.files.len(), 2);
+    // But a copy's destination is still touched once.
+    refused(
+        "diff --git a/a b/c\nsimilarity index 100%\ncopy from a\ncopy to c\n\
+         diff --git a/c b/c\n--- a/c\n+++ b/c\n@@ -1 +1 @@\n-x\n+y\n",
+        "touched twice",
     );
 }
 

@@ -443,19 +443,14 @@ impl Repo {
     }
 
     /// The exact binary-safe diff from `from` to `to`, at most `cap` bytes of it.
-    /// Returns the text (lossy UTF-8, never split inside a character) and whether it was cut.
+    /// Returns its exact bytes and whether it was cut.
     pub fn diff_bounded(
         &self,
         from: &str,
         to: &str,
         cap: usize,
-    ) -> Result<(String, bool), StagingError> {
-        let (buf, truncated) = self.diff_bytes(from, to, 0, cap)?;
-        let mut text = String::from_utf8_lossy(&buf).into_owned();
-        while text.len() > cap {
-            text.pop();
-        }
-        Ok((text, truncated))
+    ) -> Result<(Vec<u8>, bool), StagingError> {
+        self.diff_bytes(from, to, 0, cap)
     }
 
     /// One page of the diff from `from` to `to`: `limit` bytes after skipping `offset`, cut back

@@ -2,6 +2,7 @@
 //! Docker tests fail with a clear message when no engine is reachable, unless
 //! AIRLOCK_SKIP_DOCKER=1 is set explicitly.
 
+mod apply_corpus;
 mod apply_hostile;
 mod apply_kill;
 mod apply_races;

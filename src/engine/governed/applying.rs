@@ -462,6 +462,8 @@ impl Service {
         let wt = worktree.to_path_buf();
         Ok(tokio::task::spawn_blocking(move || {
             let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
+            // The tree may have changed since validation (a link elsewhere now on the way).
+            apply::links_stay_inside(&root, &plan.changes)?;
             apply::prepare(&root, &plan, Some(&expected), &dir).map_err(|e| e.to_string())
         })
         .await

@@ -366,7 +366,7 @@ impl Service {
         let cap = self.ctx.config.max_patch_bytes;
         let entries = rb.entries.clone();
         let (patch, truncated) =
-            tokio::task::spawn_blocking(move || -> Result<(String, bool), String> {
+            tokio::task::spawn_blocking(move || -> Result<(Vec<u8>, bool), String> {
                 let e = |x: crate::staging::StagingError| x.to_string();
                 let empty = repo.empty_tree().map_err(e)?;
                 let mut from = vec![];
@@ -445,7 +445,11 @@ impl Service {
                             .unwrap_or_default()
                     ),
                     risk: Some(Risk::High),
-                    patch,
+                    patch: None,
+                    patch_base64: Some(base64::Engine::encode(
+                        &base64::engine::general_purpose::STANDARD,
+                        &patch,
+                    )),
                     affected_resources: None,
                     expected_tests: None,
                     rollback_notes: Some(format!(

@@ -18,8 +18,8 @@ use crate::domain::claim::{ClaimState, ResourceId};
 use crate::domain::proposal::{ProposalEvent, ProposalState, Risk};
 use crate::engine::service::{Actor, Service, ServiceError};
 use crate::limits;
-use crate::patch::Patch;
 use crate::patch::coverage::Held;
+use crate::patch::{ChangeKind, Patch};
 use crate::store::Inserted;
 use crate::store::claims::ClaimFilter;
 use crate::store::proposals::{NewDecision, ProposalRow, RevisionRow};
@@ -51,19 +51,62 @@ pub(super) struct Record {
 }
 
 impl Service {
-    /// Checks a patch's size against `max_patch_bytes` and parses it strictly.
-    fn checked_patch(&self, patch: &str) -> Result<Patch, ServiceError> {
+    /// The patch's bytes from exactly one of `patch` (text) and `patch_base64` (any bytes),
+    /// within `max_patch_bytes`.
+    fn patch_bytes(
+        &self,
+        patch: Option<String>,
+        patch_base64: Option<String>,
+    ) -> Result<Vec<u8>, ServiceError> {
         let max = self.ctx.config.max_patch_bytes;
-        if patch.len() > max {
-            return Err(ServiceError::exhausted(format!(
-                "patch is {} bytes; max_patch_bytes is {max}",
-                patch.len()
-            )));
+        let bytes = match (patch, patch_base64) {
+            (Some(_), Some(_)) => {
+                return Err(ServiceError::invalid_field(
+                    "patch_base64",
+                    "give patch or patch_base64, not both",
+                ));
+            }
+            (None, None) => {
+                return Err(ServiceError::invalid_field(
+                    "patch",
+                    "a patch is required: patch (text) or patch_base64 (bytes)",
+                ));
+            }
+            (Some(p), None) => p.into_bytes(),
+            (None, Some(b)) => {
+                // Refused before decoding when even the decoded form would be too large.
+                if b.len() / 4 * 3 > max + 3 {
+                    return Err(ServiceError::exhausted_field(
+                        "patch_base64",
+                        format!("patch_base64 decodes to more than max_patch_bytes {max}"),
+                    ));
+                }
+                use base64::Engine;
+                base64::engine::general_purpose::STANDARD
+                    .decode(b.as_bytes())
+                    .map_err(|e| {
+                        ServiceError::invalid_field(
+                            "patch_base64",
+                            format!("patch_base64 is not standard padded base64: {e}"),
+                        )
+                    })?
+            }
+        };
+        if bytes.len() > max {
+            return Err(ServiceError::exhausted_field(
+                "patch",
+                format!("patch is {} bytes; max_patch_bytes is {max}", bytes.len()),
+            ));
         }
+        Ok(bytes)
+    }
+
+    /// Parses a patch strictly (its size was checked by [`Service::patch_bytes`]).
+    fn checked_patch(&self, patch: &[u8]) -> Result<Patch, ServiceError> {
         if patch.is_empty() {
             return Err(ServiceError::invalid_field("patch", "patch is empty"));
         }
-        let parsed = crate::patch::parse(patch.as_bytes())
+        let parsed = crate::patch::parse(patch)
             .map_err(|e| ServiceError::invalid_field("patch", format!("patch refused: {e}")))?;
         if parsed.files.is_empty() {
             return Err(ServiceError::invalid_field(
@@ -78,6 +121,65 @@ impl Service {
     /// every resource in `affected` (naming every one that is not), and unless what the author
     /// holds covers the patch (seed 000's coverage, symbols re-resolved now; every uncovered
     /// item named).
+    /// Every symlink the patch leaves (created, retargeted, renamed or copied) must resolve
+    /// inside the tree from its new location, through the links it meets: a renamed or copied
+    /// link keeps a target text only the worktree knows.
+    async fn check_links(worktree: &std::path::Path, patch: &Patch) -> Result<(), ServiceError> {
+        use crate::domain::git::FileMode;
+        let moved: Vec<(String, String)> = patch
+            .files
+            .iter()
+            .filter(|f| matches!(f.kind, ChangeKind::Rename | ChangeKind::Copy))
+            .filter(|f| f.symlink_target.is_none())
+            .filter_map(|f| Some((f.old_path.clone()?, f.new_path.clone()?)))
+            .collect();
+        let written: Vec<(String, String)> = patch
+            .files
+            .iter()
+            .filter_map(|f| Some((f.new_path.clone()?, f.symlink_target.clone()?)))
+            .collect();
+        if moved.is_empty() && written.is_empty() {
+            return Ok(());
+        }
+        // What the patch makes each path: its new target, or (not a link any more) nothing.
+        let mut overlay: std::collections::HashMap<String, Option<String>> = patch
+            .files
+            .iter()
+            .flat_map(|f| {
+                let gone = f
+                    .old_path
+                    .clone()
+                    .filter(|_| f.kind != ChangeKind::Copy && f.old_path != f.new_path)
+                    .map(|p| (p, None));
+                let new = f.new_path.clone().map(|p| {
+                    let link = (f.new_mode == Some(FileMode::Symlink))
+                        .then(|| f.symlink_target.clone())
+                        .flatten();
+                    (p, link)
+                });
+                gone.into_iter().chain(new)
+            })
+            .collect();
+        let wt = worktree.to_path_buf();
+        tokio::task::spawn_blocking(move || -> Result<(), String> {
+            let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
+            let mut links = written;
+            for (from, to) in &moved {
+                if let Some(t) = crate::worktree::link_target(&root, from)
+                    .map_err(|e| format!("{from:?}: {e}"))?
+                {
+                    let t = String::from_utf8_lossy(&t).into_owned();
+                    overlay.insert(to.clone(), Some(t.clone()));
+                    links.push((to.clone(), t));
+                }
+            }
+            crate::worktree::links_stay_inside(&root, &links, &overlay)
+        })
+        .await
+        .expect("judging symlinks does not panic")
+        .map_err(|m| ServiceError::invalid_field("patch", format!("patch refused: {m}")))
+    }
+
     async fn check_held(
         &self,
         workspace_id: &str,
@@ -259,17 +361,19 @@ impl Service {
                 )
             })?;
         }
-        let patch = self.checked_patch(&p.patch)?;
+        let raw = self.patch_bytes(p.patch.clone(), p.patch_base64.clone())?;
+        let patch = self.checked_patch(&raw)?;
         let author = actor.key();
         if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
             let row = self.proposal_in(&p.workspace_id, &id).await?;
             return self.proposal_reply(&row).await;
         }
         let affected = affected_resources(p.affected_resources.as_deref(), &patch)?;
+        Self::check_links(&worktree, &patch).await?;
         self.check_held(&p.workspace_id, &worktree, &author, &affected, &patch)
             .await?;
-        let bytes = p.patch.len() as i64;
-        let revision = self.store_patch(p.patch.into_bytes()).await?;
+        let bytes = raw.len() as i64;
+        let revision = self.store_patch(raw).await?;
         let now = self.now_rfc3339();
         let proposal_id = format!("prp_{}", crate::ids::new_creation_key());
         let ids: Vec<String> = affected.iter().map(ResourceId::id).collect();
@@ -344,7 +448,8 @@ impl Service {
                 ..p.clone()
             },
         )?;
-        let patch = self.checked_patch(&p.patch)?;
+        let raw = self.patch_bytes(p.patch.clone(), p.patch_base64.clone())?;
+        let patch = self.checked_patch(&raw)?;
         let author = actor.key();
         if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
             let row = self.proposal_in(&p.workspace_id, &id).await?;
@@ -364,7 +469,7 @@ impl Service {
             )));
         }
         let revisions = self.ctx.data.store.revisions(&row.proposal_id).await?;
-        let new_digest = sha256_hex(p.patch.as_bytes());
+        let new_digest = sha256_hex(&raw);
         if let Some(same) = revisions.iter().find(|r| r.revision == new_digest) {
             return Err(ServiceError::precondition_field(
                 "patch",
@@ -384,10 +489,11 @@ impl Service {
             )));
         }
         let affected = affected_resources(p.affected_resources.as_deref(), &patch)?;
+        Self::check_links(&worktree, &patch).await?;
         self.check_held(&p.workspace_id, &worktree, &author, &affected, &patch)
             .await?;
-        let bytes = p.patch.len() as i64;
-        let revision = self.store_patch(p.patch.into_bytes()).await?;
+        let bytes = raw.len() as i64;
+        let revision = self.store_patch(raw).await?;
         let now = self.now_rfc3339();
         let ids: Vec<String> = affected.iter().map(ResourceId::id).collect();
         let mut record = Self::record_of(&row)?;

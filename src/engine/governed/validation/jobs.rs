@@ -217,6 +217,27 @@ impl Service {
                 "the sandboxed git changed {git_changed:?}, the parser expected {parser_changed:?}"
             ));
         }
+        // Every symlink the patch leaves must resolve inside the tree, judged from its new
+        // location and through the links it meets (the tree tells what the patch text
+        // cannot: a renamed or copied link, a target through an existing link).
+        let changes: Vec<crate::apply::Change> = changed_paths
+            .iter()
+            .map(|path| crate::apply::Change {
+                path: path.clone(),
+                after: post
+                    .iter()
+                    .find(|(p, _)| p == path)
+                    .map(|(_, i)| i.clone())
+                    .unwrap_or(Image::Absent),
+            })
+            .collect();
+        let wt = worktree.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
+            crate::apply::links_stay_inside(&root, &changes)
+        })
+        .await
+        .expect("judging symlinks does not panic")?;
         let repo = self.repo(workspace_id).clone();
         let changed = changed_paths.clone();
         let post_images = tokio::task::spawn_blocking(move || -> Result<Vec<PostImage>, String> {
