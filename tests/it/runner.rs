@@ -294,17 +294,21 @@ fn binding_a_port_below_1024_is_refused_as_on_a_host() {
     }
     let f = basic();
     // Docker's default lets any user bind low ports; the sandbox keeps the kernel's rule.
-    let v = f.sh(
-        "cat /proc/sys/net/ipv4/ip_unprivileged_port_start; \
+    let v = f.sh("cat /proc/sys/net/ipv4/ip_unprivileged_port_start; \
          timeout 1 nc -l -p 80 127.0.0.1 2>&1; echo low=$?; \
-         timeout 1 nc -l -p 8080 127.0.0.1 2>&1; echo high=$?",
-    );
+         timeout 1 nc -l -p 8080 127.0.0.1 2>&1; echo high=$?");
     assert_eq!(v["status"], "passed", "{v}");
     let out = v["output"].as_str().unwrap();
     assert!(out.starts_with("1024\n"), "{out}");
-    assert!(out.contains("Permission denied"), "port 80 is refused: {out}");
+    assert!(
+        out.contains("Permission denied"),
+        "port 80 is refused: {out}"
+    );
     assert!(!out.contains("low=143"), "port 80 never listened: {out}");
-    assert!(out.contains("high=143"), "port 8080 listened until the timeout: {out}");
+    assert!(
+        out.contains("high=143"),
+        "port 8080 listened until the timeout: {out}"
+    );
 }
 
 #[test]
