@@ -111,6 +111,19 @@ pub fn write_atomic_timed(
     result.map(|()| (final_path, fsyncs))
 }
 
+/// The names of the temp files [`write_atomic`] left in `dir` when a write was interrupted.
+pub fn temp_files(dir: &Path) -> Result<Vec<String>, ArtifactIoError> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io("read dir", dir))? {
+        let entry = entry.map_err(io("read dir", dir))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') && name.contains(TEMP_MARKER) {
+            out.push(name);
+        }
+    }
+    Ok(out)
+}
+
 /// Fsyncs a directory so a rename or create in it survives power loss.
 pub fn fsync_dir(dir: &Path) -> Result<(), ArtifactIoError> {
     std::fs::File::open(dir)
@@ -261,13 +274,10 @@ impl Artifacts {
     /// Removes leftover temp files from interrupted writes. Returns the removed paths.
     pub fn sweep_temp(&self) -> Result<Vec<PathBuf>, ArtifactIoError> {
         let mut removed = Vec::new();
-        for entry in std::fs::read_dir(&self.dir).map_err(io("read dir", &self.dir))? {
-            let entry = entry.map_err(io("read dir", &self.dir))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') && name.contains(TEMP_MARKER) {
-                std::fs::remove_file(entry.path()).map_err(io("remove", &entry.path()))?;
-                removed.push(entry.path());
-            }
+        for name in temp_files(&self.dir)? {
+            let path = self.dir.join(&name);
+            std::fs::remove_file(&path).map_err(io("remove", &path))?;
+            removed.push(path);
         }
         Ok(removed)
     }

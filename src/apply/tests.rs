@@ -211,6 +211,65 @@ fn a_crash_after_any_step_recovers_to_exactly_pre_or_exactly_post() {
 }
 
 #[test]
+fn a_preparation_that_fails_part_way_leaves_nothing_staged() {
+    let t = tree();
+    let root = Root::open(&t.root).unwrap();
+    // Entry 2's staged name is taken (O_EXCL fails there), after entry 0 was staged and
+    // new/deep created.
+    std::fs::create_dir_all(t.root.join("new/deep")).unwrap();
+    std::fs::write(
+        t.root.join("new/deep").join(staged_name("tx", 2)),
+        "in the way",
+    )
+    .unwrap();
+    let pre = snapshot(&t.root);
+    let e = prepare(&root, &plan("tx"), None, &t.artifacts).unwrap_err();
+    assert!(e.to_string().contains("staged file"), "{e}");
+    assert_eq!(snapshot(&t.root), pre, "entry 0's staged file is gone too");
+    assert!(read_artifact(&t.artifacts, "tx").is_err());
+}
+
+#[test]
+fn deletions_remove_the_directories_they_empty_and_nothing_else() {
+    let t = tree();
+    let root = Root::open(&t.root).unwrap();
+    std::fs::create_dir_all(t.root.join("x/y/z")).unwrap();
+    std::fs::write(t.root.join("x/y/z/only"), "o\n").unwrap();
+    std::fs::create_dir_all(t.root.join("keep/sub")).unwrap();
+    std::fs::write(t.root.join("keep/sub/gone"), "g\n").unwrap();
+    std::fs::write(t.root.join("keep/stays"), "s\n").unwrap();
+    let p = Plan {
+        transaction_id: "del".into(),
+        head: None,
+        changes: ["x/y/z/only", "keep/sub/gone"]
+            .into_iter()
+            .map(|path| Change {
+                path: path.into(),
+                after: Image::Absent,
+            })
+            .collect(),
+    };
+    let rb = prepare(&root, &p, None, &t.artifacts).unwrap();
+    install(&root, &rb).unwrap();
+    assert!(!t.root.join("x").exists(), "x/y/z, x/y and x emptied");
+    assert!(!t.root.join("keep/sub").exists());
+    assert!(
+        t.root.join("keep/stays").exists(),
+        "a directory still in use stays"
+    );
+    // Finishing again (recovery after a crash) is a no-op, not an error.
+    install(&root, &rb).unwrap();
+    assert_eq!(
+        inspect(&root, &rb)
+            .unwrap()
+            .iter()
+            .filter(|r| r.state != PathState::Post)
+            .count(),
+        0
+    );
+}
+
+#[test]
 fn a_changed_pre_image_refuses_before_anything_is_staged() {
     let t = tree();
     let root = Root::open(&t.root).unwrap();

@@ -425,4 +425,6 @@ fn decode(id: &str, rec: &str) -> Result<Verification, StoreError> {
 }
 
 #[cfg(test)]
+mod fence_tests;
+#[cfg(test)]
 mod tests;

@@ -196,11 +196,14 @@ impl Service {
                     neither.push(path.clone());
                 }
             }
+            // Either way, the staged copies an interrupted apply left are not needed.
+            if post || pre {
+                apply::remove_staged(&root, &id, &paths).map_err(|e| e.to_string())?;
+            }
             if post {
                 return Ok(TxEvent::ResolveApplied);
             }
             if pre {
-                apply::remove_staged(&root, &id, &paths).map_err(|e| e.to_string())?;
                 return Ok(TxEvent::ResolveRolledBack);
             }
             Err(if neither.is_empty() {

@@ -143,7 +143,8 @@ impl Service {
                         apply::remove_staged(&root, &id, &paths).map_err(|e| e.to_string())
                     })
                     .await
-                    .expect("cleanup does not panic");
+                    .expect("cleanup does not panic")
+                    .map(|names| out.staged_files_removed.extend(names));
                     let artifact = quarantined
                         .as_ref()
                         .map_or("absent".to_string(), |q| format!("quarantined as {q}"));
@@ -193,7 +194,46 @@ impl Service {
                 });
             }
         }
+        out.artifact_temp_files_removed = self.sweep_rollback_temps().await?;
         Ok(out)
+    }
+
+    /// Removes the temp files of rollback artifact writes a crash interrupted
+    /// (`.<txn>.rollback.json.tmp.<key>`), unless that transaction's apply is live.
+    async fn sweep_rollback_temps(&self) -> Result<Vec<String>, ServiceError> {
+        let dir = self.ctx.data.layout.transactions();
+        let names = tokio::task::spawn_blocking(move || crate::artifacts::temp_files(&dir))
+            .await
+            .expect("listing a directory does not panic")
+            .map_err(|e| ServiceError::artifact("list rollback temp files", e))?;
+        let mut removed = vec![];
+        for name in names {
+            let txn = name
+                .trim_start_matches('.')
+                .split(".rollback.json")
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            // A live apply may be writing it right now.
+            if !txn.starts_with("txn_") || self.tx_lock(&txn)?.is_none() {
+                continue;
+            }
+            let path = self.ctx.data.layout.transactions().join(&name);
+            match std::fs::remove_file(&path) {
+                Ok(()) => removed.push(name),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(ServiceError::io("remove a rollback temp file", e)),
+            }
+        }
+        if !removed.is_empty() {
+            let dir = self.ctx.data.layout.transactions();
+            tokio::task::spawn_blocking(move || crate::artifacts::fsync_dir(&dir))
+                .await
+                .expect("fsync does not panic")
+                .map_err(|e| ServiceError::artifact("fsync the transactions directory", e))?;
+            tracing::warn!(files = ?removed, "removed temp files of interrupted rollback artifact writes");
+        }
+        Ok(removed)
     }
 
     /// The lock an apply holds on its transaction while it runs (a `flock`, released by the
@@ -215,6 +255,10 @@ pub struct TxRecovery {
     pub settled: Vec<TxSettled>,
     /// Open transactions skipped because a live apply holds their lock.
     pub live: Vec<String>,
+    /// Staged temp files removed from worktrees (worktree-relative paths).
+    pub staged_files_removed: Vec<String>,
+    /// Temp files of rollback artifacts whose write was interrupted (file names).
+    pub artifact_temp_files_removed: Vec<String>,
 }
 
 /// One transaction a recovery pass settled.
