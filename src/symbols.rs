@@ -17,6 +17,20 @@ use tree_sitter::{Node, Parser};
 
 /// Largest source file whose symbols are resolved.
 pub const MAX_SYMBOL_SOURCE_BYTES: usize = 4 * 1024 * 1024;
+/// Most containers (modules, classes, impls, namespaces) one declaration may sit in. Real code
+/// stays far below; a file nesting deeper is refused instead of costing time and memory
+/// quadratic in its depth.
+pub const MAX_SYMBOL_NESTING: usize = 64;
+/// Deepest nesting of `(`, `[` and `{` a file may have before it is parsed at all: a cheap
+/// scan that refuses a hostile file before the parser builds a tree for it (real code nests a
+/// few dozen levels).
+pub const MAX_SYMBOL_BRACKET_DEPTH: usize = 1024;
+/// Most syntax nodes one file's walk visits.
+pub const MAX_SYMBOL_NODES: usize = 4_000_000;
+/// Longest qualified name, in bytes.
+pub const MAX_SYMBOL_NAME_BYTES: usize = 4096;
+/// Longest one file's parse and walk may take.
+pub const MAX_SYMBOL_TIME: std::time::Duration = std::time::Duration::from_secs(5);
 /// Most declarations listed in a "not found" or "ambiguous" error.
 const LISTED: usize = 12;
 
@@ -118,6 +132,13 @@ pub enum SymbolError {
         path: String,
         name: String,
         matches: String,
+    },
+    /// A bound on the work one file may cost was reached (the limit's name and value).
+    #[error("{path:?} is too complex to resolve symbols in: {limit} exceeds {bound}")]
+    TooComplex {
+        path: String,
+        limit: &'static str,
+        bound: u64,
     },
 }
 
@@ -250,13 +271,42 @@ fn declares<'t>(lang: Language, n: Node<'t>, src: &[u8]) -> Option<(String, Node
     }
 }
 
-/// Every declaration of `src`, in source order.
+/// Every declaration of `src`, in source order, within [`MAX_SYMBOL_NESTING`],
+/// [`MAX_SYMBOL_NODES`], [`MAX_SYMBOL_NAME_BYTES`] and [`MAX_SYMBOL_TIME`]. The walk is
+/// iterative and each pending node costs a fixed few words (its container is an index into
+/// the containers seen so far), so neither deep nesting nor a large file can exhaust memory.
 pub fn symbols(lang: Language, path: &str, src: &[u8]) -> Result<Vec<Symbol>, SymbolError> {
+    let started = std::time::Instant::now();
+    let too = |limit: &'static str, bound: u64| SymbolError::TooComplex {
+        path: path.into(),
+        limit,
+        bound,
+    };
+    if bracket_depth(src) > MAX_SYMBOL_BRACKET_DEPTH {
+        return Err(too("bracket nesting", MAX_SYMBOL_BRACKET_DEPTH as u64));
+    }
     let mut parser = Parser::new();
     parser
         .set_language(&lang.grammar())
         .expect("the bundled grammars match the tree-sitter version");
-    let tree = parser.parse(src, None).ok_or(SymbolError::Syntax {
+    let mut timed_out = false;
+    let mut progress = |_: &tree_sitter::ParseState| {
+        if started.elapsed() > MAX_SYMBOL_TIME {
+            timed_out = true;
+            std::ops::ControlFlow::Break(())
+        } else {
+            std::ops::ControlFlow::Continue(())
+        }
+    };
+    let tree = parser.parse_with_options(
+        &mut |at: usize, _| src.get(at..).unwrap_or_default(),
+        None,
+        Some(tree_sitter::ParseOptions::new().progress_callback(&mut progress)),
+    );
+    if timed_out {
+        return Err(too("parse time (ms)", MAX_SYMBOL_TIME.as_millis() as u64));
+    }
+    let tree = tree.ok_or(SymbolError::Syntax {
         path: path.into(),
         language: lang.as_str(),
     })?;
@@ -269,16 +319,32 @@ pub fn symbols(lang: Language, path: &str, src: &[u8]) -> Result<Vec<Symbol>, Sy
     }
     let sep = lang.separator();
     let mut out = Vec::new();
-    // An explicit stack: deeply nested source cannot overflow ours.
-    let mut stack: Vec<(Node, String)> = vec![(root, String::new())];
-    while let Some((node, prefix)) = stack.pop() {
-        let mut inner = prefix.clone();
-        if let Some((name, span_node, container)) = declares(lang, node, src) {
-            let qualified = if prefix.is_empty() {
-                name
-            } else {
-                format!("{prefix}{sep}{name}")
+    // Containers seen so far: (qualified name, nesting). A pending node names its container
+    // by index, so the stack holds no strings.
+    let mut containers: Vec<(String, usize)> = Vec::new();
+    let mut stack: Vec<(Node, Option<usize>)> = vec![(root, None)];
+    let mut visited = 0usize;
+    while let Some((node, container)) = stack.pop() {
+        visited += 1;
+        if visited > MAX_SYMBOL_NODES {
+            return Err(too("syntax nodes", MAX_SYMBOL_NODES as u64));
+        }
+        if visited.is_multiple_of(4096) && started.elapsed() > MAX_SYMBOL_TIME {
+            return Err(too("parse time (ms)", MAX_SYMBOL_TIME.as_millis() as u64));
+        }
+        let mut inner = container;
+        if let Some((name, span_node, is_container)) = declares(lang, node, src) {
+            let (prefix, depth) = match container {
+                Some(i) => (Some(containers[i].0.as_str()), containers[i].1),
+                None => (None, 0),
             };
+            let qualified = match prefix {
+                Some(p) => format!("{p}{sep}{name}"),
+                None => name,
+            };
+            if qualified.len() > MAX_SYMBOL_NAME_BYTES {
+                return Err(too("qualified name bytes", MAX_SYMBOL_NAME_BYTES as u64));
+            }
             if node.kind() != "impl_item" {
                 out.push(Symbol {
                     name: qualified.clone(),
@@ -286,17 +352,37 @@ pub fn symbols(lang: Language, path: &str, src: &[u8]) -> Result<Vec<Symbol>, Sy
                     span: span_of(span_node),
                 });
             }
-            if container {
-                inner = qualified;
+            if is_container {
+                if depth + 1 > MAX_SYMBOL_NESTING {
+                    return Err(too("container nesting", MAX_SYMBOL_NESTING as u64));
+                }
+                containers.push((qualified, depth + 1));
+                inner = Some(containers.len() - 1);
             }
         }
         let mut c = node.walk();
-        let children: Vec<Node> = node.named_children(&mut c).collect();
-        for child in children.into_iter().rev() {
-            stack.push((child, inner.clone()));
-        }
+        let first = stack.len();
+        stack.extend(node.named_children(&mut c).map(|child| (child, inner)));
+        stack[first..].reverse();
     }
     Ok(out)
+}
+
+/// The deepest nesting of brackets in `src`, counted over the raw bytes (strings and comments
+/// included: an overestimate is fine for a bound this far above real code).
+fn bracket_depth(src: &[u8]) -> usize {
+    let (mut depth, mut max) = (0usize, 0usize);
+    for b in src {
+        match b {
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
 }
 
 fn listing<'a>(it: impl Iterator<Item = &'a Symbol>) -> String {
@@ -467,5 +553,50 @@ mod tests {
         let src = format!("x = {}1{}\n", "[".repeat(depth), "]".repeat(depth));
         // Whatever the parser makes of it, there is an answer and no stack overflow.
         let _ = symbols(Language::Python, "f.py", src.as_bytes());
+    }
+
+    #[test]
+    fn nesting_beyond_the_bound_is_refused_naming_it_and_up_to_it_resolves() {
+        let nest = |n: usize| format!("{}fn f() {{}}\n{}", "mod m {\n".repeat(n), "}\n".repeat(n));
+        let ok = symbols(Language::Rust, "f.rs", nest(MAX_SYMBOL_NESTING).as_bytes()).unwrap();
+        assert_eq!(ok.len(), MAX_SYMBOL_NESTING + 1);
+        let deepest = ok.iter().find(|s| s.name.ends_with("::f")).unwrap();
+        assert_eq!(deepest.name.matches("m::").count(), MAX_SYMBOL_NESTING);
+        match symbols(
+            Language::Rust,
+            "f.rs",
+            nest(MAX_SYMBOL_NESTING + 1).as_bytes(),
+        ) {
+            Err(SymbolError::TooComplex { limit, bound, .. }) => {
+                assert_eq!(
+                    (limit, bound),
+                    ("container nesting", MAX_SYMBOL_NESTING as u64)
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        // Far deeper: refused by the scan before any tree is built.
+        match symbols(Language::Rust, "f.rs", nest(100_000).as_bytes()) {
+            Err(SymbolError::TooComplex { limit, bound, .. }) => {
+                assert_eq!(
+                    (limit, bound),
+                    ("bracket nesting", MAX_SYMBOL_BRACKET_DEPTH as u64)
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        let ns = |n: usize| format!("{}{}", "namespace N {\n".repeat(n), "}\n".repeat(n));
+        assert!(matches!(
+            symbols(Language::TypeScript, "f.ts", ns(1000).as_bytes()),
+            Err(SymbolError::TooComplex { .. })
+        ));
+        let long = format!("fn {}() {{}}\n", "x".repeat(MAX_SYMBOL_NAME_BYTES + 1));
+        assert!(matches!(
+            symbols(Language::Rust, "f.rs", long.as_bytes()),
+            Err(SymbolError::TooComplex {
+                limit: "qualified name bytes",
+                ..
+            })
+        ));
     }
 }

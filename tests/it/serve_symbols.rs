@@ -260,3 +260,47 @@ fn a_preview_pages_files_and_diff_gives_the_exact_bytes_and_the_touched_symbols(
         "not_found",
     );
 }
+
+#[test]
+fn a_file_nested_past_the_bounds_is_refused_as_resource_exhausted_and_the_daemon_stays_well() {
+    let s = setup();
+    let deep = |n: usize| format!("{}fn f() {{}}\n{}", "mod m {\n".repeat(n), "}\n".repeat(n));
+    std::fs::write(s.repo.join("src/deep.rs"), deep(100_000)).unwrap();
+    std::fs::write(s.repo.join("src/nested.rs"), deep(100)).unwrap();
+    std::fs::write(
+        s.repo.join("src/ns.ts"),
+        format!(
+            "{}export function f() {{}}\n{}",
+            "namespace N {\n".repeat(100_000),
+            "}\n".repeat(100_000)
+        ),
+    )
+    .unwrap();
+    for (resource, limit) in [
+        ("symbol:src/deep.rs#f", "bracket nesting"),
+        ("symbol:src/ns.ts#f", "bracket nesting"),
+        ("symbol:src/nested.rs#f", "container nesting"),
+    ] {
+        let (code, v) = s.call(
+            ALICE,
+            "resource.show",
+            json!({"workspace_id": "ws1", "resource_id": resource}),
+        );
+        assert_eq!(code, 413, "{resource}: {v}");
+        assert_eq!(v["error"]["code"], "resource_exhausted", "{v}");
+        let m = v["error"]["message"].as_str().unwrap();
+        assert!(m.contains(limit), "{resource}: {m}");
+        // A claim on it is refused the same way, and nothing is granted.
+        let (code, v) = s.acquire(ALICE, resource, "write", &format!("c-{resource}"));
+        assert_eq!(code, 413, "{v}");
+    }
+    let listed = s.ok(ALICE, "claim.list", json!({"workspace_id": "ws1"}));
+    assert_eq!(listed["claims"], json!([]));
+    // Ordinary files still resolve.
+    let v = s.ok(
+        ALICE,
+        "resource.show",
+        json!({"workspace_id": "ws1", "resource_id": "symbol:src/lib.rs#b"}),
+    );
+    assert_eq!(v["resource"]["span"], json!({"start": 5, "end": 7}));
+}

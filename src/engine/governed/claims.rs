@@ -272,12 +272,7 @@ impl Service {
         let (current, span) = if needs_inspection {
             Self::inspect(worktree, resource.clone())
                 .await
-                .map_err(|e| {
-                    ServiceError::precondition_field(
-                        "resource_id",
-                        format!("the resource cannot be read: {e}"),
-                    )
-                })?
+                .map_err(|e| e.refusal("resource_id"))?
         } else {
             (None, None)
         };

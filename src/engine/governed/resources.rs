@@ -10,13 +10,42 @@ use crate::store::claims::{ClaimFilter, Transition};
 use crate::wire::{EndSessionParams, ReconcileParams, ResourceShowParams};
 use serde_json::{Value, json};
 
+/// Why a resource cannot be read now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Unreadable {
+    /// Reading it would pass a named bound (a file nesting too deep to resolve symbols in).
+    Exhausted(String),
+    /// It is missing, unparsable or not readable.
+    Refused(String),
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unreadable::Exhausted(m) | Unreadable::Refused(m) => f.write_str(m),
+        }
+    }
+}
+
+impl Unreadable {
+    /// The refusal of a request about `field`'s resource.
+    pub(super) fn refusal(self, field: &str) -> ServiceError {
+        match self {
+            Unreadable::Exhausted(m) => ServiceError::exhausted_field(field, m),
+            Unreadable::Refused(m) => {
+                ServiceError::precondition_field(field, format!("the resource cannot be read: {m}"))
+            }
+        }
+    }
+}
+
 impl Service {
     /// The current content hash of a resource beneath `worktree` (a symbol's is the hash of
     /// its lines as resolved now).
     pub(super) async fn current_hash(
         worktree: std::path::PathBuf,
         resource: ResourceId,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Option<String>, Unreadable> {
         Ok(Self::inspect(worktree, resource).await?.0)
     }
 
@@ -25,21 +54,26 @@ impl Service {
     pub(super) async fn inspect(
         worktree: std::path::PathBuf,
         resource: ResourceId,
-    ) -> Result<(Option<String>, Option<Span>), String> {
+    ) -> Result<(Option<String>, Option<Span>), Unreadable> {
+        let refused = |e: std::io::Error| Unreadable::Refused(e.to_string());
         tokio::task::spawn_blocking(move || {
-            let root = crate::beneath::Root::open(&worktree).map_err(|e| e.to_string())?;
+            let root = crate::beneath::Root::open(&worktree).map_err(refused)?;
             match &resource {
                 ResourceId::File { path } => crate::worktree::file_hash(&root, path)
                     .map(|h| (h, None))
-                    .map_err(|e| e.to_string()),
+                    .map_err(refused),
                 ResourceId::Directory { path } => crate::worktree::directory_hash(&root, path)
                     .map(|h| (h, None))
-                    .map_err(|e| e.to_string()),
+                    .map_err(refused),
                 ResourceId::Symbol { path, name } => {
                     let span =
-                        crate::symbols::resolve_in(&root, path, name).map_err(|e| e.to_string())?;
-                    let hash = crate::worktree::range_hash(&root, path, span)
-                        .map_err(|e| e.to_string())?;
+                        crate::symbols::resolve_in(&root, path, name).map_err(|e| match e {
+                            crate::symbols::SymbolError::TooComplex { .. } => {
+                                Unreadable::Exhausted(e.to_string())
+                            }
+                            other => Unreadable::Refused(other.to_string()),
+                        })?;
+                    let hash = crate::worktree::range_hash(&root, path, span).map_err(refused)?;
                     Ok((hash, Some(span)))
                 }
                 ResourceId::Other { .. } => Ok((None, None)),
@@ -93,7 +127,7 @@ impl Service {
             match Self::current_hash(worktree.clone(), resource).await {
                 Err(reason) => unreadable.push(crate::wire::UnreadableClaim {
                     claim_id: c.claim_id.clone(),
-                    reason,
+                    reason: reason.to_string(),
                 }),
                 Ok(current)
                     if current.as_deref().unwrap_or_default()
@@ -234,12 +268,7 @@ impl Service {
         let language = path.as_deref().and_then(language_of);
         let (hash, span) = Self::inspect(worktree, resource.clone())
             .await
-            .map_err(|e| {
-                ServiceError::precondition_field(
-                    "resource_id",
-                    format!("the resource cannot be read: {e}"),
-                )
-            })?;
+            .map_err(|e| e.refusal("resource_id"))?;
         let exists = hash.is_some() || matches!(resource, ResourceId::Other { .. });
         Ok(json!({"resource": crate::wire::ResourceView {
             resource_id: resource.id(),
