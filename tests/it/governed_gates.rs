@@ -126,6 +126,20 @@ fn resolve_settles_a_flagged_transaction_only_as_its_files_show() {
         json!({"workspace_id": "ws1", "transaction_id": t["transaction_id"]}),
     );
     assert_eq!(r["actions"], json!(["resolve"]), "{r}");
+    // The transaction page offers it to an admin, not to a viewer.
+    let page = format!(
+        "/ui/w/ws1/transactions/{}",
+        t["transaction_id"].as_str().unwrap()
+    );
+    let alice = crate::serve_ui::sign_in(&s, ALICE);
+    let (_, _, html) = crate::serve_ui::get(&s, &alice, &page);
+    assert!(html.contains("value=\"resolve\""), "{html}");
+    let bob = crate::serve_ui::sign_in(&s, BOB);
+    let (_, _, html) = crate::serve_ui::get(&s, &bob, &page);
+    assert!(
+        html.contains("needs_attention") && !html.contains("value=\"resolve\""),
+        "{html}"
+    );
     // Who and how: an admin, with a reason.
     let (code, v) = s.call(
         BOB,

@@ -37,7 +37,9 @@ pub(super) async fn transaction_page(
                 h3 { "Advice" } (value(&v["actions"]))
                 @if may(&st, &s, &ws, Permission::Apply) {
                     @for a in v["actions"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
-                        @if let Some(action) = a.as_str().filter(|a| ["retry", "cancel", "compensate"].contains(a)) {
+                        // resolve (settle a flagged transaction as its files show) is an admin's.
+                        @if let Some(action) = a.as_str().filter(|a| ["retry", "cancel", "compensate"].contains(a)
+                            || (*a == "resolve" && may(&st, &s, &ws, Permission::Admin))) {
                             form method="post" action=(format!("/ui/w/{}/transactions/{}/act", urlencode(&ws), urlencode(&id))) {
                                 input type="hidden" name="csrf" value=(s.csrf);
                                 input type="hidden" name="action" value=(action);
