@@ -20,12 +20,13 @@ mod rules;
 
 use crate::domain::git::FileMode;
 use crate::limits;
+use names::structural;
 use names::{
     HeaderNames, check_base85_line, is_full_oid, parse_hunk_header, parse_index,
     split_header_names, unquote,
 };
 pub use rules::check_path;
-use rules::{check_symlink_target, check_whole};
+use rules::{check_symlink_target, check_whole, merge_type_changes};
 
 /// What one file section does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, utoipa::ToSchema)]
@@ -236,45 +237,6 @@ struct Parser<'a> {
     /// Lines that were not UTF-8 (read lossily): allowed only as hunk content.
     lossy: &'a [bool],
     at: usize,
-}
-
-/// A structural line without its LF: refused when it holds a carriage return (only hunk
-/// content may; a CRLF header is a mangled patch).
-/// Git writes a type change (a symlink becoming a file, or back) as a deletion of the path
-/// followed by its creation: one [`ChangeKind::TypeChange`] here, so reviewers see one change
-/// of kind and coverage, claims and images see the path once.
-fn merge_type_changes(patch: &mut Patch) {
-    let mut out: Vec<FileChange> = Vec::with_capacity(patch.files.len());
-    for f in std::mem::take(&mut patch.files) {
-        if let Some(prev) = out.last_mut()
-            && prev.kind == ChangeKind::Delete
-            && f.kind == ChangeKind::Create
-            && prev.old_path == f.new_path
-            && prev.old_mode != f.new_mode
-        {
-            prev.kind = ChangeKind::TypeChange;
-            prev.new_path = f.new_path;
-            prev.new_mode = f.new_mode;
-            prev.new_oid = f.new_oid;
-            prev.binary |= f.binary;
-            prev.added += f.added;
-            prev.symlink_target = f.symlink_target;
-            continue;
-        }
-        out.push(f);
-    }
-    patch.files = out;
-}
-
-fn structural(line: &str, n: usize) -> Result<&str, PatchError> {
-    let body = line.strip_suffix('\n').unwrap_or(line);
-    if body.contains('\r') {
-        return err(
-            n,
-            "carriage return in a header line: only hunk lines may end in CRLF",
-        );
-    }
-    Ok(body)
 }
 
 /// Extended header values of one section, before they are reconciled.
@@ -807,5 +769,7 @@ fn check_side(
     }
 }
 
+#[cfg(test)]
+mod shapes_tests;
 #[cfg(test)]
 mod tests;

@@ -252,3 +252,16 @@ pub(super) fn check_base85_line(line: &str, n: usize) -> Result<(), PatchError> 
     }
     Ok(())
 }
+
+/// A structural line without its LF: refused when it holds a carriage return (only hunk
+/// content may; a CRLF header is a mangled patch).
+pub(super) fn structural(line: &str, n: usize) -> Result<&str, PatchError> {
+    let body = line.strip_suffix('\n').unwrap_or(line);
+    if body.contains('\r') {
+        return err(
+            n,
+            "carriage return in a header line: only hunk lines may end in CRLF",
+        );
+    }
+    Ok(body)
+}

@@ -1,7 +1,7 @@
 //! The safety rules of the governed path that a well-formed patch must still pass: safe paths,
 //! symlink targets inside the tree, no path touched twice, nothing beyond a symlink.
 
-use super::{ChangeKind, Patch, PatchError, err};
+use super::{ChangeKind, FileChange, Patch, PatchError, err};
 use crate::domain::git::FileMode;
 
 pub use crate::domain::path::check_repo_path as check_path;
@@ -72,4 +72,30 @@ pub(super) fn check_whole(patch: &Patch) -> Result<(), PatchError> {
         }
     }
     Ok(())
+}
+
+/// Git writes a type change (a symlink becoming a file, or back) as a deletion of the path
+/// followed by its creation: one [`ChangeKind::TypeChange`] here, so reviewers see one change
+/// of kind and coverage, claims and images see the path once.
+pub(super) fn merge_type_changes(patch: &mut Patch) {
+    let mut out: Vec<FileChange> = Vec::with_capacity(patch.files.len());
+    for f in std::mem::take(&mut patch.files) {
+        if let Some(prev) = out.last_mut()
+            && prev.kind == ChangeKind::Delete
+            && f.kind == ChangeKind::Create
+            && prev.old_path == f.new_path
+            && prev.old_mode != f.new_mode
+        {
+            prev.kind = ChangeKind::TypeChange;
+            prev.new_path = f.new_path;
+            prev.new_mode = f.new_mode;
+            prev.new_oid = f.new_oid;
+            prev.binary |= f.binary;
+            prev.added += f.added;
+            prev.symlink_target = f.symlink_target;
+            continue;
+        }
+        out.push(f);
+    }
+    patch.files = out;
 }
