@@ -207,6 +207,10 @@ pub struct ClaimAcquireParams {
     pub renewable: Option<bool>,
     #[serde(default)]
     pub resume_policy: Option<ResumePolicy>,
+    /// `proposal_end`: also released when a proposal of the holder that the claim covers is
+    /// accepted, withdrawn or rejected (default: the workspace policy's `claims_release_on`).
+    #[serde(default)]
+    pub release_on: Option<crate::domain::claim::ReleaseOn>,
     #[serde(default)]
     pub rationale: Option<String>,
     #[serde(default)]
@@ -314,6 +318,16 @@ pub struct ClaimListParams {
     #[serde(default)]
     #[schema(minimum = 1, maximum = 200)]
     pub limit: Option<u32>,
+}
+
+/// `claim.resume` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimResumeParams {
+    pub workspace_id: String,
+    pub claim_id: String,
+    #[schema(pattern = r"^[\x20-\x7E]{1,128}$")]
+    pub idempotency_key: String,
 }
 
 /// `claim.suspend`, `claim.revoke` and `claim.force_release` parameters (`reason` is required

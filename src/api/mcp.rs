@@ -20,9 +20,36 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// The methods served as tools.
+/// The methods served as tools (to someone).
 pub fn tools() -> impl Iterator<Item = &'static Method> {
-    METHODS.iter().filter(|m| m.agent)
+    METHODS.iter().filter(|m| m.audience.is_tool())
+}
+
+/// The tools offered to `actor` (`None`: no known token): those it may call at all.
+pub fn tools_for<'a>(
+    config: &'a crate::config::Config,
+    actor: Option<&'a crate::engine::service::Actor>,
+) -> impl Iterator<Item = &'static Method> + 'a {
+    tools().filter(move |m| m.audience.offers(config, actor))
+}
+
+/// The caller a request's bearer token names, if any.
+fn caller(
+    state: &AppState,
+    ctx: &RequestContext<RoleServer>,
+) -> Option<crate::engine::service::Actor> {
+    let parts = ctx.extensions.get::<axum::http::request::Parts>()?;
+    let token = bearer(&parts.headers).ok()?;
+    authenticate(&state.service.ctx.config, token)
+}
+
+/// A tool's description: what it does, who may call it, and what it is an alias of.
+pub fn description(m: &Method) -> String {
+    let mut d = format!("{} (permission: {})", m.summary, m.permission);
+    if let Some(of) = m.alias_of {
+        d.push_str(&format!("; an alias of {of}"));
+    }
+    d
 }
 
 /// A tool's input schema: the method's request schema with the schemas it refers to under
@@ -68,7 +95,7 @@ impl Tools {
         let token = bearer(&parts.headers)?;
         let actor = authenticate(&st.service.ctx.config, token)
             .ok_or_else(|| ServiceError::Unauthenticated("unknown bearer token".into()))?;
-        let method = tools()
+        let method = tools_for(&st.service.ctx.config, Some(&actor))
             .find(|m| m.name == req.name)
             .ok_or_else(|| ServiceError::NotFound(format!("unknown tool {:?}", req.name)))?;
         let body = serde_json::to_vec(&req.arguments.unwrap_or_default())
@@ -91,24 +118,21 @@ impl ServerHandler for Tools {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
             "Airlock's governed path for agents: evidence, claims, proposals, votes, reviews, \
-             previews. Each tool is the API method of the same name; identity is the bearer \
-             token of the HTTP request. A refusal answers isError with {error: {code, message}}.",
+             previews, validations and (for members with apply) applies and transactions. \
+             Each tool is the API method of the same name; identity is the bearer token of the \
+             HTTP request, and the list holds only the tools that token may call. Human gates \
+             are not tools. A refusal answers isError with {error: {code, message}}.",
         )
     }
 
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let list = tools()
-            .map(|m| {
-                Tool::new(
-                    m.name,
-                    format!("{} (permission: {})", m.summary, m.permission),
-                    Arc::new(input_schema(m)),
-                )
-            })
+        let actor = caller(&self.state, &ctx);
+        let list = tools_for(&self.state.service.ctx.config, actor.as_ref())
+            .map(|m| Tool::new(m.name, description(m), Arc::new(input_schema(m))))
             .collect();
         Ok(ListToolsResult::with_all_items(list))
     }

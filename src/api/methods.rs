@@ -104,9 +104,51 @@ pub struct Method {
     /// The request body's schema: the type the dispatcher parses the body into.
     pub params: SchemaFn,
     pub reply: Reply,
-    /// Served to agents as an MCP tool too (evidence, claims, proposals, votes, reviews,
-    /// preview: seed 000's agent surface).
-    pub agent: bool,
+    /// Whose MCP tool list carries it.
+    pub audience: Audience,
+    /// Another name for this method (seed 000's), answering exactly as it does.
+    pub alias_of: Option<&'static str>,
+}
+
+/// Who is offered a method as an MCP tool at `/mcp`. The tool list is per token: a tool is
+/// listed only to callers who may call it at all (the call itself is authorized as over HTTP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audience {
+    /// Not a tool: the candidate flow and the human gates are decided by people, on the page
+    /// or over the API, never through an agent's tool.
+    Human,
+    /// Every token (the service decides per call: `view`, the holder, the author, a role).
+    Agent,
+    /// Member tokens holding one of these permissions in some workspace (never a run token).
+    Members(&'static [crate::config::Permission]),
+}
+
+impl Audience {
+    /// Whether `actor` is offered the tool (`None`: a caller without a known token, offered
+    /// what any token is).
+    pub fn offers(
+        self,
+        config: &crate::config::Config,
+        actor: Option<&crate::engine::service::Actor>,
+    ) -> bool {
+        use crate::engine::service::Actor;
+        match (self, actor) {
+            (Audience::Human, _) => false,
+            (Audience::Agent, _) => true,
+            (Audience::Members(perms), Some(Actor::Member { member_id })) => {
+                config.workspaces.values().any(|w| {
+                    w.members
+                        .get(member_id)
+                        .is_some_and(|have| perms.iter().any(|p| have.contains(p)))
+                })
+            }
+            (Audience::Members(_), _) => false,
+        }
+    }
+
+    pub fn is_tool(self) -> bool {
+        self != Audience::Human
+    }
 }
 
 impl std::fmt::Debug for Method {
@@ -119,8 +161,11 @@ use crate::store::reviews::{ApprovalRow, DecisionRow, SecurityReviewRow, VoteRow
 use crate::wire as w;
 use Field as F;
 
-const AGENT: bool = true;
-const HUMAN: bool = false;
+use crate::config::Permission as P;
+const AGENT: Audience = Audience::Agent;
+const HUMAN: Audience = Audience::Human;
+const ADMINS: Audience = Audience::Members(&[P::Admin]);
+const APPLIERS: Audience = Audience::Members(&[P::Apply]);
 
 #[allow(clippy::too_many_arguments)]
 const fn m(
@@ -129,7 +174,7 @@ const fn m(
     params: SchemaFn,
     permission: &'static str,
     reply: Reply,
-    agent: bool,
+    audience: Audience,
     summary: &'static str,
 ) -> Method {
     Method {
@@ -139,7 +184,17 @@ const fn m(
         summary,
         params,
         reply,
-        agent,
+        audience,
+        alias_of: None,
+    }
+}
+
+/// `m` under another name (seed 000's), documented as an alias.
+const fn alias(name: &'static str, of: Method) -> Method {
+    Method {
+        name,
+        alias_of: Some(of.name),
+        ..of
     }
 }
 
@@ -207,6 +262,16 @@ fn preview_reply(out: &mut Schemas) -> String {
 }
 
 /// Every method, in the README's order of flows.
+const PROPOSAL_REJECT: Method = m(
+    "proposal.reject",
+    Body::Small,
+    schema_of::<w::ProposalRejectParams>,
+    "review or admin, never the author",
+    PROPOSAL,
+    AGENT,
+    "Reject a proposal",
+);
+
 pub const METHODS: &[Method] = &[
     m(
         "evidence.record",
@@ -416,12 +481,21 @@ pub const METHODS: &[Method] = &[
         "Heartbeat a claim",
     ),
     m(
+        "claim.resume",
+        Body::Small,
+        schema_of::<w::ClaimResumeParams>,
+        "the holder, or admin (forced)",
+        CLAIM,
+        AGENT,
+        "Resume a suspended claim whose resource is unchanged since its grant",
+    ),
+    m(
         "claim.suspend",
         Body::Small,
         schema_of::<w::ClaimAdminParams>,
         "admin",
         CLAIM,
-        HUMAN,
+        ADMINS,
         "Suspend a claim",
     ),
     m(
@@ -430,7 +504,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::ClaimAdminParams>,
         "admin",
         CLAIM,
-        HUMAN,
+        ADMINS,
         "Revoke a claim",
     ),
     m(
@@ -439,7 +513,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::ClaimForceReleaseParams>,
         "admin (with a reason)",
         CLAIM,
-        HUMAN,
+        ADMINS,
         "Release another holder's claim",
     ),
     m(
@@ -478,7 +552,7 @@ pub const METHODS: &[Method] = &[
             // The claim a transfer or extension changed; null otherwise.
             ("claim", F::OptTyped(schema_of::<w::ClaimView>)),
         ]),
-        HUMAN,
+        ADMINS,
         "Resolve a contention",
     ),
     m(
@@ -491,7 +565,7 @@ pub const METHODS: &[Method] = &[
             ("unchanged", F::Strings),
             ("unreadable", F::ListOf(schema_of::<w::UnreadableClaim>)),
         ]),
-        HUMAN,
+        ADMINS,
         "Suspend claims whose resource changed",
     ),
     m(
@@ -561,15 +635,8 @@ pub const METHODS: &[Method] = &[
         AGENT,
         "Move a proposal to in_review",
     ),
-    m(
-        "proposal.reject",
-        Body::Small,
-        schema_of::<w::ProposalRejectParams>,
-        "review or admin, never the author",
-        PROPOSAL,
-        AGENT,
-        "Reject a proposal",
-    ),
+    PROPOSAL_REJECT,
+    alias("patch.reject", PROPOSAL_REJECT),
     m(
         "proposal.withdraw",
         Body::Small,
@@ -679,7 +746,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::ValidateParams>,
         "apply, or the author",
         VALIDATION,
-        HUMAN,
+        AGENT,
         "Validate a revision in the sandbox",
     ),
     m(
@@ -688,7 +755,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::ValidationShowParams>,
         "view",
         VALIDATION,
-        HUMAN,
+        AGENT,
         "Show a validation",
     ),
     m(
@@ -697,7 +764,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::ApplyParams>,
         "members with apply (never a run)",
         Reply::Typed(schema_of::<w::ApplyReply>),
-        HUMAN,
+        APPLIERS,
         "Apply a validated revision",
     ),
     m(
@@ -706,7 +773,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::TransactionParams>,
         "view",
         Reply::Fields(&[("transaction", F::Typed(schema_of::<w::TransactionView>))]),
-        HUMAN,
+        AGENT,
         "Show a transaction",
     ),
     m(
@@ -718,7 +785,7 @@ pub const METHODS: &[Method] = &[
             ("transactions", F::ListOf(schema_of::<w::TransactionView>)),
             ("next_cursor", F::OptString),
         ]),
-        HUMAN,
+        AGENT,
         "List transactions, newest first",
     ),
     m(
@@ -730,7 +797,7 @@ pub const METHODS: &[Method] = &[
             ("transaction_id", F::String),
             ("phases", F::ListOf(schema_of::<w::PhaseView>)),
         ]),
-        HUMAN,
+        AGENT,
         "A transaction's phases",
     ),
     m(
@@ -739,7 +806,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::TransactionParams>,
         "view",
         Reply::Typed(schema_of::<w::RecoveryView>),
-        HUMAN,
+        AGENT,
         "Judge each touched path and advise",
     ),
     m(
@@ -751,9 +818,10 @@ pub const METHODS: &[Method] = &[
             schema_of::<w::TransactionReply>,
             schema_of::<w::ApplyReply>,
             schema_of::<w::CompensationReply>,
+            schema_of::<crate::engine::governed::validation::ValidationReply>,
         ]),
-        HUMAN,
-        "Retry, cancel or compensate a transaction",
+        APPLIERS,
+        "Validate, retry, cancel, compensate or resolve a transaction",
     ),
 ];
 

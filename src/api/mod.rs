@@ -6,6 +6,7 @@ pub mod hygiene;
 pub mod mcp;
 pub mod methods;
 pub mod openapi;
+pub mod seed;
 pub mod server;
 pub mod ui;
 
@@ -349,7 +350,12 @@ pub fn parse<T: DeserializeOwned>(method: &str, body: &[u8]) -> Result<T, Servic
     } else {
         path
     };
-    let message = format!("{method}: {field}: {}", e.into_inner());
+    let inner = e.into_inner().to_string();
+    let mut message = format!("{method}: {field}: {inner}");
+    if let Some(hint) = seed::refused_field(method, &field, &inner) {
+        message.push_str("; ");
+        message.push_str(&hint);
+    }
     Err(ServiceError::invalid_field(field, message))
 }
 
@@ -406,8 +412,12 @@ async fn handle(
     let token = bearer(&headers)?;
     let actor = authenticate(&st.service.ctx.config, token)
         .ok_or_else(|| ServiceError::Unauthenticated("unknown bearer token".into()))?;
-    let limit = body_limit(method, &st.service.ctx.config)
-        .ok_or_else(|| ServiceError::NotFound(format!("unknown method {method:?}")))?;
+    let limit = body_limit(method, &st.service.ctx.config).ok_or_else(|| {
+        ServiceError::NotFound(match seed::unknown_method(method) {
+            Some(hint) => format!("unknown method {method:?}: {hint}"),
+            None => format!("unknown method {method:?}"),
+        })
+    })?;
     let body_timeout = st.service.ctx.config.body_read_timeout;
     let bytes = tokio::time::timeout(body_timeout, axum::body::to_bytes(body, limit))
         .await
@@ -562,7 +572,8 @@ async fn dispatch(
             svc.proposal_transition(actor, ProposalEvent::RequestReview, parse(method, body)?)
                 .await?,
         ),
-        "proposal.reject" => Reply::Value(
+        // `patch.reject` is seed 000's name for the same call (one idempotency space).
+        "proposal.reject" | "patch.reject" => Reply::Value(
             svc.proposal_transition(
                 actor,
                 ProposalEvent::Reject,
@@ -570,6 +581,7 @@ async fn dispatch(
             )
             .await?,
         ),
+        "claim.resume" => Reply::Value(svc.claim_resume(actor, parse(method, body)?).await?),
         "vote.cast" => Reply::Value(svc.vote_cast(actor, parse(method, body)?).await?),
         "vote.list" => Reply::Value(svc.vote_list(actor, parse(method, body)?).await?),
         "security.review" => Reply::Value(svc.security_review(actor, parse(method, body)?).await?),

@@ -4,7 +4,7 @@
 //! where the service answers a typed value), and every method documents the error envelope with
 //! each status the API can answer.
 
-use super::methods::{Field, METHODS, Method, Reply, Schemas, component_ref};
+use super::methods::{Audience, Field, METHODS, Method, Reply, Schemas, component_ref};
 use serde_json::{Map, Value, json};
 
 /// Every error status the API answers, with its code (see `ApiError`).
@@ -128,24 +128,35 @@ fn operation(m: &Method, config: &crate::config::Config, out: &mut Schemas) -> V
             json!({"$ref": format!("#/components/responses/{code}")}),
         );
     }
-    json!({
+    let mut op = json!({
         "operationId": m.name,
         "summary": m.summary,
         "description": format!(
-            "Permission: {}. Request body at most {limit} bytes. {}",
+            "{}Permission: {}. Request body at most {limit} bytes. {}",
+            m.alias_of
+                .map(|of| format!("An alias of {of} (seed 000's name): the same checks, idempotency and answer. "))
+                .unwrap_or_default(),
             m.permission,
-            if m.agent { "Also an MCP tool at /mcp." } else { "" },
+            match m.audience {
+                Audience::Human => "",
+                Audience::Agent => "Also an MCP tool at /mcp.",
+                Audience::Members(_) => "Also an MCP tool at /mcp, listed to members holding the permission.",
+            },
         ).trim_end().to_string(),
         "tags": [m.name.split('.').next().unwrap_or(m.name)],
         "x-airlock-permission": m.permission,
         "x-airlock-body-limit": limit,
-        "x-airlock-agent-tool": m.agent,
+        "x-airlock-agent-tool": m.audience.is_tool(),
         "requestBody": {
             "required": true,
             "content": json_content(component_ref(&params)),
         },
         "responses": responses,
-    })
+    });
+    if let Some(of) = m.alias_of {
+        op["x-airlock-alias-of"] = of.into();
+    }
+    op
 }
 
 fn probe(summary: &str, ok: Value, errors: &[(u16, &str)]) -> Value {

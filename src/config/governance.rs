@@ -27,6 +27,7 @@ pub(super) struct RawPolicy {
     required_tests: Option<bool>,
     #[serde(default)]
     required_checks: Vec<RawCheck>,
+    claims_release_on: Option<crate::domain::claim::ReleaseOn>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -190,6 +191,7 @@ pub(super) fn policy(
         human_approval: raw.human_approval.unwrap_or(d.human_approval),
         required_tests: raw.required_tests.unwrap_or(d.required_tests),
         required_checks,
+        claims_release_on: raw.claims_release_on.unwrap_or_default(),
     })
 }
 

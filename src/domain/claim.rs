@@ -172,6 +172,24 @@ pub fn overlap(a: &ResourceId, b: &ResourceId, spans: Option<(Span, Span)>) -> O
     }
 }
 
+/// Does a claim on `held` let its holder change `wanted`? The same id; a directory containing
+/// it; or, for a symbol, a claim on its whole file.
+pub fn covers(held: &ResourceId, wanted: &ResourceId) -> bool {
+    if held == wanted {
+        return true;
+    }
+    match (held, wanted.path()) {
+        (ResourceId::Directory { path: d }, Some(p)) => directory_contains(d, p),
+        (ResourceId::File { path: f }, Some(p)) => {
+            matches!(wanted, ResourceId::Symbol { .. }) && f == p
+        }
+        (ResourceId::File { .. }, None)
+        | (ResourceId::Directory { .. }, None)
+        | (ResourceId::Symbol { .. }, _)
+        | (ResourceId::Other { .. }, _) => false,
+    }
+}
+
 /// What a claim lets its holder do (seed 003's four modes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -235,6 +253,36 @@ pub enum ClaimState {
     Released,
     Revoked,
     Expired,
+}
+
+/// When a claim ends by itself.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ReleaseOn {
+    /// When its holder releases it (or it expires, or an admin ends it).
+    #[default]
+    Manual,
+    /// Also when a proposal of its holder that it covers is accepted, withdrawn or rejected:
+    /// released in the same transaction that ends the proposal.
+    ProposalEnd,
+}
+
+impl ReleaseOn {
+    pub const ALL: [ReleaseOn; 2] = [ReleaseOn::Manual, ReleaseOn::ProposalEnd];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReleaseOn::Manual => "manual",
+            ReleaseOn::ProposalEnd => "proposal_end",
+        }
+    }
+
+    /// The value named `s` (its `as_str`), if any.
+    pub fn parse(s: &str) -> Option<ReleaseOn> {
+        ReleaseOn::ALL.into_iter().find(|r| r.as_str() == s)
+    }
 }
 
 /// What can happen to a claim.
@@ -543,5 +591,18 @@ mod tests {
         assert_eq!(extended_expiry(1_000, 100, 60), 1_000);
         assert_eq!(extended_expiry(1_000, 990, 60), 1_050);
         assert_eq!(extended_expiry(i64::MAX - 1, i64::MAX - 5, 60), i64::MAX);
+    }
+
+    #[test]
+    fn a_claim_covers_its_id_its_directory_contents_and_its_files_symbols() {
+        assert!(covers(&r("file:a/b.rs"), &r("file:a/b.rs")));
+        assert!(covers(&r("directory:a"), &r("file:a/b.rs")));
+        assert!(covers(&r("directory:"), &r("directory:a")));
+        assert!(covers(&r("file:a/b.rs"), &r("symbol:a/b.rs#f")));
+        assert!(!covers(&r("file:a/b.rs"), &r("file:a/b.rsx")));
+        assert!(!covers(&r("directory:a"), &r("file:ab/c")));
+        assert!(!covers(&r("symbol:a/b.rs#f"), &r("file:a/b.rs")));
+        assert!(!covers(&r("db:x"), &r("db:y")));
+        assert!(covers(&r("db:x"), &r("db:x")));
     }
 }

@@ -175,6 +175,9 @@ pub struct Policy {
     /// tests: a gate the author cannot choose away.
     #[serde(default)]
     pub required_checks: Vec<RequiredCheck>,
+    /// When a claim acquired without `release_on` ends by itself.
+    #[serde(default)]
+    pub claims_release_on: super::claim::ReleaseOn,
 }
 
 /// A workspace's required check (`[[workspaces.<id>.policy.required_checks]]`).
@@ -200,6 +203,7 @@ impl Default for Policy {
             human_approval: Gate::HighRisk,
             required_tests: false,
             required_checks: vec![],
+            claims_release_on: super::claim::ReleaseOn::Manual,
         }
     }
 }

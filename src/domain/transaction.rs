@@ -56,7 +56,18 @@ pub enum ControlAction {
     /// when every touched path holds its post-image, `rolled_back` when every one holds its
     /// pre-image.
     Resolve,
+    /// A fresh validation of the transaction's revision, linked to it: the first step of a
+    /// retry.
+    Validate,
+    /// Seed 000's "stage" (a transaction prepared and parked before install). Never offered:
+    /// a parked transaction would hold its proposal's fence (votes, reviews, withdrawal and
+    /// claim changes refused) for as long as it waited; `patch.apply` stages and installs in
+    /// one call. Asking for it is refused with [`STAGE_REFUSAL`].
+    Stage,
 }
+
+/// Why `stage` is refused (named in the error and the README).
+pub const STAGE_REFUSAL: &str = "stage is not offered: a transaction staged and parked before install would hold its proposal's fence (votes, reviews, withdrawal and changes to its claims refused) for as long as it waited. patch.apply stages and installs in one call; patch.validate (or transaction.control validate) shows the post-images first";
 
 impl TxState {
     pub const ALL: [TxState; 7] = [
@@ -153,7 +164,9 @@ impl TxState {
         match self {
             TxState::Prepared => &[ControlAction::Cancel],
             TxState::Applied => &[ControlAction::Compensate],
-            TxState::Failed | TxState::Cancelled => &[ControlAction::Retry],
+            TxState::Failed | TxState::Cancelled => {
+                &[ControlAction::Validate, ControlAction::Retry]
+            }
             TxState::NeedsAttention => &[ControlAction::Resolve],
             TxState::Installing | TxState::RolledBack => &[],
         }
@@ -229,8 +242,17 @@ mod tests {
     fn control_actions_follow_the_state() {
         assert_eq!(TxState::Prepared.actions(), [ControlAction::Cancel]);
         assert_eq!(TxState::Applied.actions(), [ControlAction::Compensate]);
-        assert_eq!(TxState::Failed.actions(), [ControlAction::Retry]);
+        assert_eq!(
+            TxState::Failed.actions(),
+            [ControlAction::Validate, ControlAction::Retry]
+        );
         assert!(TxState::Installing.actions().is_empty());
+        // Seed 000's stage is never offered (it is refused, naming why).
+        assert!(
+            TxState::ALL
+                .iter()
+                .all(|s| !s.actions().contains(&ControlAction::Stage))
+        );
         assert_eq!(TxState::NeedsAttention.actions(), [ControlAction::Resolve]);
         // Only a flagged transaction is resolved, to either outcome the files can show.
         for s in TxState::ALL {
@@ -249,7 +271,10 @@ mod tests {
                 let ok = match a {
                     ControlAction::Cancel => s.on(TxEvent::Cancel).is_ok(),
                     ControlAction::Compensate => s == TxState::Applied,
-                    ControlAction::Retry => !s.is_open() && s != TxState::Applied,
+                    ControlAction::Retry | ControlAction::Validate => {
+                        !s.is_open() && s != TxState::Applied
+                    }
+                    ControlAction::Stage => false,
                     ControlAction::Resolve => s.on(TxEvent::ResolveApplied).is_ok(),
                 };
                 assert!(ok, "{s:?} offers {a:?}");

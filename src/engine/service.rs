@@ -155,23 +155,45 @@ impl Operation {
 /// Returned by a successful admission and held through the consequential action; dropping it
 /// runs the policy's release (seed 001: `release func()`).
 #[must_use = "hold the admission through the action it admits"]
-pub struct Admitted(Option<Box<dyn FnOnce() + Send + Sync>>);
+pub struct Admitted {
+    release: Option<Box<dyn FnOnce() + Send + Sync>>,
+    accepted_set_version: Option<u64>,
+}
 
 impl Admitted {
     /// An admission with nothing to release.
     pub fn unconditional() -> Admitted {
-        Admitted(None)
+        Admitted {
+            release: None,
+            accepted_set_version: None,
+        }
     }
 
     /// An admission that runs `release` when dropped.
     pub fn with_release(release: impl FnOnce() + Send + Sync + 'static) -> Admitted {
-        Admitted(Some(Box::new(release)))
+        Admitted {
+            release: Some(Box::new(release)),
+            accepted_set_version: None,
+        }
+    }
+
+    /// Freezes the mission's accepted-set version into the candidate (seed 001's policy does
+    /// so at prepare). Read only when a new candidate is prepared (`new_candidate`); the value
+    /// is stored with the candidate and never changes. Elsewhere it is ignored.
+    pub fn freezing_accepted_set_version(mut self, version: u64) -> Admitted {
+        self.accepted_set_version = Some(version);
+        self
+    }
+
+    /// The accepted-set version the policy froze, if any.
+    pub fn accepted_set_version(&self) -> Option<u64> {
+        self.accepted_set_version
     }
 }
 
 impl Drop for Admitted {
     fn drop(&mut self) {
-        if let Some(release) = self.0.take() {
+        if let Some(release) = self.release.take() {
             release();
         }
     }
@@ -179,11 +201,10 @@ impl Drop for Admitted {
 
 impl std::fmt::Debug for Admitted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() {
-            "Admitted(with release)"
-        } else {
-            "Admitted"
-        })
+        f.debug_struct("Admitted")
+            .field("release", &self.release.is_some())
+            .field("accepted_set_version", &self.accepted_set_version)
+            .finish()
     }
 }
 

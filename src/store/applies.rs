@@ -246,6 +246,7 @@ fn landed(
     let p = super::proposals::load(tx, &cur.proposal_id)?;
     match p.status.on(ProposalEvent::Accept) {
         Ok(to) => {
+            let released = super::claims::release_at_proposal_end(tx, &p, actor, at)?;
             let n = tx.execute(
                 "UPDATE proposals SET status = ?1, version = version + 1
                  WHERE proposal_id = ?2 AND version = ?3",
@@ -265,7 +266,9 @@ fn landed(
                 actor,
                 Some(p.status.as_str()),
                 Some(to.as_str()),
-                &serde_json::json!({"transaction_id": cur.transaction_id}).to_string(),
+                &serde_json::json!({"transaction_id": cur.transaction_id,
+                                    "released_claims": released})
+                .to_string(),
                 at,
             )?;
         }
@@ -541,7 +544,7 @@ impl Store {
                 &at,
             )?;
             if next == TxState::Applied {
-                landed(&tx, &cur, ev, &actor, &at)?;
+                // Re-based first: the proposal's end may then release some of them.
                 for (claim_id, hash) in &rebase {
                     tx.execute(
                         "UPDATE claims SET record = json_set(record, '$.base_hash', ?1), version = version + 1
@@ -560,6 +563,7 @@ impl Store {
                         &at,
                     )?;
                 }
+                landed(&tx, &cur, ev, &actor, &at)?;
             }
             let row = load_tx(&tx, &id)?;
             tx.commit()?;

@@ -16,6 +16,7 @@ fn acquire(holder: &str, id: &str, mode: ClaimMode, now: i64, ttl: i64) -> Acqui
         task_id: "t".into(),
         session_id: None,
         mode,
+        release_on: crate::domain::claim::ReleaseOn::Manual,
         expires_at: now + ttl,
         now,
         now_rfc3339: format!("t{now}"),

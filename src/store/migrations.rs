@@ -282,6 +282,13 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         CREATE INDEX transactions_by_status ON transactions (status, workspace_id);
         CREATE INDEX transactions_by_proposal ON transactions (proposal_id, status);",
     ),
+    (
+        11,
+        "claims that end with their holder's proposal",
+        "ALTER TABLE claims ADD COLUMN release_on TEXT NOT NULL DEFAULT 'manual'
+            CHECK (release_on IN ('manual','proposal_end'));
+        CREATE INDEX claims_by_holder ON claims (workspace_id, holder, release_on);",
+    ),
 ];
 
 /// The newest schema version this binary knows.

@@ -263,6 +263,12 @@ impl Store {
                 return Err(StoreError::Conflict(format!("proposal {id} moved")));
             }
             let mut payload = serde_json::json!({"revision": p.current_revision});
+            if next.is_terminal() {
+                let released = super::claims::release_at_proposal_end(&tx, &p, &actor, &at)?;
+                if !released.is_empty() {
+                    payload["released_claims"] = released.into();
+                }
+            }
             if let Some(d) = &decision {
                 tx.execute(
                     "INSERT INTO decisions (decision_id, workspace_id, proposal_id, revision, task_id, decision, actor, rationale_md, created_at)

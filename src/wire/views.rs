@@ -54,6 +54,7 @@ pub struct ClaimView {
     pub base_hash: Option<String>,
     pub renewable: bool,
     pub resume_policy: ResumePolicy,
+    pub release_on: crate::domain::claim::ReleaseOn,
     pub rationale: Option<String>,
     pub acquired_at: String,
     pub heartbeat_at: String,

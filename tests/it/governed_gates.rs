@@ -225,15 +225,42 @@ fn a_compensation_that_applies_rolls_the_original_back_and_concurrent_requests_f
     let Some(s) = server(&format!("{ROLES}{LENIENT}")) else {
         return;
     };
-    claim(&s, "file:a.txt", "c");
+    // A claim that ends with its proposal: released in the apply that accepts it.
+    let c = s.ok(
+        ALICE,
+        "claim.acquire",
+        json!({"workspace_id": "ws1", "task_id": "t1", "resource_id": "file:a.txt",
+               "mode": "write", "release_on": "proposal_end", "idempotency_key": "c"}),
+    )["claim"]
+        .clone();
     let (id, rev) = proposed(&s, &edit("a.txt", "a", "A"), json!([]), "o");
     let v = validated(&s, &id, &rev, "o");
     let a = s.ok(ALICE, "patch.apply", apply_body(&id, &v, "apply"));
     let t = a["transaction"].clone();
-    s.ok(
+    let claim_status = |id: &Value| {
+        s.ok(
+            ALICE,
+            "claim.show",
+            json!({"workspace_id": "ws1", "claim_id": id}),
+        )["claim"]["status"]
+            .clone()
+    };
+    assert_eq!(claim_status(&c["claim_id"]), "released");
+    let accepted = s.ok(
         ALICE,
-        "claim.release",
-        json!({"workspace_id": "ws1", "claim_id": a["transaction"]["claims"][0], "idempotency_key": "rel"}),
+        "event.list",
+        json!({"workspace_id": "ws1", "limit": 200}),
+    )["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "proposal.accept")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        accepted["payload"]["released_claims"],
+        json!([c["claim_id"]]),
+        "released in the commit that accepted the proposal: {accepted}"
     );
     // Five at once, each with its own key: one compensation, the others answer it.
     let barrier = std::sync::Barrier::new(5);
@@ -294,6 +321,10 @@ fn a_compensation_that_applies_rolls_the_original_back_and_concurrent_requests_f
         json!({"workspace_id": "ws1", "transaction_id": t["transaction_id"]}),
     );
     assert_eq!(orig["transaction"]["status"], "rolled_back", "{orig}");
+    // The compensation's own claims exist for it: they ended with it.
+    for id in ca["transaction"]["claims"].as_array().unwrap() {
+        assert_eq!(claim_status(id), "released", "{id}");
+    }
     let r = s.ok(
         ALICE,
         "transaction.recovery",

@@ -152,6 +152,45 @@ fn an_in_process_daemon_on_the_fake_runtime_classifies_every_job_end() {
     assert_eq!(daemon.join().unwrap(), Ok(()), "no persistence failure");
 }
 
+/// A daemon in-process on the fake runtime with `admission`: its address, the sender that stops
+/// it, and the thread that answers how it ended.
+#[allow(clippy::type_complexity)]
+fn with_admission(
+    config: Config,
+    data: std::path::PathBuf,
+    admission: airlock::engine::service::AdmissionFn,
+) -> (
+    String,
+    tokio::sync::oneshot::Sender<()>,
+    std::thread::JoinHandle<Result<(), String>>,
+) {
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let daemon = std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            let d = Daemon::start_with_admission(
+                config,
+                &data,
+                Arc::new(FakeRuntime::new()),
+                admission,
+            )
+            .await
+            .unwrap();
+            let listener = d.bind().await.unwrap();
+            addr_tx
+                .send(listener.local_addr().unwrap().to_string())
+                .unwrap();
+            d.run(listener, async {
+                let _ = stop_rx.await;
+            })
+            .await
+        })
+    });
+    let addr = addr_rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    (addr, stop_tx, daemon)
+}
+
 /// What the recording admission policy saw, in order.
 #[derive(Debug, Clone, PartialEq)]
 struct Seen {
@@ -202,31 +241,7 @@ fn the_admission_seam_sees_the_candidate_and_admits_verification_steps_separatel
             }))
         })
     };
-    let data = dir.path().join("data");
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let daemon = std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async move {
-            let d = Daemon::start_with_admission(
-                config,
-                &data,
-                Arc::new(FakeRuntime::new()),
-                admission,
-            )
-            .await
-            .unwrap();
-            let listener = d.bind().await.unwrap();
-            addr_tx
-                .send(listener.local_addr().unwrap().to_string())
-                .unwrap();
-            d.run(listener, async {
-                let _ = stop_rx.await;
-            })
-            .await
-        })
-    });
-    let addr = addr_rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    let (addr, stop_tx, daemon) = with_admission(config, dir.path().join("data"), admission);
     let ok = |method: &str, body: Value| {
         let (st, v) = call(&addr, Some(TOKEN), method, &body);
         assert_eq!(st, 200, "{method}: {v}");
@@ -357,6 +372,91 @@ fn the_admission_seam_sees_the_candidate_and_admits_verification_steps_separatel
         admitted.load(Ordering::SeqCst)
     );
 
+    stop_tx.send(()).unwrap();
+    assert_eq!(daemon.join().unwrap(), Ok(()));
+}
+
+/// Seed 001: the mission adapter freezes the mission's accepted-set version into the candidate
+/// at prepare. The embedding server's policy decides it; Airlock stores it once and shows it.
+#[test]
+fn the_admission_policy_freezes_the_missions_accepted_set_version_at_prepare() {
+    use airlock::engine::service::{Admission, AdmissionFn, Admitted};
+    use std::sync::Mutex;
+    let (dir, base, agent, config) = repo_with_agent();
+    // (operation, new candidate, mission, version the candidate carried when admitted)
+    type Seen = (&'static str, bool, Option<String>, Option<u64>);
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let admission: AdmissionFn = {
+        let seen = seen.clone();
+        Arc::new(move |a: &Admission| {
+            seen.lock().unwrap().push((
+                a.operation.as_str(),
+                a.new_candidate,
+                a.mission_id.map(str::to_string),
+                a.candidate.mission_accepted_set_version,
+            ));
+            // It offers a version on every call: only a new candidate's prepare takes it.
+            let version = if a.new_candidate { 7 } else { 9 };
+            Ok(Admitted::unconditional().freezing_accepted_set_version(version))
+        })
+    };
+    let (addr, stop_tx, daemon) = with_admission(config, dir.path().join("data"), admission);
+    let call_ok = |method: &str, body: Value| {
+        let (st, v) = call(&addr, Some(TOKEN), method, &body);
+        assert_eq!(st, 200, "{method}: {v}");
+        v
+    };
+    let ev = call_ok(
+        "evidence.record",
+        json!({"workspace_id": "ws", "run_id": "r", "base_revision": base, "revision": agent,
+               "idempotency_key": "e"}),
+    );
+    let sub = json!({"workspace_id": "ws", "run_id": "r",
+                     "evidence_ref": ev["evidence"]["evidence_ref"], "retained_revision": agent});
+    let prepare = |mission: &str, key: &str| {
+        json!({"workspace_id": "ws", "submissions": [sub], "target_ref": "refs/heads/main",
+               "expected_target_revision": base, "mission_id": mission, "idempotency_key": key})
+    };
+    // A mission id that is not an identifier is refused before the policy is asked.
+    let (st, v) = call(
+        &addr,
+        Some(TOKEN),
+        "integration.prepare",
+        &prepare("../m", "bad"),
+    );
+    assert_eq!(st, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("mission_id"),
+        "{v}"
+    );
+    assert!(seen.lock().unwrap().is_empty());
+
+    let c = call_ok("integration.prepare", prepare("m1", "p"))["candidate"].clone();
+    assert_eq!(c["mission_id"], "m1", "{c}");
+    assert_eq!(c["mission_accepted_set_version"], 7, "{c}");
+    let replay = call_ok("integration.prepare", prepare("m1", "p"))["candidate"].clone();
+    assert_eq!(
+        replay["mission_accepted_set_version"], 7,
+        "frozen: {replay}"
+    );
+    let shown = call_ok(
+        "integration.show",
+        json!({"workspace_id": "ws", "candidate_id": c["candidate_id"]}),
+    )["candidate"]
+        .clone();
+    assert_eq!(shown["mission_accepted_set_version"], 7, "{shown}");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen[..2],
+        [
+            ("integration.prepare", true, Some("m1".into()), None),
+            ("integration.prepare", false, Some("m1".into()), Some(7)),
+        ],
+        "{seen:?}"
+    );
     stop_tx.send(()).unwrap();
     assert_eq!(daemon.join().unwrap(), Ok(()));
 }

@@ -387,3 +387,61 @@ fn every_registered_method_is_routed_and_documented() {
         );
     }
 }
+
+/// A seed client's request that Airlock refuses on purpose is told which difference refused it,
+/// and the README section it points to exists.
+#[test]
+fn seed_client_requests_refused_on_purpose_name_the_difference() {
+    use crate::support::daemon::{ALICE, Server};
+    let s = Server::fake_governed();
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(crate::support::ROOT).join("README.md"))
+            .unwrap();
+    assert!(readme.contains("## Differences from the seed systems"));
+    let m = s.err(
+        ALICE,
+        "claim.acquire",
+        serde_json::json!({"workspace_id": "ws1", "task_id": "t", "resource_id": "file:README",
+                           "mode": "write", "agent_id": "mallory", "idempotency_key": "k"}),
+        "invalid_argument",
+    );
+    assert!(
+        m.contains("agent_id")
+            && m.contains("bearer token")
+            && m.contains("Differences from the seed systems"),
+        "{m}"
+    );
+    let m = s.err(ALICE, "approval.decide", serde_json::json!({}), "not_found");
+    assert!(m.contains("human.decide"), "{m}");
+    let m = s.err(
+        ALICE,
+        "transaction.control",
+        serde_json::json!({"workspace_id": "ws1", "transaction_id": "txn_x", "action": "apply",
+                           "idempotency_key": "k"}),
+        "invalid_argument",
+    );
+    assert!(m.contains("patch.apply"), "{m}");
+    let m = s.err(
+        ALICE,
+        "transaction.control",
+        serde_json::json!({"workspace_id": "ws1", "transaction_id": "txn_x", "action": "stage",
+                           "idempotency_key": "k"}),
+        "failed_precondition",
+    );
+    assert!(m.contains("stage is not offered"), "{m}");
+    let m = s.err(
+        ALICE,
+        "proposal.create",
+        serde_json::json!({"workspace_id": "ws1", "task_id": "t", "title": "t", "summary_md": "s",
+                           "patch_path": "x.patch", "idempotency_key": "k"}),
+        "invalid_argument",
+    );
+    assert!(m.contains("patch_base64"), "{m}");
+    // Nothing they named was created.
+    let claims = s.ok(
+        ALICE,
+        "claim.list",
+        serde_json::json!({"workspace_id": "ws1"}),
+    );
+    assert_eq!(claims["claims"], serde_json::json!([]), "{claims}");
+}

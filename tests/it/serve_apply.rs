@@ -627,7 +627,7 @@ fn retry_applies_a_fresh_validation_as_a_new_transaction_linked_to_the_failed_on
         "transaction.recovery",
         json!({"workspace_id": "ws1", "transaction_id": tid}),
     );
-    assert_eq!(r["actions"], json!(["retry"]), "{r}");
+    assert_eq!(r["actions"], json!(["validate", "retry"]), "{r}");
     let phases = s.ok(
         BOB,
         "transaction.phases",
@@ -695,8 +695,28 @@ fn retry_applies_a_fresh_validation_as_a_new_transaction_linked_to_the_failed_on
     assert!(m.contains("validation_id"), "{m}");
     assert_eq!(worktree(&s)[0].1, "644 base\n", "refusals change nothing");
 
-    let v2 = validated(&s, &id, &rev, "b");
+    // Seed 000's stage is refused, naming why; nothing is prepared.
+    let m = s.err(
+        ALICE,
+        "transaction.control",
+        json!({"workspace_id": "ws1", "transaction_id": tid, "action": "stage",
+               "idempotency_key": "st1"}),
+        "failed_precondition",
+    );
+    assert!(
+        m.contains("stage is not offered") && m.contains("fence"),
+        "{m}"
+    );
+    // validate: a fresh validation of the transaction's revision, linked to it; a replay
+    // answers the same one.
+    let validate = json!({"workspace_id": "ws1", "transaction_id": tid, "action": "validate",
+                          "idempotency_key": "tv1"});
+    let v2 = s.ok(ALICE, "transaction.control", validate.clone())["validation"].clone();
     assert_eq!(v2["valid"], true, "{v2}");
+    assert_eq!(v2["revision"], rev, "{v2}");
+    assert_eq!(v2["for_transaction_id"], tid, "{v2}");
+    let again = s.ok(ALICE, "transaction.control", validate)["validation"].clone();
+    assert_eq!(again["validation_id"], v2["validation_id"]);
     let a = s.ok(ALICE, "transaction.control", retry("r2", json!({})));
     let t = &a["transaction"];
     assert_eq!(t["status"], "applied", "{a}");
@@ -724,6 +744,14 @@ fn retry_applies_a_fresh_validation_as_a_new_transaction_linked_to_the_failed_on
         "failed_precondition",
     );
     assert!(m.contains("compensate"), "{m}");
+    let m = s.err(
+        ALICE,
+        "transaction.control",
+        json!({"workspace_id": "ws1", "transaction_id": t["transaction_id"], "action": "validate",
+               "idempotency_key": "tv2"}),
+        "failed_precondition",
+    );
+    assert!(m.contains("it accepts [\"compensate\"]"), "{m}");
     let old = s.ok(
         ALICE,
         "transaction.show",

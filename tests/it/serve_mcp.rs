@@ -139,3 +139,201 @@ fn the_python_client_lists_the_agent_tools_and_its_calls_are_the_apis_calls() {
     let claims = s.ok(ALICE, "claim.list", json!({"workspace_id": "ws1"}));
     assert_eq!(claims["claims"].as_array().unwrap().len(), 1, "{claims}");
 }
+
+/// One session of `token` making one call; (the tools it was offered, the call's result).
+fn one_call(s: &Server, token: &str, tool: &str, arguments: Value) -> (Vec<Value>, Value) {
+    let mut out = client(
+        s,
+        json!([{"token": token, "calls": [["r", tool, arguments]]}]),
+    );
+    let session = out.remove(0);
+    (
+        session["tools"].as_array().unwrap().clone(),
+        session["r"].clone(),
+    )
+}
+
+fn structured(r: &Value) -> &Value {
+    assert_eq!(r["isError"], false, "{r}");
+    &r["structured"]
+}
+
+fn names(tools: &[Value]) -> Vec<&str> {
+    tools.iter().map(|t| t["name"].as_str().unwrap()).collect()
+}
+
+/// The whole governed path as agents drive it, through the Python client on real Docker: the
+/// author claims, proposes, asks for review and validates; a reviewer votes; a member with
+/// `apply` applies and reads the transaction. Each token is offered only the tools it may call
+/// (`patch.apply` and `transaction.control` to members with `apply`, admin actions to admins),
+/// each described with who may call it; `patch.reject` is seed 000's name for
+/// `proposal.reject`.
+#[test]
+fn agents_drive_the_governed_path_to_an_apply_with_the_tools_their_tokens_allow() {
+    use crate::support::daemon::{DAVE, RUN_A};
+    if !crate::toolchain::built("git") {
+        return;
+    }
+    let s = Server::governed_with(
+        "[workspaces.ws1.roles]\nbob = [\"reviewer\"]\n\
+         [workspaces.ws1.policy]\nsecurity_review = \"never\"\nhuman_approval = \"never\"\n",
+    );
+    let listed = client(
+        &s,
+        json!([
+            {"token": ALICE, "calls": []},
+            {"token": BOB, "calls": []},
+            {"token": RUN_A, "calls": []},
+            {"token": "not-a-token", "calls": []},
+        ]),
+    );
+    let (alice, bob, run, anonymous) = (
+        names(listed[0]["tools"].as_array().unwrap()),
+        names(listed[1]["tools"].as_array().unwrap()),
+        names(listed[2]["tools"].as_array().unwrap()),
+        names(listed[3]["tools"].as_array().unwrap()),
+    );
+    for t in [
+        "patch.validate",
+        "patch.validation_show",
+        "patch.reject",
+        "patch.apply",
+        "transaction.show",
+        "transaction.control",
+        "claim.resume",
+        "claim.suspend",
+    ] {
+        assert!(
+            alice.contains(&t),
+            "alice (apply, admin) lacks {t}: {alice:?}"
+        );
+    }
+    for t in [
+        "patch.validate",
+        "patch.validation_show",
+        "patch.reject",
+        "vote.cast",
+    ] {
+        assert!(bob.contains(&t), "bob lacks {t}: {bob:?}");
+    }
+    for (who, list) in [("bob", &bob), ("a run", &run), ("no token", &anonymous)] {
+        for t in [
+            "patch.apply",
+            "transaction.control",
+            "claim.suspend",
+            "human.decide",
+        ] {
+            assert!(!list.contains(&t), "{who} is offered {t}: {list:?}");
+        }
+    }
+    let describe = |name: &str| {
+        listed[0]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap()["description"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        describe("patch.apply").contains("permission: members with apply"),
+        "{}",
+        describe("patch.apply")
+    );
+    assert!(
+        describe("patch.reject").contains("an alias of proposal.reject"),
+        "{}",
+        describe("patch.reject")
+    );
+
+    let patch = "diff --git a/mcp.txt b/mcp.txt\nnew file mode 100644\n--- /dev/null\n+++ b/mcp.txt\n@@ -0,0 +1 @@\n+from an agent\n";
+    let (_, r) = one_call(
+        &s,
+        DAVE,
+        "claim.acquire",
+        json!({"workspace_id": "ws1", "task_id": "t", "resource_id": "file:mcp.txt",
+               "mode": "write", "release_on": "proposal_end", "idempotency_key": "c"}),
+    );
+    let claim = structured(&r)["claim"].clone();
+    let (_, r) = one_call(
+        &s,
+        DAVE,
+        "proposal.create",
+        json!({"workspace_id": "ws1", "task_id": "t", "title": "mcp", "summary_md": "s",
+               "patch": patch, "idempotency_key": "p"}),
+    );
+    let proposal = structured(&r)["proposal"].clone();
+    let (id, rev) = (
+        proposal["proposal_id"].clone(),
+        proposal["current_revision"].clone(),
+    );
+    let (_, r) = one_call(
+        &s,
+        DAVE,
+        "proposal.request_review",
+        json!({"workspace_id": "ws1", "proposal_id": id, "idempotency_key": "rr"}),
+    );
+    structured(&r);
+    let (_, r) = one_call(
+        &s,
+        BOB,
+        "vote.cast",
+        json!({"workspace_id": "ws1", "proposal_id": id, "revision": rev, "vote": "approve",
+               "reason_md": "ok", "idempotency_key": "v"}),
+    );
+    structured(&r);
+    let (_, r) = one_call(
+        &s,
+        DAVE,
+        "patch.validate",
+        json!({"workspace_id": "ws1", "proposal_id": id, "revision": rev,
+               "idempotency_key": "val"}),
+    );
+    let vid = structured(&r)["validation"]["validation_id"].clone();
+    crate::support::daemon::wait_for(
+        || {
+            s.ok(
+                ALICE,
+                "patch.validation_show",
+                json!({"workspace_id": "ws1", "validation_id": vid}),
+            )["validation"]["complete"]
+                == true
+        },
+        "the validation completes",
+    );
+    let (_, r) = one_call(
+        &s,
+        BOB,
+        "patch.validation_show",
+        json!({"workspace_id": "ws1", "validation_id": vid}),
+    );
+    assert_eq!(structured(&r)["validation"]["valid"], true, "{r}");
+    let apply = json!({"workspace_id": "ws1", "proposal_id": id, "validation_id": vid,
+                       "idempotency_key": "a"});
+    let (_, r) = one_call(&s, BOB, "patch.apply", apply.clone());
+    refused(&r, "not_found");
+    let (_, r) = one_call(&s, ALICE, "patch.apply", apply);
+    let applied = structured(&r).clone();
+    assert_eq!(applied["transaction"]["status"], "applied", "{applied}");
+    assert_eq!(applied["proposal"]["status"], "accepted", "{applied}");
+    assert_eq!(
+        std::fs::read_to_string(s.repo.join("mcp.txt")).unwrap(),
+        "from an agent\n"
+    );
+    let (_, r) = one_call(
+        &s,
+        DAVE,
+        "transaction.show",
+        json!({"workspace_id": "ws1", "transaction_id": applied["transaction"]["transaction_id"]}),
+    );
+    assert_eq!(structured(&r)["transaction"]["status"], "applied");
+    // The claim marked proposal_end ended in the apply that accepted the proposal.
+    let shown = s.ok(
+        DAVE,
+        "claim.show",
+        json!({"workspace_id": "ws1", "claim_id": claim["claim_id"]}),
+    );
+    assert_eq!(shown["claim"]["status"], "released", "{shown}");
+}

@@ -168,6 +168,11 @@ const EXEMPT: &[(&str, &str, &str)] = &[
         NO_MISMATCH,
     ),
     ("claim.suspend", "only from active", NO_MISMATCH),
+    (
+        "claim.resume",
+        "only a suspended claim, its resource unchanged",
+        NO_MISMATCH,
+    ),
     ("claim.revoke", "not from released", NO_MISMATCH),
     (
         "claim.release",

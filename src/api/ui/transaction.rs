@@ -38,7 +38,7 @@ pub(super) async fn transaction_page(
                 @if may(&st, &s, &ws, Permission::Apply) {
                     @for a in v["actions"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
                         // resolve (settle a flagged transaction as its files show) is an admin's.
-                        @if let Some(action) = a.as_str().filter(|a| ["retry", "cancel", "compensate"].contains(a)
+                        @if let Some(action) = a.as_str().filter(|a| ["validate", "retry", "cancel", "compensate"].contains(a)
                             || (*a == "resolve" && may(&st, &s, &ws, Permission::Admin))) {
                             form method="post" action=(format!("/ui/w/{}/transactions/{}/act", urlencode(&ws), urlencode(&id))) {
                                 input type="hidden" name="csrf" value=(s.csrf);

@@ -22,6 +22,8 @@ pub(super) struct Record {
     pub(super) session_id: Option<String>,
     pub(super) renewable: bool,
     pub(super) resume_policy: crate::wire::ResumePolicy,
+    #[serde(default)]
+    pub(super) release_on: crate::domain::claim::ReleaseOn,
     pub(super) rationale: Option<String>,
     pub(super) base_hash: Option<String>,
     pub(super) ttl_seconds: u64,
@@ -117,6 +119,18 @@ impl Keyed {
         })
     }
 
+    /// The key of a call this one makes on its behalf (`<key>/<suffix>`), so a replay of this
+    /// call replays that one too. A key near the length limit is replaced by its digest, so
+    /// the derived key is always a valid key.
+    pub(super) fn derived(&self, suffix: &str) -> String {
+        let plain = format!("{}/{suffix}", self.key);
+        if plain.len() <= crate::candidate::MAX_IDEMPOTENCY_KEY_BYTES {
+            plain
+        } else {
+            format!("sha256:{}", crate::apply::sha256_hex(plain.as_bytes()))
+        }
+    }
+
     pub(super) fn binding(&self, workspace_id: &str, actor: &Actor, result_id: &str) -> Binding {
         Binding {
             workspace_id: workspace_id.to_string(),
@@ -196,6 +210,7 @@ impl Service {
             base_hash: r.base_hash,
             renewable: r.renewable,
             resume_policy: r.resume_policy,
+            release_on: r.release_on,
             rationale: r.rationale,
             acquired_at: r.acquired_at,
             heartbeat_at: r.heartbeat_at,
@@ -235,6 +250,11 @@ impl Service {
         p: ClaimAcquireParams,
     ) -> Result<Value, ServiceError> {
         let worktree = self.governed(actor, &p.workspace_id, Permission::Propose)?;
+        let release_on = p.release_on.unwrap_or(
+            self.authorize(actor, &p.workspace_id, Permission::Propose)?
+                .policy
+                .claims_release_on,
+        );
         crate::candidate::check_idempotency_key(&p.idempotency_key)
             .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
         check_text("task_id", &p.task_id, true)?;
@@ -251,6 +271,7 @@ impl Service {
         let digest = crate::candidate::digest(&ClaimAcquireParams {
             idempotency_key: String::new(),
             ttl_seconds: Some(ttl),
+            release_on: Some(release_on),
             ..p.clone()
         });
         if let Some(claim_id) = self
@@ -299,6 +320,7 @@ impl Service {
             session_id: p.session_id.clone(),
             renewable: p.renewable.unwrap_or(true),
             resume_policy: p.resume_policy.unwrap_or_default(),
+            release_on,
             rationale: p.rationale.clone(),
             base_hash,
             ttl_seconds: ttl,
@@ -318,6 +340,7 @@ impl Service {
                 task_id: p.task_id.clone(),
                 session_id: p.session_id.clone(),
                 mode: p.mode,
+                release_on,
                 expires_at: now.unix_timestamp() + ttl as i64,
                 now: now.unix_timestamp(),
                 now_rfc3339: crate::ids::rfc3339(now),

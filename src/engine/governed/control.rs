@@ -84,7 +84,16 @@ impl Service {
                 ControlAction::Cancel | ControlAction::Compensate | ControlAction::Resolve => {
                     self.transaction_show(actor, show).await
                 }
+                ControlAction::Validate | ControlAction::Stage => {
+                    Err(ServiceError::internal("validate and stage bind no key"))
+                }
             };
+        }
+        if p.action == ControlAction::Stage {
+            return Err(ServiceError::precondition_field(
+                "action",
+                crate::domain::transaction::STAGE_REFUSAL,
+            ));
         }
         let t = self.transaction_show(actor, show.clone()).await?;
         let status: TxState = serde_json::from_value(t["transaction"]["status"].clone())
@@ -139,6 +148,22 @@ impl Service {
                 self.resolve_flagged(actor, &worktree, &p, &k).await?;
                 self.transaction_show(actor, show).await
             }
+            // Its own key (derived, per transaction) makes a replay answer the same validation.
+            ControlAction::Validate => {
+                let old = self.tx_in(&p.workspace_id, &p.transaction_id).await?;
+                self.validate_for(
+                    actor,
+                    crate::wire::ValidateParams {
+                        workspace_id: p.workspace_id.clone(),
+                        proposal_id: old.proposal_id.clone(),
+                        revision: old.revision.clone(),
+                        idempotency_key: k.derived(&format!("validate/{}", p.transaction_id)),
+                    },
+                    Some(old.transaction_id),
+                )
+                .await
+            }
+            ControlAction::Stage => unreachable!("stage is refused above"),
         }
     }
 
@@ -302,8 +327,8 @@ impl Service {
                 ServiceError::precondition_field(
                     "action",
                     format!(
-                        "retry needs a fresh validation: run patch.validate on proposal {} revision {} (made after {}'s validation {}), then retry",
-                        old.proposal_id, old.revision, old.transaction_id, old.validation_id
+                        "retry needs a fresh validation: run transaction.control validate on {} (or patch.validate on proposal {} revision {}; one made after validation {}), then retry",
+                        old.transaction_id, old.proposal_id, old.revision, old.validation_id
                     ),
                 )
             })?,
@@ -423,9 +448,11 @@ impl Service {
                     ttl_seconds: None,
                     renewable: None,
                     resume_policy: None,
+                    // They exist for the compensation: they end with it.
+                    release_on: Some(crate::domain::claim::ReleaseOn::ProposalEnd),
                     rationale: Some(format!("compensating transaction {}", p.transaction_id)),
                     base_hash: None,
-                    idempotency_key: format!("{}/claim/{i}", k.key),
+                    idempotency_key: k.derived(&format!("claim/{i}")),
                 },
             )
             .await?;
@@ -460,7 +487,7 @@ impl Service {
                         p.transaction_id
                     )),
                     base_revision: None,
-                    idempotency_key: format!("{}/proposal", k.key),
+                    idempotency_key: k.derived("proposal"),
                 },
                 Some(p.transaction_id.clone()),
             )

@@ -310,3 +310,101 @@ pub fn language_of(path: &str) -> Option<&'static str> {
 fn stored_answer(text: &str) -> Result<Value, ServiceError> {
     serde_json::from_str(text).map_err(|e| ServiceError::record("a recorded answer", e))
 }
+
+impl Service {
+    /// `claim.resume`: the holder (or an admin, recorded as forced) makes a suspended claim
+    /// active again with its fencing token, when its resource is what it was at the grant
+    /// (for write and exclusive claims, the hash the grant recorded), it is not past its
+    /// expiry, and no claim of another holder granted meanwhile conflicts with it.
+    pub async fn claim_resume(
+        &self,
+        actor: &Actor,
+        p: crate::wire::ClaimResumeParams,
+    ) -> Result<Value, ServiceError> {
+        let admin = self
+            .governed(actor, &p.workspace_id, Permission::Admin)
+            .is_ok();
+        let worktree = self.governed(
+            actor,
+            &p.workspace_id,
+            if admin {
+                Permission::Admin
+            } else {
+                Permission::Propose
+            },
+        )?;
+        let k = Keyed::new(
+            "claim.resume",
+            &p.idempotency_key,
+            &crate::wire::ClaimResumeParams {
+                idempotency_key: String::new(),
+                ..p.clone()
+            },
+        )?;
+        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+            let c = self.claim_in(&p.workspace_id, &id).await?;
+            return Ok(json!({"claim": self.claim_view(&c)?}));
+        }
+        let c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
+        let holder = c.holder == actor.key();
+        if !holder && !admin {
+            return Err(ServiceError::PermissionDenied(
+                "only the holder or an admin resumes a claim".into(),
+            ));
+        }
+        if c.status != ClaimState::Suspended {
+            return Err(ServiceError::precondition(format!(
+                "claim {} is {}: only a suspended claim resumes",
+                c.claim_id,
+                c.status.as_str()
+            )));
+        }
+        if c.mode.writes() {
+            let r: Record = serde_json::from_str(&c.record)
+                .map_err(|e| ServiceError::record(format!("claim {} record", c.claim_id), e))?;
+            let resource = ResourceId::parse(&c.resource_id).map_err(ServiceError::internal)?;
+            let now = Self::current_hash(worktree, resource)
+                .await
+                .map_err(|e| e.refusal("claim_id"))?
+                .unwrap_or_default();
+            let granted = r.base_hash.unwrap_or_default();
+            if now != granted {
+                return Err(ServiceError::precondition_field(
+                    "claim_id",
+                    format!(
+                        "{} changed since the grant: its current hash is {now:?}, the grant recorded {granted:?}; acquire it again",
+                        c.resource_id
+                    ),
+                ));
+            }
+        }
+        let resumed = self
+            .ctx
+            .data
+            .store
+            .resume_claim(crate::store::claims::Resume {
+                claim_id: c.claim_id.clone(),
+                expected_version: c.version,
+                actor: actor.key(),
+                forced: !holder,
+                now: self.ctx.clock.now().unix_timestamp(),
+                at: self.now_rfc3339(),
+                binding: Some(k.binding(&p.workspace_id, actor, &c.claim_id)),
+            })
+            .await?;
+        match resumed {
+            crate::store::claims::Resumed::Active(c) => Ok(json!({"claim": self.claim_view(&c)?})),
+            crate::store::claims::Resumed::Blocked(others) => {
+                let held: Vec<String> = others
+                    .iter()
+                    .map(|o| format!("{} ({} by {})", o.claim_id, o.mode.as_str(), o.holder))
+                    .collect();
+                Err(ServiceError::Conflict(format!(
+                    "claim {} cannot resume: {} was granted while it was suspended and conflicts with it",
+                    c.claim_id,
+                    held.join(", ")
+                )))
+            }
+        }
+    }
+}

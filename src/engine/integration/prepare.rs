@@ -51,6 +51,14 @@ impl Service {
         }
         candidate::check_target_ref(&p.target_ref)
             .map_err(|m| ServiceError::invalid_field("target_ref", m))?;
+        if let Some(m) = p.mission_id.as_deref().filter(|m| !m.is_empty())
+            && !crate::config::is_identifier(m)
+        {
+            return Err(ServiceError::invalid_field(
+                "mission_id",
+                "mission_id must be 1..=128 letters, digits, '_', '-' or '.' (not starting with '.' or '-')",
+            ));
+        }
         if required_sources.is_empty() {
             return Err(ServiceError::invalid_field(
                 "required_sources",
@@ -196,7 +204,7 @@ impl Service {
         let c = Candidate {
             candidate_id: cid.clone(),
             workspace_id: p.workspace_id.clone(),
-            mission_id: None,
+            mission_id: p.mission_id.clone().filter(|m| !m.is_empty()),
             mission_accepted_set_version: None,
             submissions: p.submissions.clone(),
             required_sources,
@@ -232,7 +240,7 @@ impl Service {
         };
         // Seed 001: admission sees the new candidate before its first durable write, and what it
         // returns is held until the candidate is assembled.
-        let _admitted = self.admit(Admission {
+        let admitted = self.admit(Admission {
             operation: Operation::Prepare,
             mutation: true,
             actor,
@@ -242,6 +250,9 @@ impl Service {
             new_candidate: true,
             submissions: &p.submissions,
         })?;
+        // The policy may freeze the mission's accepted-set version here, once.
+        let mut c = c;
+        c.mission_accepted_set_version = admitted.accepted_set_version();
         let inserted = self
             .ctx
             .data

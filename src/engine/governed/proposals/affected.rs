@@ -15,24 +15,6 @@ pub(super) fn names_path(r: &ResourceId, path: &str) -> bool {
     }
 }
 
-/// Does a claim on `held` let its holder change `wanted`? The same id; a directory containing
-/// it; or, for a symbol, a claim on its whole file.
-pub(in crate::engine::governed) fn claim_covers(held: &ResourceId, wanted: &ResourceId) -> bool {
-    if held == wanted {
-        return true;
-    }
-    match (held, wanted.path()) {
-        (ResourceId::Directory { path: d }, Some(p)) => directory_contains(d, p),
-        (ResourceId::File { path: f }, Some(p)) => {
-            matches!(wanted, ResourceId::Symbol { .. }) && f == p
-        }
-        (ResourceId::File { .. }, None)
-        | (ResourceId::Directory { .. }, None)
-        | (ResourceId::Symbol { .. }, _)
-        | (ResourceId::Other { .. }, _) => false,
-    }
-}
-
 /// The affected resources: the given ids (deduplicated, order kept), then `file:<path>` for
 /// every touched path none of them names (seed 000's rule).
 pub(super) fn affected_resources(
@@ -78,23 +60,6 @@ pub(super) fn sha256_hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn r(id: &str) -> ResourceId {
-        ResourceId::parse(id).unwrap()
-    }
-
-    #[test]
-    fn a_claim_covers_its_id_its_directory_contents_and_its_files_symbols() {
-        assert!(claim_covers(&r("file:a/b.rs"), &r("file:a/b.rs")));
-        assert!(claim_covers(&r("directory:a"), &r("file:a/b.rs")));
-        assert!(claim_covers(&r("directory:"), &r("directory:a")));
-        assert!(claim_covers(&r("file:a/b.rs"), &r("symbol:a/b.rs#f")));
-        assert!(!claim_covers(&r("file:a/b.rs"), &r("file:a/b.rsx")));
-        assert!(!claim_covers(&r("directory:a"), &r("file:ab/c")));
-        assert!(!claim_covers(&r("symbol:a/b.rs#f"), &r("file:a/b.rs")));
-        assert!(!claim_covers(&r("db:x"), &r("db:y")));
-        assert!(claim_covers(&r("db:x"), &r("db:x")));
-    }
 
     #[test]
     fn touched_paths_not_named_become_file_resources_once() {

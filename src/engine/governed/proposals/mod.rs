@@ -14,6 +14,7 @@ mod reads;
 
 use super::claims::{Keyed, check_text};
 use crate::config::Permission;
+pub(in crate::engine::governed) use crate::domain::claim::covers as claim_covers;
 use crate::domain::claim::{ClaimState, ResourceId};
 use crate::domain::proposal::{ProposalEvent, ProposalState, Risk};
 use crate::engine::service::{Actor, Service, ServiceError};
@@ -24,7 +25,6 @@ use crate::store::Inserted;
 use crate::store::claims::ClaimFilter;
 use crate::store::proposals::{NewDecision, ProposalRow, RevisionRow};
 use crate::wire::{ProposalAttachParams, ProposalCreateParams, ProposalTransitionParams};
-pub(in crate::engine::governed) use affected::claim_covers;
 use affected::{affected_resources, sha256_hex};
 use serde_json::Value;
 

@@ -88,6 +88,10 @@ pub(super) struct Record {
     #[serde(default)]
     pub(super) checks: Vec<CheckRun>,
     pub(super) tests_commit: Option<String>,
+    /// The transaction whose retry this validation was made for (`transaction.control
+    /// validate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) for_transaction: Option<String>,
 }
 
 /// A required check a validation ran, and its verification.
@@ -105,6 +109,8 @@ pub struct ValidationView {
     proposal_id: String,
     revision: String,
     requested_by: String,
+    /// The transaction whose retry it was made for (`transaction.control validate`).
+    for_transaction_id: Option<String>,
     pub(in crate::engine::governed) valid: bool,
     pub(in crate::engine::governed) complete: bool,
     expired: bool,
@@ -121,6 +127,12 @@ pub struct ValidationView {
     tests: Vec<crate::verification::Verification>,
     created_at: String,
     expires_at: String,
+}
+
+/// `patch.validate`'s reply (and `transaction.control validate`'s).
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ValidationReply {
+    pub validation: ValidationView,
 }
 
 /// A path and what it holds (before the apply, or after it).
@@ -277,6 +289,7 @@ impl Service {
             proposal_id: rec.proposal_id.clone(),
             revision: rec.revision.clone(),
             requested_by: rec.requested_by.clone(),
+            for_transaction_id: rec.for_transaction.clone(),
             valid,
             complete,
             expired: row.expires_at <= now,
@@ -346,6 +359,16 @@ impl Service {
         &self,
         actor: &Actor,
         p: ValidateParams,
+    ) -> Result<Value, ServiceError> {
+        self.validate_for(actor, p, None).await
+    }
+
+    /// [`Service::patch_validate`], recording the transaction whose retry it is made for.
+    pub(super) async fn validate_for(
+        &self,
+        actor: &Actor,
+        p: ValidateParams,
+        for_transaction: Option<String>,
     ) -> Result<Value, ServiceError> {
         let worktree = self.governed(actor, &p.workspace_id, Permission::View)?;
         let k = Keyed::new(
@@ -417,6 +440,7 @@ impl Service {
             test_verifications: vec![],
             checks: vec![],
             tests_commit: None,
+            for_transaction,
         };
         let mut ok = true;
 
