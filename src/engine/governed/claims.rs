@@ -722,3 +722,22 @@ impl Service {
         Ok(json!({"events": events, "next_since": last, "next_cursor": next}))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_derived_key_is_always_a_valid_key_and_the_same_each_time() {
+        let short = Keyed::new("op", "k1", &"params").unwrap();
+        assert_eq!(short.derived("claim/0"), "k1/claim/0");
+        let max = "k".repeat(crate::candidate::MAX_IDEMPOTENCY_KEY_BYTES);
+        let long = Keyed::new("op", &max, &"params").unwrap();
+        for suffix in ["claim/0", "claim/1", "proposal"] {
+            let d = long.derived(suffix);
+            crate::candidate::check_idempotency_key(&d).unwrap();
+            assert_eq!(d, long.derived(suffix), "deterministic");
+        }
+        assert_ne!(long.derived("claim/0"), long.derived("claim/1"));
+    }
+}
