@@ -250,10 +250,12 @@ impl Store {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let p = load(&tx, &id)?;
             super::applies::proposal_fence(&tx, &id)?;
+            // A state that no longer allows the move is the answer (an apply that landed
+            // meanwhile makes a withdrawal illegal, not merely late).
+            let next = p.status.on(ev)?;
             if p.version != expected_version {
                 return Err(StoreError::Conflict(format!("proposal {id} moved")));
             }
-            let next = p.status.on(ev)?;
             let n = tx.execute(
                 "UPDATE proposals SET version = version + 1, status = ?1, record = ?2
                  WHERE proposal_id = ?3 AND version = ?4 AND status = ?5",
