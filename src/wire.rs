@@ -384,13 +384,7 @@ pub struct ContentionListParams {
     pub limit: Option<u32>,
 }
 
-/// A contention's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ContentionState {
-    Open,
-    Resolved,
-}
+pub use crate::domain::claim::ContentionState;
 
 /// The resolutions seed 003 names; `split` and `narrow` are refused as unsupported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

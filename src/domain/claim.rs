@@ -285,6 +285,30 @@ impl ReleaseOn {
     }
 }
 
+/// A contention's state: recorded open by a refused acquire, resolved once by an admin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ContentionState {
+    Open,
+    Resolved,
+}
+
+impl ContentionState {
+    pub const ALL: [ContentionState; 2] = [ContentionState::Open, ContentionState::Resolved];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContentionState::Open => "open",
+            ContentionState::Resolved => "resolved",
+        }
+    }
+
+    /// The state named `s` (its `as_str`), if any.
+    pub fn parse(s: &str) -> Option<ContentionState> {
+        ContentionState::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
 /// What can happen to a claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClaimEvent {
@@ -368,9 +392,17 @@ impl ClaimState {
             | (S::Suspended, E::Suspend)
             | (S::Suspended, E::Transfer)
             | (S::Suspended, E::Extend)
-            | (S::Released, _)
-            | (S::Revoked, _)
-            | (S::Expired, _) => None,
+            // Terminal: every event named, so a new one must be classified here.
+            | (
+                S::Released | S::Revoked | S::Expired,
+                E::Release
+                | E::Suspend
+                | E::Resume
+                | E::Revoke
+                | E::Expire
+                | E::Transfer
+                | E::Extend,
+            ) => None,
         };
         next.ok_or(IllegalTransition {
             machine: "claim",

@@ -142,7 +142,10 @@ impl ApprovalState {
         match (self, event) {
             (ApprovalState::Pending, ApprovalEvent::Approve) => Ok(ApprovalState::Approved),
             (ApprovalState::Pending, ApprovalEvent::Deny) => Ok(ApprovalState::Denied),
-            (ApprovalState::Approved, _) | (ApprovalState::Denied, _) => Err(IllegalTransition {
+            (
+                ApprovalState::Approved | ApprovalState::Denied,
+                ApprovalEvent::Approve | ApprovalEvent::Deny,
+            ) => Err(IllegalTransition {
                 machine: "human approval",
                 from: self.as_str(),
                 event: match event {

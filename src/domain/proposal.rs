@@ -83,9 +83,11 @@ impl ProposalState {
             (S::InReview, E::Accept) => Some(S::Accepted),
             (S::Pending, E::Accept)
             | (S::InReview, E::RequestReview)
-            | (S::Accepted, _)
-            | (S::Rejected, _)
-            | (S::Withdrawn, _) => None,
+            // Terminal: every event named, so a new one must be classified here.
+            | (
+                S::Accepted | S::Rejected | S::Withdrawn,
+                E::AttachPatch | E::RequestReview | E::Reject | E::Withdraw | E::Accept,
+            ) => None,
         };
         next.ok_or(IllegalTransition {
             machine: "proposal",

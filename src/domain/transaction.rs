@@ -144,9 +144,18 @@ impl TxState {
             | (S::Applied, E::Flag)
             | (S::Prepared | S::Installing | S::Applied, E::ResolveApplied)
             | (S::Prepared | S::Installing | S::Applied, E::ResolveRolledBack)
-            | (S::RolledBack, _)
-            | (S::Cancelled, _)
-            | (S::Failed, _)
+            // Terminal: every event named, so a new one must be classified here.
+            | (
+                S::RolledBack | S::Cancelled | S::Failed,
+                E::BeginInstall
+                | E::Complete
+                | E::Cancel
+                | E::Fail
+                | E::Flag
+                | E::RollBack
+                | E::ResolveApplied
+                | E::ResolveRolledBack,
+            )
             | (
                 S::NeedsAttention,
                 E::BeginInstall | E::Complete | E::Cancel | E::Fail | E::Flag | E::RollBack,

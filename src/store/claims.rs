@@ -6,7 +6,8 @@
 use super::candidates::insert_binding_checked;
 use super::{Store, StoreError};
 use crate::domain::claim::{
-    ClaimEvent, ClaimMode, ClaimState, ReleaseOn, ResourceId, Span, covers, overlap,
+    ClaimEvent, ClaimMode, ClaimState, ContentionState, ReleaseOn, ResourceId, Span, covers,
+    overlap,
 };
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
@@ -363,7 +364,7 @@ impl Store {
                     let inserted = tx.execute(
                         "INSERT INTO contentions
                             (contention_id, workspace_id, requester, challenged_claim, state, created_at, record)
-                         VALUES (?1, ?2, ?3, ?4, 'open', ?5, ?6)
+                         VALUES (?1, ?2, ?3, ?4, ?7, ?5, ?6)
                          ON CONFLICT DO NOTHING",
                         params![
                             id,
@@ -377,7 +378,8 @@ impl Store {
                                 "request": serde_json::from_str::<serde_json::Value>(&a.record)
                                     .unwrap_or_default(),
                             })
-                            .to_string()
+                            .to_string(),
+                            ContentionState::Open.as_str(),
                         ],
                     )?;
                     if inserted == 1 {
@@ -388,7 +390,7 @@ impl Store {
                             "contention.opened",
                             &a.holder,
                             None,
-                            Some("open"),
+                            Some(ContentionState::Open.as_str()),
                             &serde_json::json!({"challenged_claim": other.claim_id}).to_string(),
                             &a.now_rfc3339,
                         )?;

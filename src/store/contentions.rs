@@ -3,6 +3,7 @@
 
 use super::claims::{CLAIM_COLUMNS, ClaimRow, event, row};
 use super::{Store, StoreError};
+use crate::domain::claim::ContentionState;
 use crate::domain::claim::{ClaimEvent, ClaimMode, ClaimState, ResourceId, overlap};
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
@@ -12,7 +13,7 @@ pub struct ContentionRow {
     pub contention_id: String,
     pub requester: String,
     pub challenged_claim: String,
-    pub state: String,
+    pub state: ContentionState,
     pub created_at: String,
     /// `{resource_id, mode, request, resolution?, reason?, resolved_by?, resolved_at?}`.
     pub record: serde_json::Value,
@@ -22,11 +23,18 @@ pub struct ContentionRow {
 
 fn contention_row(r: &rusqlite::Row) -> rusqlite::Result<ContentionRow> {
     let record: String = r.get(5)?;
+    let state: String = r.get(3)?;
     Ok(ContentionRow {
         contention_id: r.get(0)?,
         requester: r.get(1)?,
         challenged_claim: r.get(2)?,
-        state: r.get(3)?,
+        state: ContentionState::parse(&state).ok_or_else(|| {
+            rusqlite::Error::FromSqlConversionFailure(
+                3,
+                rusqlite::types::Type::Text,
+                format!("unknown contention state {state:?}").into(),
+            )
+        })?,
         created_at: r.get(4)?,
         record: serde_json::from_str(&record).unwrap_or_default(),
         seq: r.get(6)?,
@@ -88,7 +96,7 @@ impl Store {
     pub async fn list_contentions(
         &self,
         workspace_id: &str,
-        state: Option<String>,
+        state: Option<ContentionState>,
         resource_id: Option<String>,
         after: i64,
         limit: u32,
@@ -104,7 +112,13 @@ impl Store {
             )?;
             let rows = st
                 .query_map(
-                    params![ws, state, resource_id, after, limit],
+                    params![
+                        ws,
+                        state.map(ContentionState::as_str),
+                        resource_id,
+                        after,
+                        limit
+                    ],
                     contention_row,
                 )?
                 .collect::<rusqlite::Result<_>>()?;
@@ -146,7 +160,7 @@ impl Store {
                 )
                 .optional()?
                 .ok_or_else(|| StoreError::Conflict(format!("contention {} does not exist", r.contention_id)))?;
-            if cont.state != "open" {
+            if cont.state != ContentionState::Open {
                 return Err(StoreError::Conflict(format!(
                     "contention {} is already resolved",
                     r.contention_id
@@ -235,13 +249,14 @@ impl Store {
                 }
             }
             tx.execute(
-                "UPDATE contentions SET state = 'resolved',
+                "UPDATE contentions SET state = ?6,
                     record = json_set(record, '$.resolution', ?1, '$.reason', ?2, '$.resolved_by', ?3, '$.resolved_at', ?4)
-                 WHERE contention_id = ?5 AND state = 'open'",
-                params![resolution_name, r.reason, r.actor, r.at, cont.contention_id],
+                 WHERE contention_id = ?5 AND state = ?7",
+                params![resolution_name, r.reason, r.actor, r.at, cont.contention_id,
+                        ContentionState::Resolved.as_str(), ContentionState::Open.as_str()],
             )?;
             event(&tx, &r.workspace_id, &cont.contention_id, "contention.resolve", &r.actor,
-                Some("open"), Some("resolved"),
+                Some(ContentionState::Open.as_str()), Some(ContentionState::Resolved.as_str()),
                 &serde_json::json!({"resolution": resolution_name, "reason": r.reason}).to_string(), &r.at)?;
             if let Some(b) = &r.binding {
                 super::candidates::insert_binding_checked(&tx, b)?;

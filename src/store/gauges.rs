@@ -38,13 +38,13 @@ impl Store {
                     "SELECT status, COUNT(*) FROM transactions GROUP BY status",
                 )?,
                 claims_active: tx.query_row(
-                    "SELECT COUNT(*) FROM claims WHERE status = 'active' AND expires_at > ?1",
-                    params![now],
+                    "SELECT COUNT(*) FROM claims WHERE status = ?2 AND expires_at > ?1",
+                    params![now, crate::domain::claim::ClaimState::Active.as_str()],
                     |r| r.get(0),
                 )?,
                 contentions_open: tx.query_row(
-                    "SELECT COUNT(*) FROM contentions WHERE state = 'open'",
-                    [],
+                    "SELECT COUNT(*) FROM contentions WHERE state = ?1",
+                    params![crate::domain::claim::ContentionState::Open.as_str()],
                     |r| r.get(0),
                 )?,
             };

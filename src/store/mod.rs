@@ -201,8 +201,8 @@ impl Store {
             };
             let n = tx.execute(
                 "INSERT INTO verifications (verification_id, creation_key, status, created_at, record, spec, candidate_id, queued)
-                 VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
-                params![v.verification_id, v.creation_key, v.created_at, record, spec_json, candidate_id, queued],
+                 VALUES (?1, ?2, ?8, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
+                params![v.verification_id, v.creation_key, v.created_at, record, spec_json, candidate_id, queued, Status::Running.as_str()],
             )?;
             if n != 1 {
                 return Err(StoreError::Conflict(format!(
@@ -224,8 +224,8 @@ impl Store {
         let id = verification_id.to_string();
         self.call(move |c| {
             c.execute(
-                "UPDATE verifications SET queued = 0 WHERE verification_id = ?1 AND status = 'running'",
-                params![id],
+                "UPDATE verifications SET queued = 0 WHERE verification_id = ?1 AND status = ?2",
+                params![id, Status::Running.as_str()],
             )?;
             Ok(())
         })
@@ -351,10 +351,10 @@ impl Store {
         let cid = candidate_id.to_string();
         self.call(move |c| {
             let mut st = c.prepare(
-                "SELECT verification_id FROM verifications WHERE candidate_id = ?1 AND status != 'running'",
+                "SELECT verification_id FROM verifications WHERE candidate_id = ?1 AND status != ?2",
             )?;
             let ids = st
-                .query_map(params![cid], |r| r.get::<_, String>(0))?
+                .query_map(params![cid, Status::Running.as_str()], |r| r.get::<_, String>(0))?
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(ids)
         })
@@ -371,11 +371,13 @@ impl Store {
         self.call(move |c| {
             let mut st = c.prepare(
                 "SELECT verification_id FROM verifications
-                 WHERE candidate_id IS NULL AND status != 'running' AND created_at < ?1
+                 WHERE candidate_id IS NULL AND status != ?3 AND created_at < ?1
                  ORDER BY created_at LIMIT ?2",
             )?;
             let ids = st
-                .query_map(params![before, limit], |r| r.get::<_, String>(0))?
+                .query_map(params![before, limit, Status::Running.as_str()], |r| {
+                    r.get::<_, String>(0)
+                })?
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(ids)
         })
@@ -390,8 +392,8 @@ impl Store {
             let mut n = 0;
             for id in &ids {
                 n += tx.execute(
-                    "DELETE FROM verifications WHERE verification_id = ?1 AND status != 'running'",
-                    params![id],
+                    "DELETE FROM verifications WHERE verification_id = ?1 AND status != ?2",
+                    params![id, Status::Running.as_str()],
                 )?;
             }
             tx.commit()?;

@@ -453,8 +453,8 @@ impl Store {
             let pending: Option<String> = tx
                 .query_row(
                     "SELECT approval_id FROM approvals
-                     WHERE proposal_id = ?1 AND revision = ?2 AND state = 'pending'",
-                    params![pid, rev],
+                     WHERE proposal_id = ?1 AND revision = ?2 AND state = ?3",
+                    params![pid, rev, ApprovalState::Pending.as_str()],
                     |r| r.get(0),
                 )
                 .optional()?;
@@ -465,8 +465,8 @@ impl Store {
             }
             tx.execute(
                 "INSERT INTO approvals (approval_id, workspace_id, proposal_id, revision, requested_by, state, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6)",
-                params![aid, ws, pid, rev, who, at],
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?7, ?6)",
+                params![aid, ws, pid, rev, who, at, ApprovalState::Pending.as_str()],
             )?;
             event(
                 &tx,
@@ -475,7 +475,7 @@ impl Store {
                 "approval.requested",
                 &who,
                 None,
-                Some("pending"),
+                Some(ApprovalState::Pending.as_str()),
                 &serde_json::json!({"approval_id": aid, "revision": rev}).to_string(),
                 &at,
             )?;
@@ -513,8 +513,8 @@ impl Store {
             require_current(&tx, &a.proposal_id, &a.revision)?;
             let n = tx.execute(
                 "UPDATE approvals SET state = ?1, decided_by = ?2, override = ?3, reason_md = ?4, decided_at = ?5
-                 WHERE approval_id = ?6 AND state = 'pending'",
-                params![next.as_str(), who, i64::from(override_votes), reason, at, aid],
+                 WHERE approval_id = ?6 AND state = ?7",
+                params![next.as_str(), who, i64::from(override_votes), reason, at, aid, a.state.as_str()],
             )?;
             if n != 1 {
                 return Err(StoreError::Conflict(format!("approval {aid} was decided meanwhile")));

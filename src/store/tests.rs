@@ -206,3 +206,54 @@ async fn the_request_state_column_is_backfilled_from_existing_records() {
         vec![("c1".to_string(), "ws".to_string())]
     );
 }
+
+/// Every state that reaches SQL is spelled once, by its enum: no store query names one as a
+/// literal (the migrations' CHECK constraints are the schema's own record and are left out).
+#[test]
+fn no_state_is_a_literal_in_the_stores_sql() {
+    use crate::domain::candidate::CandidateState;
+    use crate::domain::claim::{ClaimMode, ClaimState, ContentionState, ReleaseOn};
+    use crate::domain::delivery::RequestState;
+    use crate::domain::policy::{ApprovalState, SecurityVerdict, VoteKind};
+    use crate::domain::proposal::ProposalState;
+    use crate::domain::transaction::TxState;
+    use crate::verification::Status;
+    let mut names: Vec<&str> = vec![];
+    names.extend(CandidateState::ALL.map(CandidateState::as_str));
+    names.extend(ClaimMode::ALL.map(ClaimMode::as_str));
+    names.extend(ClaimState::ALL.map(ClaimState::as_str));
+    names.extend(ContentionState::ALL.map(ContentionState::as_str));
+    names.extend(ReleaseOn::ALL.map(ReleaseOn::as_str));
+    names.extend(RequestState::ALL.map(RequestState::as_str));
+    names.extend(ApprovalState::ALL.map(ApprovalState::as_str));
+    names.extend(SecurityVerdict::ALL.map(SecurityVerdict::as_str));
+    names.extend(VoteKind::ALL.map(VoteKind::as_str));
+    names.extend(ProposalState::ALL.map(ProposalState::as_str));
+    names.extend(TxState::ALL.map(TxState::as_str));
+    names.extend(Status::ALL.map(Status::as_str));
+    let sources = [
+        ("mod.rs", include_str!("mod.rs")),
+        ("applies.rs", include_str!("applies.rs")),
+        ("candidates.rs", include_str!("candidates.rs")),
+        ("claims.rs", include_str!("claims.rs")),
+        ("contentions.rs", include_str!("contentions.rs")),
+        ("gauges.rs", include_str!("gauges.rs")),
+        ("proposals.rs", include_str!("proposals.rs")),
+        ("reviews.rs", include_str!("reviews.rs")),
+    ];
+    let mut found = vec![];
+    for (file, text) in sources {
+        for (n, line) in text.lines().enumerate() {
+            for name in &names {
+                if line.contains(&format!("'{name}'")) {
+                    found.push(format!("{file}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "state literals in SQL:\n{}",
+        found.join("\n")
+    );
+}

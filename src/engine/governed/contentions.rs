@@ -21,16 +21,18 @@ impl Service {
     ) -> Result<Value, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let limit = page_limit(p.limit)?;
-        let state = p.state.map(|s| match s {
-            ContentionState::Open => "open".to_string(),
-            ContentionState::Resolved => "resolved".to_string(),
-        });
         let after = parse_cursor("cnc_", p.cursor.as_deref())?.unwrap_or(0);
         let rows = self
             .ctx
             .data
             .store
-            .list_contentions(&p.workspace_id, state, p.resource_id.clone(), after, limit)
+            .list_contentions(
+                &p.workspace_id,
+                p.state,
+                p.resource_id.clone(),
+                after,
+                limit,
+            )
             .await?;
         let next = next_cursor("cnc_", rows.len(), limit, rows.last().map(|c| c.seq));
         let now = self.ctx.clock.now().unix_timestamp();
@@ -41,16 +43,7 @@ impl Service {
                 .as_ref()
                 .is_some_and(|x| x.status == ClaimState::Active && x.expires_at > now);
             use ResolutionKind as K;
-            let state = match c.state.as_str() {
-                "open" => ContentionState::Open,
-                "resolved" => ContentionState::Resolved,
-                other => {
-                    return Err(ServiceError::internal(format!(
-                        "contention {} is in unknown state {other:?}",
-                        c.contention_id
-                    )));
-                }
-            };
+            let state = c.state;
             let allowed: &[ResolutionKind] = match (state, live) {
                 (ContentionState::Open, true) => &[
                     K::KeepOwner,
@@ -169,7 +162,7 @@ impl Service {
             .ok_or_else(|| {
                 ServiceError::NotFound(format!("contention {:?} not found", p.contention_id))
             })?;
-        if open.state != "open" {
+        if open.state != ContentionState::Open {
             return Err(ServiceError::precondition(format!(
                 "contention {} is already resolved",
                 p.contention_id

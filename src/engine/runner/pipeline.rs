@@ -224,7 +224,7 @@ impl Context {
         let lock = WorkerLock::try_acquire(&self.data.lock_path(&creation_key))
             .map_err(|e| RunError::Refused(format!("cannot create worker lock: {e}")))?
             .ok_or_else(|| RunError::Refused("fresh creation key already locked".into()))?;
-        let created = ids::now();
+        let created = self.clock.now();
         let mut expires = created + limits::VERIFICATION_VALIDITY;
         if let Some(l) = &link {
             expires = expires.min(l.expires_cap);
@@ -305,7 +305,7 @@ impl Context {
         if v.duration_ms.is_none() {
             v.duration_ms = Some(started.elapsed().as_millis() as u64);
         }
-        v.finished_at = Some(ids::rfc3339(ids::now()));
+        v.finished_at = Some(ids::rfc3339(self.clock.now()));
 
         // Durability before acknowledgement: the artifact, then the row.
         let t_artifact = Instant::now();

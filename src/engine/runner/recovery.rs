@@ -103,7 +103,7 @@ pub async fn recover(
             }
         };
         report.interrupted.push(v.verification_id.clone());
-        recover_one(data, runtime, v, &mut report).await;
+        recover_one(data, runtime, v, retention.now, &mut report).await;
         drop(lock);
     }
     sweep(data, runtime, &mut report).await;
@@ -148,6 +148,7 @@ async fn recover_one(
     data: &DataDir,
     runtime: &dyn ContainerRuntime,
     v: Verification,
+    now: time::OffsetDateTime,
     report: &mut Report,
 ) {
     let id = v.verification_id.clone();
@@ -187,7 +188,7 @@ async fn recover_one(
                 }
             }
         }
-        Ok(None) => mark_error(data, &v, Unfinished::Interrupted, report).await,
+        Ok(None) => mark_error(data, &v, Unfinished::Interrupted, now, report).await,
         Err(rejected) => match blocking(|| data.artifacts.quarantine(&id)) {
             Ok(path) => {
                 report.quarantined.push(path.display().to_string());
@@ -195,6 +196,7 @@ async fn recover_one(
                     data,
                     &v,
                     Unfinished::ArtifactRejected(rejected.to_string()),
+                    now,
                     report,
                 )
                 .await
@@ -216,13 +218,14 @@ async fn mark_error(
     data: &DataDir,
     v: &Verification,
     why: Unfinished,
+    now: time::OffsetDateTime,
     report: &mut Report,
 ) -> bool {
     let (status, error) = why.settle();
     let mut e = v.clone();
     e.status = status;
     e.error = Some(error.clone());
-    e.finished_at = Some(ids::rfc3339(ids::now()));
+    e.finished_at = Some(ids::rfc3339(now));
     match data.store.settle(&e).await {
         Ok(()) => {
             report.marked_error.push(Settled {
