@@ -336,4 +336,31 @@ fn agents_drive_the_governed_path_to_an_apply_with_the_tools_their_tokens_allow(
         json!({"workspace_id": "ws1", "claim_id": claim["claim_id"]}),
     );
     assert_eq!(shown["claim"]["status"], "released", "{shown}");
+
+    // A reviewer rejects the next proposal under seed 000's tool name.
+    let (_, r) = one_call(
+        &s,
+        DAVE,
+        "claim.acquire",
+        json!({"workspace_id": "ws1", "task_id": "t", "resource_id": "file:README",
+               "mode": "write", "idempotency_key": "c2"}),
+    );
+    structured(&r);
+    let (_, r) = one_call(
+        &s,
+        DAVE,
+        "proposal.create",
+        json!({"workspace_id": "ws1", "task_id": "t", "title": "next", "summary_md": "s",
+               "patch": "diff --git a/README b/README\n--- a/README\n+++ b/README\n@@ -1 +1 @@\n-base\n+next\n",
+               "idempotency_key": "p2"}),
+    );
+    let next = structured(&r)["proposal"]["proposal_id"].clone();
+    let (_, r) = one_call(
+        &s,
+        BOB,
+        "patch.reject",
+        json!({"workspace_id": "ws1", "proposal_id": next, "reason_md": "not now",
+               "idempotency_key": "rej"}),
+    );
+    assert_eq!(structured(&r)["proposal"]["status"], "rejected", "{r}");
 }
