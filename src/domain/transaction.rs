@@ -1,5 +1,5 @@
-//! The apply transaction's state machine (issue 13; seed 000's transactions "succeeded" on any
-//! control action whatever their state). Each phase is committed before its side effect:
+//! The apply transaction's state machine: every control action is checked against the state
+//! (a transaction that "succeeds" at any action whatever its state tells an operator nothing). Each phase is committed before its side effect:
 //! `prepared` (staged files and the rollback artifact being written), `installing` (renames
 //! into the worktree), `applied`. Recovery decides from the files: a transaction that reached
 //! `installing` is rolled forward, one still `prepared` is undone (`cancelled`), and one whose

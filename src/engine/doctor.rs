@@ -508,17 +508,15 @@ pub fn parse_git_version(s: &str) -> Option<(u32, u32)> {
 }
 
 fn git() -> Check {
-    let out = crate::process::command("git").arg("--version").output();
-    let text = match out {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
-        Ok(o) => {
+    let text = match crate::staging::git_version() {
+        Ok(t) => t,
+        Err(e) => {
             return fail(
                 "git",
-                format!("git --version failed: {}", o.status),
-                "install git",
+                format!("git --version: {e}"),
+                "install git (>= 2.40)",
             );
         }
-        Err(e) => return fail("git", format!("git: {e}"), "install git (>= 2.40)"),
     };
     match parse_git_version(&text) {
         Some(v) if v >= MIN_GIT => pass("git", text),

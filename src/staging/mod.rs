@@ -134,6 +134,15 @@ fn git_program() -> &'static OsStr {
     .as_os_str()
 }
 
+/// The installed git's `git --version` line (the same executable and environment every
+/// other git call uses), for `airlock doctor`.
+pub fn git_version() -> Result<String, StagingError> {
+    let mut cmd = git_command();
+    cmd.arg("--version");
+    let (_, out) = run_git(cmd, &[0])?;
+    Ok(String::from_utf8_lossy(&out).trim().to_string())
+}
+
 /// Runs a git command and returns stdout, bounded by [`limits::MAX_GIT_OUTPUT_BYTES`].
 pub(crate) fn run_git(mut cmd: Command, ok_codes: &[i32]) -> Result<(i32, Vec<u8>), StagingError> {
     let args = format!("{:?}", cmd.get_args().collect::<Vec<&OsStr>>());

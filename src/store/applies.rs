@@ -1,4 +1,4 @@
-//! Validations and apply transactions (issue 13). A validation is an immutable record (stages,
+//! Validations and apply transactions. A validation is an immutable record (stages,
 //! pre-images, post-images) with an expiry; a transaction moves through its phases by checked
 //! compare-and-set, each move with its phase row and event in the same transaction, and its
 //! final move to `applied` accepts the proposal in that same transaction.

@@ -1,4 +1,4 @@
-//! `patch.apply`, the transaction reads, and the recovery of interrupted applies (issue 13).
+//! `patch.apply`, the transaction reads, and the recovery of interrupted applies.
 //!
 //! Under a per-workspace apply lock: recheck the validation (valid, complete, unexpired, for
 //! the current revision), the verdict (approvable now, with the validation's test results),

@@ -1,4 +1,4 @@
-//! `transaction.control` (issue 13): `cancel` undoes a transaction left in `prepared`;
+//! `transaction.control`: `cancel` undoes a transaction left in `prepared`;
 //! `compensate` files the reverse of an applied transaction as a new high-risk proposal by
 //! the requesting member, built from the rollback artifact against the current files, with
 //! write claims on the touched paths, so it goes through validation and policy like any

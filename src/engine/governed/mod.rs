@@ -1,5 +1,6 @@
-//! The governed patch path (seeds 000 and 003) on workspaces with a `worktree`: claims today;
-//! proposals, reviews, policy and apply come next (issues 11-13).
+//! The governed patch path on workspaces with a `worktree`: claims and resources, proposals,
+//! reviews and the policy, validation in the sandbox, the journaled apply, its recovery and
+//! the control actions on its transactions.
 
 pub mod applying;
 pub mod claims;

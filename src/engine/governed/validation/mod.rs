@@ -1,4 +1,4 @@
-//! `patch.validate` and `patch.validation_show` (issue 13): a probe of one revision with no
+//! `patch.validate` and `patch.validation_show`: a probe of one revision with no
 //! side effect on claims or resources. Stages: `claims`, `artifact`, `parse`, `coverage`,
 //! `dry_run` (Git applies the patch **inside a sandbox container** to a scratch index holding
 //! only the touched paths' current bytes; trusted code harvests the post-images the job wrote
