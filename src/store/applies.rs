@@ -246,7 +246,7 @@ fn landed(
     let p = super::proposals::load(tx, &cur.proposal_id)?;
     match p.status.on(ProposalEvent::Accept) {
         Ok(to) => {
-            let released = super::claims::release_at_proposal_end(tx, &p, actor, at)?;
+            let released = super::claim_ends::release_at_proposal_end(tx, &p, actor, at)?;
             let n = tx.execute(
                 "UPDATE proposals SET status = ?1, version = version + 1
                  WHERE proposal_id = ?2 AND version = ?3",

@@ -7,6 +7,7 @@
 
 pub mod applies;
 mod candidates;
+pub mod claim_ends;
 pub mod claims;
 pub mod contentions;
 pub mod gauges;

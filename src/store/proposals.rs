@@ -266,7 +266,7 @@ impl Store {
             }
             let mut payload = serde_json::json!({"revision": p.current_revision});
             if next.is_terminal() {
-                let released = super::claims::release_at_proposal_end(&tx, &p, &actor, &at)?;
+                let released = super::claim_ends::release_at_proposal_end(&tx, &p, &actor, &at)?;
                 if !released.is_empty() {
                     payload["released_claims"] = released.into();
                 }

@@ -236,6 +236,7 @@ fn no_state_is_a_literal_in_the_stores_sql() {
         ("applies.rs", include_str!("applies.rs")),
         ("candidates.rs", include_str!("candidates.rs")),
         ("claims.rs", include_str!("claims.rs")),
+        ("claim_ends.rs", include_str!("claim_ends.rs")),
         ("contentions.rs", include_str!("contentions.rs")),
         ("gauges.rs", include_str!("gauges.rs")),
         ("proposals.rs", include_str!("proposals.rs")),

@@ -382,7 +382,7 @@ impl Service {
             .ctx
             .data
             .store
-            .resume_claim(crate::store::claims::Resume {
+            .resume_claim(crate::store::claim_ends::Resume {
                 claim_id: c.claim_id.clone(),
                 expected_version: c.version,
                 actor: actor.key(),
@@ -393,8 +393,10 @@ impl Service {
             })
             .await?;
         match resumed {
-            crate::store::claims::Resumed::Active(c) => Ok(json!({"claim": self.claim_view(&c)?})),
-            crate::store::claims::Resumed::Blocked(others) => {
+            crate::store::claim_ends::Resumed::Active(c) => {
+                Ok(json!({"claim": self.claim_view(&c)?}))
+            }
+            crate::store::claim_ends::Resumed::Blocked(others) => {
                 let held: Vec<String> = others
                     .iter()
                     .map(|o| format!("{} ({} by {})", o.claim_id, o.mode.as_str(), o.holder))

@@ -1,0 +1,178 @@
+//! How claims end with their proposal and come back after a suspension: the release of a
+//! holder's `proposal_end` claims inside the transaction that ends the proposal they covered,
+//! and `resume`, the acquire's conflict check applied to a suspended claim's return.
+
+use super::candidates::insert_binding_checked;
+use super::claims::{
+    CLAIM_COLUMNS, ClaimRow, claim_by_id, conflicting, event, not_being_applied, parsed, row,
+};
+use super::{Store, StoreError};
+use crate::domain::claim::{ClaimEvent, ClaimState, ReleaseOn, ResourceId, covers};
+use rusqlite::{TransactionBehavior, params};
+
+/// A resume, as the engine checked it (the resource's hash taken now and found unchanged).
+#[derive(Debug, Clone)]
+pub struct Resume {
+    pub claim_id: String,
+    pub expected_version: i64,
+    pub actor: String,
+    pub forced: bool,
+    pub now: i64,
+    pub at: String,
+    pub binding: Option<super::Binding>,
+}
+
+/// What a resume did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resumed {
+    Active(ClaimRow),
+    /// Another holder's claim granted meanwhile conflicts: nothing changed.
+    Blocked(Vec<ClaimRow>),
+}
+
+/// Inside the transaction that accepts, withdraws or rejects `proposal`: releases every claim
+/// of its author marked `release_on = proposal_end` that covers one of the current revision's
+/// affected resources, each with its event. A claim another open apply holds is kept (that
+/// apply still lands under it). Answers the released ids.
+pub(super) fn release_at_proposal_end(
+    tx: &rusqlite::Transaction,
+    proposal: &super::proposals::ProposalRow,
+    actor: &str,
+    at: &str,
+) -> Result<Vec<String>, StoreError> {
+    let affected: String = tx.query_row(
+        "SELECT affected_resources FROM proposal_revisions WHERE proposal_id = ?1 AND revision = ?2",
+        params![proposal.proposal_id, proposal.current_revision],
+        |r| r.get(0),
+    )?;
+    let affected: Vec<ResourceId> = serde_json::from_str::<Vec<String>>(&affected)
+        .map_err(|e| StoreError::Corrupt {
+            id: proposal.proposal_id.clone(),
+            message: format!("affected resources: {e}"),
+        })?
+        .iter()
+        .filter_map(|id| ResourceId::parse(id).ok())
+        .collect();
+    let candidates: Vec<ClaimRow> = {
+        let mut st = tx.prepare(&format!(
+            "SELECT {CLAIM_COLUMNS} FROM claims
+             WHERE workspace_id = ?1 AND holder = ?2 AND release_on = ?3 AND status IN ({})",
+            ClaimState::sql_list(|s| !s.is_terminal())
+        ))?;
+        st.query_map(
+            params![
+                proposal.workspace_id,
+                proposal.author,
+                ReleaseOn::ProposalEnd.as_str()
+            ],
+            row,
+        )?
+        .collect::<rusqlite::Result<_>>()?
+    };
+    let mut released = vec![];
+    for c in candidates {
+        let held = parsed(&c)?;
+        if !affected.iter().any(|a| covers(&held, a))
+            || super::applies::claim_holder(tx, &c.claim_id)?.is_some()
+        {
+            continue;
+        }
+        let next = c.status.on(ClaimEvent::Release)?;
+        let n = tx.execute(
+            "UPDATE claims SET status = ?1, version = version + 1 WHERE claim_id = ?2 AND version = ?3",
+            params![next.as_str(), c.claim_id, c.version],
+        )?;
+        if n != 1 {
+            return Err(StoreError::Conflict(format!(
+                "claim {} changed meanwhile",
+                c.claim_id
+            )));
+        }
+        event(
+            tx,
+            &c.workspace_id,
+            &c.claim_id,
+            "claim.release",
+            actor,
+            Some(c.status.as_str()),
+            Some(next.as_str()),
+            &serde_json::json!({"forced": false, "reason": "proposal_end",
+                                "proposal_id": proposal.proposal_id})
+            .to_string(),
+            at,
+        )?;
+        released.push(c.claim_id);
+    }
+    Ok(released)
+}
+
+impl Store {
+    /// Resumes a suspended claim still at `expected_version`, unexpired, whose resource no
+    /// open apply is installing and no other holder's active claim now conflicts with; the
+    /// same fencing token, with its event and binding, in one transaction.
+    pub async fn resume_claim(&self, r: Resume) -> Result<Resumed, StoreError> {
+        self.call(move |c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let id = &r.claim_id;
+            let current = claim_by_id(&tx, id)?;
+            if current.version != r.expected_version {
+                return Err(StoreError::Conflict(format!(
+                    "claim {id} is at version {}, not {}",
+                    current.version, r.expected_version
+                )));
+            }
+            let next = current.status.on(ClaimEvent::Resume)?;
+            if current.expires_at <= r.now {
+                return Err(StoreError::Precondition {
+                    field: None,
+                    message: format!("claim {id} is past its expiry: acquire the resource again"),
+                });
+            }
+            let resource = parsed(&current)?;
+            not_being_applied(&tx, &current.workspace_id, &resource)?;
+            let blocked = conflicting(
+                &tx,
+                &current.workspace_id,
+                &resource,
+                current.span,
+                &current.holder,
+                current.mode,
+                r.now,
+            )?;
+            if !blocked.is_empty() {
+                return Ok(Resumed::Blocked(blocked));
+            }
+            let n = tx.execute(
+                "UPDATE claims SET status = ?1, version = version + 1
+                 WHERE claim_id = ?2 AND version = ?3",
+                params![next.as_str(), id, r.expected_version],
+            )?;
+            if n != 1 {
+                return Err(StoreError::Conflict(format!(
+                    "claim {id} changed meanwhile"
+                )));
+            }
+            event(
+                &tx,
+                &current.workspace_id,
+                id,
+                "claim.resume",
+                &r.actor,
+                Some(current.status.as_str()),
+                Some(next.as_str()),
+                &serde_json::json!({"forced": r.forced}).to_string(),
+                &r.at,
+            )?;
+            if let Some(b) = &r.binding {
+                insert_binding_checked(&tx, b)?;
+            }
+            tx.commit()?;
+            Ok(Resumed::Active(ClaimRow {
+                status: next,
+                version: current.version + 1,
+                ..current
+            }))
+        })
+        .await
+    }
+}
