@@ -1,5 +1,5 @@
-//! Candidate integration and evidence: wire records (seed 001 shapes), states, and the pure rules
-//! (path safety, conflict markers, request digests). No I/O here.
+//! Candidate integration and evidence: wire records (the shapes orchestrators already send),
+//! states, and the pure rules (path safety, conflict markers, request digests). No I/O here.
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -38,7 +38,7 @@ pub use crate::domain::path::{MAX_PATH_BYTES, is_dotgit_alias};
 pub const MAX_VERIFICATIONS_PER_CANDIDATE: usize = 64;
 /// Most verification ids one delivery request may select.
 pub const MAX_REQUEST_VERIFICATIONS: usize = 64;
-/// Candidate states (seed 001).
+/// Candidate states.
 pub use crate::domain::candidate::{
     CandidateEvent, CandidateState, EvidenceSource, MutationOperation,
 };

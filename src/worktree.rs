@@ -228,7 +228,7 @@ pub fn source(root: &Root, path: &str, max: usize) -> std::io::Result<Option<Vec
     }
 }
 
-/// The hash of lines `span` of a file (seed 003's line-range hash).
+/// The hash of lines `span` of a file (so a claim on a symbol sees only its own lines change).
 pub fn range_hash(root: &Root, path: &str, span: Span) -> std::io::Result<Option<String>> {
     if span.start == 0 || span.end < span.start {
         return Ok(None);

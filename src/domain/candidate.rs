@@ -1,4 +1,4 @@
-//! The candidate state machine (seed 001): `preparing` assembles inputs, `conflicted` waits for a
+//! The candidate state machine: `preparing` assembles inputs, `conflicted` waits for a
 //! resolution, `frozen` is final for content, `unavailable` lost owned evidence, and the fences
 //! `deleting` / `expired` allow nothing but cleanup.
 

@@ -1,4 +1,4 @@
-//! Resources and claims (seed 003), pure: resource ids in their one canonical form, how two
+//! Resources and claims, pure: resource ids in their one canonical form, how two
 //! resources overlap, the mode conflict matrix, and the claim state machine.
 //!
 //! Seed 003's weaknesses this fixes by construction: an id is parsed, never taken verbatim,
@@ -190,7 +190,7 @@ pub fn covers(held: &ResourceId, wanted: &ResourceId) -> bool {
     }
 }
 
-/// What a claim lets its holder do (seed 003's four modes).
+/// What a claim lets its holder do (four modes: reading, writing, reviewing, exclusive).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ClaimMode {

@@ -1,4 +1,4 @@
-//! The policy that gates apply (seed 000), as a pure function of the stored evidence.
+//! The policy that gates apply, as a pure function of the stored evidence.
 //!
 //! Evidence is always about one revision (the current one): votes, the latest security review,
 //! the latest human approval and, in part 3, test results. The verdict lists every

@@ -1,4 +1,4 @@
-//! Proposals (seed 000): a patch-bearing request to change a governed worktree. Each patch is
+//! Proposals: a patch-bearing request to change a governed worktree. Each patch is
 //! an immutable, content-addressed revision; a new patch is a new revision, and everything
 //! bound to an older revision (reviews, votes, approvals, validations) stops counting.
 

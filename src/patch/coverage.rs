@@ -1,4 +1,4 @@
-//! Coverage (seed 000): does what the author holds cover everything the patch touches?
+//! Coverage: does what the author holds cover everything the patch touches?
 //!
 //! Every touched path (both sides of a rename or copy) must be covered by a `file:` or
 //! `directory:` resource, or, for an ordinary modification only, every changed line range must

@@ -1,4 +1,4 @@
-//! Claims on resources (seed 003), each change one `BEGIN IMMEDIATE` transaction: the conflict
+//! Claims on resources, each change one `BEGIN IMMEDIATE` transaction: the conflict
 //! check and the grant together (no check-then-insert race), the contention rows of a refusal
 //! with the refusal, a per-resource fencing token that only grows, an event row with every
 //! state change, and transitions that compare-and-set the prior state.

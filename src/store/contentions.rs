@@ -1,4 +1,4 @@
-//! Contentions (seed 003): the refused acquires a claim challenged, listed and resolved
+//! Contentions: the refused acquires a claim challenged, listed and resolved
 //! exactly once, each resolution one transaction with its events.
 
 use super::claims::{CLAIM_COLUMNS, ClaimRow, event, row};

@@ -1,4 +1,4 @@
-//! Proposals and their immutable revisions (seed 000), and the decisions recorded about them.
+//! Proposals and their immutable revisions, and the decisions recorded about them.
 //! Every change is one `BEGIN IMMEDIATE` transaction: the compare-and-set on the proposal's
 //! `version`, the revision row, the event and the idempotency binding commit together or not
 //! at all. A revision row names a patch artifact that was fsynced before the transaction began.

@@ -1,4 +1,4 @@
-//! Review evidence bound to proposal revisions (seed 000): review plans, votes, security
+//! Review evidence bound to proposal revisions: review plans, votes, security
 //! reviews, human approvals and decisions. Every write is one `BEGIN IMMEDIATE` transaction
 //! that re-reads the proposal and refuses evidence for a revision that is no longer current
 //! (so an attach racing a vote can never leave the vote on the wrong bytes), with its event

@@ -1,5 +1,5 @@
 //! `claim.acquire`, `claim.extend`, `claim.heartbeat`, `claim.release`, `claim.show` and
-//! `claim.list` (seed 003) on governed workspaces. The holder is always the authenticated
+//! `claim.list` on governed workspaces. The holder is always the authenticated
 //! actor. A claim whose `expires_at` has passed shows (and counts) as `expired` whether or not
 //! the maintenance pass has swept it.
 

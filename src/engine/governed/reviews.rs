@@ -1,4 +1,4 @@
-//! Review evidence and the policy verdict (seed 000): `vote.cast`, `vote.list`,
+//! Review evidence and the policy verdict: `vote.cast`, `vote.list`,
 //! `security.review`, `human.request_approval`, `human.decide`, `decision.record`,
 //! `decision.list` and `policy.evaluate`, plus the review plan `proposal.request_review`
 //! persists.

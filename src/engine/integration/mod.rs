@@ -1,4 +1,4 @@
-//! Candidate integration (seed 001), one workflow per module over the shared [`Service`]:
+//! Candidate integration, one workflow per module over the shared [`Service`]:
 //! `evidence` (packets), `prepare` (validate, persist, retain), `assembly` (the merge loop),
 //! `read` (show, list, patch), `resolve`, `lifecycle` (delete, expiry, tombstones),
 //! `verification` (candidate verifications and their workers) and `delivery` (request, decide,

@@ -16,7 +16,7 @@ pub(super) fn names_path(r: &ResourceId, path: &str) -> bool {
 }
 
 /// The affected resources: the given ids (deduplicated, order kept), then `file:<path>` for
-/// every touched path none of them names (seed 000's rule).
+/// every touched path none of them names (so every path the patch touches is claimed).
 pub(super) fn affected_resources(
     given: Option<&[String]>,
     patch: &Patch,

@@ -1,4 +1,4 @@
-//! Proposals (seed 000): `proposal.create`, `proposal.attach_patch`, `proposal.get`,
+//! Proposals: `proposal.create`, `proposal.attach_patch`, `proposal.get`,
 //! `proposal.list`, `proposal.request_review`, `proposal.reject` and `proposal.withdraw`.
 //!
 //! A patch is parsed by the strict parser before anything is written, stored as an artifact
