@@ -140,6 +140,9 @@ fn envelope(e: &ServiceError, request_id: Option<String>) -> Value {
     } else {
         json!({"error": {"code": e.code(), "message": e.to_string()}})
     };
+    if let Some(field) = e.field() {
+        body["error"]["field"] = json!(field);
+    }
     if let Some(id) = request_id {
         body["error"]["request_id"] = json!(id);
     }

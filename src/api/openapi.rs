@@ -103,6 +103,7 @@ fn error_schema() -> Value {
             "properties": {
                 "code": {"type": "string", "enum": codes},
                 "message": {"type": "string"},
+                "field": {"type": "string", "description": "the request field a refusal is about, when it names one (`submissions[2].evidence_ref`)"},
                 "request_id": {"type": "string", "description": "the request's x-request-id"},
                 "error_id": {"type": "string", "description": "an internal error's id in the server log"},
             },

@@ -244,6 +244,7 @@ fn proposal_end_claims_are_released_with_the_withdrawal_or_rejection_that_ends_t
     assert_eq!(manual["release_on"], "manual", "{manual}");
     let bad = acquire(&s, DAVE, "file:x", json!({"release_on": "sometimes"}), "c4");
     assert_eq!(bad.0, 400, "{bad:?}");
+    assert_eq!(bad.1["error"]["field"], "release_on", "{bad:?}");
     assert!(
         bad.1["error"]["message"]
             .as_str()
