@@ -43,6 +43,14 @@ pub enum StagingError {
     },
 }
 
+impl StagingError {
+    /// git refused because another process holds a ref's lock (`cannot lock ref`): nothing
+    /// changed, and the same call may succeed once that process is done.
+    pub fn is_ref_locked(&self) -> bool {
+        matches!(self, StagingError::Git { stderr, .. } if stderr.contains("cannot lock ref"))
+    }
+}
+
 fn io_err<'a>(
     op: &'static str,
     path: &'a Path,

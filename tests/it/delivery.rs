@@ -682,3 +682,32 @@ fn serve_exits_non_zero_when_a_worker_could_not_settle_its_result() {
         "the persistence failure is reported by the exit code"
     );
 }
+
+/// A ref transaction git refuses is never reported as a competing change: a ref another
+/// process holds locked is `unavailable` (retry), nothing moved, and the same delivery lands
+/// once the lock is gone.
+#[test]
+fn a_locked_target_ref_is_unavailable_and_the_retry_lands() {
+    let s = Server::fake();
+    let (cid, rev, base) = frozen(&s);
+    let (id, version) = approved_request(&s, &cid, &rev, "update_ref");
+    let lock = s.repo.join(".git/refs/heads/main.lock");
+    std::fs::write(&lock, "").unwrap();
+    let m = s.err(
+        ALICE,
+        "integration.deliver",
+        deliver_body(&cid, &id, version),
+        "unavailable",
+    );
+    assert!(m.contains("lock") && m.contains("retry"), "{m}");
+    assert_eq!(s.head(), base, "nothing moved");
+    assert!(s.git_refs("refs/airlock/receipts/").is_empty());
+    std::fs::remove_file(&lock).unwrap();
+    let v = s.ok(
+        ALICE,
+        "integration.deliver",
+        deliver_body(&cid, &id, version),
+    );
+    assert_eq!(cand(&v)["delivery_receipt"]["result"], "landed", "{v}");
+    assert_eq!(s.head(), rev);
+}

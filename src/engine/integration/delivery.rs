@@ -389,9 +389,20 @@ impl Service {
                     req.target_ref
                 )));
             }
-            return Err(ServiceError::Conflict(format!(
-                "the delivery ref transaction failed and changed nothing: {e}"
-            )));
+            if let (DeliveryAction::Proposal, Some(name)) = (&req.action, &proposal)
+                && blocking(|| repo.ref_value(name))?.is_some()
+            {
+                return Err(ServiceError::Conflict(format!(
+                    "the proposal ref {name} already exists; nothing was changed"
+                )));
+            }
+            if e.is_ref_locked() {
+                return Err(ServiceError::Unavailable(format!(
+                    "another git process holds the lock of a ref this delivery writes ({e}); nothing was changed: retry the delivery"
+                )));
+            }
+            // Anything else is git failing, not a competing change: a malfunction.
+            return Err(ServiceError::from(e));
         }
         crate::engine::crash::point(crate::engine::crash::CrashPoint::DeliverAfterRefs);
         self.settle_delivery(&mut l, receipt, actor).await?;
