@@ -502,8 +502,11 @@ async fn run(common: &Common, req: RunRequest) -> ExitCode {
                 ExitCode::from(1)
             }
         }
-        Err(RunError::Refused(e) | RunError::Exhausted(e) | RunError::Conflict(e)) => refuse(e),
-        Err(RunError::Internal(e)) => fail(format!("{e}; run `airlock recover` to settle it")),
+        Err(e) if !e.is_malfunction() => refuse(e.to_string()),
+        Err(e @ RunError::Settle { .. }) => {
+            fail(format!("{e}; run `airlock recover` to settle it"))
+        }
+        Err(e) => fail(e.to_string()),
     }
 }
 

@@ -101,12 +101,7 @@ impl Service {
                 Some(extra),
             )
             .await
-            .map_err(|e| match e {
-                RunError::Refused(m) => ServiceError::precondition(m),
-                RunError::Exhausted(m) => ServiceError::exhausted(m),
-                RunError::Conflict(m) => ServiceError::Conflict(m),
-                RunError::Internal(m) => ServiceError::internal(m),
-            })?;
+            .map_err(ServiceError::from)?;
         // Seed 001: verification admits queueing (above), container creation and start
         // separately, with the candidate as it was when the verification was queued.
         let prepared = prepared.admitting({
@@ -143,9 +138,9 @@ impl Service {
             )
             .await
             .map_err(|e| match e {
-                RunError::Conflict(m) => ServiceError::Conflict(m),
-                RunError::Exhausted(m) => ServiceError::exhausted(m),
-                RunError::Refused(m) | RunError::Internal(m) => ServiceError::internal(m),
+                // The request was checked when it was prepared: a refusal now is a fault.
+                RunError::Refused(m) => ServiceError::internal(m),
+                e => ServiceError::from(e),
             })?;
         self.spawn_worker(started);
         self.hydrate(c).await

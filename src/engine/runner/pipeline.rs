@@ -99,9 +99,54 @@ pub enum RunError {
     /// Recording conflicted with a durable idempotency binding; nothing new was recorded.
     #[error("{0}")]
     Conflict(String),
-    /// Airlock itself failed after the `running` row existed; recovery will settle it.
-    #[error("{0}")]
-    Internal(String),
+    /// A host operation failed before anything was recorded (the data dir's free space, the
+    /// worker lock): a malfunction, not a refusal of the request.
+    #[error("{what}: {source}")]
+    Host {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The store failed to record the `running` row; nothing ran.
+    #[error("cannot record the verification: {0}")]
+    Record(#[source] crate::store::StoreError),
+    /// The store failed to settle a verification whose artifact is durable; recovery will
+    /// settle it from the artifact.
+    #[error("cannot settle {verification_id}: {source}")]
+    Settle {
+        verification_id: String,
+        #[source]
+        source: crate::store::StoreError,
+    },
+}
+
+impl RunError {
+    /// Whether Airlock malfunctioned (as opposed to refusing the request or losing a race).
+    pub fn is_malfunction(&self) -> bool {
+        match self {
+            RunError::Refused(_) | RunError::Exhausted(_) | RunError::Conflict(_) => false,
+            RunError::Host { .. } | RunError::Record(_) | RunError::Settle { .. } => true,
+        }
+    }
+}
+
+impl From<RunError> for crate::engine::error::ServiceError {
+    fn from(e: RunError) -> Self {
+        use crate::engine::error::Internal;
+        use crate::engine::error::ServiceError;
+        match e {
+            RunError::Refused(m) => ServiceError::precondition(m),
+            RunError::Exhausted(m) => ServiceError::exhausted(m),
+            RunError::Conflict(m) => ServiceError::Conflict(m),
+            RunError::Host { what, source } => {
+                ServiceError::Internal(std::sync::Arc::new(Internal::Io {
+                    what: what.to_string(),
+                    source,
+                }))
+            }
+            RunError::Record(s) | RunError::Settle { source: s, .. } => ServiceError::from(s),
+        }
+    }
 }
 
 impl Prepared {
@@ -184,8 +229,9 @@ impl Context {
     /// Refuses new work while the data dir's filesystem is short of space: it must keep
     /// `min_free_bytes` free even after this job fills its whole checkout filesystem.
     fn check_free_space(&self, spec: &EnvironmentSpec) -> Result<(), RunError> {
-        let st = nix::sys::statvfs::statvfs(&self.data.root).map_err(|e| {
-            RunError::Refused(format!("cannot read the data dir's free space: {e}"))
+        let st = nix::sys::statvfs::statvfs(&self.data.root).map_err(|e| RunError::Host {
+            what: "reading the data dir's free space",
+            source: e.into(),
         })?;
         let free = st.blocks_available() as u64 * st.fragment_size() as u64;
         let job = match spec.checkout_fs {
@@ -222,7 +268,10 @@ impl Context {
         let creation_key = ids::new_creation_key();
         let verification_id = ids::new_verification_id();
         let lock = WorkerLock::try_acquire(&self.data.lock_path(&creation_key))
-            .map_err(|e| RunError::Refused(format!("cannot create worker lock: {e}")))?
+            .map_err(|source| RunError::Host {
+                what: "creating the worker lock",
+                source,
+            })?
             .ok_or_else(|| RunError::Refused("fresh creation key already locked".into()))?;
         let created = self.clock.now();
         let mut expires = created + limits::VERIFICATION_VALIDITY;
@@ -266,7 +315,7 @@ impl Context {
             .map_err(|e| match e {
                 // Another request already holds this idempotency binding: a value, not a fault.
                 crate::store::StoreError::Conflict(m) => RunError::Conflict(m),
-                e => RunError::Refused(format!("cannot record the verification: {e}")),
+                e => RunError::Record(e),
             })?;
         let insert_us = t_insert.elapsed().as_micros() as u64;
         crash::point(crash::CrashPoint::AfterInsert);
@@ -326,7 +375,10 @@ impl Context {
             .store
             .settle(&v)
             .await
-            .map_err(|e| RunError::Internal(format!("cannot settle {verification_id}: {e}")))?;
+            .map_err(|source| RunError::Settle {
+                verification_id: verification_id.clone(),
+                source,
+            })?;
         let settle_us = t_settle.elapsed().as_micros() as u64;
         // Counted once the row is settled (a reader may see the row a moment before these).
         self.count_settled(&p, &v);
@@ -560,4 +612,53 @@ fn unfinished(v: &mut Verification, why: Unfinished) {
     let (status, reason) = why.settle();
     v.status = status;
     v.error = Some(reason);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_malfunction_is_internal_never_a_refusal_or_a_conflict() {
+        use crate::store::StoreError;
+        let cases = [
+            (
+                RunError::Refused("argv is empty".into()),
+                false,
+                "failed_precondition",
+            ),
+            (
+                RunError::Exhausted("disk".into()),
+                false,
+                "resource_exhausted",
+            ),
+            (RunError::Conflict("key".into()), false, "conflict"),
+            (
+                RunError::Host {
+                    what: "creating the worker lock",
+                    source: std::io::Error::other("EIO"),
+                },
+                true,
+                "internal",
+            ),
+            (RunError::Record(StoreError::Closed), true, "internal"),
+            (
+                RunError::Settle {
+                    verification_id: "ver_1".into(),
+                    source: StoreError::Closed,
+                },
+                true,
+                "internal",
+            ),
+        ];
+        for (e, malfunction, code) in cases {
+            assert_eq!(e.is_malfunction(), malfunction, "{e}");
+            let text = e.to_string();
+            assert_eq!(
+                crate::engine::error::ServiceError::from(e).code(),
+                code,
+                "{text}"
+            );
+        }
+    }
 }
