@@ -12,6 +12,7 @@ pub mod path;
 pub mod policy;
 pub mod proposal;
 pub mod transaction;
+pub mod validation;
 pub mod verification;
 
 /// A transition the state machine does not allow from the current state.

@@ -9,13 +9,14 @@
 
 use super::claims::{Keyed, next_cursor, page_limit, parse_cursor};
 use super::reviews::evidence_of;
-use super::validation::{Record as ValidationRecord, StageState};
+use super::validation::Record as ValidationRecord;
 use crate::apply::{self, Change, Image, PathState, Plan};
 use crate::config::Permission;
 use crate::domain::claim::ClaimState;
 use crate::domain::policy::{TestEvidence, evaluate};
 use crate::domain::proposal::ProposalEvent;
 use crate::domain::transaction::{FailureCode, TxEvent, TxState};
+use crate::domain::validation::StageState;
 use crate::engine::service::{Actor, Service, ServiceError};
 use crate::limits;
 use crate::store::applies::{ApplyFacts, ApplyGate, Fence, GateRefusal, Move, TxRow};
@@ -215,9 +216,8 @@ impl Service {
             let stages: Vec<String> = view
                 .stages
                 .iter()
-                .filter(|s| s.name != "policy")
-                .filter(|s| !matches!(s.state, StageState::Executed | StageState::Skipped))
-                .map(|s| format!("{} {}: {}", s.name, s.state.as_str(), s.reason))
+                .filter(|s| s.name.decides_validity() && !s.state.passes())
+                .map(|s| format!("{} {}: {}", s.name.as_str(), s.state.as_str(), s.reason))
                 .collect();
             return Err(ServiceError::precondition_field(
                 "validation_id",

@@ -10,6 +10,7 @@ use super::claims::Keyed;
 use crate::apply::Fingerprint;
 use crate::config::Permission;
 use crate::domain::claim::{ClaimState, ResourceId};
+use crate::domain::validation::{StageEvent, StageName, StageState};
 use crate::engine::service::{Actor, Service, ServiceError};
 use crate::patch::coverage::Held;
 use crate::store::applies::ValidationRow;
@@ -21,30 +22,9 @@ use std::time::Instant;
 
 mod jobs;
 
-/// A stage's outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub(super) enum StageState {
-    Executed,
-    Skipped,
-    Failed,
-    Running,
-}
-
-impl StageState {
-    pub(super) fn as_str(self) -> &'static str {
-        match self {
-            StageState::Executed => "executed",
-            StageState::Skipped => "skipped",
-            StageState::Failed => "failed",
-            StageState::Running => "running",
-        }
-    }
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub(super) struct Stage {
-    pub(super) name: String,
+    pub(super) name: StageName,
     pub(super) state: StageState,
     pub(super) reason: String,
     pub(super) duration_ms: u64,
@@ -142,10 +122,10 @@ struct PathImage {
     image: crate::apply::Fingerprint,
 }
 
-fn stage(name: &str, state: StageState, reason: impl Into<String>, t: Instant) -> Stage {
+fn stage(name: StageName, event: StageEvent, reason: impl Into<String>, t: Instant) -> Stage {
     Stage {
-        name: name.into(),
-        state,
+        name,
+        state: StageState::begin(event),
         reason: reason.into(),
         duration_ms: t.elapsed().as_millis() as u64,
     }
@@ -205,13 +185,13 @@ impl Service {
         &self,
         rec: &Record,
     ) -> Result<(StageState, String, bool), ServiceError> {
-        if rec.test_verifications.is_empty() {
-            // Nothing ran: never "every test passed" (the verdict calls it missing).
-            let st = rec.stages.iter().find(|s| s.name == "tests");
-            return Ok(match st {
-                Some(s) => (s.state, s.reason.clone(), false),
-                None => (StageState::Skipped, "no expected tests".into(), false),
-            });
+        // Only a running tests stage is judged from its verifications; one recorded settled
+        // (skipped, or failed to start) keeps its outcome. Nothing that ran is never "every
+        // test passed" (the verdict calls it missing).
+        match rec.stages.iter().find(|s| s.name == StageName::Tests) {
+            Some(s) if s.state == StageState::Running && !rec.test_verifications.is_empty() => {}
+            Some(s) => return Ok((s.state, s.reason.clone(), false)),
+            None => return Ok((StageState::Skipped, "no expected tests".into(), false)),
         }
         let mut running = 0;
         let mut bad = vec![];
@@ -267,16 +247,21 @@ impl Service {
     ) -> Result<ValidationView, ServiceError> {
         let (tstate, treason, _) = self.tests_state(rec).await?;
         let mut stages = rec.stages.clone();
-        if let Some(t) = stages.iter_mut().find(|s| s.name == "tests") {
-            t.state = tstate;
+        if let Some(t) = stages.iter_mut().find(|s| s.name == StageName::Tests)
+            && t.state == StageState::Running
+        {
+            let event = match tstate {
+                StageState::Running => StageEvent::Start,
+                StageState::Executed => StageEvent::Pass,
+                StageState::Failed => StageEvent::Fail,
+                StageState::Skipped => StageEvent::Skip,
+            };
+            t.state = t.state.on(event)?;
             t.reason = treason;
         }
-        let complete = stages.iter().all(|s| s.state != StageState::Running);
-        let valid = complete
-            && stages
-                .iter()
-                .filter(|s| s.name != "policy")
-                .all(|s| matches!(s.state, StageState::Executed | StageState::Skipped));
+        let (complete, valid) = crate::domain::validation::judge(
+            &stages.iter().map(|s| (s.name, s.state)).collect::<Vec<_>>(),
+        );
         let now = self.ctx.clock.now().unix_timestamp();
         let mut tests = vec![];
         for id in &rec.test_verifications {
@@ -490,8 +475,8 @@ impl Service {
         rec.stages.push(if !missing.is_empty() {
             ok = false;
             stage(
-                "claims",
-                StageState::Failed,
+                StageName::Claims,
+                StageEvent::Fail,
                 format!(
                     "no active write or exclusive claim of the author covers {}",
                     missing.join(", ")
@@ -501,8 +486,8 @@ impl Service {
         } else if !rec.stale_claims.is_empty() {
             ok = false;
             stage(
-                "claims",
-                StageState::Failed,
+                StageName::Claims,
+                StageEvent::Fail,
                 format!(
                     "stale claims: the resources of {} changed since they were granted; reconcile or acquire them again",
                     rec.stale_claims.join(", ")
@@ -511,8 +496,8 @@ impl Service {
             )
         } else {
             stage(
-                "claims",
-                StageState::Executed,
+                StageName::Claims,
+                StageEvent::Pass,
                 format!("{} claims cover every affected resource", rec.claims.len()),
                 t,
             )
@@ -523,8 +508,8 @@ impl Service {
         let bytes = match self.read_patch(&p.revision).await {
             Ok(b) => {
                 rec.stages.push(stage(
-                    "artifact",
-                    StageState::Executed,
+                    StageName::Artifact,
+                    StageEvent::Pass,
                     "present; its SHA-256 is the revision",
                     t,
                 ));
@@ -532,8 +517,12 @@ impl Service {
             }
             Err(e) => {
                 ok = false;
-                rec.stages
-                    .push(stage("artifact", StageState::Failed, e.to_string(), t));
+                rec.stages.push(stage(
+                    StageName::Artifact,
+                    StageEvent::Fail,
+                    e.to_string(),
+                    t,
+                ));
                 None
             }
         };
@@ -541,8 +530,8 @@ impl Service {
         let patch = match bytes.as_deref().map(crate::patch::parse) {
             Some(Ok(patch)) => {
                 rec.stages.push(stage(
-                    "parse",
-                    StageState::Executed,
+                    StageName::Parse,
+                    StageEvent::Pass,
                     format!("{} file operations", patch.files.len()),
                     t,
                 ));
@@ -551,12 +540,12 @@ impl Service {
             Some(Err(e)) => {
                 ok = false;
                 rec.stages
-                    .push(stage("parse", StageState::Failed, e.to_string(), t));
+                    .push(stage(StageName::Parse, StageEvent::Fail, e.to_string(), t));
                 None
             }
             None => {
                 rec.stages
-                    .push(stage("parse", StageState::Skipped, "no artifact", t));
+                    .push(stage(StageName::Parse, StageEvent::Skip, "no artifact", t));
                 None
             }
         };
@@ -564,9 +553,12 @@ impl Service {
         // coverage, with symbols re-resolved now.
         let t = Instant::now();
         match &patch {
-            None => rec
-                .stages
-                .push(stage("coverage", StageState::Skipped, "no parsed patch", t)),
+            None => rec.stages.push(stage(
+                StageName::Coverage,
+                StageEvent::Skip,
+                "no parsed patch",
+                t,
+            )),
             Some(patch) => {
                 let mut covering = vec![];
                 for c in &held {
@@ -588,15 +580,15 @@ impl Service {
                 let uncovered = crate::patch::coverage::check(patch, &covering);
                 rec.stages.push(if uncovered.is_empty() {
                     stage(
-                        "coverage",
-                        StageState::Executed,
+                        StageName::Coverage,
+                        StageEvent::Pass,
                         "every touched path and changed line is covered",
                         t,
                     )
                 } else {
                     ok = false;
                     let items: Vec<String> = uncovered.iter().map(ToString::to_string).collect();
-                    stage("coverage", StageState::Failed, items.join("; "), t)
+                    stage(StageName::Coverage, StageEvent::Fail, items.join("; "), t)
                 });
             }
         }
@@ -611,18 +603,18 @@ impl Service {
                 {
                     Ok(reason) => {
                         rec.stages
-                            .push(stage("dry_run", StageState::Executed, reason, t))
+                            .push(stage(StageName::DryRun, StageEvent::Pass, reason, t))
                     }
                     Err(reason) => {
                         ok = false;
                         rec.stages
-                            .push(stage("dry_run", StageState::Failed, reason, t));
+                            .push(stage(StageName::DryRun, StageEvent::Fail, reason, t));
                     }
                 }
             }
             _ => rec.stages.push(stage(
-                "dry_run",
-                StageState::Skipped,
+                StageName::DryRun,
+                StageEvent::Skip,
                 "an earlier stage failed",
                 t,
             )),
@@ -640,15 +632,15 @@ impl Service {
             .unwrap_or_default();
         if precord.expected_tests.is_empty() && required.is_empty() {
             rec.stages.push(stage(
-                "tests",
-                StageState::Skipped,
+                StageName::Tests,
+                StageEvent::Skip,
                 "the proposal names no expected tests and the policy no required checks",
                 t,
             ));
         } else if !ok {
             rec.stages.push(stage(
-                "tests",
-                StageState::Skipped,
+                StageName::Tests,
+                StageEvent::Skip,
                 "an earlier stage failed",
                 t,
             ));
@@ -665,8 +657,10 @@ impl Service {
             {
                 Ok(()) => rec
                     .stages
-                    .push(stage("tests", StageState::Running, "started", t)),
-                Err(e) => rec.stages.push(stage("tests", StageState::Failed, e, t)),
+                    .push(stage(StageName::Tests, StageEvent::Start, "started", t)),
+                Err(e) => rec
+                    .stages
+                    .push(stage(StageName::Tests, StageEvent::Fail, e, t)),
             }
         }
 
@@ -675,8 +669,8 @@ impl Service {
         let ws = self.authorize(actor, &p.workspace_id, Permission::View)?;
         let verdict = self.verdict(ws, &prop, precord.risk).await?;
         rec.stages.push(stage(
-            "policy",
-            StageState::Executed,
+            StageName::Policy,
+            StageEvent::Pass,
             if verdict.approvable {
                 "approvable"
             } else {
