@@ -240,6 +240,9 @@ pub struct Service {
     /// once, by verification id.
     pub workers: super::workers::Workers,
     candidate_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// One apply lock per configured workspace: applies, control actions and the recovery of
+    /// a workspace's transactions take turns (the store's fence covers other processes).
+    apply_locks: HashMap<String, Arc<tokio::sync::Mutex<()>>>,
     /// Parsed candidate records by id, each with the stored version it was parsed from; reads
     /// use an entry only while the store still holds that version.
     pub(crate) read_cache: Mutex<HashMap<String, (u64, Arc<crate::candidate::Candidate>)>>,
@@ -253,11 +256,18 @@ pub struct Service {
 
 impl Service {
     pub fn new(ctx: Context, admission: AdmissionFn) -> Service {
+        let apply_locks = ctx
+            .config
+            .workspaces
+            .keys()
+            .map(|w| (w.clone(), Arc::default()))
+            .collect();
         Service {
             workers: super::workers::Workers::new(ctx.config.max_concurrent_verifications),
             ctx,
             admission,
             candidate_locks: Mutex::new(HashMap::new()),
+            apply_locks,
             read_cache: Mutex::new(HashMap::new()),
             touched_cache: Mutex::new(HashMap::new()),
             persistence_failure: Arc::new(Mutex::new(None)),
@@ -294,6 +304,16 @@ impl Service {
 
     pub fn repo(&self, workspace_id: &str) -> &Repo {
         self.ctx.repo(workspace_id)
+    }
+
+    /// The apply lock of a configured workspace.
+    pub fn apply_lock(
+        &self,
+        workspace_id: &str,
+    ) -> Result<Arc<tokio::sync::Mutex<()>>, ServiceError> {
+        self.apply_locks.get(workspace_id).cloned().ok_or_else(|| {
+            ServiceError::internal(format!("workspace {workspace_id:?} has no apply lock"))
+        })
     }
 
     /// Serializes work on one candidate inside this process (the store's compare-and-set covers

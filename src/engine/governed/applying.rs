@@ -7,7 +7,7 @@
 //! `prepared` row is committed before anything is staged, `installing` before the first
 //! rename, `applied` (and the proposal `accepted`) after every path holds its post-image.
 
-use super::claims::{Keyed, next_cursor, page_limit, parse_cursor};
+use super::requests::{Keyed, next_cursor, page_limit, parse_cursor};
 use super::reviews::evidence_of;
 use super::validation::Record as ValidationRecord;
 use crate::apply::{self, Change, Image, PathState, Plan};
@@ -180,7 +180,7 @@ impl Service {
                 ..p.clone()
             },
         )?;
-        let lock = self.candidate_lock(&format!("apply/{}", p.workspace_id));
+        let lock = self.apply_lock(&p.workspace_id)?;
         let _guard = lock.lock().await;
         if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
             let t = self.tx_in(&p.workspace_id, &id).await?;

@@ -1,7 +1,8 @@
 //! `claim.contentions` and `claim.resolve_contention`: refused acquires as the admin sees
 //! them, and their one-time resolution.
 
-use super::claims::{Record, check_text, next_cursor, page_limit, parse_cursor};
+use super::claims::Record;
+use super::requests::{check_text, next_cursor, page_limit, parse_cursor};
 use crate::config::Permission;
 use crate::domain::claim::{ClaimState, ResourceId};
 use crate::engine::service::{Actor, Service, ServiceError};

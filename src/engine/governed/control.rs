@@ -5,7 +5,7 @@
 //! other change. `retry` applies a fresh validation of the same revision (made after the
 //! retried transaction's) as a new transaction linked to the failed or cancelled one.
 
-use super::claims::Keyed;
+use super::requests::Keyed;
 use crate::apply::{self, Image, PathState};
 use crate::config::Permission;
 use crate::domain::git::FileMode;
@@ -59,7 +59,7 @@ impl Service {
             },
         )?;
         if let Some(r) = &p.reason {
-            super::claims::check_text("reason", r, true)?;
+            super::requests::check_text("reason", r, true)?;
         }
         if p.validation_id.is_some() && p.action != ControlAction::Retry {
             return Err(ServiceError::invalid_field(
@@ -67,7 +67,7 @@ impl Service {
                 "only retry takes a validation_id",
             ));
         }
-        let lock = self.candidate_lock(&format!("apply/{}", p.workspace_id));
+        let lock = self.apply_lock(&p.workspace_id)?;
         let _guard = lock.lock().await;
         let show = TransactionParams {
             workspace_id: p.workspace_id.clone(),

@@ -8,6 +8,7 @@ pub mod contentions;
 pub mod control;
 pub mod proposals;
 pub mod recovering;
+pub mod requests;
 pub mod resources;
 pub mod reviews;
 pub mod validation;

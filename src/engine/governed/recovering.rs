@@ -84,7 +84,7 @@ impl Service {
             let Some(worktree) = ws.worktree.clone() else {
                 continue;
             };
-            let lock = self.candidate_lock(&format!("apply/{}", t.workspace_id));
+            let lock = self.apply_lock(&t.workspace_id)?;
             let _guard = lock.lock().await;
             // An apply in progress (in this process or another on the same data dir) holds
             // its transaction's lock: never recovered under its feet.

@@ -1,7 +1,8 @@
 //! Resources as they are in the worktree now: `resource.show`, `claim.reconcile` (suspend
 //! claims whose resource changed) and `claim.end_session`.
 
-use super::claims::{Keyed, Record, check_text};
+use super::claims::Record;
+use super::requests::{Keyed, check_text};
 use crate::config::Permission;
 use crate::domain::claim::{ClaimEvent, ClaimState, ResourceId, Span};
 use crate::engine::service::{Actor, Service, ServiceError};

@@ -7,7 +7,7 @@
 //! refused for any revision but the current one; the verdict only ever reads evidence of the
 //! current revision, so nothing bound to older bytes counts.
 
-use super::claims::{Keyed, check_text, page_limit};
+use super::requests::{Keyed, check_text, page_limit};
 use crate::config::{Permission, Workspace};
 use crate::domain::policy::{
     ApprovalEvent, ApprovalEvidence, ApprovalState, Evidence, ReviewEvidence, SECURITY, Verdict,

@@ -12,7 +12,7 @@ mod affected;
 mod preview;
 mod reads;
 
-use super::claims::{Keyed, check_text};
+use super::requests::{Keyed, check_text};
 use crate::config::Permission;
 pub(in crate::engine::governed) use crate::domain::claim::covers as claim_covers;
 use crate::domain::claim::{ClaimState, ResourceId};

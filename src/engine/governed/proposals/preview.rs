@@ -2,7 +2,7 @@
 //! computed from the revision's checked artifact (never a path the caller names), so two
 //! previews of one revision always describe the same bytes.
 
-use super::super::claims::parse_cursor;
+use super::super::requests::parse_cursor;
 use crate::config::Permission;
 use crate::domain::claim::Span;
 use crate::domain::proposal::is_revision;

@@ -1,6 +1,6 @@
 //! The read side of proposals: `proposal.get`, `proposal.list` and the wire object.
 
-use super::super::claims::{next_cursor, page_limit, parse_cursor};
+use super::super::requests::{next_cursor, page_limit, parse_cursor};
 use super::Record;
 use crate::config::Permission;
 use crate::engine::service::{Actor, Service, ServiceError};

@@ -6,7 +6,7 @@
 //! test runs as a verification against a private commit of the worktree's HEAD tree with the
 //! post-images, asynchronously) and `policy` (reported).
 
-use super::claims::Keyed;
+use super::requests::Keyed;
 use crate::apply::Fingerprint;
 use crate::config::Permission;
 use crate::domain::claim::{ClaimState, ResourceId};
