@@ -1,4 +1,6 @@
-//! Pure types and state machines: no I/O, no clock reads, no external crates beyond serde.
+//! Pure types and state machines: no I/O, no clock reads, no external crates beyond serde
+//! (and, until the schemas move to the wire types, utoipa's schema derives on the types the
+//! API document shows).
 //!
 //! Every state machine here has exhaustive transition functions (no `_ =>` arm in a transition
 //! or predicate), so a new state or event does not compile until it is classified; an illegal
@@ -16,10 +18,21 @@ pub mod validation;
 pub mod verification;
 
 /// A transition the state machine does not allow from the current state.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{machine}: cannot {event} from {from}")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IllegalTransition {
     pub machine: &'static str,
     pub from: &'static str,
     pub event: &'static str,
 }
+
+impl std::fmt::Display for IllegalTransition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: cannot {} from {}",
+            self.machine, self.event, self.from
+        )
+    }
+}
+
+impl std::error::Error for IllegalTransition {}
