@@ -8,6 +8,7 @@ use super::claims::{
 };
 use super::{Store, StoreError};
 use crate::domain::claim::{ClaimEvent, ClaimState, ReleaseOn, ResourceId, covers};
+use crate::domain::proposal::ProposalState;
 use rusqlite::{TransactionBehavior, params};
 
 /// A resume, as the engine checked it (the resource's hash taken now and found unchanged).
@@ -30,29 +31,61 @@ pub enum Resumed {
     Blocked(Vec<ClaimRow>),
 }
 
+/// A revision's affected resources, as stored.
+fn affected_by(proposal_id: &str, json: &str) -> Result<Vec<ResourceId>, StoreError> {
+    Ok(serde_json::from_str::<Vec<String>>(json)
+        .map_err(|e| StoreError::Corrupt {
+            id: proposal_id.to_string(),
+            message: format!("affected resources: {e}"),
+        })?
+        .iter()
+        .filter_map(|id| ResourceId::parse(id).ok())
+        .collect())
+}
+
 /// Inside the transaction that accepts, withdraws or rejects `proposal`: releases every claim
 /// of its author marked `release_on = proposal_end` that covers one of the current revision's
-/// affected resources, each with its event. A claim another open apply holds is kept (that
-/// apply still lands under it). Answers the released ids.
+/// affected resources, each with its event. A claim that another open proposal of the author
+/// still needs, or that another open apply holds, is kept. Answers the released ids.
 pub(super) fn release_at_proposal_end(
     tx: &rusqlite::Transaction,
     proposal: &super::proposals::ProposalRow,
     actor: &str,
     at: &str,
 ) -> Result<Vec<String>, StoreError> {
-    let affected: String = tx.query_row(
-        "SELECT affected_resources FROM proposal_revisions WHERE proposal_id = ?1 AND revision = ?2",
-        params![proposal.proposal_id, proposal.current_revision],
-        |r| r.get(0),
+    let affected = affected_by(
+        &proposal.proposal_id,
+        &tx.query_row(
+            "SELECT affected_resources FROM proposal_revisions WHERE proposal_id = ?1 AND revision = ?2",
+            params![proposal.proposal_id, proposal.current_revision],
+            |r| r.get::<_, String>(0),
+        )?,
     )?;
-    let affected: Vec<ResourceId> = serde_json::from_str::<Vec<String>>(&affected)
-        .map_err(|e| StoreError::Corrupt {
-            id: proposal.proposal_id.clone(),
-            message: format!("affected resources: {e}"),
-        })?
-        .iter()
-        .filter_map(|id| ResourceId::parse(id).ok())
-        .collect();
+    // What the author's other open proposals still need: a claim covering one of them stays.
+    let still_needed: Vec<ResourceId> = {
+        let mut st = tx.prepare(&format!(
+            "SELECT p.proposal_id, r.affected_resources FROM proposals p
+             JOIN proposal_revisions r ON r.proposal_id = p.proposal_id AND r.revision = p.current_revision
+             WHERE p.workspace_id = ?1 AND p.author = ?2 AND p.proposal_id != ?3 AND p.status IN ({})",
+            crate::domain::candidate::sql_list(
+                ProposalState::ALL
+                    .into_iter()
+                    .filter(|s| !s.is_terminal())
+                    .map(ProposalState::as_str)
+            )
+        ))?;
+        let rows: Vec<(String, String)> = st
+            .query_map(
+                params![proposal.workspace_id, proposal.author, proposal.proposal_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?
+            .collect::<rusqlite::Result<_>>()?;
+        let mut out = vec![];
+        for (id, json) in rows {
+            out.extend(affected_by(&id, &json)?);
+        }
+        out
+    };
     let candidates: Vec<ClaimRow> = {
         let mut st = tx.prepare(&format!(
             "SELECT {CLAIM_COLUMNS} FROM claims
@@ -73,6 +106,7 @@ pub(super) fn release_at_proposal_end(
     for c in candidates {
         let held = parsed(&c)?;
         if !affected.iter().any(|a| covers(&held, a))
+            || still_needed.iter().any(|a| covers(&held, a))
             || super::applies::claim_holder(tx, &c.claim_id)?.is_some()
         {
             continue;

@@ -307,6 +307,43 @@ fn proposal_end_claims_are_released_with_the_withdrawal_or_rejection_that_ends_t
     assert_eq!(replay["proposal"], rejected["proposal"]);
 }
 
+/// A claim two open proposals of its holder rely on ends with the last of them, not the first.
+#[test]
+fn a_proposal_end_claim_stays_while_another_open_proposal_of_its_holder_needs_it() {
+    let s = Server::fake_governed();
+    let dir = granted(
+        &s,
+        DAVE,
+        "directory:",
+        json!({"release_on": "proposal_end"}),
+        "c1",
+    );
+    let first = create(&s, "first");
+    let second = s.ok(
+        DAVE,
+        "proposal.create",
+        json!({"workspace_id": "ws1", "task_id": "t1", "title": "second", "summary_md": "s",
+               "patch": "diff --git a/other b/other\nnew file mode 100644\n--- /dev/null\n+++ b/other\n@@ -0,0 +1 @@\n+x\n",
+               "idempotency_key": "p-second"}),
+    )["proposal"]
+        .clone();
+    let withdraw = |p: &Value, key: &str| {
+        s.ok(
+            DAVE,
+            "proposal.withdraw",
+            json!({"workspace_id": "ws1", "proposal_id": p["proposal_id"], "idempotency_key": key}),
+        )
+    };
+    withdraw(&first, "w1");
+    assert_eq!(
+        status(&s, &dir),
+        "active",
+        "the second proposal still needs it"
+    );
+    withdraw(&second, "w2");
+    assert_eq!(status(&s, &dir), "released");
+}
+
 #[test]
 fn the_workspace_policy_sets_the_default_release_and_refuses_unknown_values() {
     let s = Server::fake_governed_with(
