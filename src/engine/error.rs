@@ -217,6 +217,33 @@ impl From<StoreError> for ServiceError {
     }
 }
 
+/// An apply step's error: what the worktree or the rollback artifact refuses is a
+/// precondition the operator can act on; an I/O failure is a malfunction with its source.
+impl From<crate::apply::ApplyError> for ServiceError {
+    fn from(e: crate::apply::ApplyError) -> Self {
+        use crate::apply::ApplyError as A;
+        match e {
+            A::Io { path, op, source } => ServiceError::Internal(Arc::new(Internal::Io {
+                what: format!("{op} {path:?} in the worktree"),
+                source,
+            })),
+            e @ (A::Refused { .. } | A::Artifact(_) | A::ArtifactMissing(_)) => {
+                ServiceError::precondition(e.to_string())
+            }
+        }
+    }
+}
+
+impl ServiceError {
+    /// A governed worktree that cannot be opened: a malfunction (start-up checked it).
+    pub fn worktree(source: std::io::Error) -> ServiceError {
+        ServiceError::Internal(Arc::new(Internal::Io {
+            what: "opening the governed worktree".into(),
+            source,
+        }))
+    }
+}
+
 impl From<crate::domain::IllegalTransition> for ServiceError {
     fn from(e: crate::domain::IllegalTransition) -> Self {
         ServiceError::precondition(e.to_string())
@@ -232,6 +259,29 @@ impl From<StagingError> for ServiceError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_apply_io_failure_is_a_malfunction_and_a_refusal_a_precondition() {
+        use crate::apply::ApplyError;
+        let io = ServiceError::from(ApplyError::Io {
+            path: "a.txt".into(),
+            op: "rename",
+            source: std::io::Error::other("EIO"),
+        });
+        assert_eq!(io.code(), "internal");
+        let refused = ServiceError::from(ApplyError::Refused {
+            path: "a.txt".into(),
+            reason: "changed since it was validated".into(),
+        });
+        assert_eq!(refused.code(), "failed_precondition");
+        assert!(refused.to_string().contains("a.txt"), "{refused}");
+        let missing = ServiceError::from(ApplyError::ArtifactMissing("txn_1".into()));
+        assert_eq!(missing.code(), "failed_precondition");
+        assert_eq!(
+            ServiceError::worktree(std::io::Error::other("gone")).code(),
+            "internal"
+        );
+    }
 
     #[test]
     fn refusals_keep_their_field_and_malfunctions_their_source() {

@@ -113,14 +113,13 @@ impl Service {
                 let dir = self.ctx.data.layout.transactions();
                 let id = p.transaction_id.clone();
                 let wt = worktree.clone();
-                tokio::task::spawn_blocking(move || {
-                    let rb = apply::read_artifact(&dir, &id).map_err(|e| e.to_string())?;
-                    let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
-                    apply::undo_prepare(&root, &rb).map_err(|e| e.to_string())
+                tokio::task::spawn_blocking(move || -> Result<(), ServiceError> {
+                    let rb = apply::read_artifact(&dir, &id)?;
+                    let root = crate::beneath::Root::open(&wt).map_err(ServiceError::worktree)?;
+                    Ok(apply::undo_prepare(&root, &rb)?)
                 })
                 .await
-                .expect("undo does not panic")
-                .map_err(ServiceError::precondition)?;
+                .expect("undo does not panic")?;
                 let row = self
                     .ctx
                     .data
@@ -203,15 +202,13 @@ impl Service {
             .collect();
         let wt = worktree.to_path_buf();
         let (id, paths) = (t.transaction_id.clone(), r.paths.clone());
-        let judged = tokio::task::spawn_blocking(move || -> Result<TxEvent, String> {
-            let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
+        let judged = tokio::task::spawn_blocking(move || -> Result<TxEvent, ServiceError> {
+            let root = crate::beneath::Root::open(&wt).map_err(ServiceError::worktree)?;
             let mut post = true;
             let mut pre = true;
             let mut neither = vec![];
             for (path, after, before) in &images {
-                let now = apply::current(&root, path)
-                    .map_err(|e| e.to_string())?
-                    .fingerprint();
+                let now = apply::current(&root, path)?.fingerprint();
                 // A path the patch only reads (a copy source) is the same on both sides.
                 let after = after.as_ref().unwrap_or(before);
                 let (is_post, is_pre) = (now == *after, now == *before);
@@ -223,7 +220,7 @@ impl Service {
             }
             // Either way, the staged copies an interrupted apply left are not needed.
             if post || pre {
-                apply::remove_staged(&root, &id, &paths).map_err(|e| e.to_string())?;
+                apply::remove_staged(&root, &id, &paths)?;
             }
             if post {
                 return Ok(TxEvent::ResolveApplied);
@@ -231,18 +228,20 @@ impl Service {
             if pre {
                 return Ok(TxEvent::ResolveRolledBack);
             }
-            Err(if neither.is_empty() {
-                "some touched paths hold their post-image and others their pre-image: restore every one to the same side, then resolve".to_string()
-            } else {
-                format!(
-                    "{} hold neither the pre-image nor the post-image: restore them (every touched path to the same side), then resolve",
-                    neither.join(", ")
-                )
-            })
+            Err(ServiceError::precondition_field(
+                "action",
+                if neither.is_empty() {
+                    "some touched paths hold their post-image and others their pre-image: restore every one to the same side, then resolve".to_string()
+                } else {
+                    format!(
+                        "{} hold neither the pre-image nor the post-image: restore them (every touched path to the same side), then resolve",
+                        neither.join(", ")
+                    )
+                },
+            ))
         })
         .await
-        .expect("judging the files does not panic")
-        .map_err(|m| ServiceError::precondition_field("action", m))?;
+        .expect("judging the files does not panic")?;
         if judged == TxEvent::ResolveApplied {
             r.hashes = vrec
                 .pre_images
@@ -354,19 +353,18 @@ impl Service {
         let id = p.transaction_id.clone();
         let wt = worktree.to_path_buf();
         let (rb, now, states) = tokio::task::spawn_blocking(move || {
-            let rb = apply::read_artifact(&dir, &id).map_err(|e| e.to_string())?;
-            let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
-            let states = apply::inspect(&root, &rb).map_err(|e| e.to_string())?;
+            let rb = apply::read_artifact(&dir, &id)?;
+            let root = crate::beneath::Root::open(&wt).map_err(ServiceError::worktree)?;
+            let states = apply::inspect(&root, &rb)?;
             let now = rb
                 .entries
                 .iter()
-                .map(|e| apply::current(&root, &e.path).map_err(|x| x.to_string()))
+                .map(|e| apply::current(&root, &e.path))
                 .collect::<Result<Vec<_>, _>>()?;
-            Ok::<_, String>((rb, now, states))
+            Ok::<_, ServiceError>((rb, now, states))
         })
         .await
-        .expect("reading the rollback artifact does not panic")
-        .map_err(ServiceError::precondition)?;
+        .expect("reading the rollback artifact does not panic")?;
         let later: Vec<&str> = states
             .iter()
             .filter(|s| s.state != PathState::Post)
