@@ -2,9 +2,8 @@
 //! holder's `proposal_end` claims inside the transaction that ends the proposal they covered,
 //! and `resume`, the acquire's conflict check applied to a suspended claim's return.
 
-use super::candidates::insert_binding_checked;
 use super::claims::{
-    CLAIM_COLUMNS, ClaimRow, claim_by_id, conflicting, event, not_being_applied, parsed, row,
+    CLAIM_COLUMNS, ClaimRow, claim_by_id, conflicting, moved, not_being_applied, parsed, row,
 };
 use super::{Store, StoreError};
 use crate::domain::claim::{ClaimEvent, ClaimState, ReleaseOn, ResourceId, covers};
@@ -112,28 +111,16 @@ pub(super) fn release_at_proposal_end(
             continue;
         }
         let next = c.status.on(ClaimEvent::Release)?;
-        let n = tx.execute(
-            "UPDATE claims SET status = ?1, version = version + 1 WHERE claim_id = ?2 AND version = ?3",
-            params![next.as_str(), c.claim_id, c.version],
-        )?;
-        if n != 1 {
-            return Err(StoreError::Conflict(format!(
-                "claim {} changed meanwhile",
-                c.claim_id
-            )));
-        }
-        event(
+        moved(
             tx,
-            &c.workspace_id,
-            &c.claim_id,
-            "claim.release",
+            &c,
+            next,
+            ClaimEvent::Release,
             actor,
-            Some(c.status.as_str()),
-            Some(next.as_str()),
-            &serde_json::json!({"forced": false, "reason": "proposal_end",
-                                "proposal_id": proposal.proposal_id})
-            .to_string(),
+            serde_json::json!({"forced": false, "reason": "proposal_end",
+                               "proposal_id": proposal.proposal_id}),
             at,
+            None,
         )?;
         released.push(c.claim_id);
     }
@@ -176,36 +163,18 @@ impl Store {
             if !blocked.is_empty() {
                 return Ok(Resumed::Blocked(blocked));
             }
-            let n = tx.execute(
-                "UPDATE claims SET status = ?1, version = version + 1
-                 WHERE claim_id = ?2 AND version = ?3",
-                params![next.as_str(), id, r.expected_version],
-            )?;
-            if n != 1 {
-                return Err(StoreError::Conflict(format!(
-                    "claim {id} changed meanwhile"
-                )));
-            }
-            event(
+            let row = moved(
                 &tx,
-                &current.workspace_id,
-                id,
-                "claim.resume",
+                &current,
+                next,
+                ClaimEvent::Resume,
                 &r.actor,
-                Some(current.status.as_str()),
-                Some(next.as_str()),
-                &serde_json::json!({"forced": r.forced}).to_string(),
+                serde_json::json!({"forced": r.forced}),
                 &r.at,
+                r.binding.as_ref(),
             )?;
-            if let Some(b) = &r.binding {
-                insert_binding_checked(&tx, b)?;
-            }
             tx.commit()?;
-            Ok(Resumed::Active(ClaimRow {
-                status: next,
-                version: current.version + 1,
-                ..current
-            }))
+            Ok(Resumed::Active(row))
         })
         .await
     }

@@ -252,6 +252,51 @@ pub(super) fn parsed(c: &ClaimRow) -> Result<ResourceId, StoreError> {
     })
 }
 
+/// Inside a transaction: moves `current` to `next` by `ev` (a compare-and-set on its version),
+/// with its event and the call's binding; answers the row as it is now.
+#[allow(clippy::too_many_arguments)] // one value each; a struct would only rename them
+pub(super) fn moved(
+    tx: &rusqlite::Transaction,
+    current: &ClaimRow,
+    next: ClaimState,
+    ev: ClaimEvent,
+    actor: &str,
+    payload: serde_json::Value,
+    at: &str,
+    binding: Option<&super::Binding>,
+) -> Result<ClaimRow, StoreError> {
+    let id = &current.claim_id;
+    let changed = tx.execute(
+        "UPDATE claims SET status = ?1, version = version + 1
+         WHERE claim_id = ?2 AND version = ?3",
+        params![next.as_str(), id, current.version],
+    )?;
+    if changed != 1 {
+        return Err(StoreError::Conflict(format!(
+            "claim {id} changed meanwhile"
+        )));
+    }
+    event(
+        tx,
+        &current.workspace_id,
+        id,
+        &format!("claim.{}", ev.as_str()),
+        actor,
+        Some(current.status.as_str()),
+        Some(next.as_str()),
+        &payload.to_string(),
+        at,
+    )?;
+    if let Some(b) = binding {
+        insert_binding_checked(tx, b)?;
+    }
+    Ok(ClaimRow {
+        status: next,
+        version: current.version + 1,
+        ..current.clone()
+    })
+}
+
 impl Store {
     /// Grants `a` unless an active, unexpired claim of another holder on an overlapping
     /// resource conflicts with its mode; the check and the grant are one transaction.
@@ -442,36 +487,18 @@ impl Store {
                 )));
             }
             let next = current.status.on(t.event)?;
-            let changed = tx.execute(
-                "UPDATE claims SET status = ?1, version = version + 1
-                 WHERE claim_id = ?2 AND version = ?3",
-                params![next.as_str(), id, t.expected_version],
-            )?;
-            if changed != 1 {
-                return Err(StoreError::Conflict(format!(
-                    "claim {id} changed meanwhile"
-                )));
-            }
-            event(
+            let row = moved(
                 &tx,
-                &current.workspace_id,
-                id,
-                &format!("claim.{}", t.event.as_str()),
+                &current,
+                next,
+                t.event,
                 &t.actor,
-                Some(current.status.as_str()),
-                Some(next.as_str()),
-                &serde_json::json!({"forced": t.forced, "reason": t.reason}).to_string(),
+                serde_json::json!({"forced": t.forced, "reason": t.reason}),
                 &t.at,
+                t.binding.as_ref(),
             )?;
-            if let Some(b) = &t.binding {
-                insert_binding_checked(&tx, b)?;
-            }
             tx.commit()?;
-            Ok(ClaimRow {
-                status: next,
-                version: current.version + 1,
-                ..current
-            })
+            Ok(row)
         })
         .await
     }

@@ -3,7 +3,7 @@
 //! and no resource row, transitions compare-and-set.
 
 use super::*;
-use crate::domain::claim::{ClaimEvent, ClaimMode, ClaimState, ResourceId, Span};
+use crate::domain::claim::{ClaimEvent, ClaimMode, ClaimState, ContentionState, ResourceId, Span};
 use crate::store::contentions::{Resolution, Resolve};
 
 fn acquire(holder: &str, id: &str, mode: ClaimMode, now: i64, ttl: i64) -> Acquire {
@@ -32,9 +32,10 @@ fn granted(a: Acquired) -> ClaimRow {
     }
 }
 
-async fn count(store: &Store, sql: &'static str) -> i64 {
+async fn count(store: &Store, sql: &str) -> i64 {
+    let sql = sql.to_string();
     store
-        .call(move |c| Ok(c.query_row(sql, [], |r| r.get(0))?))
+        .call(move |c| Ok(c.query_row(&sql, [], |r| r.get(0))?))
         .await
         .unwrap()
 }
@@ -73,7 +74,14 @@ async fn overlapping_writes_conflict_once_and_leave_one_open_contention() {
         assert_eq!(challenged[0].claim_id, a.claim_id);
     }
     assert_eq!(
-        count(&s, "SELECT COUNT(*) FROM contentions WHERE state = 'open'").await,
+        count(
+            &s,
+            &format!(
+                "SELECT COUNT(*) FROM contentions WHERE state = '{}'",
+                ContentionState::Open.as_str()
+            )
+        )
+        .await,
         1
     );
     assert_eq!(
