@@ -524,34 +524,34 @@ async fn dispatch(
             svc.delete(actor, parse(method, body)?).await?;
             Reply::Value(json!({}))
         }
-        "claim.acquire" => Reply::Value(svc.claim_acquire(actor, parse(method, body)?).await?),
-        "claim.extend" => Reply::Value(svc.claim_extend(actor, parse(method, body)?).await?),
-        "claim.release" => Reply::Value(
-            svc.claim_release(
+        "claim.acquire" => {
+            Reply::Value(to(&svc.claim_acquire(actor, parse(method, body)?).await?))
+        }
+        "claim.extend" => Reply::Value(to(&svc.claim_extend(actor, parse(method, body)?).await?)),
+        "claim.release" => Reply::Value(to(&svc
+            .claim_release(
                 actor,
                 parse::<crate::wire::ClaimReleaseParams>(method, body)?.into(),
             )
-            .await?,
-        ),
-        "claim.show" => Reply::Value(svc.claim_show(actor, parse(method, body)?).await?),
-        "claim.list" => Reply::Value(svc.claim_list(actor, parse(method, body)?).await?),
-        "claim.heartbeat" => Reply::Value(svc.claim_heartbeat(actor, parse(method, body)?).await?),
-        "claim.suspend" => Reply::Value(
-            svc.claim_admin(actor, ClaimEvent::Suspend, parse(method, body)?)
-                .await?,
-        ),
-        "claim.revoke" => Reply::Value(
-            svc.claim_admin(actor, ClaimEvent::Revoke, parse(method, body)?)
-                .await?,
-        ),
-        "claim.force_release" => Reply::Value(
-            svc.claim_admin(
+            .await?)),
+        "claim.show" => Reply::Value(to(&svc.claim_show(actor, parse(method, body)?).await?)),
+        "claim.list" => Reply::Value(to(&svc.claim_list(actor, parse(method, body)?).await?)),
+        "claim.heartbeat" => Reply::Value(to(&svc
+            .claim_heartbeat(actor, parse(method, body)?)
+            .await?)),
+        "claim.suspend" => Reply::Value(to(&svc
+            .claim_admin(actor, ClaimEvent::Suspend, parse(method, body)?)
+            .await?)),
+        "claim.revoke" => Reply::Value(to(&svc
+            .claim_admin(actor, ClaimEvent::Revoke, parse(method, body)?)
+            .await?)),
+        "claim.force_release" => Reply::Value(to(&svc
+            .claim_admin(
                 actor,
                 ClaimEvent::Release,
                 parse::<crate::wire::ClaimForceReleaseParams>(method, body)?.into(),
             )
-            .await?,
-        ),
+            .await?)),
         "event.list" => Reply::Value(svc.event_list(actor, parse(method, body)?).await?),
         "claim.contentions" => {
             Reply::Value(svc.claim_contentions(actor, parse(method, body)?).await?)
@@ -584,7 +584,7 @@ async fn dispatch(
             )
             .await?,
         ),
-        "claim.resume" => Reply::Value(svc.claim_resume(actor, parse(method, body)?).await?),
+        "claim.resume" => Reply::Value(to(&svc.claim_resume(actor, parse(method, body)?).await?)),
         "vote.cast" => Reply::Value(svc.vote_cast(actor, parse(method, body)?).await?),
         "vote.list" => Reply::Value(svc.vote_list(actor, parse(method, body)?).await?),
         "security.review" => Reply::Value(svc.security_review(actor, parse(method, body)?).await?),

@@ -62,6 +62,26 @@ pub struct ClaimView {
     pub version: i64,
 }
 
+/// The answer of every method that acts on one claim.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ClaimReply {
+    pub claim: ClaimView,
+}
+
+/// `claim.release`'s answer: `changed: false` when it was already released.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ClaimReleaseReply {
+    pub claim: ClaimView,
+    pub changed: bool,
+}
+
+/// `claim.list`'s answer, one page.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ClaimListReply {
+    pub claims: Vec<ClaimView>,
+    pub next_cursor: Option<String>,
+}
+
 /// A claimed resource, parsed: its type, path, and for a symbol its name and span.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ClaimResource {

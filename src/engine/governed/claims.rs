@@ -12,7 +12,7 @@ use crate::store::Binding;
 use crate::store::claims::{Acquire, Acquired, ClaimRow, Transition};
 use crate::wire::{
     ClaimAcquireParams, ClaimAdminParams, ClaimExtendParams, ClaimKeyedParams, ClaimListParams,
-    ClaimParams, EventListParams,
+    ClaimListReply, ClaimParams, ClaimReleaseReply, ClaimReply, ClaimView, EventListParams,
 };
 use serde_json::{Value, json};
 
@@ -48,7 +48,7 @@ fn check_ttl(ttl: u64) -> Result<(), ServiceError> {
 
 impl Service {
     /// The claim as the API shows it: `expired` once its time passed, swept or not.
-    pub(super) fn claim_view(&self, c: &ClaimRow) -> Result<Value, ServiceError> {
+    pub(super) fn claim_view(&self, c: &ClaimRow) -> Result<ClaimView, ServiceError> {
         let r: Record = serde_json::from_str(&c.record)
             .map_err(|e| ServiceError::record(format!("claim {} record", c.claim_id), e))?;
         let now = self.ctx.clock.now().unix_timestamp();
@@ -93,7 +93,7 @@ impl Service {
             expires_at: expires,
             version: c.version,
         };
-        Ok(json!(view))
+        Ok(view)
     }
 
     pub(super) async fn claim_in(
@@ -124,7 +124,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: ClaimAcquireParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<ClaimReply, ServiceError> {
         let worktree = self.governed(actor, &p.workspace_id, Permission::Propose)?;
         let release_on = p.release_on.unwrap_or(
             self.authorize(actor, &p.workspace_id, Permission::Propose)?
@@ -161,7 +161,9 @@ impl Service {
             .await?
         {
             let c = self.claim_in(&p.workspace_id, &claim_id).await?;
-            return Ok(json!({"claim": self.claim_view(&c)?}));
+            return Ok(ClaimReply {
+                claim: self.claim_view(&c)?,
+            });
         }
         // A symbol's span is resolved in the worktree now (an unresolvable symbol is refused);
         // write and exclusive claims carry the resource's hash at grant.
@@ -232,7 +234,9 @@ impl Service {
             })
             .await?;
         match acquired {
-            Acquired::Granted(c) => Ok(json!({"claim": self.claim_view(&c)?})),
+            Acquired::Granted(c) => Ok(ClaimReply {
+                claim: self.claim_view(&c)?,
+            }),
             Acquired::Refused { challenged, .. } => {
                 let held: Vec<String> = challenged
                     .iter()
@@ -252,7 +256,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: ClaimExtendParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<ClaimReply, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::Propose)?;
         let k = Keyed::new(
             "claim.extend",
@@ -265,7 +269,9 @@ impl Service {
         check_ttl(p.ttl_seconds)?;
         if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
             let c = self.claim_in(&p.workspace_id, &id).await?;
-            return Ok(json!({"claim": self.claim_view(&c)?}));
+            return Ok(ClaimReply {
+                claim: self.claim_view(&c)?,
+            });
         }
         let c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
         if c.holder != actor.key() {
@@ -305,7 +311,9 @@ impl Service {
                 Some(k.binding(&p.workspace_id, actor, &p.claim_id)),
             )
             .await?;
-        Ok(json!({"claim": self.claim_view(&c)?}))
+        Ok(ClaimReply {
+            claim: self.claim_view(&c)?,
+        })
     }
 
     /// `claim.release`: by the holder (or an admin, recorded as forced). Releasing a released
@@ -315,7 +323,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: ClaimKeyedParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<ClaimReleaseReply, ServiceError> {
         let admin = self
             .governed(actor, &p.workspace_id, Permission::Admin)
             .is_ok();
@@ -335,7 +343,10 @@ impl Service {
         )?;
         if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
             let c = self.claim_in(&p.workspace_id, &id).await?;
-            return Ok(json!({"claim": self.claim_view(&c)?, "changed": true}));
+            return Ok(ClaimReleaseReply {
+                claim: self.claim_view(&c)?,
+                changed: true,
+            });
         }
         let c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
         let holder = c.holder == actor.key();
@@ -345,7 +356,10 @@ impl Service {
             ));
         }
         if c.status == ClaimState::Released {
-            return Ok(json!({"claim": self.claim_view(&c)?, "changed": false}));
+            return Ok(ClaimReleaseReply {
+                claim: self.claim_view(&c)?,
+                changed: false,
+            });
         }
         let c = self
             .ctx
@@ -362,14 +376,23 @@ impl Service {
                 binding: Some(k.binding(&p.workspace_id, actor, &c.claim_id)),
             })
             .await?;
-        Ok(json!({"claim": self.claim_view(&c)?, "changed": true}))
+        Ok(ClaimReleaseReply {
+            claim: self.claim_view(&c)?,
+            changed: true,
+        })
     }
 
     /// `claim.show`.
-    pub async fn claim_show(&self, actor: &Actor, p: ClaimParams) -> Result<Value, ServiceError> {
+    pub async fn claim_show(
+        &self,
+        actor: &Actor,
+        p: ClaimParams,
+    ) -> Result<ClaimReply, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
-        Ok(json!({"claim": self.claim_view(&c)?}))
+        Ok(ClaimReply {
+            claim: self.claim_view(&c)?,
+        })
     }
 
     /// `claim.list`: newest first, default 50, 1..=200.
@@ -377,7 +400,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: ClaimListParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<ClaimListReply, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let limit = page_limit(p.limit)?;
         let before = parse_cursor("clc_", p.cursor.as_deref())?;
@@ -401,7 +424,10 @@ impl Service {
             .map(|c| self.claim_view(c))
             .collect::<Result<Vec<_>, _>>()?;
         let next = next_cursor("clc_", rows.len(), limit, rows.last().and_then(|c| c.seq));
-        Ok(json!({"claims": claims, "next_cursor": next}))
+        Ok(ClaimListReply {
+            claims,
+            next_cursor: next,
+        })
     }
 
     /// `claim.heartbeat`: the holder refreshes `heartbeat_at` of an active, unexpired claim.
@@ -409,7 +435,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: ClaimKeyedParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<ClaimReply, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::Propose)?;
         let k = match &p.idempotency_key {
             None => None,
@@ -426,7 +452,9 @@ impl Service {
             && let Some(id) = self.replay_of(&p.workspace_id, actor, k).await?
         {
             let c = self.claim_in(&p.workspace_id, &id).await?;
-            return Ok(json!({"claim": self.claim_view(&c)?}));
+            return Ok(ClaimReply {
+                claim: self.claim_view(&c)?,
+            });
         }
         let mut c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
         if c.holder != actor.key() {
@@ -456,7 +484,9 @@ impl Service {
             )
             .await?;
         c.record = record;
-        Ok(json!({"claim": self.claim_view(&c)?}))
+        Ok(ClaimReply {
+            claim: self.claim_view(&c)?,
+        })
     }
 
     /// `claim.suspend`, `claim.revoke` and `claim.force_release`: an admin's actions, each a
@@ -467,7 +497,7 @@ impl Service {
         actor: &Actor,
         event: ClaimEvent,
         p: ClaimAdminParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<ClaimReply, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::Admin)?;
         let operation = match event {
             ClaimEvent::Suspend => "claim.suspend",
@@ -493,7 +523,9 @@ impl Service {
         }
         if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
             let c = self.claim_in(&p.workspace_id, &id).await?;
-            return Ok(json!({"claim": self.claim_view(&c)?}));
+            return Ok(ClaimReply {
+                claim: self.claim_view(&c)?,
+            });
         }
         if event == ClaimEvent::Release && p.reason.is_none() {
             return Err(ServiceError::invalid_field(
@@ -518,7 +550,9 @@ impl Service {
                 binding: Some(k.binding(&p.workspace_id, actor, &c.claim_id)),
             })
             .await?;
-        Ok(json!({"claim": self.claim_view(&c)?}))
+        Ok(ClaimReply {
+            claim: self.claim_view(&c)?,
+        })
     }
 
     /// The maintenance pass's sweep: claims past their expiry become `expired`, each with an

@@ -321,7 +321,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: crate::wire::ClaimResumeParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<crate::wire::ClaimReply, ServiceError> {
         let admin = self
             .governed(actor, &p.workspace_id, Permission::Admin)
             .is_ok();
@@ -344,7 +344,9 @@ impl Service {
         )?;
         if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
             let c = self.claim_in(&p.workspace_id, &id).await?;
-            return Ok(json!({"claim": self.claim_view(&c)?}));
+            return Ok(crate::wire::ClaimReply {
+                claim: self.claim_view(&c)?,
+            });
         }
         let c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
         let holder = c.holder == actor.key();
@@ -394,9 +396,9 @@ impl Service {
             })
             .await?;
         match resumed {
-            crate::store::claim_ends::Resumed::Active(c) => {
-                Ok(json!({"claim": self.claim_view(&c)?}))
-            }
+            crate::store::claim_ends::Resumed::Active(c) => Ok(crate::wire::ClaimReply {
+                claim: self.claim_view(&c)?,
+            }),
             crate::store::claim_ends::Resumed::Blocked(others) => {
                 let held: Vec<String> = others
                     .iter()
