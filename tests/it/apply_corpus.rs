@@ -7,7 +7,7 @@
 //! resolve inside the tree judged from where they end up, and what reviewers see is what git
 //! does.
 
-use crate::support::daemon::{ALICE, BOB, Server};
+use crate::support::daemon::{ALICE, Server};
 use crate::support::repo::git;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -41,34 +41,9 @@ fn b64(bytes: &[u8]) -> String {
     out
 }
 
-/// Every entry beneath `dir` but `.git`: kind, mode and exact bytes (hex) or link target;
-/// directories are listed too, so an empty one left behind shows.
+/// Every entry beneath `dir` but `.git`, with the executable bit (all git records of a mode).
 fn tree(dir: &Path) -> BTreeMap<String, String> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            if e.file_name() == ".git" {
-                continue;
-            }
-            let p = e.path();
-            let rel = p.strip_prefix(dir).unwrap().display().to_string();
-            let md = std::fs::symlink_metadata(&p).unwrap();
-            let v = if md.file_type().is_symlink() {
-                format!("link {}", std::fs::read_link(&p).unwrap().display())
-            } else if md.is_dir() {
-                stack.push(p.clone());
-                "dir".to_string()
-            } else {
-                let bytes = std::fs::read(&p).unwrap();
-                let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-                format!("{:o} {hex}", md.permissions().mode() & 0o111)
-            };
-            out.insert(rel, v);
-        }
-    }
-    out
+    crate::support::repo::tree_snapshot(dir, 0o111)
 }
 
 fn write(root: &Path, path: &str, bytes: &[u8]) {
@@ -411,21 +386,7 @@ fn what_reviewers_see_is_what_happens() {
         one.contains("\"type_change\"") && one.contains("120000") && one.contains("100644"),
         "{files}"
     );
-    let rev = p["proposal"]["current_revision"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    s.ok(
-        ALICE,
-        "proposal.request_review",
-        json!({"workspace_id": "ws1", "proposal_id": id, "idempotency_key": "rr"}),
-    );
-    s.ok(
-        BOB,
-        "vote.cast",
-        json!({"workspace_id": "ws1", "proposal_id": id, "revision": rev, "vote": "approve",
-               "reason_md": "ok", "idempotency_key": "vv"}),
-    );
+    let (_, rev) = crate::support::governed::reviewed(&s, &p, "tc");
     let v = crate::support::governed::validated(&s, &id, &rev, "tc");
     assert_eq!(v["valid"], true, "{v}");
     s.ok(

@@ -41,35 +41,9 @@ fn server() -> Option<Server> {
     Some(s)
 }
 
-/// Every entry beneath `dir` (not `.git`): type, mode and bytes or target.
+/// Every entry beneath `dir` (not `.git`), with its whole mode (a chmod shows).
 fn snapshot(dir: &Path) -> BTreeMap<String, String> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            if e.file_name() == ".git" {
-                continue;
-            }
-            let p = e.path();
-            let rel = p.strip_prefix(dir).unwrap().display().to_string();
-            let md = std::fs::symlink_metadata(&p).unwrap();
-            let v = if md.file_type().is_symlink() {
-                format!("link {}", std::fs::read_link(&p).unwrap().display())
-            } else if md.is_dir() {
-                stack.push(p.clone());
-                "dir".to_string()
-            } else {
-                format!(
-                    "{:o} {}",
-                    md.permissions().mode() & 0o7777,
-                    String::from_utf8_lossy(&std::fs::read(&p).unwrap())
-                )
-            };
-            out.insert(rel, v);
-        }
-    }
-    out
+    crate::support::repo::tree_snapshot(dir, 0o7777)
 }
 
 /// What `git diff HEAD` prints for `edits` (path, new content or `None` to delete); the

@@ -293,20 +293,7 @@ fn a_compensation_that_applies_rolls_the_original_back_and_concurrent_requests_f
     assert_eq!(listed["proposals"].as_array().unwrap().len(), 2, "{listed}");
     // The compensation goes through review and validation like any change; its apply rolls
     // the original back in the same commit.
-    let comp = answers[0].1["proposal"].clone();
-    let cid = comp["proposal_id"].clone();
-    let crev = comp["current_revision"].as_str().unwrap().to_string();
-    s.ok(
-        ALICE,
-        "proposal.request_review",
-        json!({"workspace_id": "ws1", "proposal_id": cid, "idempotency_key": "crr"}),
-    );
-    s.ok(
-        BOB,
-        "vote.cast",
-        json!({"workspace_id": "ws1", "proposal_id": cid, "revision": crev, "vote": "approve",
-               "reason_md": "undo", "idempotency_key": "cv"}),
-    );
+    let (cid, crev) = reviewed(&s, &answers[0].1, "comp");
     let cv = validated(&s, &cid, &crev, "c");
     assert_eq!(cv["valid"], true, "{cv}");
     let ca = s.ok(ALICE, "patch.apply", apply_body(&cid, &cv, "apply-c"));

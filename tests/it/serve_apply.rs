@@ -527,20 +527,8 @@ fn compensation_files_the_reverse_patch_and_its_apply_restores_exact_bytes_and_m
     let comp = &c["proposal"];
     assert_eq!(comp["risk"], "high");
     assert_eq!(comp["author"], "member:alice");
-    let cid = comp["proposal_id"].clone();
-    let crev = comp["current_revision"].as_str().unwrap().to_string();
     // The compensation is an ordinary proposal: review, validate, apply.
-    s.ok(
-        ALICE,
-        "proposal.request_review",
-        json!({"workspace_id": "ws1", "proposal_id": cid, "idempotency_key": "cr"}),
-    );
-    s.ok(
-        BOB,
-        "vote.cast",
-        json!({"workspace_id": "ws1", "proposal_id": cid, "revision": crev, "vote": "approve",
-               "reason_md": "revert", "idempotency_key": "cv"}),
-    );
+    let (cid, crev) = crate::support::governed::reviewed(&s, &c, "comp");
     let cv = validated(&s, &cid, &crev, "comp");
     assert_eq!(cv["valid"], true, "{cv}");
     let ca = s.ok(

@@ -166,3 +166,34 @@ impl From<Output> for RunResult {
         }
     }
 }
+
+/// Every entry beneath `dir` but `.git`, by relative path: `link <target>`, `dir` (so an empty
+/// directory left behind shows), or a file's mode bits under `mode_mask` in octal and its exact
+/// bytes in hex. For comparing a tree before and after, or against a reference.
+pub fn tree_snapshot(dir: &Path, mode_mask: u32) -> std::collections::BTreeMap<String, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.file_name() == ".git" {
+                continue;
+            }
+            let p = e.path();
+            let rel = p.strip_prefix(dir).unwrap().display().to_string();
+            let md = std::fs::symlink_metadata(&p).unwrap();
+            let v = if md.file_type().is_symlink() {
+                format!("link {}", std::fs::read_link(&p).unwrap().display())
+            } else if md.is_dir() {
+                stack.push(p.clone());
+                "dir".to_string()
+            } else {
+                let bytes = std::fs::read(&p).unwrap();
+                let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                format!("{:o} {hex}", md.permissions().mode() & mode_mask)
+            };
+            out.insert(rel, v);
+        }
+    }
+    out
+}
