@@ -183,6 +183,10 @@ pub const MAX_DIRECTORY_HASH_BYTES: u64 = 2 << 30;
 /// Claim lease lengths: `ttl_seconds` bounds and default.
 pub const CLAIM_TTL_SECONDS: std::ops::RangeInclusive<u64> = 10..=86_400;
 pub const DEFAULT_CLAIM_TTL_SECONDS: u64 = 900;
+/// How many times a claim move whose version came from the server's own read is read and
+/// judged again when another change got in between (an apply re-basing the claim, a
+/// concurrent extend). A claim that keeps moving past this is answered `conflict`.
+pub const CLAIM_MOVE_ATTEMPTS: u32 = 4;
 /// `claim.list` page size bound.
 pub const MAX_CLAIM_LIST_LIMIT: u32 = 200;
 /// Longest `task_id`, `session_id` or `rationale`.

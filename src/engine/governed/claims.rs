@@ -32,6 +32,12 @@ pub(super) struct Record {
     pub(super) heartbeat_at: String,
 }
 
+/// A claim after [`Service::move_claim`]: as it now is, and whether this call moved it.
+pub(super) struct MovedClaim {
+    pub(super) claim: ClaimRow,
+    pub(super) changed: bool,
+}
+
 fn check_ttl(ttl: u64) -> Result<(), ServiceError> {
     if !limits::CLAIM_TTL_SECONDS.contains(&ttl) {
         return Err(ServiceError::invalid_field(
@@ -117,6 +123,47 @@ impl Service {
             return Err(not_found());
         }
         Ok(c)
+    }
+
+    /// Moves a claim as `judge` decides from a fresh read of it. The version the move is
+    /// checked against is the one this read saw, not one a client sent; so when the claim
+    /// moved between the read and the write (another request, or an apply re-basing it as it
+    /// settled), the claim is read and judged again, at most [`limits::CLAIM_MOVE_ATTEMPTS`]
+    /// times, and the caller never sees a version it did not ask about. `judge` answering
+    /// `None` leaves the claim as it is (`changed: false`).
+    pub(super) async fn move_claim<F>(
+        &self,
+        workspace_id: &str,
+        claim_id: &str,
+        judge: F,
+    ) -> Result<MovedClaim, ServiceError>
+    where
+        F: Fn(&ClaimRow) -> Result<Option<Transition>, ServiceError>,
+    {
+        let mut attempt = 1;
+        loop {
+            let c = self.claim_in(workspace_id, claim_id).await?;
+            let Some(t) = judge(&c)? else {
+                return Ok(MovedClaim {
+                    claim: c,
+                    changed: false,
+                });
+            };
+            match self.ctx.data.store.transition_claim_with(t).await {
+                Ok(claim) => {
+                    return Ok(MovedClaim {
+                        claim,
+                        changed: true,
+                    });
+                }
+                Err(crate::store::StoreError::Conflict(_))
+                    if attempt < limits::CLAIM_MOVE_ATTEMPTS =>
+                {
+                    attempt += 1;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     /// `claim.acquire`.
@@ -348,37 +395,33 @@ impl Service {
                 changed: true,
             });
         }
-        let c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
-        let holder = c.holder == actor.key();
-        if !holder && !admin {
-            return Err(ServiceError::PermissionDenied(
-                "only the holder or an admin releases a claim".into(),
-            ));
-        }
-        if c.status == ClaimState::Released {
-            return Ok(ClaimReleaseReply {
-                claim: self.claim_view(&c)?,
-                changed: false,
-            });
-        }
-        let c = self
-            .ctx
-            .data
-            .store
-            .transition_claim_with(Transition {
-                claim_id: c.claim_id.clone(),
-                expected_version: c.version,
-                event: ClaimEvent::Release,
-                actor: actor.key(),
-                forced: !holder,
-                reason: None,
-                at: self.now_rfc3339(),
-                binding: Some(k.binding(&p.workspace_id, actor, &c.claim_id)),
+        let binding = k.binding(&p.workspace_id, actor, &p.claim_id);
+        let moved = self
+            .move_claim(&p.workspace_id, &p.claim_id, |c| {
+                let holder = c.holder == actor.key();
+                if !holder && !admin {
+                    return Err(ServiceError::PermissionDenied(
+                        "only the holder or an admin releases a claim".into(),
+                    ));
+                }
+                if c.status == ClaimState::Released {
+                    return Ok(None);
+                }
+                Ok(Some(Transition {
+                    claim_id: c.claim_id.clone(),
+                    expected_version: c.version,
+                    event: ClaimEvent::Release,
+                    actor: actor.key(),
+                    forced: !holder,
+                    reason: None,
+                    at: self.now_rfc3339(),
+                    binding: Some(binding.clone()),
+                }))
             })
             .await?;
         Ok(ClaimReleaseReply {
-            claim: self.claim_view(&c)?,
-            changed: true,
+            claim: self.claim_view(&moved.claim)?,
+            changed: moved.changed,
         })
     }
 
@@ -533,25 +576,23 @@ impl Service {
                 "claim.force_release needs a reason",
             ));
         }
-        let c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
-        let forced = c.holder != actor.key();
-        let c = self
-            .ctx
-            .data
-            .store
-            .transition_claim_with(Transition {
-                claim_id: c.claim_id.clone(),
-                expected_version: c.version,
-                event,
-                actor: actor.key(),
-                forced,
-                reason: p.reason.clone(),
-                at: self.now_rfc3339(),
-                binding: Some(k.binding(&p.workspace_id, actor, &c.claim_id)),
+        let binding = k.binding(&p.workspace_id, actor, &p.claim_id);
+        let moved = self
+            .move_claim(&p.workspace_id, &p.claim_id, |c| {
+                Ok(Some(Transition {
+                    claim_id: c.claim_id.clone(),
+                    expected_version: c.version,
+                    event,
+                    actor: actor.key(),
+                    forced: c.holder != actor.key(),
+                    reason: p.reason.clone(),
+                    at: self.now_rfc3339(),
+                    binding: Some(binding.clone()),
+                }))
             })
             .await?;
         Ok(ClaimReply {
-            claim: self.claim_view(&c)?,
+            claim: self.claim_view(&moved.claim)?,
         })
     }
 

@@ -136,22 +136,39 @@ impl Service {
                 {
                     unchanged.push(c.claim_id.clone())
                 }
-                Ok(_) => {
-                    self.ctx
-                        .data
-                        .store
-                        .transition_claim_with(Transition {
-                            claim_id: c.claim_id.clone(),
-                            expected_version: c.version,
-                            event: ClaimEvent::Suspend,
-                            actor: actor.key(),
-                            forced: true,
-                            reason: Some("the resource changed since the claim was granted".into()),
-                            at: self.now_rfc3339(),
-                            binding: None,
+                Ok(current) => {
+                    // Judged again on each read: an apply that settled meanwhile re-based the
+                    // claim onto the bytes it installed, and then nothing changed under it.
+                    let moved = self
+                        .move_claim(&p.workspace_id, &c.claim_id, |now_row| {
+                            let r: Record = serde_json::from_str(&now_row.record).map_err(|e| {
+                                ServiceError::record(format!("claim {} record", c.claim_id), e)
+                            })?;
+                            if now_row.status != ClaimState::Active
+                                || current.as_deref().unwrap_or_default()
+                                    == r.base_hash.as_deref().unwrap_or_default()
+                            {
+                                return Ok(None);
+                            }
+                            Ok(Some(Transition {
+                                claim_id: now_row.claim_id.clone(),
+                                expected_version: now_row.version,
+                                event: ClaimEvent::Suspend,
+                                actor: actor.key(),
+                                forced: true,
+                                reason: Some(
+                                    "the resource changed since the claim was granted".into(),
+                                ),
+                                at: self.now_rfc3339(),
+                                binding: None,
+                            }))
                         })
                         .await?;
-                    suspended.push(c.claim_id.clone());
+                    if moved.changed {
+                        suspended.push(c.claim_id.clone());
+                    } else {
+                        unchanged.push(c.claim_id.clone());
+                    }
                 }
             }
         }
@@ -200,21 +217,26 @@ impl Service {
             if r.session_id.as_deref() == Some(p.session_id.as_str())
                 && r.resume_policy == crate::wire::ResumePolicy::Release
             {
-                self.ctx
-                    .data
-                    .store
-                    .transition_claim_with(Transition {
-                        claim_id: c.claim_id.clone(),
-                        expected_version: c.version,
-                        event: ClaimEvent::Release,
-                        actor: actor.key(),
-                        forced: false,
-                        reason: Some(format!("session {} ended", p.session_id)),
-                        at: self.now_rfc3339(),
-                        binding: None,
+                let moved = self
+                    .move_claim(&p.workspace_id, &c.claim_id, |now_row| {
+                        if now_row.status != ClaimState::Active || now_row.holder != actor.key() {
+                            return Ok(None);
+                        }
+                        Ok(Some(Transition {
+                            claim_id: now_row.claim_id.clone(),
+                            expected_version: now_row.version,
+                            event: ClaimEvent::Release,
+                            actor: actor.key(),
+                            forced: false,
+                            reason: Some(format!("session {} ended", p.session_id)),
+                            at: self.now_rfc3339(),
+                            binding: None,
+                        }))
                     })
                     .await?;
-                released.push(c.claim_id);
+                if moved.changed {
+                    released.push(c.claim_id);
+                }
             }
         }
         self.keep_answer(&p.workspace_id, actor, &k, json!({"released": released}))
