@@ -388,3 +388,71 @@ fn a_withdrawal_racing_apply_never_wedges_the_workspace() {
     assert_eq!(a.0, 200, "{a:?}");
     eprintln!("withdraw race: {withdrawn} withdrawn, {applied} applied in {ROUNDS} rounds");
 }
+
+/// Rounds of the holder's own upkeep racing apply: fewer, as no gate changes hands.
+const UPKEEP_ROUNDS: usize = 20;
+/// Heartbeats sent after one shows the re-based claim, and most heartbeats in a round.
+const UPKEEP_AFTER: usize = 5;
+const MAX_BEATS: usize = 2_000;
+
+#[test]
+fn the_holders_heartbeat_and_extension_racing_apply_are_answered_and_never_undo_the_rebase() {
+    let Some(s) = server() else { return };
+    let ready = prepare(&s, "upkeep", UPKEEP_ROUNDS);
+    for (round, r) in ready.iter().enumerate() {
+        let (a, (beats, extend)) = race(
+            round,
+            || apply(&s, r, round),
+            || {
+                // Heartbeats back to back until one answers the claim re-based onto the
+                // installed bytes (and a few after), so that apply's settle falls between
+                // some heartbeat's read and its write.
+                let mut beats: Vec<(u16, Value)> = vec![];
+                let mut after = 0;
+                while after < UPKEEP_AFTER && beats.len() < MAX_BEATS {
+                    let beat = s.call(
+                        DAVE,
+                        "claim.heartbeat",
+                        json!({"workspace_id": "ws1", "claim_id": r.claim_id}),
+                    );
+                    if beat.0 != 200 || beat.1["claim"]["base_hash"] != "" {
+                        after += 1;
+                    }
+                    beats.push(beat);
+                }
+                let extend = s.call(
+                    DAVE,
+                    "claim.extend",
+                    json!({"workspace_id": "ws1", "claim_id": r.claim_id, "ttl_seconds": 600,
+                           "idempotency_key": format!("ext-{round}")}),
+                );
+                (beats, extend)
+            },
+        );
+        assert!(
+            landed(&s, r, &a).is_some(),
+            "round {round}: upkeep is no gate, yet the apply did not land: {a:?}"
+        );
+        // The holder's own upkeep is never refused for a version only the server read.
+        for beat in &beats {
+            assert_eq!(beat.0, 200, "round {round}: a heartbeat: {beat:?}");
+        }
+        assert_eq!(extend.0, 200, "round {round}: the extension: {extend:?}");
+        // Whatever order they landed in, the claim is based on the bytes apply installed.
+        let claim = s.ok(
+            DAVE,
+            "claim.show",
+            json!({"workspace_id": "ws1", "claim_id": r.claim_id}),
+        );
+        let now = s.ok(
+            DAVE,
+            "resource.show",
+            json!({"workspace_id": "ws1", "resource_id": format!("file:{}", r.path)}),
+        );
+        assert_eq!(
+            claim["claim"]["base_hash"], now["resource"]["current_hash"],
+            "round {round}: an upkeep write undid the rebase: {claim}"
+        );
+        assert_ne!(claim["claim"]["base_hash"], "", "round {round}: {claim}");
+    }
+}

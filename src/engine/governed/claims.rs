@@ -8,8 +8,8 @@ use crate::config::Permission;
 use crate::domain::claim::{ClaimEvent, ClaimState, ResourceId, extended_expiry};
 use crate::engine::service::{Actor, Service, ServiceError};
 use crate::limits;
-use crate::store::Binding;
 use crate::store::claims::{Acquire, Acquired, ClaimRow, Transition};
+use crate::store::{Binding, StoreError};
 use crate::wire::{
     ClaimAcquireParams, ClaimAdminParams, ClaimExtendParams, ClaimKeyedParams, ClaimListParams,
     ClaimListReply, ClaimParams, ClaimReleaseReply, ClaimReply, ClaimView, EventListParams,
@@ -156,9 +156,7 @@ impl Service {
                         changed: true,
                     });
                 }
-                Err(crate::store::StoreError::Conflict(_))
-                    if attempt < limits::CLAIM_MOVE_ATTEMPTS =>
-                {
+                Err(StoreError::Conflict(_)) if attempt < limits::CLAIM_MOVE_ATTEMPTS => {
                     attempt += 1;
                 }
                 Err(e) => return Err(e.into()),
@@ -320,47 +318,59 @@ impl Service {
                 claim: self.claim_view(&c)?,
             });
         }
-        let c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
-        if c.holder != actor.key() {
-            return Err(ServiceError::PermissionDenied(
-                "only the holder extends a claim".into(),
-            ));
-        }
-        let mut r: Record = serde_json::from_str(&c.record)
-            .map_err(|e| ServiceError::record(format!("claim {} record", c.claim_id), e))?;
-        if !r.renewable {
-            return Err(ServiceError::precondition("the claim is not renewable"));
-        }
-        let now = self.ctx.clock.now();
-        if c.status != ClaimState::Active || c.expires_at <= now.unix_timestamp() {
-            return Err(ServiceError::precondition(format!(
-                "only an active, unexpired claim is extended; this one is {}",
-                if c.status == ClaimState::Active {
-                    "expired"
-                } else {
-                    c.status.as_str()
+        let mut attempt = 1;
+        loop {
+            let c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
+            if c.holder != actor.key() {
+                return Err(ServiceError::PermissionDenied(
+                    "only the holder extends a claim".into(),
+                ));
+            }
+            let mut r: Record = serde_json::from_str(&c.record)
+                .map_err(|e| ServiceError::record(format!("claim {} record", c.claim_id), e))?;
+            if !r.renewable {
+                return Err(ServiceError::precondition("the claim is not renewable"));
+            }
+            let now = self.ctx.clock.now();
+            if c.status != ClaimState::Active || c.expires_at <= now.unix_timestamp() {
+                return Err(ServiceError::precondition(format!(
+                    "only an active, unexpired claim is extended; this one is {}",
+                    if c.status == ClaimState::Active {
+                        "expired"
+                    } else {
+                        c.status.as_str()
+                    }
+                )));
+            }
+            r.heartbeat_at = crate::ids::rfc3339(now);
+            let expiry = extended_expiry(c.expires_at, now.unix_timestamp(), p.ttl_seconds as i64);
+            let extended = self
+                .ctx
+                .data
+                .store
+                .extend_claim(
+                    &c.claim_id,
+                    c.version,
+                    expiry,
+                    serde_json::to_string(&r).expect("a claim record serializes"),
+                    &actor.key(),
+                    &crate::ids::rfc3339(now),
+                    Some(k.binding(&p.workspace_id, actor, &p.claim_id)),
+                )
+                .await;
+            match extended {
+                Ok(c) => {
+                    return Ok(ClaimReply {
+                        claim: self.claim_view(&c)?,
+                    });
                 }
-            )));
+                // Our own read went stale (an apply re-based the claim): judge it again.
+                Err(StoreError::Conflict(_)) if attempt < limits::CLAIM_MOVE_ATTEMPTS => {
+                    attempt += 1
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
-        r.heartbeat_at = crate::ids::rfc3339(now);
-        let expiry = extended_expiry(c.expires_at, now.unix_timestamp(), p.ttl_seconds as i64);
-        let c = self
-            .ctx
-            .data
-            .store
-            .extend_claim(
-                &c.claim_id,
-                c.version,
-                expiry,
-                serde_json::to_string(&r).expect("a claim record serializes"),
-                &actor.key(),
-                &crate::ids::rfc3339(now),
-                Some(k.binding(&p.workspace_id, actor, &p.claim_id)),
-            )
-            .await?;
-        Ok(ClaimReply {
-            claim: self.claim_view(&c)?,
-        })
     }
 
     /// `claim.release`: by the holder (or an admin, recorded as forced). Releasing a released
@@ -499,37 +509,51 @@ impl Service {
                 claim: self.claim_view(&c)?,
             });
         }
-        let mut c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
-        if c.holder != actor.key() {
-            return Err(ServiceError::PermissionDenied(
-                "only the holder sends a claim's heartbeat".into(),
-            ));
+        let mut attempt = 1;
+        loop {
+            let mut c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
+            if c.holder != actor.key() {
+                return Err(ServiceError::PermissionDenied(
+                    "only the holder sends a claim's heartbeat".into(),
+                ));
+            }
+            let now = self.ctx.clock.now();
+            if c.status != ClaimState::Active || c.expires_at <= now.unix_timestamp() {
+                return Err(ServiceError::precondition(
+                    "only an active, unexpired claim has a heartbeat",
+                ));
+            }
+            let mut r: Record = serde_json::from_str(&c.record)
+                .map_err(|e| ServiceError::record(format!("claim {} record", c.claim_id), e))?;
+            r.heartbeat_at = crate::ids::rfc3339(now);
+            let record = serde_json::to_string(&r).expect("a claim record serializes");
+            let touched = self
+                .ctx
+                .data
+                .store
+                .touch_claim(
+                    &c.claim_id,
+                    c.version,
+                    record.clone(),
+                    k.as_ref()
+                        .map(|k| k.binding(&p.workspace_id, actor, &p.claim_id)),
+                )
+                .await;
+            match touched {
+                Ok(version) => {
+                    c.version = version;
+                    c.record = record;
+                    return Ok(ClaimReply {
+                        claim: self.claim_view(&c)?,
+                    });
+                }
+                // Our own read went stale (an apply re-based the claim): judge it again.
+                Err(StoreError::Conflict(_)) if attempt < limits::CLAIM_MOVE_ATTEMPTS => {
+                    attempt += 1
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
-        let now = self.ctx.clock.now();
-        if c.status != ClaimState::Active || c.expires_at <= now.unix_timestamp() {
-            return Err(ServiceError::precondition(
-                "only an active, unexpired claim has a heartbeat",
-            ));
-        }
-        let mut r: Record = serde_json::from_str(&c.record)
-            .map_err(|e| ServiceError::record(format!("claim {} record", c.claim_id), e))?;
-        r.heartbeat_at = crate::ids::rfc3339(now);
-        let record = serde_json::to_string(&r).expect("a claim record serializes");
-        c.version = self
-            .ctx
-            .data
-            .store
-            .touch_claim(
-                &c.claim_id,
-                c.version,
-                record.clone(),
-                k.map(|k| k.binding(&p.workspace_id, actor, &p.claim_id)),
-            )
-            .await?;
-        c.record = record;
-        Ok(ClaimReply {
-            claim: self.claim_view(&c)?,
-        })
     }
 
     /// `claim.suspend`, `claim.revoke` and `claim.force_release`: an admin's actions, each a
