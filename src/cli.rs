@@ -311,15 +311,19 @@ async fn dispatch(cmd: Command) -> ExitCode {
                 Ok(d) => d,
                 Err(e) => return fail(e),
             };
-            let sandbox = match Sandbox::connect().await {
-                Ok(s) => s,
+            let sandbox: crate::sandbox::Runtime = match Sandbox::connect().await {
+                Ok(s) => std::sync::Arc::new(s),
                 Err(e) => return fail(e),
             };
             let retention = recovery::Retention {
                 keep: config.run_retention,
                 now: crate::engine::Clock::from_env().now(),
             };
-            let report = recovery::recover(&data, &sandbox, retention).await;
+            let engines = [crate::workspace::JobEngine {
+                runtime: sandbox.clone(),
+                workspaces: std::sync::Arc::new(crate::workspace::HostBind::new(&data.root)),
+            }];
+            let report = recovery::recover(&data, &engines, retention).await;
             let mut failures = report.failures.len();
             let mut out = serde_json::to_value(&report).expect("a report serializes");
             // Governed workspaces: interrupted applies, judged from the files, as at start-up.
@@ -419,13 +423,13 @@ async fn call(method: &str, body: Option<&str>, url: &str) -> ExitCode {
 async fn recover_transactions(
     config: Config,
     data: DataDir,
-    sandbox: Sandbox,
+    sandbox: crate::sandbox::Runtime,
 ) -> Result<crate::engine::governed::recovering::TxRecovery, String> {
     let seccomp = crate::sandbox::seccomp::load().map_err(|e| e.to_string())?;
     let ctx = Context::new(
         std::sync::Arc::new(config),
         data,
-        std::sync::Arc::new(sandbox),
+        sandbox,
         seccomp,
         crate::engine::Clock::from_env(),
     )?;

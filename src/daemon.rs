@@ -32,7 +32,6 @@ pub enum StartError {
 /// A started daemon: recovery has run, the listener is not open yet.
 pub struct Daemon {
     service: Arc<Service>,
-    runtime: Runtime,
     /// Held while the daemon lives: one daemon per data dir.
     _serve_lock: ServeLock,
     config: Arc<Config>,
@@ -131,10 +130,9 @@ impl Daemon {
                 Err(e) => return Err(StartError::Failed(format!("workspace {ws}: {e}"))),
             }
         }
-        maintenance::pass(&service, runtime.as_ref()).await;
+        maintenance::pass(&service).await;
         Ok(Daemon {
             service,
-            runtime,
             config,
             _serve_lock: serve_lock,
         })
@@ -194,14 +192,13 @@ impl Daemon {
         let app = crate::api::router(state);
         let ticker = {
             let service = self.service.clone();
-            let runtime = self.runtime.clone();
             let interval = self.config.maintenance_interval;
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(interval);
                 tick.tick().await;
                 loop {
                     tick.tick().await;
-                    maintenance::pass(&service, runtime.as_ref()).await;
+                    maintenance::pass(&service).await;
                 }
             })
         };

@@ -27,4 +27,5 @@ pub mod store;
 pub mod symbols;
 pub mod verification;
 pub mod wire;
+pub mod workspace;
 pub mod worktree;

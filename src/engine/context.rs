@@ -20,6 +20,8 @@ pub struct Context {
     pub data: DataDir,
     /// The container runtime: Docker in production, a scripted fake in workflow tests.
     pub runtime: Runtime,
+    /// How the runtime's jobs get their workspaces (the host's checkouts, bind-mounted).
+    pub workspaces: Arc<dyn crate::workspace::Workspaces>,
     pub seccomp: SeccompProfile,
     pub clock: Clock,
     /// The daemon's metrics (its own registry; see [`crate::metrics`]).
@@ -57,6 +59,7 @@ impl Context {
         }
         Ok(Context {
             config,
+            workspaces: Arc::new(crate::workspace::HostBind::new(&data.root)),
             data,
             runtime,
             seccomp,
@@ -76,6 +79,7 @@ impl Context {
     ) -> Context {
         Context {
             config,
+            workspaces: Arc::new(crate::workspace::HostBind::new(&data.root)),
             data,
             runtime,
             seccomp,
@@ -90,6 +94,14 @@ impl Context {
         self.repos
             .get(workspace_id)
             .expect("workspaces are checked before their repository is used")
+    }
+
+    /// Every engine jobs run on, for recovery: today the one runtime and its host workspaces.
+    pub fn engines(&self) -> Vec<crate::workspace::JobEngine> {
+        vec![crate::workspace::JobEngine {
+            runtime: self.runtime.clone(),
+            workspaces: self.workspaces.clone(),
+        }]
     }
 
     pub fn now_rfc3339(&self) -> String {

@@ -362,6 +362,7 @@ async fn probe(
         );
     }
     let env = crate::engine::runner::environment::EnvironmentSpec::resolve(
+        s,
         profile,
         &image_id,
         seccomp,

@@ -7,16 +7,15 @@
 
 use super::runner::recovery;
 use super::service::Service;
-use crate::sandbox::ContainerRuntime;
 
 /// One maintenance pass. Runs before the listener opens and then every
 /// `maintenance_interval_seconds`.
-pub async fn pass(service: &Service, runtime: &dyn ContainerRuntime) {
+pub async fn pass(service: &Service) {
     let retention = recovery::Retention {
         keep: service.ctx.config.run_retention,
         now: service.ctx.clock.now(),
     };
-    let report = recovery::recover(&service.ctx.data, runtime, retention).await;
+    let report = recovery::recover(&service.ctx.data, &service.ctx.engines(), retention).await;
     let m = &service.ctx.metrics;
     m.recovered(
         "restored_from_artifact",

@@ -45,6 +45,12 @@ fn job_argv(spec: &ContainerSpec) -> &[String] {
 }
 
 impl ContainerRuntime for FakeRuntime {
+    /// Docker's rendering: the fake stands in for the local engine, so its jobs record the
+    /// hash a Docker run of the same environment would.
+    fn environment_form(&self, spec: &super::RuntimeSpec) -> serde_json::Value {
+        super::hashed_form(spec)
+    }
+
     fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, SandboxError>> {
         Box::pin(async move { Ok(format!("sha256:fake:{image}")) })
     }

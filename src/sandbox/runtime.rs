@@ -4,7 +4,7 @@
 //! delivery), never for sandbox limits, container lifecycle or recovery, which are proven on
 //! Docker.
 
-use super::{ContainerSpec, JobOutcome, ManagedContainer, PhaseHook, SandboxError};
+use super::{ContainerSpec, JobOutcome, ManagedContainer, PhaseHook, RuntimeSpec, SandboxError};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -16,6 +16,12 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Runs hardened jobs and finds what is left of them after a crash.
 pub trait ContainerRuntime: Send + Sync {
+    /// The resolved environment as this engine renders it, minus everything that belongs to
+    /// one run: what `environment_sha256` hashes, so two runs agree on the hash exactly when
+    /// this engine would run them alike. [`RuntimeSpec`] is the engine-neutral description;
+    /// the hardening each engine adds to it is part of its rendering.
+    fn environment_form(&self, spec: &RuntimeSpec) -> serde_json::Value;
+
     /// The id of an image reference, or [`SandboxError::ImageMissing`].
     fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, SandboxError>>;
 
@@ -47,6 +53,10 @@ pub trait ContainerRuntime: Send + Sync {
 pub type Runtime = Arc<dyn ContainerRuntime>;
 
 impl ContainerRuntime for super::Sandbox {
+    fn environment_form(&self, spec: &RuntimeSpec) -> serde_json::Value {
+        super::hashed_form(spec)
+    }
+
     fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, SandboxError>> {
         Box::pin(super::Sandbox::image_id(self, image))
     }

@@ -34,3 +34,4 @@ mod serve_ui;
 mod serve_ui_pages;
 mod support;
 mod toolchain;
+mod workspace_seam;

@@ -2,8 +2,8 @@
 //! The caller only ever names the profile.
 
 use crate::config::{CheckoutFilesystem, Profile};
-use crate::sandbox::RuntimeSpec;
 use crate::sandbox::seccomp::SeccompProfile;
+use crate::sandbox::{ContainerRuntime, RuntimeSpec};
 use crate::staging::CheckoutFs;
 use sha2::{Digest, Sha256};
 
@@ -20,6 +20,9 @@ pub struct EnvironmentSpec {
     /// The job's checkout filesystem and its disk and inode quota.
     pub checkout_fs: CheckoutFs,
     pub setup_script_sha256: String,
+    /// `runtime` as the engine that runs the job renders it (see
+    /// [`ContainerRuntime::environment_form`]).
+    container: serde_json::Value,
 }
 
 /// SHA-256 hex of bytes.
@@ -28,8 +31,10 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 impl EnvironmentSpec {
-    /// Resolves `profile` with the image id the engine reported for its image.
+    /// Resolves `profile` with the image id `engine` reported for its image, rendered as
+    /// `engine` renders environments.
     pub fn resolve(
+        engine: &dyn ContainerRuntime,
         profile: &Profile,
         image_id: &str,
         seccomp: &SeccompProfile,
@@ -42,20 +47,22 @@ impl EnvironmentSpec {
             },
             CheckoutFilesystem::Directory => CheckoutFs::Directory,
         };
+        let runtime = RuntimeSpec {
+            image_id: image_id.to_string(),
+            user: profile.user(),
+            working_dir: profile.working_dir.clone(),
+            env: profile.env.clone(),
+            memory_bytes: profile.memory_bytes,
+            nano_cpus: (profile.cpus * 1e9).round() as i64,
+            pids: profile.pids,
+            tmp_bytes: profile.tmp_bytes,
+            seccomp_json: seccomp.compact_json.clone(),
+        };
         EnvironmentSpec {
             profile: profile.name.clone(),
             image: profile.image.clone(),
-            runtime: RuntimeSpec {
-                image_id: image_id.to_string(),
-                user: profile.user(),
-                working_dir: profile.working_dir.clone(),
-                env: profile.env.clone(),
-                memory_bytes: profile.memory_bytes,
-                nano_cpus: (profile.cpus * 1e9).round() as i64,
-                pids: profile.pids,
-                tmp_bytes: profile.tmp_bytes,
-                seccomp_json: seccomp.compact_json.clone(),
-            },
+            container: engine.environment_form(&runtime),
+            runtime,
             cpus: profile.cpus,
             checkout_fs,
             setup_script_sha256: sha256_hex(profile.setup_script.as_bytes()),
@@ -63,7 +70,7 @@ impl EnvironmentSpec {
     }
 
     /// Canonical serialization: compact JSON with sorted keys, holding the container exactly as
-    /// the sandbox renders it (minus per-run fields) and what decides the job outside it (the
+    /// its engine renders it (minus per-run fields) and what decides the job outside it (the
     /// profile and image names, the checkout filesystem, the setup script's digest).
     pub fn canonical_json(&self) -> String {
         let v = serde_json::json!({
@@ -71,7 +78,7 @@ impl EnvironmentSpec {
             "image": self.image,
             "checkout_fs": self.checkout_fs,
             "setup_script_sha256": self.setup_script_sha256,
-            "container": crate::sandbox::hashed_form(&self.runtime),
+            "container": self.container,
         });
         crate::canonical::to_string(&v)
     }
@@ -102,6 +109,7 @@ impl EnvironmentSpec {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::sandbox::fake::FakeRuntime;
     const L: CheckoutFilesystem = CheckoutFilesystem::Loop;
 
     #[test]
@@ -109,55 +117,81 @@ mod tests {
         let seccomp = crate::sandbox::seccomp::load().unwrap();
         let c = Config::builtin();
         let p = c.profile("default").unwrap().clone();
-        let base = EnvironmentSpec::resolve(&p, "sha256:1", &seccomp, L).sha256();
+        let base =
+            EnvironmentSpec::resolve(&FakeRuntime::new(), &p, "sha256:1", &seccomp, L).sha256();
         assert_eq!(
             base,
-            EnvironmentSpec::resolve(&p, "sha256:1", &seccomp, L).sha256()
+            EnvironmentSpec::resolve(&FakeRuntime::new(), &p, "sha256:1", &seccomp, L).sha256()
         );
         assert_ne!(
             base,
-            EnvironmentSpec::resolve(&p, "sha256:2", &seccomp, L).sha256()
+            EnvironmentSpec::resolve(&FakeRuntime::new(), &p, "sha256:2", &seccomp, L).sha256()
         );
         let mut q = p.clone();
         q.memory_bytes += 1;
         assert_ne!(
             base,
-            EnvironmentSpec::resolve(&q, "sha256:1", &seccomp, L).sha256()
+            EnvironmentSpec::resolve(&FakeRuntime::new(), &q, "sha256:1", &seccomp, L).sha256()
         );
         let mut q = p.clone();
         q.env.insert("X".into(), "1".into());
         assert_ne!(
             base,
-            EnvironmentSpec::resolve(&q, "sha256:1", &seccomp, L).sha256()
+            EnvironmentSpec::resolve(&FakeRuntime::new(), &q, "sha256:1", &seccomp, L).sha256()
         );
         let mut q = p.clone();
         q.setup_script = "echo hi".into();
         assert_ne!(
             base,
-            EnvironmentSpec::resolve(&q, "sha256:1", &seccomp, L).sha256()
+            EnvironmentSpec::resolve(&FakeRuntime::new(), &q, "sha256:1", &seccomp, L).sha256()
         );
         let mut q = p.clone();
         q.disk_bytes += 4096;
         assert_ne!(
             base,
-            EnvironmentSpec::resolve(&q, "sha256:1", &seccomp, L).sha256()
+            EnvironmentSpec::resolve(&FakeRuntime::new(), &q, "sha256:1", &seccomp, L).sha256()
         );
         let mut q = p.clone();
         q.inodes += 1;
         assert_ne!(
             base,
-            EnvironmentSpec::resolve(&q, "sha256:1", &seccomp, L).sha256()
+            EnvironmentSpec::resolve(&FakeRuntime::new(), &q, "sha256:1", &seccomp, L).sha256()
         );
         let dir = CheckoutFilesystem::Directory;
         assert_ne!(
             base,
-            EnvironmentSpec::resolve(&p, "sha256:1", &seccomp, dir).sha256()
+            EnvironmentSpec::resolve(&FakeRuntime::new(), &p, "sha256:1", &seccomp, dir).sha256()
         );
         let mut s2 = seccomp.clone();
         s2.compact_json.push(' ');
         assert_ne!(
             base,
-            EnvironmentSpec::resolve(&p, "sha256:1", &s2, L).sha256()
+            EnvironmentSpec::resolve(&FakeRuntime::new(), &p, "sha256:1", &s2, L).sha256()
+        );
+    }
+
+    /// The environment hash of the built-in default profile on image `sha256:1` with the
+    /// repository's seccomp profile, as recorded before the runtime seam rendered it. Changing
+    /// the hardening, the seccomp profile or the built-in profile changes it on purpose: then
+    /// update it here, knowing every new run's `environment_sha256` changes with it.
+    const STORED_DEFAULT_HASH: &str =
+        "b6cbccb86b677b0a24dbd3bef7baf3b87398783bd264dfe7edc866c1a23a0473";
+
+    #[test]
+    fn the_docker_rendering_keeps_the_recorded_hash() {
+        let seccomp = crate::sandbox::seccomp::load().unwrap();
+        let p = Config::builtin().profile("default").unwrap().clone();
+        let spec = EnvironmentSpec::resolve(&FakeRuntime::new(), &p, "sha256:1", &seccomp, L);
+        assert_eq!(
+            spec.container,
+            crate::sandbox::hashed_form(&spec.runtime),
+            "the fake renders as Docker does"
+        );
+        assert_eq!(
+            spec.sha256(),
+            STORED_DEFAULT_HASH,
+            "{}",
+            spec.canonical_json()
         );
     }
 
@@ -165,7 +199,7 @@ mod tests {
     fn setup_script_wraps_argv() {
         let seccomp = crate::sandbox::seccomp::load().unwrap();
         let p = Config::builtin().profile("default").unwrap().clone();
-        let spec = EnvironmentSpec::resolve(&p, "x", &seccomp, L);
+        let spec = EnvironmentSpec::resolve(&FakeRuntime::new(), &p, "x", &seccomp, L);
         let argv = vec!["make".to_string(), "test".to_string()];
         assert_eq!(spec.command("", &argv), argv);
         let cmd = spec.command("export A=1", &argv);

@@ -8,9 +8,10 @@ use crate::domain::verification::{self as outcome, SourceCheck, Unfinished, clas
 use crate::engine::{Context, crash};
 use crate::ids;
 use crate::limits;
-use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity, WorkspaceSource};
+use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity};
 use crate::staging::{self, Repo};
 use crate::verification::{self, Status, Verification};
+use crate::workspace::{HarvestLimits, Harvested, StageRequest};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -56,18 +57,14 @@ pub struct Prepared {
 }
 
 /// Where a harvest's files (or why there are none) are put for the caller.
-pub type HarvestSlot =
-    std::sync::Arc<std::sync::Mutex<Option<Result<Vec<(String, crate::apply::Image)>, String>>>>;
+pub type HarvestSlot = std::sync::Arc<std::sync::Mutex<Option<Harvested>>>;
 
 /// A job whose output is files: after the container is destroyed and before the source
-/// check, trusted code reads every file and symlink the job left beneath `dir` of its checkout
-/// (never following a symlink, within `max_files` and `max_bytes`), hands them to `into`, and
-/// removes `dir`, so the source check still sees any other change as `source_changed`.
+/// check, trusted code reads every file and symlink the job left beneath `limits.dir` of its
+/// workspace (see [`crate::workspace::JobWorkspace::harvest`]) and hands them to `into`.
 #[derive(Clone)]
 pub struct Harvest {
-    pub dir: String,
-    pub max_files: usize,
-    pub max_bytes: u64,
+    pub limits: HarvestLimits,
     pub into: HarvestSlot,
 }
 
@@ -207,6 +204,7 @@ impl Context {
             .await
             .map_err(|e| refuse(e.to_string()))?;
         let spec = EnvironmentSpec::resolve(
+            self.runtime.as_ref(),
             &profile,
             &image_id,
             &self.seccomp,
@@ -343,7 +341,6 @@ impl Context {
         let verification_id = v.verification_id.clone();
         let creation_key = v.creation_key.clone();
         let started = Instant::now();
-        let checkout_dir = self.data.checkout_dir(&creation_key);
         let cancelled_early = *cancel.borrow();
         let mut timings = StageTimings::default();
         if cancelled_early {
@@ -383,11 +380,8 @@ impl Context {
         // Counted once the row is settled (a reader may see the row a moment before these).
         self.count_settled(&p, &v);
         crash::point(crash::CrashPoint::AfterSettle);
-        let removed = tokio::task::spawn_blocking(move || staging::remove_checkout(&checkout_dir))
-            .await
-            .expect("checkout removal does not panic");
-        if let Err(e) = removed {
-            tracing::warn!(error = %e, "checkout left for recovery to remove");
+        if let Err(e) = self.workspaces.remove(&creation_key).await {
+            tracing::warn!(error = %e, "workspace left for recovery to remove");
         }
         drop(lock);
         tracing::info!(
@@ -442,40 +436,32 @@ impl Context {
     ) -> StageTimings {
         let mut timings = StageTimings::default();
         let t_stage = Instant::now();
-        let checkout = {
-            let repo = p.repo.clone();
-            let commit = p.commit.clone();
-            let data = self.data.clone();
-            let key = v.creation_key.clone();
-            let fs = p.spec.checkout_fs;
-            let (uid, gid) = (p.profile.uid, p.profile.gid);
-            match tokio::task::spawn_blocking(move || {
-                let checkouts = data
-                    .beneath()
-                    .and_then(|r| r.open_dir(std::path::Path::new("checkouts")))
-                    .map_err(|e| staging::StagingError::Io {
-                        op: "open checkouts dir",
-                        path: data.checkouts(),
-                        source: e,
-                    })?;
-                repo.stage_checkout(&commit, &std::sync::Arc::new(checkouts), &key, fs, uid, gid)
+        let staged = self
+            .workspaces
+            .stage(StageRequest {
+                repo: p.repo.clone(),
+                commit: p.commit.clone(),
+                key: v.creation_key.clone(),
+                fs: p.spec.checkout_fs,
+                uid: p.profile.uid,
+                gid: p.profile.gid,
             })
-            .await
-            .expect("staging does not panic")
-            {
-                Ok(c) => c,
-                Err(e) => {
-                    unfinished(v, Unfinished::Staging(e.to_string()));
-                    return timings;
-                }
+            .await;
+        let workspace = match staged {
+            Ok(w) => w,
+            Err(e) => {
+                unfinished(v, Unfinished::Staging(e.to_string()));
+                return timings;
             }
         };
         timings.stage_us = t_stage.elapsed().as_micros() as u64;
-        // Docker mounts by path: the path must still name the tree staged above.
-        if let Err(e) = checkout.verify_tree() {
-            unfinished(v, Unfinished::Staging(e.to_string()));
-            return timings;
-        }
+        let source = match workspace.attach() {
+            Ok(source) => source,
+            Err(e) => {
+                unfinished(v, Unfinished::Staging(e.to_string()));
+                return timings;
+            }
+        };
         let spec = ContainerSpec {
             runtime: p.spec.runtime.clone(),
             run: RunIdentity {
@@ -483,7 +469,7 @@ impl Context {
                 verification_id: v.verification_id.clone(),
                 instance_id: self.data.instance_id.clone(),
                 argv: p.spec.command(&p.profile.setup_script, &p.argv),
-                workspace: WorkspaceSource::HostBind(checkout.tree.clone()),
+                workspace: source,
             },
         };
         // The admission of the step in progress, released once it is done.
@@ -548,31 +534,15 @@ impl Context {
         }
         // The container is gone: collect a harvesting job's output files first.
         if let Some(h) = &p.harvest {
-            let tree = checkout.tree.clone();
-            let h2 = h.clone();
-            let collected = tokio::task::spawn_blocking(move || {
-                let got = crate::apply::collect_tree(&tree, &h2.dir, h2.max_files, h2.max_bytes);
-                let removed = match std::fs::remove_dir_all(tree.join(&h2.dir)) {
-                    Ok(()) => Ok(()),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                    Err(e) => Err(format!("remove the job's {}: {e}", h2.dir)),
-                };
-                removed.and(got)
-            })
-            .await
-            .expect("harvesting does not panic");
+            let collected = workspace.harvest(&h.limits).await;
             *h.into.lock().expect("the harvest slot is not poisoned") = Some(collected);
         }
         // The container is gone; trusted code now compares the tree with the revision.
         let check = if outcome.end.needs_source_check() {
-            let repo = p.repo.clone();
-            let co = checkout.clone();
             let t_check = Instant::now();
-            let checked = tokio::task::spawn_blocking(move || {
-                repo.changed_paths(&co, limits::SOURCE_CHANGED_LISTED_PATHS)
-            })
-            .await
-            .expect("the source check does not panic");
+            let checked = workspace
+                .check_sources(limits::SOURCE_CHANGED_LISTED_PATHS)
+                .await;
             timings.check_us = t_check.elapsed().as_micros() as u64;
             match checked {
                 Ok((_, 0)) => match p.extra_check.as_ref().and_then(|check| check()) {

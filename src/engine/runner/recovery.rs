@@ -6,9 +6,9 @@
 use super::WorkerLock;
 use crate::engine::DataDir;
 use crate::ids;
-use crate::sandbox::{ContainerRuntime, container_name};
-use crate::staging;
+use crate::sandbox::container_name;
 use crate::verification::{Status, Verification};
+use crate::workspace::JobEngine;
 use serde::Serialize;
 
 pub use crate::domain::verification::INTERRUPTED;
@@ -69,12 +69,9 @@ pub struct Retention {
     pub now: time::OffsetDateTime,
 }
 
-/// Runs one recovery pass over `data`, then removes one-shot results older than the retention.
-pub async fn recover(
-    data: &DataDir,
-    runtime: &dyn ContainerRuntime,
-    retention: Retention,
-) -> Report {
+/// Runs one recovery pass over `data` and every engine in `engines` (a job's container and
+/// workspace may be on any of them), then removes one-shot results older than the retention.
+pub async fn recover(data: &DataDir, engines: &[JobEngine], retention: Retention) -> Report {
     let mut report = Report::default();
     let running = match data.store.running().await {
         Ok(r) => r,
@@ -103,10 +100,13 @@ pub async fn recover(
             }
         };
         report.interrupted.push(v.verification_id.clone());
-        recover_one(data, runtime, v, retention.now, &mut report).await;
+        recover_one(data, engines, v, retention.now, &mut report).await;
         drop(lock);
     }
-    sweep(data, runtime, &mut report).await;
+    for engine in engines {
+        sweep(data, engine, &mut report).await;
+    }
+    sweep_files(data, &mut report);
     expire_results(data, retention, &mut report).await;
     report
 }
@@ -146,26 +146,30 @@ async fn expire_results(data: &DataDir, retention: Retention, report: &mut Repor
 
 async fn recover_one(
     data: &DataDir,
-    runtime: &dyn ContainerRuntime,
+    engines: &[JobEngine],
     v: Verification,
     now: time::OffsetDateTime,
     report: &mut Report,
 ) {
     let id = v.verification_id.clone();
-    // Destroy first: nothing is decided while a container of this run may still exist.
-    match runtime
-        .destroy(&container_name(&v.creation_key), &v.creation_key)
-        .await
-    {
-        Ok(n) if n > 0 => report
-            .containers_destroyed
-            .push(container_name(&v.creation_key)),
-        Ok(_) => {}
-        Err(e) => {
-            report.failures.push(format!(
-                "{id}: destroy containers: {e} (left running for the next pass)"
-            ));
-            return;
+    // Destroy first, on every engine: nothing is decided while a container of this run may
+    // still exist anywhere.
+    for engine in engines {
+        match engine
+            .runtime
+            .destroy(&container_name(&v.creation_key), &v.creation_key)
+            .await
+        {
+            Ok(n) if n > 0 => report
+                .containers_destroyed
+                .push(container_name(&v.creation_key)),
+            Ok(_) => {}
+            Err(e) => {
+                report.failures.push(format!(
+                    "{id}: destroy containers: {e} (left running for the next pass)"
+                ));
+                return;
+            }
         }
     }
     let settled = match blocking(|| data.artifacts.read(&id, &v.creation_key)) {
@@ -210,7 +214,9 @@ async fn recover_one(
         },
     };
     if settled {
-        remove_checkout(data, &v.creation_key, report);
+        for engine in engines {
+            remove_workspace(engine, &v.creation_key, report).await;
+        }
     }
 }
 
@@ -244,20 +250,20 @@ async fn mark_error(
     }
 }
 
-fn remove_checkout(data: &DataDir, key: &str, report: &mut Report) {
-    let dir = data.checkout_dir(key);
-    if !dir.exists() {
-        return;
-    }
-    match blocking(|| staging::remove_checkout(&dir)) {
-        Ok(()) => report.checkouts_removed.push(dir.display().to_string()),
+async fn remove_workspace(engine: &JobEngine, key: &str, report: &mut Report) {
+    match engine.workspaces.remove(key).await {
+        Ok(true) => report
+            .checkouts_removed
+            .push(engine.workspaces.describe(key)),
+        Ok(false) => {}
         Err(e) => report.failures.push(format!("remove checkout: {e}")),
     }
 }
 
-/// Orphans: containers of this instance whose key is unknown or terminal, checkouts and lock
-/// files no live worker owns, and temp files of interrupted artifact writes.
-async fn sweep(data: &DataDir, runtime: &dyn ContainerRuntime, report: &mut Report) {
+/// One engine's orphans: containers of this instance whose key is unknown or terminal, and
+/// workspaces no live worker owns.
+async fn sweep(data: &DataDir, engine: &JobEngine, report: &mut Report) {
+    let runtime = &engine.runtime;
     match runtime.list_managed(&data.instance_id).await {
         Ok(containers) => {
             for c in containers {
@@ -288,32 +294,35 @@ async fn sweep(data: &DataDir, runtime: &dyn ContainerRuntime, report: &mut Repo
         }
         Err(e) => report.failures.push(format!("list containers: {e}")),
     }
-    // Checkouts: removable unless a live worker holds the key's lock.
-    if let Ok(rd) = std::fs::read_dir(data.checkouts()) {
-        for entry in rd.flatten() {
-            let key = entry.file_name().to_string_lossy().into_owned();
-            match WorkerLock::try_acquire(&data.lock_path(&key)) {
-                Ok(Some(lock)) => {
-                    // No live worker. A running row for it is recovered above before the sweep,
-                    // so whatever is left here is an orphan.
-                    if let Ok(Some(Status::Running)) = data.store.status_by_creation_key(&key).await
-                    {
-                        drop(lock);
-                        continue;
-                    }
-                    match blocking(|| staging::remove_checkout(&entry.path())) {
-                        Ok(()) => report
-                            .checkouts_removed
-                            .push(entry.path().display().to_string()),
-                        Err(e) => report.failures.push(format!("remove checkout: {e}")),
-                    }
+    // Workspaces: removable unless a live worker holds the key's lock.
+    let keys = match engine.workspaces.leftovers().await {
+        Ok(keys) => keys,
+        Err(e) => {
+            report.failures.push(format!("list checkouts: {e}"));
+            vec![]
+        }
+    };
+    for key in keys {
+        match WorkerLock::try_acquire(&data.lock_path(&key)) {
+            Ok(Some(lock)) => {
+                // No live worker. A running row for it is recovered above before the sweep,
+                // so whatever is left here is an orphan.
+                if let Ok(Some(Status::Running)) = data.store.status_by_creation_key(&key).await {
                     drop(lock);
+                    continue;
                 }
-                Ok(None) => {}
-                Err(e) => report.failures.push(format!("lock {key}: {e}")),
+                remove_workspace(engine, &key, report).await;
+                drop(lock);
             }
+            Ok(None) => {}
+            Err(e) => report.failures.push(format!("lock {key}: {e}")),
         }
     }
+}
+
+/// The data dir's own orphans: lock files no live worker owns, and temp files of interrupted
+/// artifact writes.
+fn sweep_files(data: &DataDir, report: &mut Report) {
     // Lock files whose worker died (the kernel released the flock; the file remained).
     if let Ok(rd) = std::fs::read_dir(data.layout.locks()) {
         for entry in rd.flatten() {

@@ -162,9 +162,11 @@ impl Service {
             .await
             .map_err(|e| format!("the dry run cannot start: {e}"))?
             .harvesting(crate::engine::runner::pipeline::Harvest {
-                dir: "out".into(),
-                max_files: limits::MAX_PATCH_FILES * 2,
-                max_bytes: limits::MAX_DRY_RUN_OUTPUT_BYTES,
+                limits: crate::workspace::HarvestLimits {
+                    dir: "out".into(),
+                    max_files: limits::MAX_PATCH_FILES * 2,
+                    max_bytes: limits::MAX_DRY_RUN_OUTPUT_BYTES,
+                },
                 into: slot.clone(),
             });
         let (_tx, cancel) = tokio::sync::watch::channel(false);
