@@ -596,27 +596,28 @@ async fn dispatch(
         "decision.record" => Reply::Value(svc.decision_record(actor, parse(method, body)?).await?),
         "decision.list" => Reply::Value(svc.decision_list(actor, parse(method, body)?).await?),
         "policy.evaluate" => Reply::Value(svc.policy_evaluate(actor, parse(method, body)?).await?),
-        "patch.validate" => Reply::Value(svc.patch_validate(actor, parse(method, body)?).await?),
-        "patch.validation_show" => {
-            Reply::Value(svc.validation_show(actor, parse(method, body)?).await?)
+        "patch.validate" => {
+            Reply::Value(to(&svc.patch_validate(actor, parse(method, body)?).await?))
         }
-        "patch.apply" => Reply::Value(svc.patch_apply(actor, parse(method, body)?).await?),
-        "transaction.show" => {
-            Reply::Value(svc.transaction_show(actor, parse(method, body)?).await?)
-        }
-        "transaction.list" => {
-            Reply::Value(svc.transaction_list(actor, parse(method, body)?).await?)
-        }
-        "transaction.phases" => {
-            Reply::Value(svc.transaction_phases(actor, parse(method, body)?).await?)
-        }
-        "transaction.control" => {
-            Reply::Value(svc.transaction_control(actor, parse(method, body)?).await?)
-        }
-        "transaction.recovery" => Reply::Value(
-            svc.transaction_recovery(actor, parse(method, body)?)
-                .await?,
-        ),
+        "patch.validation_show" => Reply::Value(to(&svc
+            .validation_show(actor, parse(method, body)?)
+            .await?)),
+        "patch.apply" => Reply::Value(to(&svc.patch_apply(actor, parse(method, body)?).await?)),
+        "transaction.show" => Reply::Value(to(&svc
+            .transaction_show(actor, parse(method, body)?)
+            .await?)),
+        "transaction.list" => Reply::Value(to(&svc
+            .transaction_list(actor, parse(method, body)?)
+            .await?)),
+        "transaction.phases" => Reply::Value(to(&svc
+            .transaction_phases(actor, parse(method, body)?)
+            .await?)),
+        "transaction.control" => Reply::Value(to(&svc
+            .transaction_control(actor, parse(method, body)?)
+            .await?)),
+        "transaction.recovery" => Reply::Value(to(&svc
+            .transaction_recovery(actor, parse(method, body)?)
+            .await?)),
         "proposal.preview" => {
             Reply::Value(svc.proposal_preview(actor, parse(method, body)?).await?)
         }

@@ -361,6 +361,22 @@ pub struct TransactionReply {
     pub transaction: TransactionView,
 }
 
+/// `transaction.phases`: a transaction's phases, oldest first.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PhasesReply {
+    pub transaction_id: String,
+    pub phases: Vec<PhaseView>,
+}
+
+/// `transaction.list`: newest first, with the cursor of the next page.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TransactionListReply {
+    pub transactions: Vec<TransactionView>,
+    pub next_cursor: Option<String>,
+}
+
 /// `patch.apply`'s answer, and `transaction.control`'s to retry: the new transaction and the
 /// proposal it moved.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]

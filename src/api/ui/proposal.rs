@@ -78,11 +78,15 @@ pub(super) async fn proposal_page(
         .await
         .unwrap_or_default();
     let can_approve = may(&st, &s, &ws, Permission::Approve);
-    let validations = st
+    // The page reads the views as the API shows them.
+    let validations: Vec<Value> = st
         .service
         .validation_list(&s.actor, &ws, &id)
         .await
-        .unwrap_or_default();
+        .unwrap_or_default()
+        .iter()
+        .map(|v| json!(v))
+        .collect();
     let security_reviews = st
         .service
         .security_review_list(&s.actor, &ws, &id)

@@ -20,7 +20,10 @@ use crate::domain::validation::StageState;
 use crate::engine::service::{Actor, Service, ServiceError};
 use crate::limits;
 use crate::store::applies::{ApplyFacts, ApplyGate, Fence, GateRefusal, Move, TxRow};
-use crate::wire::{ApplyParams, TransactionListParams, TransactionParams};
+use crate::wire::{
+    ApplyParams, ApplyReply, PhasesReply, TransactionListParams, TransactionListReply,
+    TransactionParams, TransactionReply,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -165,7 +168,11 @@ impl Service {
     }
 
     /// `patch.apply`: members with `apply`.
-    pub async fn patch_apply(&self, actor: &Actor, p: ApplyParams) -> Result<Value, ServiceError> {
+    pub async fn patch_apply(
+        &self,
+        actor: &Actor,
+        p: ApplyParams,
+    ) -> Result<ApplyReply, ServiceError> {
         if matches!(actor, Actor::Run { .. }) {
             return Err(ServiceError::PermissionDenied(
                 "patch.apply is for members with apply, never a run token".into(),
@@ -199,7 +206,7 @@ impl Service {
         p: &ApplyParams,
         k: &Keyed,
         retry_of: Option<String>,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<ApplyReply, ServiceError> {
         let (vrow, vrec) = self
             .validation_in(&p.workspace_id, &p.validation_id)
             .await?;
@@ -618,7 +625,7 @@ impl Service {
 
     /// What a replayed apply answers: the same refusal when the first call was refused before
     /// anything changed, else the transaction as it is now.
-    pub(super) async fn replayed_apply(&self, t: &TxRow) -> Result<Value, ServiceError> {
+    pub(super) async fn replayed_apply(&self, t: &TxRow) -> Result<ApplyReply, ServiceError> {
         if t.status == TxState::Failed {
             let why = Self::tx_record(t)?.blocked_reason.unwrap_or_default();
             return Err(ServiceError::precondition(format!(
@@ -628,12 +635,12 @@ impl Service {
         self.apply_reply(t).await
     }
 
-    pub(super) async fn apply_reply(&self, t: &TxRow) -> Result<Value, ServiceError> {
+    pub(super) async fn apply_reply(&self, t: &TxRow) -> Result<ApplyReply, ServiceError> {
         let prop = self.proposal_in(&t.workspace_id, &t.proposal_id).await?;
-        Ok(json!(crate::wire::ApplyReply {
+        Ok(ApplyReply {
             transaction: Self::tx_view(t)?,
             proposal: self.proposal_view(&prop).await?,
-        }))
+        })
     }
 
     /// `transaction.show`.
@@ -641,12 +648,12 @@ impl Service {
         &self,
         actor: &Actor,
         p: TransactionParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<TransactionReply, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let t = self.tx_in(&p.workspace_id, &p.transaction_id).await?;
-        Ok(json!(crate::wire::TransactionReply {
+        Ok(TransactionReply {
             transaction: Self::tx_view(&t)?,
-        }))
+        })
     }
 
     /// `transaction.phases`: oldest first.
@@ -654,7 +661,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: TransactionParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<PhasesReply, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let t = self.tx_in(&p.workspace_id, &p.transaction_id).await?;
         let rows = self
@@ -685,7 +692,10 @@ impl Service {
                 detail,
             });
         }
-        Ok(json!({"transaction_id": t.transaction_id, "phases": phases}))
+        Ok(PhasesReply {
+            transaction_id: t.transaction_id,
+            phases,
+        })
     }
 
     /// `transaction.list`: newest first.
@@ -693,7 +703,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: TransactionListParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<TransactionListReply, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let limit = page_limit(p.limit)?;
         let before = parse_cursor("txc_", p.cursor.as_deref())?;
@@ -708,7 +718,10 @@ impl Service {
             .map(Self::tx_view)
             .collect::<Result<Vec<_>, _>>()?;
         let next = next_cursor("txc_", rows.len(), limit, rows.last().map(|t| t.seq));
-        Ok(json!({"transactions": items, "next_cursor": next}))
+        Ok(TransactionListReply {
+            transactions: items,
+            next_cursor: next,
+        })
     }
 
     /// `transaction.recovery`: each touched path's state from the files, the repository state
@@ -717,7 +730,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: TransactionParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<crate::wire::RecoveryView, ServiceError> {
         let worktree = self.governed(actor, &p.workspace_id, Permission::View)?;
         let t = self.tx_in(&p.workspace_id, &p.transaction_id).await?;
         let r = Self::tx_record(&t)?;
@@ -776,7 +789,7 @@ impl Service {
                 (reports, state, None)
             }
         };
-        Ok(json!(crate::wire::RecoveryView {
+        Ok(crate::wire::RecoveryView {
             transaction_id: t.transaction_id.clone(),
             status: t.status,
             repository_state: state,
@@ -784,6 +797,6 @@ impl Service {
             actions: t.status.actions().to_vec(),
             blocked_reason: r.blocked_reason,
             artifact_error,
-        }))
+        })
     }
 }

@@ -10,13 +10,13 @@ use crate::apply::{self, Image, PathState};
 use crate::config::Permission;
 use crate::domain::git::FileMode;
 use crate::domain::proposal::Risk;
-use crate::domain::transaction::{ControlAction, TxEvent, TxState};
+use crate::domain::transaction::{ControlAction, TxEvent};
 use crate::engine::service::{Actor, Service, ServiceError};
 use crate::wire::{
     ApplyParams, ClaimAcquireParams, ProposalCreateParams, TransactionControlParams,
     TransactionParams,
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 fn blob_of(repo: &crate::staging::Repo, img: &Image) -> Result<Option<(String, FileMode)>, String> {
     let e = |x: crate::staging::StagingError| x.to_string();
@@ -37,13 +37,27 @@ fn blob_of(repo: &crate::staging::Repo, img: &Image) -> Result<Option<(String, F
     })
 }
 
+/// `transaction.control`'s answer, by action: the transaction (cancel, resolve, and a replay
+/// of cancel or compensate), the retry's new transaction, the compensation's proposal, or the
+/// validation a `validate` ran.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(untagged)]
+// Built once per call and serialized at once: boxing would only add an allocation.
+#[allow(clippy::large_enum_variant)]
+pub enum ControlReply {
+    Transaction(crate::wire::TransactionReply),
+    Applied(crate::wire::ApplyReply),
+    Compensation(crate::wire::CompensationReply),
+    Validation(super::validation::ValidationReply),
+}
+
 impl Service {
     /// `transaction.control`: members with `apply`.
     pub async fn transaction_control(
         &self,
         actor: &Actor,
         p: TransactionControlParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<ControlReply, ServiceError> {
         if matches!(actor, Actor::Run { .. }) {
             return Err(ServiceError::PermissionDenied(
                 "transaction.control is for members with apply".into(),
@@ -79,11 +93,12 @@ impl Service {
             return match p.action {
                 ControlAction::Retry => {
                     let t = self.tx_in(&p.workspace_id, &id).await?;
-                    self.replayed_apply(&t).await
+                    self.replayed_apply(&t).await.map(ControlReply::Applied)
                 }
-                ControlAction::Cancel | ControlAction::Compensate | ControlAction::Resolve => {
-                    self.transaction_show(actor, show).await
-                }
+                ControlAction::Cancel | ControlAction::Compensate | ControlAction::Resolve => self
+                    .transaction_show(actor, show)
+                    .await
+                    .map(ControlReply::Transaction),
                 ControlAction::Validate | ControlAction::Stage => {
                     Err(ServiceError::internal("validate and stage bind no key"))
                 }
@@ -95,9 +110,11 @@ impl Service {
                 crate::domain::transaction::STAGE_REFUSAL,
             ));
         }
-        let t = self.transaction_show(actor, show.clone()).await?;
-        let status: TxState = serde_json::from_value(t["transaction"]["status"].clone())
-            .map_err(|e| ServiceError::record("a transaction status", e))?;
+        let status = self
+            .transaction_show(actor, show.clone())
+            .await?
+            .transaction
+            .status;
         let allowed = status.actions();
         match p.action {
             a if !allowed.contains(&a) => Err(ServiceError::precondition_field(
@@ -139,13 +156,23 @@ impl Service {
                     vec![],
                 )
                 .await?;
-                self.transaction_show(actor, show).await
+                self.transaction_show(actor, show)
+                    .await
+                    .map(ControlReply::Transaction)
             }
-            ControlAction::Compensate => self.compensate(actor, &worktree, &p, &k).await,
-            ControlAction::Retry => self.retry(actor, &worktree, &p, &k).await,
+            ControlAction::Compensate => self
+                .compensate(actor, &worktree, &p, &k)
+                .await
+                .map(ControlReply::Compensation),
+            ControlAction::Retry => self
+                .retry(actor, &worktree, &p, &k)
+                .await
+                .map(ControlReply::Applied),
             ControlAction::Resolve => {
                 self.resolve_flagged(actor, &worktree, &p, &k).await?;
-                self.transaction_show(actor, show).await
+                self.transaction_show(actor, show)
+                    .await
+                    .map(ControlReply::Transaction)
             }
             // Its own key (derived, per transaction) makes a replay answer the same validation.
             ControlAction::Validate => {
@@ -161,6 +188,7 @@ impl Service {
                     Some(old.transaction_id),
                 )
                 .await
+                .map(ControlReply::Validation)
             }
             ControlAction::Stage => unreachable!("stage is refused above"),
         }
@@ -279,7 +307,7 @@ impl Service {
         worktree: &std::path::Path,
         p: &TransactionControlParams,
         k: &Keyed,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<crate::wire::ApplyReply, ServiceError> {
         let old = self.tx_in(&p.workspace_id, &p.transaction_id).await?;
         let siblings = self
             .ctx
@@ -348,7 +376,7 @@ impl Service {
         worktree: &std::path::Path,
         p: &TransactionControlParams,
         k: &Keyed,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<crate::wire::CompensationReply, ServiceError> {
         let dir = self.ctx.data.layout.transactions();
         let id = p.transaction_id.clone();
         let wt = worktree.to_path_buf();
@@ -427,10 +455,10 @@ impl Service {
             .await?
         {
             let row = self.proposal_in(&p.workspace_id, &open).await?;
-            return Ok(json!(crate::wire::CompensationReply {
+            return Ok(crate::wire::CompensationReply {
                 transaction_id: p.transaction_id.clone(),
                 proposal: self.proposal_view(&row).await?,
-            }));
+            });
         }
         // Write claims on every touched path for the requesting member.
         let task = format!("compensate-{}", p.transaction_id);
@@ -494,9 +522,9 @@ impl Service {
             .as_str()
             .ok_or_else(|| ServiceError::internal("proposal.create answered no proposal_id"))?;
         let row = self.proposal_in(&p.workspace_id, id).await?;
-        Ok(json!(crate::wire::CompensationReply {
+        Ok(crate::wire::CompensationReply {
             transaction_id: p.transaction_id.clone(),
             proposal: self.proposal_view(&row).await?,
-        }))
+        })
     }
 }

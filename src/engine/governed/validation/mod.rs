@@ -17,7 +17,6 @@ use crate::store::applies::ValidationRow;
 use crate::verification::Status;
 use crate::wire::{ValidateParams, ValidationShowParams};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 use std::time::Instant;
 
 mod jobs;
@@ -230,13 +229,15 @@ impl Service {
         })
     }
 
-    /// The validation as the API shows it (the tests stage as it is now), as JSON.
-    pub(super) async fn validation_view(
+    /// The validation as the API shows it (the tests stage as it is now), in its reply.
+    pub(super) async fn validation_reply(
         &self,
         row: &ValidationRow,
         rec: &Record,
-    ) -> Result<Value, ServiceError> {
-        Ok(json!(self.validation_state(row, rec).await?))
+    ) -> Result<ValidationReply, ServiceError> {
+        Ok(ValidationReply {
+            validation: self.validation_state(row, rec).await?,
+        })
     }
 
     /// The validation as it stands now (the tests stage from its verifications).
@@ -312,12 +313,12 @@ impl Service {
         &self,
         actor: &Actor,
         p: ValidationShowParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<ValidationReply, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let (row, rec) = self
             .validation_in(&p.workspace_id, &p.validation_id)
             .await?;
-        Ok(json!({"validation": self.validation_view(&row, &rec).await?}))
+        self.validation_reply(&row, &rec).await
     }
 
     /// A proposal's validations as the API shows them, oldest first (the web page's list).
@@ -326,7 +327,7 @@ impl Service {
         actor: &Actor,
         workspace_id: &str,
         proposal_id: &str,
-    ) -> Result<Vec<Value>, ServiceError> {
+    ) -> Result<Vec<ValidationView>, ServiceError> {
         self.governed(actor, workspace_id, Permission::View)?;
         let mut out = vec![];
         for row in self.ctx.data.store.validations_of(proposal_id).await? {
@@ -334,7 +335,7 @@ impl Service {
                 continue;
             }
             let (row, rec) = self.validation_in(workspace_id, &row.validation_id).await?;
-            out.push(self.validation_view(&row, &rec).await?);
+            out.push(self.validation_state(&row, &rec).await?);
         }
         Ok(out)
     }
@@ -344,7 +345,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: ValidateParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<ValidationReply, ServiceError> {
         self.validate_for(actor, p, None).await
     }
 
@@ -354,7 +355,7 @@ impl Service {
         actor: &Actor,
         p: ValidateParams,
         for_transaction: Option<String>,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<ValidationReply, ServiceError> {
         let worktree = self.governed(actor, &p.workspace_id, Permission::View)?;
         let k = Keyed::new(
             "patch.validate",
@@ -366,7 +367,7 @@ impl Service {
         )?;
         if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
             let (row, rec) = self.validation_in(&p.workspace_id, &id).await?;
-            return Ok(json!({"validation": self.validation_view(&row, &rec).await?}));
+            return self.validation_reply(&row, &rec).await;
         }
         let prop = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
         let may = actor.key() == prop.author
@@ -697,6 +698,6 @@ impl Service {
                 k.binding(&p.workspace_id, actor, &validation_id),
             )
             .await?;
-        Ok(json!({"validation": self.validation_view(&row, &rec).await?}))
+        self.validation_reply(&row, &rec).await
     }
 }
