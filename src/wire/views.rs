@@ -93,6 +93,46 @@ pub struct ClaimResource {
     pub span: Option<crate::domain::claim::Span>,
 }
 
+/// What the proposal methods that change one answer: the proposal, and for `request_review`
+/// the current revision's review plan (null when none was stored).
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ProposalReply {
+    pub proposal: ProposalView,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<ReviewPlan>)]
+    pub review_plan: Option<Option<ReviewPlan>>,
+}
+
+/// The review side of a proposal's current revision: its plan, votes, security reviews,
+/// approvals and the verdict.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ReviewPicture {
+    /// Null until review is requested for the current revision.
+    pub review_plan: Option<ReviewPlan>,
+    pub votes: Vec<crate::store::reviews::VoteRow>,
+    pub security_reviews: Vec<crate::store::reviews::SecurityReviewRow>,
+    pub approvals: Vec<crate::store::reviews::ApprovalRow>,
+    pub verdict: crate::domain::policy::Verdict,
+}
+
+/// `proposal.get`: the proposal, its current revision's files, the decisions about it, and
+/// its review picture.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ProposalGetReply {
+    pub proposal: ProposalView,
+    pub files: Vec<FileView>,
+    pub decisions: Vec<ProposalDecisionView>,
+    #[serde(flatten)]
+    pub review: ReviewPicture,
+}
+
+/// `proposal.list`: a page, with the cursor of the next one.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ProposalListReply {
+    pub proposals: Vec<ProposalView>,
+    pub next_cursor: Option<String>,
+}
+
 /// A proposal as every proposal method answers it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ProposalView {

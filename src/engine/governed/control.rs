@@ -518,13 +518,9 @@ impl Service {
                 Some(p.transaction_id.clone()),
             )
             .await?;
-        let id = proposal["proposal"]["proposal_id"]
-            .as_str()
-            .ok_or_else(|| ServiceError::internal("proposal.create answered no proposal_id"))?;
-        let row = self.proposal_in(&p.workspace_id, id).await?;
         Ok(crate::wire::CompensationReply {
             transaction_id: p.transaction_id.clone(),
-            proposal: self.proposal_view(&row).await?,
+            proposal: proposal.proposal,
         })
     }
 }

@@ -272,7 +272,7 @@ impl Service {
         &self,
         p: &ProposalRow,
         risk: Risk,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<crate::wire::ReviewPicture, ServiceError> {
         let ws = self
             .ctx
             .config
@@ -295,13 +295,13 @@ impl Service {
             .into_iter()
             .filter(|a| &a.revision == rev)
             .collect();
-        Ok(json!({
-            "review_plan": plan,
-            "votes": votes,
-            "security_reviews": reviews,
-            "approvals": approvals,
-            "verdict": self.verdict(ws, p, risk).await?,
-        }))
+        Ok(crate::wire::ReviewPicture {
+            review_plan: plan,
+            votes,
+            security_reviews: reviews,
+            approvals,
+            verdict: self.verdict(ws, p, risk).await?,
+        })
     }
 
     /// `vote.cast`.

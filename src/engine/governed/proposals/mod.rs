@@ -26,7 +26,6 @@ use crate::store::claims::ClaimFilter;
 use crate::store::proposals::{NewDecision, ProposalRow, RevisionRow};
 use crate::wire::{ProposalAttachParams, ProposalCreateParams, ProposalTransitionParams};
 use affected::{affected_resources, sha256_hex};
-use serde_json::Value;
 
 /// The private part of a proposal row: what the wire object carries beyond the columns.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -294,7 +293,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: ProposalCreateParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<crate::wire::ProposalReply, ServiceError> {
         self.create_proposal_as(actor, p, None).await
     }
 
@@ -305,7 +304,7 @@ impl Service {
         actor: &Actor,
         p: ProposalCreateParams,
         compensates: Option<String>,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<crate::wire::ProposalReply, ServiceError> {
         let worktree = self.governed(actor, &p.workspace_id, Permission::Propose)?;
         let k = Keyed::new(
             "proposal.create",
@@ -438,7 +437,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: ProposalAttachParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<crate::wire::ProposalReply, ServiceError> {
         let worktree = self.governed(actor, &p.workspace_id, Permission::Propose)?;
         let k = Keyed::new(
             "proposal.attach_patch",
@@ -539,7 +538,7 @@ impl Service {
         actor: &Actor,
         event: ProposalEvent,
         p: ProposalTransitionParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<crate::wire::ProposalReply, ServiceError> {
         let method = match event {
             ProposalEvent::Reject => {
                 if self
@@ -656,13 +655,13 @@ impl Service {
         &self,
         row: &ProposalRow,
         event: ProposalEvent,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<crate::wire::ProposalReply, ServiceError> {
         let mut reply = self.proposal_reply(row).await?;
         if event == ProposalEvent::RequestReview {
-            let plan = self
-                .stored_plan(&row.proposal_id, &row.current_revision)
-                .await?;
-            reply["review_plan"] = serde_json::json!(plan);
+            reply.review_plan = Some(
+                self.stored_plan(&row.proposal_id, &row.current_revision)
+                    .await?,
+            );
         }
         Ok(reply)
     }

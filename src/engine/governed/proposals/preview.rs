@@ -12,7 +12,6 @@ use crate::patch::{ChangeKind, FileChange, Patch};
 use crate::wire::{PreviewPart, ProposalPreviewParams};
 use crate::wire::{TouchedFile, TouchedSymbol};
 use base64::Engine;
-use serde_json::{Value, json};
 
 fn page(
     limit: Option<u32>,
@@ -59,7 +58,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: ProposalPreviewParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<crate::wire::PreviewReply, ServiceError> {
         let worktree = self.governed(actor, &p.workspace_id, Permission::View)?;
         let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
         let revision = p.revision.clone().unwrap_or(row.current_revision.clone());
@@ -161,7 +160,7 @@ impl Service {
                 files: self.touched_symbols(worktree, &patch).await,
             }),
         };
-        Ok(json!(crate::wire::PreviewReply {
+        Ok(crate::wire::PreviewReply {
             header: crate::wire::PreviewHeader {
                 current: revision == row.current_revision,
                 proposal_id: row.proposal_id,
@@ -169,7 +168,7 @@ impl Service {
                 part: p.part,
             },
             body,
-        }))
+        })
     }
 
     /// For each modified file, the declarations of the worktree's current file whose spans

@@ -5,8 +5,10 @@ use super::Record;
 use crate::config::Permission;
 use crate::engine::service::{Actor, Service, ServiceError};
 use crate::store::proposals::{ProposalFilter, ProposalRow};
-use crate::wire::{ListOrder, ProposalListParams, ProposalParams};
-use serde_json::{Value, json};
+use crate::wire::{
+    ListOrder, ProposalGetReply, ProposalListParams, ProposalListReply, ProposalParams,
+    ProposalReply,
+};
 
 impl Service {
     pub(in crate::engine::governed) async fn proposal_in(
@@ -83,8 +85,14 @@ impl Service {
         Ok(view)
     }
 
-    pub(super) async fn proposal_reply(&self, p: &ProposalRow) -> Result<Value, ServiceError> {
-        Ok(json!({"proposal": self.proposal_view(p).await?}))
+    pub(super) async fn proposal_reply(
+        &self,
+        p: &ProposalRow,
+    ) -> Result<ProposalReply, ServiceError> {
+        Ok(ProposalReply {
+            proposal: self.proposal_view(p).await?,
+            review_plan: None,
+        })
     }
 
     /// `proposal.get`: the proposal, its current revision's file list (from the parser) and
@@ -93,7 +101,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: ProposalParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<ProposalGetReply, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
         let bytes = self.read_patch(&row.current_revision).await?;
@@ -126,11 +134,12 @@ impl Service {
             )
             .collect();
         let risk = Self::record_of(&row)?.risk;
-        let mut reply = self.review_picture(&row, risk).await?;
-        reply["proposal"] = json!(self.proposal_view(&row).await?);
-        reply["files"] = json!(files);
-        reply["decisions"] = json!(decisions);
-        Ok(reply)
+        Ok(ProposalGetReply {
+            review: self.review_picture(&row, risk).await?,
+            proposal: self.proposal_view(&row).await?,
+            files,
+            decisions,
+        })
     }
 
     /// `proposal.list`: oldest first unless `order = "newest"`; default 50, 1..=200.
@@ -138,7 +147,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: ProposalListParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<ProposalListReply, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let limit = page_limit(p.limit)?;
         let after = parse_cursor("prc_", p.cursor.as_deref())?;
@@ -161,6 +170,9 @@ impl Service {
             proposals.push(self.proposal_view(r).await?);
         }
         let next = next_cursor("prc_", rows.len(), limit, rows.last().map(|r| r.seq));
-        Ok(json!({"proposals": proposals, "next_cursor": next}))
+        Ok(ProposalListReply {
+            proposals,
+            next_cursor: next,
+        })
     }
 }
