@@ -553,26 +553,37 @@ async fn dispatch(
             )
             .await?)),
         "event.list" => Reply::Value(to(&svc.event_list(actor, parse(method, body)?).await?)),
-        "claim.contentions" => {
-            Reply::Value(to(&svc.claim_contentions(actor, parse(method, body)?).await?))
+        "claim.contentions" => Reply::Value(to(&svc
+            .claim_contentions(actor, parse(method, body)?)
+            .await?)),
+        "claim.resolve_contention" => Reply::Value(to(&svc
+            .claim_resolve_contention(actor, parse(method, body)?)
+            .await?)),
+        "claim.reconcile" => Reply::Value(to(&svc
+            .claim_reconcile(actor, parse(method, body)?)
+            .await?)),
+        "claim.end_session" => Reply::Value(to(&svc
+            .claim_end_session(actor, parse(method, body)?)
+            .await?)),
+        "resource.show" => {
+            Reply::Value(to(&svc.resource_show(actor, parse(method, body)?).await?))
         }
-        "claim.resolve_contention" => Reply::Value(to(&svc.claim_resolve_contention(actor, parse(method, body)?)
-                .await?)),
-        "claim.reconcile" => Reply::Value(to(&svc.claim_reconcile(actor, parse(method, body)?).await?)),
-        "claim.end_session" => {
-            Reply::Value(to(&svc.claim_end_session(actor, parse(method, body)?).await?))
-        }
-        "resource.show" => Reply::Value(to(&svc.resource_show(actor, parse(method, body)?).await?)),
-        "proposal.create" => Reply::Value(to(&svc.proposal_create(actor, parse(method, body)?).await?)),
-        "proposal.attach_patch" => {
-            Reply::Value(to(&svc.proposal_attach(actor, parse(method, body)?).await?))
-        }
+        "proposal.create" => Reply::Value(to(&svc
+            .proposal_create(actor, parse(method, body)?)
+            .await?)),
+        "proposal.attach_patch" => Reply::Value(to(&svc
+            .proposal_attach(actor, parse(method, body)?)
+            .await?)),
         "proposal.get" => Reply::Value(to(&svc.proposal_get(actor, parse(method, body)?).await?)),
-        "proposal.list" => Reply::Value(to(&svc.proposal_list(actor, parse(method, body)?).await?)),
-        "proposal.request_review" => Reply::Value(to(&svc.proposal_transition(actor, ProposalEvent::RequestReview, parse(method, body)?)
-                .await?)),
+        "proposal.list" => {
+            Reply::Value(to(&svc.proposal_list(actor, parse(method, body)?).await?))
+        }
+        "proposal.request_review" => Reply::Value(to(&svc
+            .proposal_transition(actor, ProposalEvent::RequestReview, parse(method, body)?)
+            .await?)),
         // `patch.reject` is seed 000's name for the same call (one idempotency space).
-        "proposal.reject" | "patch.reject" => Reply::Value(to(&svc.proposal_transition(
+        "proposal.reject" | "patch.reject" => Reply::Value(to(&svc
+            .proposal_transition(
                 actor,
                 ProposalEvent::Reject,
                 parse::<crate::wire::ProposalRejectParams>(method, body)?.into(),
@@ -581,13 +592,22 @@ async fn dispatch(
         "claim.resume" => Reply::Value(to(&svc.claim_resume(actor, parse(method, body)?).await?)),
         "vote.cast" => Reply::Value(to(&svc.vote_cast(actor, parse(method, body)?).await?)),
         "vote.list" => Reply::Value(to(&svc.vote_list(actor, parse(method, body)?).await?)),
-        "security.review" => Reply::Value(to(&svc.security_review(actor, parse(method, body)?).await?)),
-        "human.request_approval" => Reply::Value(to(&svc.human_request_approval(actor, parse(method, body)?)
-                .await?)),
+        "security.review" => Reply::Value(to(&svc
+            .security_review(actor, parse(method, body)?)
+            .await?)),
+        "human.request_approval" => Reply::Value(to(&svc
+            .human_request_approval(actor, parse(method, body)?)
+            .await?)),
         "human.decide" => Reply::Value(to(&svc.human_decide(actor, parse(method, body)?).await?)),
-        "decision.record" => Reply::Value(to(&svc.decision_record(actor, parse(method, body)?).await?)),
-        "decision.list" => Reply::Value(to(&svc.decision_list(actor, parse(method, body)?).await?)),
-        "policy.evaluate" => Reply::Value(to(&svc.policy_evaluate(actor, parse(method, body)?).await?)),
+        "decision.record" => Reply::Value(to(&svc
+            .decision_record(actor, parse(method, body)?)
+            .await?)),
+        "decision.list" => {
+            Reply::Value(to(&svc.decision_list(actor, parse(method, body)?).await?))
+        }
+        "policy.evaluate" => Reply::Value(to(&svc
+            .policy_evaluate(actor, parse(method, body)?)
+            .await?)),
         "patch.validate" => {
             Reply::Value(to(&svc.patch_validate(actor, parse(method, body)?).await?))
         }
@@ -610,11 +630,12 @@ async fn dispatch(
         "transaction.recovery" => Reply::Value(to(&svc
             .transaction_recovery(actor, parse(method, body)?)
             .await?)),
-        "proposal.preview" => {
-            Reply::Value(to(&svc.proposal_preview(actor, parse(method, body)?).await?))
-        }
-        "proposal.withdraw" => Reply::Value(to(&svc.proposal_transition(actor, ProposalEvent::Withdraw, parse(method, body)?)
-                .await?)),
+        "proposal.preview" => Reply::Value(to(&svc
+            .proposal_preview(actor, parse(method, body)?)
+            .await?)),
+        "proposal.withdraw" => Reply::Value(to(&svc
+            .proposal_transition(actor, ProposalEvent::Withdraw, parse(method, body)?)
+            .await?)),
         other => return Err(ServiceError::NotFound(format!("unknown method {other:?}"))),
     })
 }

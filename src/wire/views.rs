@@ -133,6 +133,53 @@ pub struct ProposalListReply {
     pub next_cursor: Option<String>,
 }
 
+/// `vote.cast`.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct VoteReply {
+    pub vote: crate::store::reviews::VoteRow,
+}
+
+/// `vote.list`: oldest first, history included.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct VoteListReply {
+    pub votes: Vec<crate::store::reviews::VoteRow>,
+}
+
+/// `security.review`.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct SecurityReviewReply {
+    pub security_review: crate::store::reviews::SecurityReviewRow,
+}
+
+/// `human.request_approval` and `human.decide`.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ApprovalReply {
+    pub approval: crate::store::reviews::ApprovalRow,
+}
+
+/// `decision.record`.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct DecisionReply {
+    pub decision: crate::store::reviews::DecisionRow,
+}
+
+/// `decision.list`: oldest first.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct DecisionListReply {
+    pub decisions: Vec<crate::store::reviews::DecisionRow>,
+}
+
+/// `policy.evaluate`: the verdict for the proposal's current revision.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct PolicyEvaluateReply {
+    pub proposal_id: String,
+    pub revision: String,
+    pub status: crate::domain::proposal::ProposalState,
+    pub verdict: crate::domain::policy::Verdict,
+    /// Set when the proposal is not in review: the verdict is then informational.
+    pub note: Option<&'static str>,
+}
+
 /// A proposal as every proposal method answers it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ProposalView {
@@ -247,6 +294,51 @@ pub struct ContentionView {
     pub lease_expires_at: Option<String>,
     /// What `claim.resolve_contention` accepts now (none once resolved).
     pub allowed_resolutions: Vec<super::ResolutionKind>,
+}
+
+/// `claim.contentions`: a page, with the cursor of the next one.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ContentionListReply {
+    pub contentions: Vec<ContentionView>,
+    pub next_cursor: Option<String>,
+}
+
+/// `claim.resolve_contention`: the resolution, and the claim it extended or transferred.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ContentionResolveReply {
+    pub contention_id: String,
+    pub resolution: super::ResolutionKind,
+    pub claim: Option<ClaimView>,
+}
+
+/// `claim.reconcile`: which write claims were suspended (their resource changed), which are
+/// unchanged and which could not be judged. Kept as the call's answer for its replays.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ReconcileReply {
+    pub suspended: Vec<String>,
+    pub unchanged: Vec<String>,
+    pub unreadable: Vec<UnreadableClaim>,
+}
+
+/// `claim.end_session`: the claims released. Kept as the call's answer for its replays.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct EndSessionReply {
+    pub released: Vec<String>,
+}
+
+/// `resource.show`.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ResourceReply {
+    pub resource: ResourceView,
+}
+
+/// `event.list`: oldest first; `next_since` is the last seq seen (poll with it for what
+/// comes later), `next_cursor` is set when the page was full.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct EventListReply {
+    pub events: Vec<EventView>,
+    pub next_since: Option<i64>,
+    pub next_cursor: Option<String>,
 }
 
 /// A claim `claim.reconcile` could not judge (its resource cannot be read), and why.

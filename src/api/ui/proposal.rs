@@ -76,7 +76,10 @@ pub(super) async fn proposal_page(
         .service
         .approval_list(&s.actor, &ws, &id)
         .await
-        .unwrap_or_default();
+        .unwrap_or_default()
+        .iter()
+        .map(|a| json!(a))
+        .collect::<Vec<Value>>();
     let can_approve = may(&st, &s, &ws, Permission::Approve);
     // The page reads the views as the API shows them.
     let validations: Vec<Value> = st
@@ -91,7 +94,10 @@ pub(super) async fn proposal_page(
         .service
         .security_review_list(&s.actor, &ws, &id)
         .await
-        .unwrap_or_default();
+        .unwrap_or_default()
+        .iter()
+        .map(|r| json!(r))
+        .collect::<Vec<Value>>();
     let me = json!(format!("member:{}", s.member));
     let author = p["author"] == me;
     let status = &p["status"];

@@ -14,7 +14,7 @@ use crate::wire::{
     ClaimAcquireParams, ClaimAdminParams, ClaimExtendParams, ClaimKeyedParams, ClaimListParams,
     ClaimListReply, ClaimParams, ClaimReleaseReply, ClaimReply, ClaimView, EventListParams,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// The private part of a claim row's record: what the wire object carries beyond the columns.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -650,7 +650,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: EventListParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<crate::wire::EventListReply, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let limit = page_limit(p.limit)?;
         let after = match (&p.cursor, p.since) {
@@ -694,6 +694,10 @@ impl Service {
         // `next_cursor` is set when the page was full.
         let last = events.last().map(|e| e.seq);
         let next = next_cursor("evc_", events.len(), limit, last);
-        Ok(json!({"events": events, "next_since": last, "next_cursor": next}))
+        Ok(crate::wire::EventListReply {
+            events,
+            next_since: last,
+            next_cursor: next,
+        })
     }
 }

@@ -10,7 +10,7 @@ use crate::store::Binding;
 use crate::wire::{
     ContentionListParams, ContentionState, ContentionView, ResolutionKind, ResolveContentionParams,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 impl Service {
     /// `claim.contentions`: each with the challenged claim's current lease and the
@@ -19,7 +19,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: ContentionListParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<crate::wire::ContentionListReply, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let limit = page_limit(p.limit)?;
         let after = parse_cursor("cnc_", p.cursor.as_deref())?.unwrap_or(0);
@@ -102,7 +102,10 @@ impl Service {
                 allowed_resolutions: allowed.to_vec(),
             });
         }
-        Ok(json!({"contentions": out, "next_cursor": next}))
+        Ok(crate::wire::ContentionListReply {
+            contentions: out,
+            next_cursor: next,
+        })
     }
 
     /// `claim.resolve_contention` (admin): exactly one of concurrent resolvers wins; a
@@ -111,7 +114,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: ResolveContentionParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<crate::wire::ContentionResolveReply, ServiceError> {
         use crate::store::contentions::{Resolution, Resolve};
         self.governed(actor, &p.workspace_id, Permission::Admin)?;
         crate::candidate::check_idempotency_key(&p.idempotency_key)
@@ -150,9 +153,11 @@ impl Service {
                 | ResolutionKind::Split
                 | ResolutionKind::Narrow => None,
             };
-            return Ok(
-                json!({"contention_id": c.contention_id, "resolution": p.resolution, "claim": claim}),
-            );
+            return Ok(crate::wire::ContentionResolveReply {
+                contention_id: c.contention_id,
+                resolution: p.resolution,
+                claim,
+            });
         }
         let open = self
             .ctx
@@ -263,8 +268,10 @@ impl Service {
             Some(id) => Some(self.claim_view(&self.claim_in(&p.workspace_id, id).await?)?),
             None => None,
         };
-        Ok(
-            json!({"contention_id": resolved.contention_id, "resolution": p.resolution, "claim": claim}),
-        )
+        Ok(crate::wire::ContentionResolveReply {
+            contention_id: resolved.contention_id,
+            resolution: p.resolution,
+            claim,
+        })
     }
 }

@@ -9,7 +9,6 @@ use crate::engine::service::{Actor, Service, ServiceError};
 use crate::store::Inserted;
 use crate::store::claims::{ClaimFilter, Transition};
 use crate::wire::{EndSessionParams, ReconcileParams, ResourceShowParams};
-use serde_json::{Value, json};
 
 /// Why a resource cannot be read now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,7 +90,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: ReconcileParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<crate::wire::ReconcileReply, ServiceError> {
         let worktree = self.governed(actor, &p.workspace_id, Permission::Admin)?;
         let k = Keyed::new(
             "claim.reconcile",
@@ -172,8 +171,11 @@ impl Service {
                 }
             }
         }
-        let answer =
-            json!({"suspended": suspended, "unchanged": unchanged, "unreadable": unreadable});
+        let answer = crate::wire::ReconcileReply {
+            suspended,
+            unchanged,
+            unreadable,
+        };
         self.keep_answer(&p.workspace_id, actor, &k, answer).await
     }
 
@@ -183,7 +185,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: EndSessionParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<crate::wire::EndSessionReply, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::Propose)?;
         check_text("session_id", &p.session_id, true)?;
         let k = Keyed::new(
@@ -239,22 +241,27 @@ impl Service {
                 }
             }
         }
-        self.keep_answer(&p.workspace_id, actor, &k, json!({"released": released}))
-            .await
+        self.keep_answer(
+            &p.workspace_id,
+            actor,
+            &k,
+            crate::wire::EndSessionReply { released },
+        )
+        .await
     }
 
     /// Binds the key of a call made of several transactions to its answer (kept as the
     /// binding's result), after those transactions. A crash before this leaves the key
     /// unbound; a retry then does the work again, which finds nothing left to change. Two
     /// concurrent calls with one key: the first answer recorded is the one both replay.
-    async fn keep_answer(
+    async fn keep_answer<T: serde::Serialize + serde::de::DeserializeOwned>(
         &self,
         workspace_id: &str,
         actor: &Actor,
         k: &Keyed,
-        answer: Value,
-    ) -> Result<Value, ServiceError> {
-        let text = answer.to_string();
+        answer: T,
+    ) -> Result<T, ServiceError> {
+        let text = serde_json::to_string(&answer).expect("an answer serializes");
         match self
             .ctx
             .data
@@ -277,7 +284,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: ResourceShowParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<crate::wire::ResourceReply, ServiceError> {
         let worktree = self.governed(actor, &p.workspace_id, Permission::View)?;
         let resource = ResourceId::parse(&p.resource_id)
             .map_err(|m| ServiceError::invalid_field("resource_id", m))?;
@@ -293,16 +300,18 @@ impl Service {
             .await
             .map_err(|e| e.refusal("resource_id"))?;
         let exists = hash.is_some() || matches!(resource, ResourceId::Other { .. });
-        Ok(json!({"resource": crate::wire::ResourceView {
-            resource_id: resource.id(),
-            kind: kind.to_string(),
-            path,
-            symbol,
-            language: language.map(str::to_string),
-            span,
-            exists,
-            current_hash: hash.unwrap_or_default(),
-        }}))
+        Ok(crate::wire::ResourceReply {
+            resource: crate::wire::ResourceView {
+                resource_id: resource.id(),
+                kind: kind.to_string(),
+                path,
+                symbol,
+                language: language.map(str::to_string),
+                span,
+                exists,
+                current_hash: hash.unwrap_or_default(),
+            },
+        })
     }
 }
 
@@ -330,7 +339,7 @@ pub fn language_of(path: &str) -> Option<&'static str> {
 }
 
 /// The answer a keyed multi-transaction call recorded.
-fn stored_answer(text: &str) -> Result<Value, ServiceError> {
+fn stored_answer<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ServiceError> {
     serde_json::from_str(text).map_err(|e| ServiceError::record("a recorded answer", e))
 }
 

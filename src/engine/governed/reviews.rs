@@ -18,11 +18,11 @@ use crate::engine::service::{Actor, Service, ServiceError};
 use crate::limits;
 use crate::store::proposals::ProposalRow;
 use crate::store::reviews::{DecisionRow, NewVote, ReviewEvidence as StoredReview};
+use crate::wire as w;
 use crate::wire::{
     DecisionListParams, DecisionRecordParams, HumanDecideParams, PolicyEvaluateParams,
     RequestApprovalParams, SecurityReviewParams, VoteCastParams, VoteListParams,
 };
-use serde_json::{Value, json};
 
 /// The review roles `actor` holds in `ws` (`run:<run_id>` for runs).
 pub(super) fn roles_of(ws: &Workspace, actor: &Actor) -> Vec<String> {
@@ -305,7 +305,11 @@ impl Service {
     }
 
     /// `vote.cast`.
-    pub async fn vote_cast(&self, actor: &Actor, p: VoteCastParams) -> Result<Value, ServiceError> {
+    pub async fn vote_cast(
+        &self,
+        actor: &Actor,
+        p: VoteCastParams,
+    ) -> Result<w::VoteReply, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let k = Keyed::new(
             "vote.cast",
@@ -332,7 +336,7 @@ impl Service {
                 .vote(&id)
                 .await?
                 .ok_or_else(|| ServiceError::internal("a bound vote is gone"))?;
-            return Ok(json!({"vote": v}));
+            return Ok(w::VoteReply { vote: v });
         }
         let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
         let (_, roles) = self.reviewer(actor, &p.workspace_id, &row.author, "vote on")?;
@@ -355,11 +359,15 @@ impl Service {
             })
             .await
             .map_err(evidence_refused)?;
-        Ok(json!({"vote": v}))
+        Ok(w::VoteReply { vote: v })
     }
 
     /// `vote.list`: oldest first, history included (`current` marks each voter's newest).
-    pub async fn vote_list(&self, actor: &Actor, p: VoteListParams) -> Result<Value, ServiceError> {
+    pub async fn vote_list(
+        &self,
+        actor: &Actor,
+        p: VoteListParams,
+    ) -> Result<w::VoteListReply, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         if let Some(r) = &p.revision {
             check_revision(r)?;
@@ -371,7 +379,7 @@ impl Service {
             .store
             .votes(&row.proposal_id, p.revision)
             .await?;
-        Ok(json!({"votes": votes}))
+        Ok(w::VoteListReply { votes })
     }
 
     /// `security.review`: by a reviewer holding the `security` role.
@@ -379,7 +387,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: SecurityReviewParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<w::SecurityReviewReply, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let k = Keyed::new(
             "security.review",
@@ -401,7 +409,7 @@ impl Service {
                 .into_iter()
                 .find(|r| r.review_id == id)
                 .ok_or_else(|| ServiceError::internal("a bound security review is gone"))?;
-            return Ok(json!({"security_review": r}));
+            return Ok(w::SecurityReviewReply { security_review: r });
         }
         let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
         let (_, roles) = self.reviewer(actor, &p.workspace_id, &row.author, "review")?;
@@ -427,7 +435,7 @@ impl Service {
             )
             .await
             .map_err(evidence_refused)?;
-        Ok(json!({"security_review": r}))
+        Ok(w::SecurityReviewReply { security_review: r })
     }
 
     /// `human.request_approval`: by the author or a member with `review`, `approve` or
@@ -436,7 +444,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: RequestApprovalParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<w::ApprovalReply, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let k = Keyed::new(
             "human.request_approval",
@@ -481,7 +489,7 @@ impl Service {
                 }
                 other => evidence_refused(other),
             })?;
-        Ok(json!({"approval": a}))
+        Ok(w::ApprovalReply { approval: a })
     }
 
     /// The human approvals of a proposal, oldest first (the web page's approve/deny list).
@@ -490,13 +498,12 @@ impl Service {
         actor: &Actor,
         workspace_id: &str,
         proposal_id: &str,
-    ) -> Result<Vec<Value>, ServiceError> {
+    ) -> Result<Vec<crate::store::reviews::ApprovalRow>, ServiceError> {
         self.governed(actor, workspace_id, Permission::View)?;
         let rows = self.ctx.data.store.approvals(proposal_id).await?;
         Ok(rows
             .into_iter()
             .filter(|a| a.workspace_id == workspace_id)
-            .map(|a| json!(a))
             .collect())
     }
 
@@ -507,16 +514,15 @@ impl Service {
         actor: &Actor,
         workspace_id: &str,
         proposal_id: &str,
-    ) -> Result<Vec<Value>, ServiceError> {
+    ) -> Result<Vec<crate::store::reviews::SecurityReviewRow>, ServiceError> {
         self.governed(actor, workspace_id, Permission::View)?;
         let row = self.proposal_in(workspace_id, proposal_id).await?;
-        let rows = self
+        Ok(self
             .ctx
             .data
             .store
             .security_reviews(&row.proposal_id)
-            .await?;
-        Ok(rows.into_iter().map(|r| json!(r)).collect())
+            .await?)
     }
 
     /// Whether `actor` holds review `role` in the workspace (the web page offers the security
@@ -529,7 +535,7 @@ impl Service {
             .is_some_and(|ws| roles_of(ws, actor).iter().any(|r| r == role))
     }
 
-    async fn approval_reply(&self, approval_id: &str) -> Result<Value, ServiceError> {
+    async fn approval_reply(&self, approval_id: &str) -> Result<w::ApprovalReply, ServiceError> {
         let a = self
             .ctx
             .data
@@ -537,7 +543,7 @@ impl Service {
             .approval(approval_id)
             .await?
             .ok_or_else(|| ServiceError::internal("a bound approval is gone"))?;
-        Ok(json!({"approval": a}))
+        Ok(w::ApprovalReply { approval: a })
     }
 
     /// `human.decide`: a member with `approve` (never a run token, never the author, never
@@ -547,7 +553,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: HumanDecideParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<w::ApprovalReply, ServiceError> {
         if matches!(actor, Actor::Run { .. }) {
             return Err(ServiceError::PermissionDenied(
                 "a run token can never give human approval".into(),
@@ -628,7 +634,7 @@ impl Service {
             )
             .await
             .map_err(evidence_refused)?;
-        Ok(json!({"approval": decided}))
+        Ok(w::ApprovalReply { approval: decided })
     }
 
     /// `decision.record`: an immutable decision, alone, about a task, or about a proposal
@@ -637,7 +643,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: DecisionRecordParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<w::DecisionReply, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let ws = self.authorize(actor, &p.workspace_id, Permission::View)?;
         let may = match actor {
@@ -688,7 +694,7 @@ impl Service {
                 .decision(&id)
                 .await?
                 .ok_or_else(|| ServiceError::internal("a bound decision is gone"))?;
-            return Ok(json!({"decision": d}));
+            return Ok(w::DecisionReply { decision: d });
         }
         let revision = match (&p.proposal_id, &p.revision) {
             (None, Some(_)) => {
@@ -729,7 +735,7 @@ impl Service {
                 }
                 other => other.into(),
             })?;
-        Ok(json!({"decision": d}))
+        Ok(w::DecisionReply { decision: d })
     }
 
     /// `decision.list`: oldest first.
@@ -737,7 +743,7 @@ impl Service {
         &self,
         actor: &Actor,
         p: DecisionListParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<w::DecisionListReply, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let limit = page_limit(p.limit)?;
         let rows = self
@@ -746,7 +752,7 @@ impl Service {
             .store
             .decisions(&p.workspace_id, p.proposal_id, p.task_id, limit)
             .await?;
-        Ok(json!({"decisions": rows}))
+        Ok(w::DecisionListReply { decisions: rows })
     }
 
     /// `policy.evaluate`: the verdict for the current revision only.
@@ -754,17 +760,19 @@ impl Service {
         &self,
         actor: &Actor,
         p: PolicyEvaluateParams,
-    ) -> Result<Value, ServiceError> {
+    ) -> Result<w::PolicyEvaluateReply, ServiceError> {
         self.governed(actor, &p.workspace_id, Permission::View)?;
         let ws = self.authorize(actor, &p.workspace_id, Permission::View)?;
         let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
         let risk = Self::record_of(&row)?.risk;
         let verdict = self.verdict(ws, &row, risk).await?;
-        Ok(
-            json!({"proposal_id": row.proposal_id, "revision": row.current_revision,
-                  "status": row.status, "verdict": verdict,
-                  "note": (row.status != ProposalState::InReview)
-                      .then_some("the proposal is not in review; the verdict is informational")}),
-        )
+        Ok(w::PolicyEvaluateReply {
+            note: (row.status != ProposalState::InReview)
+                .then_some("the proposal is not in review; the verdict is informational"),
+            proposal_id: row.proposal_id,
+            revision: row.current_revision,
+            status: row.status,
+            verdict,
+        })
     }
 }
