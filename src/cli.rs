@@ -436,6 +436,7 @@ async fn recover_transactions(
     let service =
         crate::engine::service::Service::new(ctx, crate::engine::service::default_admission());
     service
+        .applies
         .recover_transactions()
         .await
         .map_err(|e| e.to_string())

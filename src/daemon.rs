@@ -122,7 +122,7 @@ impl Daemon {
             .map_err(StartError::Refused)?;
         tracing::info!(open_files, "RLIMIT_NOFILE raised to its hard limit");
         for ws in config.workspaces.keys() {
-            match service.repo(ws).remove_stale_airlock_locks() {
+            match service.ctx.repo(ws).remove_stale_airlock_locks() {
                 Ok(removed) if !removed.is_empty() => {
                     tracing::warn!(workspace = %ws, ?removed, "removed stale git lock files");
                 }

@@ -524,116 +524,176 @@ async fn dispatch(
             svc.delete(actor, parse(method, body)?).await?;
             Reply::Value(json!({}))
         }
-        "claim.acquire" => {
-            Reply::Value(to(&svc.claim_acquire(actor, parse(method, body)?).await?))
-        }
-        "claim.extend" => Reply::Value(to(&svc.claim_extend(actor, parse(method, body)?).await?)),
+        "claim.acquire" => Reply::Value(to(&svc
+            .claims
+            .claim_acquire(actor, parse(method, body)?)
+            .await?)),
+        "claim.extend" => Reply::Value(to(&svc
+            .claims
+            .claim_extend(actor, parse(method, body)?)
+            .await?)),
         "claim.release" => Reply::Value(to(&svc
+            .claims
             .claim_release(
                 actor,
                 parse::<crate::wire::ClaimReleaseParams>(method, body)?.into(),
             )
             .await?)),
-        "claim.show" => Reply::Value(to(&svc.claim_show(actor, parse(method, body)?).await?)),
-        "claim.list" => Reply::Value(to(&svc.claim_list(actor, parse(method, body)?).await?)),
+        "claim.show" => Reply::Value(to(&svc
+            .claims
+            .claim_show(actor, parse(method, body)?)
+            .await?)),
+        "claim.list" => Reply::Value(to(&svc
+            .claims
+            .claim_list(actor, parse(method, body)?)
+            .await?)),
         "claim.heartbeat" => Reply::Value(to(&svc
+            .claims
             .claim_heartbeat(actor, parse(method, body)?)
             .await?)),
         "claim.suspend" => Reply::Value(to(&svc
+            .claims
             .claim_admin(actor, ClaimEvent::Suspend, parse(method, body)?)
             .await?)),
         "claim.revoke" => Reply::Value(to(&svc
+            .claims
             .claim_admin(actor, ClaimEvent::Revoke, parse(method, body)?)
             .await?)),
         "claim.force_release" => Reply::Value(to(&svc
+            .claims
             .claim_admin(
                 actor,
                 ClaimEvent::Release,
                 parse::<crate::wire::ClaimForceReleaseParams>(method, body)?.into(),
             )
             .await?)),
-        "event.list" => Reply::Value(to(&svc.event_list(actor, parse(method, body)?).await?)),
+        "event.list" => Reply::Value(to(&svc
+            .claims
+            .event_list(actor, parse(method, body)?)
+            .await?)),
         "claim.contentions" => Reply::Value(to(&svc
+            .claims
             .claim_contentions(actor, parse(method, body)?)
             .await?)),
         "claim.resolve_contention" => Reply::Value(to(&svc
+            .claims
             .claim_resolve_contention(actor, parse(method, body)?)
             .await?)),
         "claim.reconcile" => Reply::Value(to(&svc
+            .claims
             .claim_reconcile(actor, parse(method, body)?)
             .await?)),
         "claim.end_session" => Reply::Value(to(&svc
+            .claims
             .claim_end_session(actor, parse(method, body)?)
             .await?)),
-        "resource.show" => {
-            Reply::Value(to(&svc.resource_show(actor, parse(method, body)?).await?))
-        }
+        "resource.show" => Reply::Value(to(&svc
+            .claims
+            .resource_show(actor, parse(method, body)?)
+            .await?)),
         "proposal.create" => Reply::Value(to(&svc
+            .proposals
             .proposal_create(actor, parse(method, body)?)
             .await?)),
         "proposal.attach_patch" => Reply::Value(to(&svc
+            .proposals
             .proposal_attach(actor, parse(method, body)?)
             .await?)),
-        "proposal.get" => Reply::Value(to(&svc.proposal_get(actor, parse(method, body)?).await?)),
-        "proposal.list" => {
-            Reply::Value(to(&svc.proposal_list(actor, parse(method, body)?).await?))
-        }
+        "proposal.get" => Reply::Value(to(&svc
+            .proposals
+            .proposal_get(actor, parse(method, body)?)
+            .await?)),
+        "proposal.list" => Reply::Value(to(&svc
+            .proposals
+            .proposal_list(actor, parse(method, body)?)
+            .await?)),
         "proposal.request_review" => Reply::Value(to(&svc
+            .proposals
             .proposal_transition(actor, ProposalEvent::RequestReview, parse(method, body)?)
             .await?)),
         // `patch.reject` is seed 000's name for the same call (one idempotency space).
         "proposal.reject" | "patch.reject" => Reply::Value(to(&svc
+            .proposals
             .proposal_transition(
                 actor,
                 ProposalEvent::Reject,
                 parse::<crate::wire::ProposalRejectParams>(method, body)?.into(),
             )
             .await?)),
-        "claim.resume" => Reply::Value(to(&svc.claim_resume(actor, parse(method, body)?).await?)),
-        "vote.cast" => Reply::Value(to(&svc.vote_cast(actor, parse(method, body)?).await?)),
-        "vote.list" => Reply::Value(to(&svc.vote_list(actor, parse(method, body)?).await?)),
+        "claim.resume" => Reply::Value(to(&svc
+            .claims
+            .claim_resume(actor, parse(method, body)?)
+            .await?)),
+        "vote.cast" => Reply::Value(to(&svc
+            .proposals
+            .vote_cast(actor, parse(method, body)?)
+            .await?)),
+        "vote.list" => Reply::Value(to(&svc
+            .proposals
+            .vote_list(actor, parse(method, body)?)
+            .await?)),
         "security.review" => Reply::Value(to(&svc
+            .proposals
             .security_review(actor, parse(method, body)?)
             .await?)),
         "human.request_approval" => Reply::Value(to(&svc
+            .proposals
             .human_request_approval(actor, parse(method, body)?)
             .await?)),
-        "human.decide" => Reply::Value(to(&svc.human_decide(actor, parse(method, body)?).await?)),
+        "human.decide" => Reply::Value(to(&svc
+            .proposals
+            .human_decide(actor, parse(method, body)?)
+            .await?)),
         "decision.record" => Reply::Value(to(&svc
+            .proposals
             .decision_record(actor, parse(method, body)?)
             .await?)),
-        "decision.list" => {
-            Reply::Value(to(&svc.decision_list(actor, parse(method, body)?).await?))
-        }
+        "decision.list" => Reply::Value(to(&svc
+            .proposals
+            .decision_list(actor, parse(method, body)?)
+            .await?)),
         "policy.evaluate" => Reply::Value(to(&svc
+            .proposals
             .policy_evaluate(actor, parse(method, body)?)
             .await?)),
-        "patch.validate" => {
-            Reply::Value(to(&svc.patch_validate(actor, parse(method, body)?).await?))
-        }
+        "patch.validate" => Reply::Value(to(&svc
+            .validations
+            .patch_validate(actor, parse(method, body)?)
+            .await?)),
         "patch.validation_show" => Reply::Value(to(&svc
+            .validations
             .validation_show(actor, parse(method, body)?)
             .await?)),
-        "patch.apply" => Reply::Value(to(&svc.patch_apply(actor, parse(method, body)?).await?)),
+        "patch.apply" => Reply::Value(to(&svc
+            .applies
+            .patch_apply(actor, parse(method, body)?)
+            .await?)),
         "transaction.show" => Reply::Value(to(&svc
+            .applies
             .transaction_show(actor, parse(method, body)?)
             .await?)),
         "transaction.list" => Reply::Value(to(&svc
+            .applies
             .transaction_list(actor, parse(method, body)?)
             .await?)),
         "transaction.phases" => Reply::Value(to(&svc
+            .applies
             .transaction_phases(actor, parse(method, body)?)
             .await?)),
         "transaction.control" => Reply::Value(to(&svc
+            .applies
             .transaction_control(actor, parse(method, body)?)
             .await?)),
         "transaction.recovery" => Reply::Value(to(&svc
+            .applies
             .transaction_recovery(actor, parse(method, body)?)
             .await?)),
         "proposal.preview" => Reply::Value(to(&svc
+            .proposals
             .proposal_preview(actor, parse(method, body)?)
             .await?)),
         "proposal.withdraw" => Reply::Value(to(&svc
+            .proposals
             .proposal_transition(actor, ProposalEvent::Withdraw, parse(method, body)?)
             .await?)),
         other => return Err(ServiceError::NotFound(format!("unknown method {other:?}"))),

@@ -42,12 +42,12 @@ pub async fn pass(service: &Service) {
         Ok((expired, purged)) => tracing::info!(expired, purged, "candidate expiry pass"),
         Err(e) => tracing::error!(error = %e, "candidate expiry failed; will retry"),
     }
-    match service.expire_claims().await {
+    match service.claims.expire_claims().await {
         Ok(0) => {}
         Ok(n) => tracing::info!(expired = n, "claims past their expiry marked expired"),
         Err(e) => tracing::error!(error = %e, "claim expiry failed; will retry"),
     }
-    match service.recover_transactions().await {
+    match service.applies.recover_transactions().await {
         Ok(r) if r.settled.is_empty() => {}
         Ok(r) => {
             for t in &r.settled {
@@ -60,7 +60,7 @@ pub async fn pass(service: &Service) {
         }
         Err(e) => tracing::error!(error = %e, "apply recovery failed; will retry"),
     }
-    match service.purge_ended_claims().await {
+    match service.claims.purge_ended_claims().await {
         Ok(0) => {}
         Ok(n) => tracing::info!(purged = n, "ended claims past claim_retention_days removed"),
         Err(e) => tracing::error!(error = %e, "claim retention failed; will retry"),
@@ -77,7 +77,7 @@ pub async fn pass(service: &Service) {
 /// daemon's own concurrent ref transactions.
 async fn pack_refs(service: &Service) {
     for ws in service.ctx.config.workspaces.keys() {
-        let repo = service.repo(ws).clone();
+        let repo = service.ctx.repo(ws).clone();
         let packed = tokio::task::spawn_blocking(move || repo.pack_airlock_refs())
             .await
             .expect("pack-refs does not panic");

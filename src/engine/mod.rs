@@ -6,6 +6,7 @@ pub mod doctor;
 pub mod error;
 pub mod governed;
 pub mod integration;
+pub mod jobs;
 pub mod layout;
 pub mod maintenance;
 pub mod request;

@@ -4,7 +4,6 @@
 
 use super::Context;
 use crate::config::{Config, Permission, TokenSubject, Workspace};
-use crate::staging::Repo;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -236,58 +235,40 @@ pub fn default_admission() -> AdmissionFn {
 pub struct Service {
     pub ctx: Context,
     pub admission: AdmissionFn,
-    /// Candidate verifications in the background, at most `max_concurrent_verifications` at
-    /// once, by verification id.
-    pub workers: super::workers::Workers,
+    /// Verifications in the background (candidates' and validations' tests), at most
+    /// `max_concurrent_verifications` at once.
+    pub jobs: Arc<super::jobs::Jobs>,
     candidate_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// One apply lock per configured workspace: applies, control actions and the recovery of
-    /// a workspace's transactions take turns (the store's fence covers other processes).
-    apply_locks: HashMap<String, Arc<tokio::sync::Mutex<()>>>,
     /// Parsed candidate records by id, each with the stored version it was parsed from; reads
     /// use an entry only while the store still holds that version.
     pub(crate) read_cache: Mutex<HashMap<String, (u64, Arc<crate::candidate::Candidate>)>>,
-    /// Every path a proposal revision touches, by the revision's digest (the verdict needs
-    /// them on every evaluation; a revision never changes, so neither do they).
-    pub(crate) touched_cache: Mutex<HashMap<String, Arc<Vec<String>>>>,
-    /// The first failure to make an asynchronous result durable (a worker that could not settle
-    /// its verification); `airlock serve` exits non-zero when there was one.
-    pub persistence_failure: Arc<Mutex<Option<String>>>,
+    /// The governed path's workflows.
+    pub claims: crate::engine::governed::Claims,
+    pub proposals: crate::engine::governed::Proposals,
+    pub validations: crate::engine::governed::Validations,
+    pub applies: crate::engine::governed::Applies,
 }
 
 impl Service {
     pub fn new(ctx: Context, admission: AdmissionFn) -> Service {
-        let apply_locks = ctx
-            .config
-            .workspaces
-            .keys()
-            .map(|w| (w.clone(), Arc::default()))
-            .collect();
+        let jobs = Arc::new(super::jobs::Jobs::new(ctx.clone()));
+        let proposals = crate::engine::governed::Proposals::new(ctx.clone());
         Service {
-            workers: super::workers::Workers::new(ctx.config.max_concurrent_verifications),
+            claims: proposals.claims(),
+            validations: crate::engine::governed::Validations::new(proposals.clone(), jobs.clone()),
+            applies: crate::engine::governed::Applies::new(proposals.clone(), jobs.clone()),
+            proposals,
+            jobs,
             ctx,
             admission,
             candidate_locks: Mutex::new(HashMap::new()),
-            apply_locks,
             read_cache: Mutex::new(HashMap::new()),
-            touched_cache: Mutex::new(HashMap::new()),
-            persistence_failure: Arc::new(Mutex::new(None)),
-        }
-    }
-
-    /// Records an asynchronous persistence failure; only the first is kept.
-    pub fn record_persistence_failure(slot: &Mutex<Option<String>>, failure: String) {
-        let mut first = slot.lock().expect("the failure slot is never poisoned");
-        if first.is_none() {
-            *first = Some(failure);
         }
     }
 
     /// The first asynchronous persistence failure, if there was one.
     pub fn persistence_failure(&self) -> Option<String> {
-        self.persistence_failure
-            .lock()
-            .expect("the failure slot is never poisoned")
-            .clone()
+        self.jobs.persistence_failure()
     }
 
     /// Drops per-candidate locks nobody holds or waits for; returns how many.
@@ -302,20 +283,6 @@ impl Service {
         before - locks.len()
     }
 
-    pub fn repo(&self, workspace_id: &str) -> &Repo {
-        self.ctx.repo(workspace_id)
-    }
-
-    /// The apply lock of a configured workspace.
-    pub fn apply_lock(
-        &self,
-        workspace_id: &str,
-    ) -> Result<Arc<tokio::sync::Mutex<()>>, ServiceError> {
-        self.apply_locks.get(workspace_id).cloned().ok_or_else(|| {
-            ServiceError::internal(format!("workspace {workspace_id:?} has no apply lock"))
-        })
-    }
-
     /// Serializes work on one candidate inside this process (the store's compare-and-set covers
     /// other processes).
     pub fn candidate_lock(&self, candidate_id: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -327,6 +294,33 @@ impl Service {
             .clone()
     }
 
+    pub fn admit(&self, a: Admission) -> Result<Admitted, ServiceError> {
+        (self.admission)(&a)
+    }
+
+    /// Admission of `op` on an existing candidate (loaded by the caller).
+    pub fn admit_on(
+        &self,
+        actor: &Actor,
+        op: Operation,
+        mutation: bool,
+        c: &crate::candidate::Candidate,
+    ) -> Result<Admitted, ServiceError> {
+        self.admit(Admission {
+            operation: op,
+            mutation,
+            actor,
+            workspace_id: &c.workspace_id,
+            mission_id: c.mission_id.as_deref(),
+            candidate: c,
+            new_candidate: false,
+            submissions: &c.submissions,
+        })
+    }
+}
+
+/// Authorization and idempotency bindings: what every workflow asks the same way.
+impl Context {
     /// The workspace, if the actor may act in it with `perm`. Unknown workspaces and non-members
     /// get the same answer, so membership probing reveals nothing about candidates.
     pub fn authorize(
@@ -339,7 +333,6 @@ impl Service {
             ServiceError::PermissionDenied(format!("not a member of workspace {workspace_id:?}"))
         };
         let ws = self
-            .ctx
             .config
             .workspaces
             .get(workspace_id)
@@ -383,30 +376,6 @@ impl Service {
         Ok(ws)
     }
 
-    pub fn admit(&self, a: Admission) -> Result<Admitted, ServiceError> {
-        (self.admission)(&a)
-    }
-
-    /// Admission of `op` on an existing candidate (loaded by the caller).
-    pub fn admit_on(
-        &self,
-        actor: &Actor,
-        op: Operation,
-        mutation: bool,
-        c: &crate::candidate::Candidate,
-    ) -> Result<Admitted, ServiceError> {
-        self.admit(Admission {
-            operation: op,
-            mutation,
-            actor,
-            workspace_id: &c.workspace_id,
-            mission_id: c.mission_id.as_deref(),
-            candidate: c,
-            new_candidate: false,
-            submissions: &c.submissions,
-        })
-    }
-
     /// True when this exact request (same actor, operation, key and digest) was already done;
     /// `conflict` when the key was used with other parameters; false for a new key.
     pub async fn replayed(
@@ -434,7 +403,6 @@ impl Service {
         digest: &str,
     ) -> Result<Option<String>, ServiceError> {
         match self
-            .ctx
             .data
             .store
             .binding(workspace_id, actor_key, operation, key)
@@ -446,10 +414,6 @@ impl Service {
                 "idempotency_key was already used with different parameters".into(),
             )),
         }
-    }
-
-    pub fn now_rfc3339(&self) -> String {
-        self.ctx.now_rfc3339()
     }
 }
 

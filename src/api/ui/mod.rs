@@ -309,7 +309,7 @@ async fn call(
 }
 
 fn may(st: &AppState, s: &UiSession, ws: &str, p: Permission) -> bool {
-    st.service.authorize(&s.actor, ws, p).is_ok()
+    st.service.ctx.authorize(&s.actor, ws, p).is_ok()
 }
 
 /// A form's call as the signed-in member: back to the page it came from on success, the

@@ -74,6 +74,7 @@ pub(super) async fn proposal_page(
     .ok();
     let approvals = st
         .service
+        .proposals
         .approval_list(&s.actor, &ws, &id)
         .await
         .unwrap_or_default()
@@ -84,6 +85,7 @@ pub(super) async fn proposal_page(
     // The page reads the views as the API shows them.
     let validations: Vec<Value> = st
         .service
+        .validations
         .validation_list(&s.actor, &ws, &id)
         .await
         .unwrap_or_default()
@@ -92,6 +94,7 @@ pub(super) async fn proposal_page(
         .collect();
     let security_reviews = st
         .service
+        .proposals
         .security_review_list(&s.actor, &ws, &id)
         .await
         .unwrap_or_default()
@@ -139,6 +142,7 @@ pub(super) async fn proposal_page(
         && may(&st, &s, &ws, Permission::Review)
         && st
             .service
+            .proposals
             .holds_role(&s.actor, &ws, crate::domain::policy::SECURITY);
     let with_reason = |op: &str, label: &str, required: bool| {
         html! {

@@ -13,11 +13,11 @@ use super::validation::Record as ValidationRecord;
 use crate::apply::{self, Change, Image, PathState, Plan};
 use crate::config::Permission;
 use crate::domain::claim::ClaimState;
-use crate::domain::policy::{TestEvidence, evaluate};
+use crate::domain::policy::evaluate;
 use crate::domain::proposal::ProposalEvent;
 use crate::domain::transaction::{FailureCode, TxEvent, TxState};
-use crate::domain::validation::StageState;
-use crate::engine::service::{Actor, Service, ServiceError};
+use crate::engine::governed::{Applies, Claims, Proposals, Validations};
+use crate::engine::service::{Actor, ServiceError};
 use crate::limits;
 use crate::store::applies::{ApplyFacts, ApplyGate, Fence, GateRefusal, Move, TxRow};
 use crate::wire::{
@@ -48,7 +48,7 @@ pub(super) struct TxRecord {
     updated_at: String,
 }
 
-impl Service {
+impl Applies {
     pub(super) fn tx_record(t: &TxRow) -> Result<TxRecord, ServiceError> {
         serde_json::from_str(&t.record)
             .map_err(|e| ServiceError::record(format!("transaction {}", t.transaction_id), e))
@@ -69,7 +69,7 @@ impl Service {
             .await
     }
 
-    /// [`Service::advance`] with a control call's binding, and the claims to re-base when
+    /// [`Applies::advance`] with a control call's binding, and the claims to re-base when
     /// the move reaches `applied`.
     #[allow(clippy::too_many_arguments)] // one value each; a struct would only rename them
     pub(super) async fn advance_with(
@@ -83,7 +83,7 @@ impl Service {
         binding: Option<crate::store::Binding>,
         rebase: Vec<(String, String)>,
     ) -> Result<TxRow, ServiceError> {
-        r.updated_at = self.now_rfc3339();
+        r.updated_at = self.ctx.now_rfc3339();
         Ok(self
             .ctx
             .data
@@ -95,7 +95,7 @@ impl Service {
                 record: serde_json::to_string(r).expect("a transaction record serializes"),
                 actor: actor.to_string(),
                 detail: crate::engine::request::stamp(detail),
-                at: self.now_rfc3339(),
+                at: self.ctx.now_rfc3339(),
                 binding,
                 rebase,
             })
@@ -133,21 +133,6 @@ impl Service {
         })
     }
 
-    /// Test evidence of the current revision: the newest complete validation's tests.
-    pub(super) async fn test_evidence(
-        &self,
-        rec: &ValidationRecord,
-    ) -> Result<Option<TestEvidence>, ServiceError> {
-        let (state, _, passed) = self.tests_state(rec).await?;
-        Ok(match state {
-            StageState::Running => None,
-            StageState::Executed | StageState::Skipped | StageState::Failed => Some(TestEvidence {
-                all_passed: passed,
-                verification_ids: rec.test_verifications.clone(),
-            }),
-        })
-    }
-
     pub(super) async fn tx_in(&self, workspace_id: &str, id: &str) -> Result<TxRow, ServiceError> {
         let not_found = || {
             ServiceError::NotFound(format!(
@@ -178,7 +163,9 @@ impl Service {
                 "patch.apply is for members with apply, never a run token".into(),
             ));
         }
-        let worktree = self.governed(actor, &p.workspace_id, Permission::Apply)?;
+        let worktree = self
+            .ctx
+            .governed(actor, &p.workspace_id, Permission::Apply)?;
         let k = Keyed::new(
             "patch.apply",
             &p.idempotency_key,
@@ -189,7 +176,7 @@ impl Service {
         )?;
         let lock = self.apply_lock(&p.workspace_id)?;
         let _guard = lock.lock().await;
-        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
             let t = self.tx_in(&p.workspace_id, &id).await?;
             return self.replayed_apply(&t).await;
         }
@@ -208,9 +195,13 @@ impl Service {
         retry_of: Option<String>,
     ) -> Result<ApplyReply, ServiceError> {
         let (vrow, vrec) = self
+            .validations
             .validation_in(&p.workspace_id, &p.validation_id)
             .await?;
-        let prop = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
+        let prop = self
+            .proposals
+            .proposal_in(&p.workspace_id, &p.proposal_id)
+            .await?;
         if vrow.proposal_id != prop.proposal_id {
             return Err(ServiceError::precondition_field(
                 "validation_id",
@@ -218,7 +209,7 @@ impl Service {
             ));
         }
         // What the validation itself says (fixed once it is complete).
-        let view = self.validation_state(&vrow, &vrec).await?;
+        let view = self.validations.validation_state(&vrow, &vrec).await?;
         if !view.complete || !view.valid {
             let stages: Vec<String> = view
                 .stages
@@ -235,9 +226,11 @@ impl Service {
                 ),
             ));
         }
-        let ws = self.authorize(actor, &p.workspace_id, Permission::Apply)?;
-        let tests = self.test_evidence(&vrec).await?;
-        let paths = self.touched_paths(&vrow.revision).await?;
+        let ws = self
+            .ctx
+            .authorize(actor, &p.workspace_id, Permission::Apply)?;
+        let tests = super::validation::test_evidence(&self.ctx, &vrec).await?;
+        let paths = self.proposals.touched_paths(&vrow.revision).await?;
         let changes = self.post_images(&p.workspace_id, &vrec).await?;
 
         let transaction_id = format!("txn_{}", crate::ids::new_creation_key());
@@ -245,7 +238,7 @@ impl Service {
         let _owner = self
             .tx_lock(&transaction_id)?
             .ok_or_else(|| ServiceError::internal("a fresh transaction id is locked"))?;
-        let at = self.now_rfc3339();
+        let at = self.ctx.now_rfc3339();
         let mut record = TxRecord {
             applied_by: actor.key(),
             paths: changes.iter().map(|c| c.path.clone()).collect(),
@@ -291,7 +284,7 @@ impl Service {
                         format!("the validation expired at {expires_at}"),
                     ));
                 }
-                let risk = Self::record_of(prop)
+                let risk = Proposals::record_of(prop)
                     .map_err(|e| refuse(None, e.to_string()))?
                     .risk;
                 let verdict = evaluate(&policy, &evidence_of(&f.review, risk, paths, tests));
@@ -457,7 +450,7 @@ impl Service {
                 relied.push(c);
             }
         }
-        let stale = Self::stale_among(worktree, &relied).await?;
+        let stale = Validations::stale_among(worktree, &relied).await?;
         if !stale.is_empty() {
             return Ok(Err(format!(
                 "stale claims: the resources of {} changed since they were granted; reconcile or acquire them again, then validate",
@@ -484,7 +477,7 @@ impl Service {
         workspace_id: &str,
         vrec: &ValidationRecord,
     ) -> Result<Vec<Change>, ServiceError> {
-        let repo = self.repo(workspace_id).clone();
+        let repo = self.ctx.repo(workspace_id).clone();
         let posts = vrec.post_images.clone();
         tokio::task::spawn_blocking(move || -> Result<Vec<Change>, String> {
             posts
@@ -567,7 +560,7 @@ impl Service {
             })
             .collect();
         r.head_after = {
-            let repo = self.repo(&t.workspace_id).clone();
+            let repo = self.ctx.repo(&t.workspace_id).clone();
             tokio::task::spawn_blocking(move || repo.resolve_commit("HEAD").ok())
                 .await
                 .expect("rev-parse does not panic")
@@ -583,7 +576,7 @@ impl Service {
             }
             let resource = crate::domain::claim::ResourceId::parse(&c.resource_id)
                 .map_err(ServiceError::internal)?;
-            if let Ok(hash) = Self::current_hash(worktree.to_path_buf(), resource).await {
+            if let Ok(hash) = Claims::current_hash(worktree.to_path_buf(), resource).await {
                 rebase.push((c.claim_id.clone(), hash.unwrap_or_default()));
             }
         }
@@ -636,10 +629,13 @@ impl Service {
     }
 
     pub(super) async fn apply_reply(&self, t: &TxRow) -> Result<ApplyReply, ServiceError> {
-        let prop = self.proposal_in(&t.workspace_id, &t.proposal_id).await?;
+        let prop = self
+            .proposals
+            .proposal_in(&t.workspace_id, &t.proposal_id)
+            .await?;
         Ok(ApplyReply {
             transaction: Self::tx_view(t)?,
-            proposal: self.proposal_view(&prop).await?,
+            proposal: self.proposals.proposal_view(&prop).await?,
         })
     }
 
@@ -649,7 +645,8 @@ impl Service {
         actor: &Actor,
         p: TransactionParams,
     ) -> Result<TransactionReply, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
         let t = self.tx_in(&p.workspace_id, &p.transaction_id).await?;
         Ok(TransactionReply {
             transaction: Self::tx_view(&t)?,
@@ -662,7 +659,8 @@ impl Service {
         actor: &Actor,
         p: TransactionParams,
     ) -> Result<PhasesReply, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
         let t = self.tx_in(&p.workspace_id, &p.transaction_id).await?;
         let rows = self
             .ctx
@@ -704,7 +702,8 @@ impl Service {
         actor: &Actor,
         p: TransactionListParams,
     ) -> Result<TransactionListReply, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
         let limit = page_limit(p.limit)?;
         let before = parse_cursor("txc_", p.cursor.as_deref())?;
         let rows = self
@@ -731,7 +730,9 @@ impl Service {
         actor: &Actor,
         p: TransactionParams,
     ) -> Result<crate::wire::RecoveryView, ServiceError> {
-        let worktree = self.governed(actor, &p.workspace_id, Permission::View)?;
+        let worktree = self
+            .ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
         let t = self.tx_in(&p.workspace_id, &p.transaction_id).await?;
         let r = Self::tx_record(&t)?;
         let dir = self.ctx.data.layout.transactions();

@@ -6,7 +6,8 @@
 use super::requests::{Keyed, check_text, next_cursor, page_limit, parse_cursor};
 use crate::config::Permission;
 use crate::domain::claim::{ClaimEvent, ClaimState, ResourceId, extended_expiry};
-use crate::engine::service::{Actor, Service, ServiceError};
+use crate::engine::governed::Claims;
+use crate::engine::service::{Actor, ServiceError};
 use crate::limits;
 use crate::store::claims::{Acquire, Acquired, ClaimRow, Transition};
 use crate::store::{Binding, StoreError};
@@ -32,7 +33,7 @@ pub(super) struct Record {
     pub(super) heartbeat_at: String,
 }
 
-/// A claim after [`Service::move_claim`]: as it now is, and whether this call moved it.
+/// A claim after [`Claims::move_claim`]: as it now is, and whether this call moved it.
 pub(super) struct MovedClaim {
     pub(super) claim: ClaimRow,
     pub(super) changed: bool,
@@ -52,7 +53,7 @@ fn check_ttl(ttl: u64) -> Result<(), ServiceError> {
     Ok(())
 }
 
-impl Service {
+impl Claims {
     /// The claim as the API shows it: `expired` once its time passed, swept or not.
     pub(super) fn claim_view(&self, c: &ClaimRow) -> Result<ClaimView, ServiceError> {
         let r: Record = serde_json::from_str(&c.record)
@@ -170,9 +171,12 @@ impl Service {
         actor: &Actor,
         p: ClaimAcquireParams,
     ) -> Result<ClaimReply, ServiceError> {
-        let worktree = self.governed(actor, &p.workspace_id, Permission::Propose)?;
+        let worktree = self
+            .ctx
+            .governed(actor, &p.workspace_id, Permission::Propose)?;
         let release_on = p.release_on.unwrap_or(
-            self.authorize(actor, &p.workspace_id, Permission::Propose)?
+            self.ctx
+                .authorize(actor, &p.workspace_id, Permission::Propose)?
                 .policy
                 .claims_release_on,
         );
@@ -196,6 +200,7 @@ impl Service {
             ..p.clone()
         });
         if let Some(claim_id) = self
+            .ctx
             .bound_result(
                 &p.workspace_id,
                 &actor_key,
@@ -302,7 +307,8 @@ impl Service {
         actor: &Actor,
         p: ClaimExtendParams,
     ) -> Result<ClaimReply, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::Propose)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::Propose)?;
         let k = Keyed::new(
             "claim.extend",
             &p.idempotency_key,
@@ -312,7 +318,7 @@ impl Service {
             },
         )?;
         check_ttl(p.ttl_seconds)?;
-        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
             let c = self.claim_in(&p.workspace_id, &id).await?;
             return Ok(ClaimReply {
                 claim: self.claim_view(&c)?,
@@ -382,10 +388,12 @@ impl Service {
         p: ClaimKeyedParams,
     ) -> Result<ClaimReleaseReply, ServiceError> {
         let admin = self
+            .ctx
             .governed(actor, &p.workspace_id, Permission::Admin)
             .is_ok();
         if !admin {
-            self.governed(actor, &p.workspace_id, Permission::Propose)?;
+            self.ctx
+                .governed(actor, &p.workspace_id, Permission::Propose)?;
         }
         let key = p.idempotency_key.clone().ok_or_else(|| {
             ServiceError::invalid_field("idempotency_key", "claim.release needs an idempotency_key")
@@ -398,7 +406,7 @@ impl Service {
                 ..p.clone()
             },
         )?;
-        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
             let c = self.claim_in(&p.workspace_id, &id).await?;
             return Ok(ClaimReleaseReply {
                 claim: self.claim_view(&c)?,
@@ -424,7 +432,7 @@ impl Service {
                     actor: actor.key(),
                     forced: !holder,
                     reason: None,
-                    at: self.now_rfc3339(),
+                    at: self.ctx.now_rfc3339(),
                     binding: Some(binding.clone()),
                 }))
             })
@@ -441,7 +449,8 @@ impl Service {
         actor: &Actor,
         p: ClaimParams,
     ) -> Result<ClaimReply, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
         let c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
         Ok(ClaimReply {
             claim: self.claim_view(&c)?,
@@ -454,7 +463,8 @@ impl Service {
         actor: &Actor,
         p: ClaimListParams,
     ) -> Result<ClaimListReply, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
         let limit = page_limit(p.limit)?;
         let before = parse_cursor("clc_", p.cursor.as_deref())?;
         let rows = self
@@ -489,7 +499,8 @@ impl Service {
         actor: &Actor,
         p: ClaimKeyedParams,
     ) -> Result<ClaimReply, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::Propose)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::Propose)?;
         let k = match &p.idempotency_key {
             None => None,
             Some(key) => Some(Keyed::new(
@@ -502,7 +513,7 @@ impl Service {
             )?),
         };
         if let Some(k) = &k
-            && let Some(id) = self.replay_of(&p.workspace_id, actor, k).await?
+            && let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, k).await?
         {
             let c = self.claim_in(&p.workspace_id, &id).await?;
             return Ok(ClaimReply {
@@ -565,7 +576,8 @@ impl Service {
         event: ClaimEvent,
         p: ClaimAdminParams,
     ) -> Result<ClaimReply, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::Admin)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::Admin)?;
         let operation = match event {
             ClaimEvent::Suspend => "claim.suspend",
             ClaimEvent::Revoke => "claim.revoke",
@@ -588,7 +600,7 @@ impl Service {
         if let Some(r) = &p.reason {
             check_text("reason", r, true)?;
         }
-        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
             let c = self.claim_in(&p.workspace_id, &id).await?;
             return Ok(ClaimReply {
                 claim: self.claim_view(&c)?,
@@ -610,7 +622,7 @@ impl Service {
                     actor: actor.key(),
                     forced: c.holder != actor.key(),
                     reason: p.reason.clone(),
-                    at: self.now_rfc3339(),
+                    at: self.ctx.now_rfc3339(),
                     binding: Some(binding.clone()),
                 }))
             })
@@ -651,7 +663,8 @@ impl Service {
         actor: &Actor,
         p: EventListParams,
     ) -> Result<crate::wire::EventListReply, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
         let limit = page_limit(p.limit)?;
         let after = match (&p.cursor, p.since) {
             (Some(_), Some(_)) => {

@@ -5,14 +5,15 @@ use super::claims::Record;
 use super::requests::{check_text, next_cursor, page_limit, parse_cursor};
 use crate::config::Permission;
 use crate::domain::claim::{ClaimState, ResourceId};
-use crate::engine::service::{Actor, Service, ServiceError};
+use crate::engine::governed::Claims;
+use crate::engine::service::{Actor, ServiceError};
 use crate::store::Binding;
 use crate::wire::{
     ContentionListParams, ContentionState, ContentionView, ResolutionKind, ResolveContentionParams,
 };
 use serde_json::Value;
 
-impl Service {
+impl Claims {
     /// `claim.contentions`: each with the challenged claim's current lease and the
     /// resolutions its current state allows.
     pub async fn claim_contentions(
@@ -20,7 +21,8 @@ impl Service {
         actor: &Actor,
         p: ContentionListParams,
     ) -> Result<crate::wire::ContentionListReply, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
         let limit = page_limit(p.limit)?;
         let after = parse_cursor("cnc_", p.cursor.as_deref())?.unwrap_or(0);
         let rows = self
@@ -116,7 +118,8 @@ impl Service {
         p: ResolveContentionParams,
     ) -> Result<crate::wire::ContentionResolveReply, ServiceError> {
         use crate::store::contentions::{Resolution, Resolve};
-        self.governed(actor, &p.workspace_id, Permission::Admin)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::Admin)?;
         crate::candidate::check_idempotency_key(&p.idempotency_key)
             .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
         check_text("reason", &p.reason, true)?;
@@ -126,6 +129,7 @@ impl Service {
             ..p.clone()
         });
         if self
+            .ctx
             .bound_result(
                 &p.workspace_id,
                 &actor_key,
@@ -193,7 +197,9 @@ impl Service {
                 let wants_write =
                     matches!(open.record["mode"].as_str(), Some("write" | "exclusive"));
                 request.base_hash = if wants_write {
-                    let worktree = self.governed(actor, &p.workspace_id, Permission::Admin)?;
+                    let worktree = self
+                        .ctx
+                        .governed(actor, &p.workspace_id, Permission::Admin)?;
                     let resource = ResourceId::parse(&challenged.resource_id)
                         .map_err(ServiceError::internal)?;
                     Some(

@@ -11,7 +11,8 @@ use crate::config::Permission;
 use crate::domain::git::FileMode;
 use crate::domain::proposal::Risk;
 use crate::domain::transaction::{ControlAction, TxEvent};
-use crate::engine::service::{Actor, Service, ServiceError};
+use crate::engine::governed::Applies;
+use crate::engine::service::{Actor, ServiceError};
 use crate::wire::{
     ApplyParams, ClaimAcquireParams, ProposalCreateParams, TransactionControlParams,
     TransactionParams,
@@ -51,7 +52,7 @@ pub enum ControlReply {
     Validation(super::validation::ValidationReply),
 }
 
-impl Service {
+impl Applies {
     /// `transaction.control`: members with `apply`.
     pub async fn transaction_control(
         &self,
@@ -63,7 +64,9 @@ impl Service {
                 "transaction.control is for members with apply".into(),
             ));
         }
-        let worktree = self.governed(actor, &p.workspace_id, Permission::Apply)?;
+        let worktree = self
+            .ctx
+            .governed(actor, &p.workspace_id, Permission::Apply)?;
         let k = Keyed::new(
             "transaction.control",
             &p.idempotency_key,
@@ -89,7 +92,7 @@ impl Service {
         };
         // A replay answers what the first call did (compensate replays through the keys it
         // derives for its claims and proposal).
-        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
             return match p.action {
                 ControlAction::Retry => {
                     let t = self.tx_in(&p.workspace_id, &id).await?;
@@ -177,18 +180,19 @@ impl Service {
             // Its own key (derived, per transaction) makes a replay answer the same validation.
             ControlAction::Validate => {
                 let old = self.tx_in(&p.workspace_id, &p.transaction_id).await?;
-                self.validate_for(
-                    actor,
-                    crate::wire::ValidateParams {
-                        workspace_id: p.workspace_id.clone(),
-                        proposal_id: old.proposal_id.clone(),
-                        revision: old.revision.clone(),
-                        idempotency_key: k.derived(&format!("validate/{}", p.transaction_id)),
-                    },
-                    Some(old.transaction_id),
-                )
-                .await
-                .map(ControlReply::Validation)
+                self.validations
+                    .validate_for(
+                        actor,
+                        crate::wire::ValidateParams {
+                            workspace_id: p.workspace_id.clone(),
+                            proposal_id: old.proposal_id.clone(),
+                            revision: old.revision.clone(),
+                            idempotency_key: k.derived(&format!("validate/{}", p.transaction_id)),
+                        },
+                        Some(old.transaction_id),
+                    )
+                    .await
+                    .map(ControlReply::Validation)
             }
             ControlAction::Stage => unreachable!("stage is refused above"),
         }
@@ -207,12 +211,14 @@ impl Service {
         p: &TransactionControlParams,
         k: &Keyed,
     ) -> Result<(), ServiceError> {
-        self.authorize(actor, &p.workspace_id, Permission::Admin)?;
+        self.ctx
+            .authorize(actor, &p.workspace_id, Permission::Admin)?;
         let reason = p.reason.clone().ok_or_else(|| {
             ServiceError::invalid_field("reason", "resolve needs a reason (what was checked)")
         })?;
         let t = self.tx_in(&p.workspace_id, &p.transaction_id).await?;
         let (_, vrec) = self
+            .validations
             .validation_in(&p.workspace_id, &t.validation_id)
             .await?;
         let mut r = Self::tx_record(&t)?;
@@ -416,7 +422,7 @@ impl Service {
             }
         }
         // The reverse patch: from what the touched paths hold now to their pre-images.
-        let repo = self.repo(&p.workspace_id).clone();
+        let repo = self.ctx.repo(&p.workspace_id).clone();
         let cap = self.ctx.config.max_patch_bytes;
         let entries = rb.entries.clone();
         let (patch, truncated) =
@@ -454,36 +460,38 @@ impl Service {
             .open_compensation(&p.transaction_id)
             .await?
         {
-            let row = self.proposal_in(&p.workspace_id, &open).await?;
+            let row = self.proposals.proposal_in(&p.workspace_id, &open).await?;
             return Ok(crate::wire::CompensationReply {
                 transaction_id: p.transaction_id.clone(),
-                proposal: self.proposal_view(&row).await?,
+                proposal: self.proposals.proposal_view(&row).await?,
             });
         }
         // Write claims on every touched path for the requesting member.
         let task = format!("compensate-{}", p.transaction_id);
         for (i, e) in rb.entries.iter().enumerate() {
-            self.claim_acquire(
-                actor,
-                ClaimAcquireParams {
-                    workspace_id: p.workspace_id.clone(),
-                    task_id: task.clone(),
-                    session_id: None,
-                    resource_id: format!("file:{}", e.path),
-                    mode: crate::domain::claim::ClaimMode::Write,
-                    ttl_seconds: None,
-                    renewable: None,
-                    resume_policy: None,
-                    // They exist for the compensation: they end with it.
-                    release_on: Some(crate::domain::claim::ReleaseOn::ProposalEnd),
-                    rationale: Some(format!("compensating transaction {}", p.transaction_id)),
-                    base_hash: None,
-                    idempotency_key: k.derived(&format!("claim/{i}")),
-                },
-            )
-            .await?;
+            self.claims
+                .claim_acquire(
+                    actor,
+                    ClaimAcquireParams {
+                        workspace_id: p.workspace_id.clone(),
+                        task_id: task.clone(),
+                        session_id: None,
+                        resource_id: format!("file:{}", e.path),
+                        mode: crate::domain::claim::ClaimMode::Write,
+                        ttl_seconds: None,
+                        renewable: None,
+                        resume_policy: None,
+                        // They exist for the compensation: they end with it.
+                        release_on: Some(crate::domain::claim::ReleaseOn::ProposalEnd),
+                        rationale: Some(format!("compensating transaction {}", p.transaction_id)),
+                        base_hash: None,
+                        idempotency_key: k.derived(&format!("claim/{i}")),
+                    },
+                )
+                .await?;
         }
         let proposal = self
+            .proposals
             .create_proposal_as(
                 actor,
                 ProposalCreateParams {

@@ -13,6 +13,112 @@ pub mod resources;
 pub mod reviews;
 pub mod validation;
 
+use crate::engine::Context;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Claims and resources: grants and their moves, contentions, reconcile, session ends,
+/// resource reads and the event log.
+#[derive(Clone)]
+pub struct Claims {
+    pub ctx: Context,
+}
+
+/// Proposals and their review: immutable revisions, votes, security reviews, approvals,
+/// decisions and the policy's verdict.
+#[derive(Clone)]
+pub struct Proposals {
+    pub ctx: Context,
+    /// Every path a proposal revision touches, by the revision's digest (the verdict needs
+    /// them on every evaluation; a revision never changes, so neither do they).
+    touched: Arc<Mutex<HashMap<String, Arc<Vec<String>>>>>,
+    claims: Claims,
+}
+
+/// Validation of a proposal revision: the dry run in the sandbox, the claims and tests it
+/// judges, and what it answers.
+#[derive(Clone)]
+pub struct Validations {
+    pub ctx: Context,
+    proposals: Proposals,
+    /// Where a validation's tests run (beside candidate verifications, one bound for both).
+    jobs: Arc<crate::engine::jobs::Jobs>,
+}
+
+/// The journaled apply, its transactions, their control actions and their recovery.
+#[derive(Clone)]
+pub struct Applies {
+    pub ctx: Context,
+    /// One apply lock per configured workspace: applies, control actions and the recovery of
+    /// a workspace's transactions take turns (the store's fence covers other processes).
+    locks: Arc<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    claims: Claims,
+    proposals: Proposals,
+    validations: Validations,
+}
+
+impl Claims {
+    pub fn new(ctx: Context) -> Claims {
+        Claims { ctx }
+    }
+}
+
+impl Proposals {
+    pub fn new(ctx: Context) -> Proposals {
+        Proposals {
+            claims: Claims::new(ctx.clone()),
+            ctx,
+            touched: Arc::default(),
+        }
+    }
+
+    /// The claims workflow these proposals share.
+    pub fn claims(&self) -> Claims {
+        self.claims.clone()
+    }
+}
+
+impl Validations {
+    pub fn new(proposals: Proposals, jobs: Arc<crate::engine::jobs::Jobs>) -> Validations {
+        Validations {
+            ctx: proposals.ctx.clone(),
+            proposals,
+            jobs,
+        }
+    }
+}
+
+impl Applies {
+    pub fn new(proposals: Proposals, jobs: Arc<crate::engine::jobs::Jobs>) -> Applies {
+        let locks = proposals
+            .ctx
+            .config
+            .workspaces
+            .keys()
+            .map(|w| (w.clone(), Arc::default()))
+            .collect();
+        Applies {
+            ctx: proposals.ctx.clone(),
+            locks: Arc::new(locks),
+            claims: proposals.claims.clone(),
+            validations: Validations::new(proposals.clone(), jobs),
+            proposals,
+        }
+    }
+
+    /// The apply lock of a configured workspace.
+    pub fn apply_lock(
+        &self,
+        workspace_id: &str,
+    ) -> Result<Arc<tokio::sync::Mutex<()>>, crate::engine::service::ServiceError> {
+        self.locks.get(workspace_id).cloned().ok_or_else(|| {
+            crate::engine::service::ServiceError::internal(format!(
+                "workspace {workspace_id:?} has no apply lock"
+            ))
+        })
+    }
+}
+
 /// A text field a client sends: at most `max` bytes, not blank when `required`, and never a
 /// NUL (it would cut the text short wherever a C string or a terminal shows it).
 pub(super) fn check_text_field(

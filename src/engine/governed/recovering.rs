@@ -9,12 +9,13 @@ use super::applying::TxRecord;
 use crate::apply;
 use crate::domain::transaction::FailureCode;
 use crate::domain::transaction::{TxEvent, TxState};
-use crate::engine::service::{Service, ServiceError};
+use crate::engine::governed::Applies;
+use crate::engine::service::ServiceError;
 use crate::store::applies::TxRow;
 use serde::Serialize;
 use serde_json::json;
 
-impl Service {
+impl Applies {
     /// A preparation recovery took back (`undone` is `Ok`) cancels `t`; one it could not take
     /// back flags it `needs_attention` with the reason and `code` in its phase detail.
     async fn settle_preparation(

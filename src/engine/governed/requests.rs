@@ -2,7 +2,8 @@
 //! check, paging cursors and limits, and the text-field check.
 
 use crate::config::Permission;
-use crate::engine::service::{Actor, Service, ServiceError};
+use crate::engine::Context;
+use crate::engine::service::{Actor, ServiceError};
 use crate::limits;
 use crate::store::Binding;
 
@@ -104,7 +105,7 @@ impl Keyed {
     }
 }
 
-impl Service {
+impl Context {
     /// The result id an earlier call with this key recorded (a replay), if any; the key with
     /// other parameters is `conflict`.
     pub(super) async fn replay_of(

@@ -5,7 +5,8 @@ use super::claims::Record;
 use super::requests::{Keyed, check_text};
 use crate::config::Permission;
 use crate::domain::claim::{ClaimEvent, ClaimState, ResourceId, Span};
-use crate::engine::service::{Actor, Service, ServiceError};
+use crate::engine::governed::Claims;
+use crate::engine::service::{Actor, ServiceError};
 use crate::store::Inserted;
 use crate::store::claims::{ClaimFilter, Transition};
 use crate::wire::{EndSessionParams, ReconcileParams, ResourceShowParams};
@@ -39,7 +40,7 @@ impl Unreadable {
     }
 }
 
-impl Service {
+impl Claims {
     /// The current content hash of a resource beneath `worktree` (a symbol's is the hash of
     /// its lines as resolved now).
     pub(super) async fn current_hash(
@@ -91,7 +92,9 @@ impl Service {
         actor: &Actor,
         p: ReconcileParams,
     ) -> Result<crate::wire::ReconcileReply, ServiceError> {
-        let worktree = self.governed(actor, &p.workspace_id, Permission::Admin)?;
+        let worktree = self
+            .ctx
+            .governed(actor, &p.workspace_id, Permission::Admin)?;
         let k = Keyed::new(
             "claim.reconcile",
             &p.idempotency_key,
@@ -100,7 +103,7 @@ impl Service {
                 ..p.clone()
             },
         )?;
-        if let Some(answer) = self.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(answer) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
             return stored_answer(&answer);
         }
         let rows = self
@@ -158,7 +161,7 @@ impl Service {
                                 reason: Some(
                                     "the resource changed since the claim was granted".into(),
                                 ),
-                                at: self.now_rfc3339(),
+                                at: self.ctx.now_rfc3339(),
                                 binding: None,
                             }))
                         })
@@ -186,7 +189,8 @@ impl Service {
         actor: &Actor,
         p: EndSessionParams,
     ) -> Result<crate::wire::EndSessionReply, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::Propose)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::Propose)?;
         check_text("session_id", &p.session_id, true)?;
         let k = Keyed::new(
             "claim.end_session",
@@ -196,7 +200,7 @@ impl Service {
                 ..p.clone()
             },
         )?;
-        if let Some(answer) = self.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(answer) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
             return stored_answer(&answer);
         }
         let rows = self
@@ -231,7 +235,7 @@ impl Service {
                             actor: actor.key(),
                             forced: false,
                             reason: Some(format!("session {} ended", p.session_id)),
-                            at: self.now_rfc3339(),
+                            at: self.ctx.now_rfc3339(),
                             binding: None,
                         }))
                     })
@@ -285,7 +289,9 @@ impl Service {
         actor: &Actor,
         p: ResourceShowParams,
     ) -> Result<crate::wire::ResourceReply, ServiceError> {
-        let worktree = self.governed(actor, &p.workspace_id, Permission::View)?;
+        let worktree = self
+            .ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
         let resource = ResourceId::parse(&p.resource_id)
             .map_err(|m| ServiceError::invalid_field("resource_id", m))?;
         let (kind, symbol) = match &resource {
@@ -343,7 +349,7 @@ fn stored_answer<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, Servic
     serde_json::from_str(text).map_err(|e| ServiceError::record("a recorded answer", e))
 }
 
-impl Service {
+impl Claims {
     /// `claim.resume`: the holder (or an admin, recorded as forced) makes a suspended claim
     /// active again with its fencing token, when its resource is what it was at the grant
     /// (for write and exclusive claims, the hash the grant recorded), it is not past its
@@ -354,9 +360,10 @@ impl Service {
         p: crate::wire::ClaimResumeParams,
     ) -> Result<crate::wire::ClaimReply, ServiceError> {
         let admin = self
+            .ctx
             .governed(actor, &p.workspace_id, Permission::Admin)
             .is_ok();
-        let worktree = self.governed(
+        let worktree = self.ctx.governed(
             actor,
             &p.workspace_id,
             if admin {
@@ -373,7 +380,7 @@ impl Service {
                 ..p.clone()
             },
         )?;
-        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
             let c = self.claim_in(&p.workspace_id, &id).await?;
             return Ok(crate::wire::ClaimReply {
                 claim: self.claim_view(&c)?,
@@ -422,7 +429,7 @@ impl Service {
                 actor: actor.key(),
                 forced: !holder,
                 now: self.ctx.clock.now().unix_timestamp(),
-                at: self.now_rfc3339(),
+                at: self.ctx.now_rfc3339(),
                 binding: Some(k.binding(&p.workspace_id, actor, &c.claim_id)),
             })
             .await?;

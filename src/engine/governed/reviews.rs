@@ -14,7 +14,8 @@ use crate::domain::policy::{
     VoteEvidence, evaluate,
 };
 use crate::domain::proposal::{ProposalState, Risk, is_revision};
-use crate::engine::service::{Actor, Service, ServiceError};
+use crate::engine::governed::Proposals;
+use crate::engine::service::{Actor, ServiceError};
 use crate::limits;
 use crate::store::proposals::ProposalRow;
 use crate::store::reviews::{DecisionRow, NewVote, ReviewEvidence as StoredReview};
@@ -97,7 +98,7 @@ fn evidence_refused(e: crate::store::StoreError) -> ServiceError {
     }
 }
 
-impl Service {
+impl Proposals {
     /// Who may review in `workspace_id`: a member with `review`, or a run holding a role.
     /// Never the proposal's author. Returns the workspace and the actor's roles.
     fn reviewer<'a>(
@@ -108,9 +109,10 @@ impl Service {
         what: &str,
     ) -> Result<(&'a Workspace, Vec<String>), ServiceError> {
         let ws = match actor {
-            Actor::Run { .. } => self.authorize(actor, workspace_id, Permission::View)?,
+            Actor::Run { .. } => self.ctx.authorize(actor, workspace_id, Permission::View)?,
             Actor::Member { .. } | Actor::System { .. } => {
-                self.authorize(actor, workspace_id, Permission::Review)?
+                self.ctx
+                    .authorize(actor, workspace_id, Permission::Review)?
             }
         };
         let roles = roles_of(ws, actor);
@@ -130,12 +132,7 @@ impl Service {
     /// Every path the revision touches (both sides of renames and copies), read and parsed
     /// once per revision (see `touched_cache`).
     pub(super) async fn touched_paths(&self, revision: &str) -> Result<Vec<String>, ServiceError> {
-        if let Some(p) = self
-            .touched_cache
-            .lock()
-            .expect("never poisoned")
-            .get(revision)
-        {
+        if let Some(p) = self.touched.lock().expect("never poisoned").get(revision) {
             return Ok(p.as_ref().clone());
         }
         let bytes = self.read_patch(revision).await?;
@@ -147,7 +144,7 @@ impl Service {
             .iter()
             .flat_map(|f| f.paths().map(str::to_string))
             .collect();
-        let mut cache = self.touched_cache.lock().expect("never poisoned");
+        let mut cache = self.touched.lock().expect("never poisoned");
         if cache.len() >= crate::limits::TOUCHED_PATHS_CACHE_ENTRIES {
             cache.clear();
         }
@@ -236,7 +233,7 @@ impl Service {
         {
             let rec: super::validation::Record = serde_json::from_str(&row.record)
                 .map_err(|e| ServiceError::record("a validation", e))?;
-            if let Some(t) = self.test_evidence(&rec).await? {
+            if let Some(t) = super::validation::test_evidence(&self.ctx, &rec).await? {
                 tests = Some(t);
                 break;
             }
@@ -244,7 +241,7 @@ impl Service {
         self.verdict_with(ws, p, risk, tests).await
     }
 
-    /// [`Service::verdict`] with the given test evidence.
+    /// [`Proposals::verdict`] with the given test evidence.
     pub(super) async fn verdict_with(
         &self,
         ws: &Workspace,
@@ -310,7 +307,8 @@ impl Service {
         actor: &Actor,
         p: VoteCastParams,
     ) -> Result<w::VoteReply, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
         let k = Keyed::new(
             "vote.cast",
             &p.idempotency_key,
@@ -328,7 +326,7 @@ impl Service {
                 format!("confidence is {confidence}; it must be between 0.0 and 1.0"),
             ));
         }
-        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
             let v = self
                 .ctx
                 .data
@@ -354,7 +352,7 @@ impl Service {
                 vote: p.vote,
                 confidence,
                 reason_md: p.reason_md.clone(),
-                at: self.now_rfc3339(),
+                at: self.ctx.now_rfc3339(),
                 binding: k.binding(&p.workspace_id, actor, &vote_id),
             })
             .await
@@ -368,7 +366,8 @@ impl Service {
         actor: &Actor,
         p: VoteListParams,
     ) -> Result<w::VoteListReply, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
         if let Some(r) = &p.revision {
             check_revision(r)?;
         }
@@ -388,7 +387,8 @@ impl Service {
         actor: &Actor,
         p: SecurityReviewParams,
     ) -> Result<w::SecurityReviewReply, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
         let k = Keyed::new(
             "security.review",
             &p.idempotency_key,
@@ -399,7 +399,7 @@ impl Service {
         )?;
         check_revision(&p.revision)?;
         check_md("notes_md", &p.notes_md, false)?;
-        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
             let r = self
                 .ctx
                 .data
@@ -430,7 +430,7 @@ impl Service {
                 &actor.key(),
                 p.verdict,
                 &p.notes_md,
-                &self.now_rfc3339(),
+                &self.ctx.now_rfc3339(),
                 k.binding(&p.workspace_id, actor, &review_id),
             )
             .await
@@ -445,7 +445,8 @@ impl Service {
         actor: &Actor,
         p: RequestApprovalParams,
     ) -> Result<w::ApprovalReply, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
         let k = Keyed::new(
             "human.request_approval",
             &p.idempotency_key,
@@ -455,14 +456,14 @@ impl Service {
             },
         )?;
         check_revision(&p.revision)?;
-        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
             return self.approval_reply(&id).await;
         }
         let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
         let may = actor.key() == row.author
             || [Permission::Review, Permission::Approve, Permission::Admin]
                 .into_iter()
-                .any(|perm| self.authorize(actor, &p.workspace_id, perm).is_ok());
+                .any(|perm| self.ctx.authorize(actor, &p.workspace_id, perm).is_ok());
         if !may {
             return Err(ServiceError::PermissionDenied(
                 "a human approval is requested by the author or a member with review, approve or admin"
@@ -479,7 +480,7 @@ impl Service {
                 &row.proposal_id,
                 &p.revision,
                 &actor.key(),
-                &self.now_rfc3339(),
+                &self.ctx.now_rfc3339(),
                 k.binding(&p.workspace_id, actor, &approval_id),
             )
             .await
@@ -499,7 +500,7 @@ impl Service {
         workspace_id: &str,
         proposal_id: &str,
     ) -> Result<Vec<crate::store::reviews::ApprovalRow>, ServiceError> {
-        self.governed(actor, workspace_id, Permission::View)?;
+        self.ctx.governed(actor, workspace_id, Permission::View)?;
         let rows = self.ctx.data.store.approvals(proposal_id).await?;
         Ok(rows
             .into_iter()
@@ -515,7 +516,7 @@ impl Service {
         workspace_id: &str,
         proposal_id: &str,
     ) -> Result<Vec<crate::store::reviews::SecurityReviewRow>, ServiceError> {
-        self.governed(actor, workspace_id, Permission::View)?;
+        self.ctx.governed(actor, workspace_id, Permission::View)?;
         let row = self.proposal_in(workspace_id, proposal_id).await?;
         Ok(self
             .ctx
@@ -559,8 +560,11 @@ impl Service {
                 "a run token can never give human approval".into(),
             ));
         }
-        let ws = self.authorize(actor, &p.workspace_id, Permission::Approve)?;
-        self.governed(actor, &p.workspace_id, Permission::Approve)?;
+        let ws = self
+            .ctx
+            .authorize(actor, &p.workspace_id, Permission::Approve)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::Approve)?;
         let k = Keyed::new(
             "human.decide",
             &p.idempotency_key,
@@ -577,7 +581,7 @@ impl Service {
                 "override needs approve: true (a denial overrides nothing)",
             ));
         }
-        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
             return self.approval_reply(&id).await;
         }
         let not_found = || {
@@ -629,7 +633,7 @@ impl Service {
                 &actor.key(),
                 override_votes,
                 &p.reason_md,
-                &self.now_rfc3339(),
+                &self.ctx.now_rfc3339(),
                 k.binding(&p.workspace_id, actor, &a.approval_id),
             )
             .await
@@ -644,14 +648,17 @@ impl Service {
         actor: &Actor,
         p: DecisionRecordParams,
     ) -> Result<w::DecisionReply, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::View)?;
-        let ws = self.authorize(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
+        let ws = self
+            .ctx
+            .authorize(actor, &p.workspace_id, Permission::View)?;
         let may = match actor {
             Actor::Run { .. } => !roles_of(ws, actor).is_empty(),
             Actor::Member { .. } | Actor::System { .. } => {
                 [Permission::Review, Permission::Approve, Permission::Admin]
                     .into_iter()
-                    .any(|perm| self.authorize(actor, &p.workspace_id, perm).is_ok())
+                    .any(|perm| self.ctx.authorize(actor, &p.workspace_id, perm).is_ok())
             }
         };
         if !may {
@@ -686,7 +693,7 @@ impl Service {
         if let Some(r) = &p.revision {
             check_revision(r)?;
         }
-        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
             let d = self
                 .ctx
                 .data
@@ -724,7 +731,7 @@ impl Service {
                     decision: p.decision.clone(),
                     decided_by: actor.key(),
                     rationale_md: p.rationale_md.clone(),
-                    created_at: self.now_rfc3339(),
+                    created_at: self.ctx.now_rfc3339(),
                 },
                 k.binding(&p.workspace_id, actor, &decision_id),
             )
@@ -744,7 +751,8 @@ impl Service {
         actor: &Actor,
         p: DecisionListParams,
     ) -> Result<w::DecisionListReply, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
         let limit = page_limit(p.limit)?;
         let rows = self
             .ctx
@@ -761,8 +769,11 @@ impl Service {
         actor: &Actor,
         p: PolicyEvaluateParams,
     ) -> Result<w::PolicyEvaluateReply, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::View)?;
-        let ws = self.authorize(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
+        let ws = self
+            .ctx
+            .authorize(actor, &p.workspace_id, Permission::View)?;
         let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
         let risk = Self::record_of(&row)?.risk;
         let verdict = self.verdict(ws, &row, risk).await?;

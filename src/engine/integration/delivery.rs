@@ -63,7 +63,8 @@ impl Service {
         actor: &Actor,
         p: RequestParams,
     ) -> Result<Candidate, ServiceError> {
-        self.authorize(actor, &p.workspace_id, Permission::Integrate)?;
+        self.ctx
+            .authorize(actor, &p.workspace_id, Permission::Integrate)?;
         candidate::check_idempotency_key(&p.idempotency_key)
             .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
         if p.verification_ids.is_empty() || p.verification_ids.len() > MAX_REQUEST_VERIFICATIONS {
@@ -158,7 +159,7 @@ impl Service {
             state: RequestState::Requested,
             requested_by: actor_key.clone(),
             decided_by: None,
-            created_at: self.now_rfc3339(),
+            created_at: self.ctx.now_rfc3339(),
             expires_at: crate::ids::rfc3339(expires),
             decided_at: None,
         };
@@ -177,7 +178,8 @@ impl Service {
                 "integration.decide is human-only: run actors cannot approve or deny".into(),
             ));
         };
-        self.authorize(actor, &p.workspace_id, Permission::Decide)?;
+        self.ctx
+            .authorize(actor, &p.workspace_id, Permission::Decide)?;
         let lock = self.candidate_lock(&p.candidate_id);
         let _guard = lock.lock().await;
         let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
@@ -253,12 +255,13 @@ impl Service {
         actor: &Actor,
         p: DeliverParams,
     ) -> Result<Candidate, ServiceError> {
-        self.authorize(actor, &p.workspace_id, Permission::Push)?;
+        self.ctx
+            .authorize(actor, &p.workspace_id, Permission::Push)?;
         let lock = self.candidate_lock(&p.candidate_id);
         let _guard = lock.lock().await;
         let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
         let _admitted = self.admit_on(actor, Operation::Deliver, true, &l.c)?;
-        let repo = self.repo(&p.workspace_id).clone();
+        let repo = self.ctx.repo(&p.workspace_id).clone();
         let req = current_request(&mut l.c, &p.request_id, p.request_version)?.clone();
         // A receipt (in the aggregate, or only in Git after a lost save) is the original result.
         if l.c
@@ -470,7 +473,7 @@ impl Service {
             if req.state != RequestState::Delivering || l.c.delivery_receipt.is_some() {
                 continue;
             }
-            if let Some(r) = blocking(|| self.read_receipt(self.repo(&ws), &req.request_id))? {
+            if let Some(r) = blocking(|| self.read_receipt(self.ctx.repo(&ws), &req.request_id))? {
                 let system = Actor::System {
                     task: SystemTask::Recovery,
                 };

@@ -42,7 +42,8 @@ impl Service {
         actor: &Actor,
         p: RecordParams,
     ) -> Result<EvidencePacket, ServiceError> {
-        self.authorize(actor, &p.workspace_id, Permission::Integrate)?;
+        self.ctx
+            .authorize(actor, &p.workspace_id, Permission::Integrate)?;
         if let Actor::Run { run_id, .. } = actor
             && run_id != &p.run_id
         {
@@ -59,7 +60,7 @@ impl Service {
         }
         candidate::check_idempotency_key(&p.idempotency_key)
             .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
-        let repo = self.repo(&p.workspace_id);
+        let repo = self.ctx.repo(&p.workspace_id);
         for (field, rev) in [
             ("base_revision", &p.base_revision),
             ("revision", &p.revision),
@@ -229,7 +230,8 @@ impl Service {
         actor: &Actor,
         p: ShowParams,
     ) -> Result<EvidencePacket, ServiceError> {
-        self.authorize(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .authorize(actor, &p.workspace_id, Permission::View)?;
         let not_found = || {
             ServiceError::NotFound(format!(
                 "evidence {:?} not found in workspace {:?}",
@@ -257,14 +259,14 @@ impl Service {
             .ctx
             .data
             .store
-            .expired_evidence(self.now_rfc3339())
+            .expired_evidence(self.ctx.now_rfc3339())
             .await?;
         let mut n = 0;
         for (evidence_ref, ws) in due {
             if !self.ctx.config.workspaces.contains_key(&ws) {
                 continue;
             }
-            let repo = self.repo(&ws);
+            let repo = self.ctx.repo(&ws);
             let name = evidence_ref_name(&evidence_ref);
             blocking(|| match repo.ref_value(&name)? {
                 Some(old) => repo.update_refs(&[RefOp::Delete { name, old }]),

@@ -5,7 +5,8 @@ use super::*;
 impl Service {
     /// `integration.delete`: persists the `deleting` fence, then removes owned refs and files.
     pub async fn delete(&self, actor: &Actor, p: CandidateParams) -> Result<(), ServiceError> {
-        self.authorize(actor, &p.workspace_id, Permission::Integrate)?;
+        self.ctx
+            .authorize(actor, &p.workspace_id, Permission::Integrate)?;
         let lock = self.candidate_lock(&p.candidate_id);
         let _guard = lock.lock().await;
         let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
@@ -29,7 +30,7 @@ impl Service {
 
     /// Removes everything a fenced candidate owns, then starts its tombstone retention.
     pub(super) async fn clean_up_fenced(&self, l: &mut Loaded) -> Result<(), ServiceError> {
-        let repo = self.repo(&l.c.workspace_id);
+        let repo = self.ctx.repo(&l.c.workspace_id);
         blocking(|| {
             let refs = repo.refs_under(&candidate_refs_prefix(&l.c.candidate_id))?;
             let deletes: Vec<RefOp> = refs

@@ -138,6 +138,7 @@ impl Service {
         let l = self.load(workspace_id, candidate_id).await?;
         let admitted = self.admit_on(actor, op, true, &l.c)?;
         let replayed = self
+            .ctx
             .replayed(
                 workspace_id,
                 &actor_key,
@@ -259,7 +260,7 @@ impl Service {
         verify_checksums: bool,
     ) -> Result<Option<String>, ServiceError> {
         owned_problem_of(
-            self.repo(&c.workspace_id),
+            self.ctx.repo(&c.workspace_id),
             &self.candidate_dir(&c.candidate_id),
             c,
             verify_checksums,
@@ -273,7 +274,7 @@ impl Service {
         &self,
         c: &std::sync::Arc<Candidate>,
     ) -> Result<Option<String>, ServiceError> {
-        let repo = self.repo(&c.workspace_id).clone();
+        let repo = self.ctx.repo(&c.workspace_id).clone();
         let dir = self.candidate_dir(&c.candidate_id);
         let c = c.clone();
         tokio::task::spawn_blocking(move || owned_problem_of(&repo, &dir, &c, false))
@@ -360,7 +361,7 @@ impl Service {
         &self,
         c: &Candidate,
     ) -> crate::engine::runner::pipeline::ExtraSourceCheck {
-        let repo = self.repo(&c.workspace_id).clone();
+        let repo = self.ctx.repo(&c.workspace_id).clone();
         let dir = self.candidate_dir(&c.candidate_id);
         let c = c.clone();
         std::sync::Arc::new(move || match owned_problem_of(&repo, &dir, &c, true) {

@@ -10,7 +10,8 @@ impl Service {
         actor: &Actor,
         p: PrepareParams,
     ) -> Result<Candidate, ServiceError> {
-        self.authorize(actor, &p.workspace_id, Permission::Integrate)?;
+        self.ctx
+            .authorize(actor, &p.workspace_id, Permission::Integrate)?;
         candidate::check_idempotency_key(&p.idempotency_key)
             .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
         let required_sources = p
@@ -71,7 +72,7 @@ impl Service {
                 "expected_target_revision must be a full lowercase commit id",
             ));
         }
-        let repo = self.repo(&p.workspace_id);
+        let repo = self.ctx.repo(&p.workspace_id);
         if !blocking(|| repo.is_commit(&p.expected_target_revision)) {
             return Err(ServiceError::precondition_field(
                 "expected_target_revision",
@@ -334,7 +335,7 @@ impl Service {
         if l.c.state != CandidateState::Preparing {
             return Ok(l.c);
         }
-        let repo = self.repo(ws).clone();
+        let repo = self.ctx.repo(ws).clone();
         let started = std::time::Instant::now();
         let owned = match blocking(|| self.retain_inputs(&repo, &l.c, known)) {
             Ok(owned) => owned,

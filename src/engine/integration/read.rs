@@ -17,7 +17,8 @@ impl Service {
         actor: &Actor,
         p: CandidateParams,
     ) -> Result<(u64, std::sync::Arc<Candidate>), ServiceError> {
-        self.authorize(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .authorize(actor, &p.workspace_id, Permission::View)?;
         let (version, c) = self.load_shared(&p.workspace_id, &p.candidate_id).await?;
         if self.owned_evidence_problem_off_runtime(&c).await?.is_none() {
             return Ok((version, c));
@@ -39,7 +40,8 @@ impl Service {
         actor: &Actor,
         p: ListParams,
     ) -> Result<Vec<CandidateSummary>, ServiceError> {
-        self.authorize(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .authorize(actor, &p.workspace_id, Permission::View)?;
         let limit = p.limit.unwrap_or(crate::limits::DEFAULT_LIST_LIMIT);
         if !(1..=crate::limits::MAX_CANDIDATE_LIST_LIMIT).contains(&limit) {
             return Err(ServiceError::invalid_field(
@@ -67,7 +69,8 @@ impl Service {
 
     /// `integration.patch`: one page of the exact diff from the target to the frozen revision.
     pub async fn patch(&self, actor: &Actor, p: PatchParams) -> Result<PatchResult, ServiceError> {
-        self.authorize(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .authorize(actor, &p.workspace_id, Permission::View)?;
         if p.offset > MAX_PATCH_OFFSET {
             return Err(ServiceError::invalid_field(
                 "offset",
@@ -99,7 +102,8 @@ impl Service {
         };
         let (patch, next_offset) = blocking(|| {
             self.require_owned_evidence(&l.c)?;
-            self.repo(&p.workspace_id)
+            self.ctx
+                .repo(&p.workspace_id)
                 .diff_page(&l.c.expected_target_revision, rev, p.offset, limit)
                 .map_err(ServiceError::from)
         })?;
@@ -119,7 +123,8 @@ impl Service {
         actor: &Actor,
         p: crate::wire::ConflictParams,
     ) -> Result<crate::wire::ConflictView, ServiceError> {
-        self.authorize(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .authorize(actor, &p.workspace_id, Permission::View)?;
         let l = self.load(&p.workspace_id, &p.candidate_id).await?;
         let _admitted = self.admit_on(actor, Operation::Conflict, false, &l.c)?;
         let (CandidateState::Conflicted, Some(tree)) = (l.c.state, &l.a.conflict_tree) else {
@@ -139,7 +144,7 @@ impl Service {
                 ),
             ));
         }
-        let repo = self.repo(&p.workspace_id);
+        let repo = self.ctx.repo(&p.workspace_id);
         // (the tree entry, its size, its text, binary, why there is no text)
         let (entry, bytes, content, binary, note) = blocking(|| {
             let blob = match repo.tree_entry(tree, &p.path)? {

@@ -10,7 +10,8 @@ impl Service {
         actor: &Actor,
         p: ResolveParams,
     ) -> Result<Candidate, ServiceError> {
-        self.authorize(actor, &p.workspace_id, Permission::Integrate)?;
+        self.ctx
+            .authorize(actor, &p.workspace_id, Permission::Integrate)?;
         candidate::check_idempotency_key(&p.idempotency_key)
             .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
         let expected_version = match p.expected_version {
@@ -192,7 +193,7 @@ impl Service {
         tree: &str,
         files: &[ResolveFile],
     ) -> Result<(), ServiceError> {
-        let repo = self.repo(ws);
+        let repo = self.ctx.repo(ws);
         for (i, f) in files.iter().enumerate() {
             for parent in candidate::parents(&f.path) {
                 if let Some(e) = repo.tree_entry(tree, parent)? {
@@ -243,7 +244,7 @@ impl Service {
             l.a.pending_resolution
                 .clone()
                 .ok_or_else(|| ServiceError::internal("no pending resolution"))?;
-        let repo = self.repo(&l.c.workspace_id).clone();
+        let repo = self.ctx.repo(&l.c.workspace_id).clone();
         let cid = l.c.candidate_id.clone();
         let tree =
             l.a.conflict_tree

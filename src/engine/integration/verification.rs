@@ -28,6 +28,7 @@ impl Service {
     /// `integration.verify`: records a running verification durably and returns at once.
     pub async fn verify(&self, actor: &Actor, p: VerifyParams) -> Result<Candidate, ServiceError> {
         let ws = self
+            .ctx
             .authorize(actor, &p.workspace_id, Permission::Verify)?
             .clone();
         candidate::check_idempotency_key(&p.idempotency_key)
@@ -89,7 +90,7 @@ impl Service {
         let expires_cap = parse_time(&c.expires_at)
             .ok_or_else(|| ServiceError::internal("candidate expires_at is not RFC 3339"))?;
         let extra = self.owned_evidence_check(&c);
-        let repo = self.repo(&p.workspace_id).clone();
+        let repo = self.ctx.repo(&p.workspace_id).clone();
         let prepared = self
             .ctx
             .prepare_commit(
@@ -142,54 +143,19 @@ impl Service {
                 RunError::Refused(m) => ServiceError::internal(m),
                 e => ServiceError::from(e),
             })?;
-        self.spawn_worker(started);
+        self.jobs.spawn(started);
         self.hydrate(c).await
-    }
-
-    /// Runs a recorded verification in the background, bounded by the concurrency permits.
-    pub(crate) fn spawn_worker(&self, started: crate::engine::runner::pipeline::Started) {
-        let vid = started.verification.verification_id.clone();
-        let engine = self.ctx.clone();
-        let failures = self.persistence_failure.clone();
-        let id = vid.clone();
-        let queued_at = std::time::Instant::now();
-        engine.metrics.queue_depth.inc();
-        self.workers.spawn(id, move |slot| async move {
-            // Queued until a permit frees up; a cancel while queued settles without running.
-            engine.metrics.queue_depth.dec();
-            if slot.admitted {
-                engine
-                    .metrics
-                    .queue_wait_seconds
-                    .observe(queued_at.elapsed().as_secs_f64());
-                let _ = engine.data.store.mark_started(&vid).await;
-            }
-            match engine.finish(started, slot.cancel).await {
-                Ok(v) => {
-                    tracing::info!(verification_id = %vid, status = v.status.as_str(), "candidate verification settled")
-                }
-                Err(e) => {
-                    tracing::error!(verification_id = %vid, error = %e, "candidate verification left for recovery");
-                    Service::record_persistence_failure(
-                        &failures,
-                        format!("verification {vid} could not be settled: {e}"),
-                    );
-                }
-            }
-        });
     }
 
     /// Cancels one worker of this process and waits (bounded) until it has settled.
     pub(super) async fn cancel_worker(&self, verification_id: &str) -> bool {
-        self.workers
-            .cancel(verification_id, limits::SETTLE_WAIT)
-            .await
+        self.jobs.cancel(verification_id, limits::SETTLE_WAIT).await
     }
 
     /// Cancels every worker of this process (daemon shutdown). Returns how many did not settle
     /// within `wait`.
     pub async fn cancel_all_workers(&self, wait: Duration) -> usize {
-        self.workers.cancel_all(wait).await
+        self.jobs.cancel_all(wait).await
     }
 
     /// Cancels every running verification of a candidate (before deletion or expiry).
@@ -215,7 +181,8 @@ impl Service {
         actor: &Actor,
         p: CancelParams,
     ) -> Result<Candidate, ServiceError> {
-        self.authorize(actor, &p.workspace_id, Permission::Verify)?;
+        self.ctx
+            .authorize(actor, &p.workspace_id, Permission::Verify)?;
         let c = self
             .load_candidate(&p.workspace_id, &p.candidate_id)
             .await?;

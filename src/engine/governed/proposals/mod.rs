@@ -17,7 +17,8 @@ use crate::config::Permission;
 pub(in crate::engine::governed) use crate::domain::claim::covers as claim_covers;
 use crate::domain::claim::{ClaimState, ResourceId};
 use crate::domain::proposal::{ProposalEvent, ProposalState, Risk};
-use crate::engine::service::{Actor, Service, ServiceError};
+use crate::engine::governed::{Claims, Proposals};
+use crate::engine::service::{Actor, ServiceError};
 use crate::limits;
 use crate::patch::coverage::Held;
 use crate::patch::{ChangeKind, Patch};
@@ -49,7 +50,7 @@ pub(super) struct Record {
     pub(in crate::engine::governed) compensates: Option<String>,
 }
 
-impl Service {
+impl Proposals {
     /// The patch's bytes from exactly one of `patch` (text) and `patch_base64` (any bytes),
     /// within `max_patch_bytes`.
     fn patch_bytes(
@@ -100,7 +101,7 @@ impl Service {
         Ok(bytes)
     }
 
-    /// Parses a patch strictly (its size was checked by [`Service::patch_bytes`]).
+    /// Parses a patch strictly (its size was checked by [`Proposals::patch_bytes`]).
     fn checked_patch(&self, patch: &[u8]) -> Result<Patch, ServiceError> {
         if patch.is_empty() {
             return Err(ServiceError::invalid_field("patch", "patch is empty"));
@@ -222,7 +223,7 @@ impl Service {
         for resource in held {
             let span = match &resource {
                 ResourceId::Symbol { .. } => {
-                    Self::inspect(worktree.to_path_buf(), resource.clone())
+                    Claims::inspect(worktree.to_path_buf(), resource.clone())
                         .await
                         .ok()
                         .and_then(|(_, span)| span)
@@ -297,7 +298,7 @@ impl Service {
         self.create_proposal_as(actor, p, None).await
     }
 
-    /// [`Service::proposal_create`], for a compensation of the applied transaction
+    /// [`Proposals::proposal_create`], for a compensation of the applied transaction
     /// `compensates` when given.
     pub(in crate::engine::governed) async fn create_proposal_as(
         &self,
@@ -305,7 +306,9 @@ impl Service {
         p: ProposalCreateParams,
         compensates: Option<String>,
     ) -> Result<crate::wire::ProposalReply, ServiceError> {
-        let worktree = self.governed(actor, &p.workspace_id, Permission::Propose)?;
+        let worktree = self
+            .ctx
+            .governed(actor, &p.workspace_id, Permission::Propose)?;
         let k = Keyed::new(
             "proposal.create",
             &p.idempotency_key,
@@ -363,7 +366,7 @@ impl Service {
         let raw = self.patch_bytes(p.patch.clone(), p.patch_base64.clone())?;
         let patch = self.checked_patch(&raw)?;
         let author = actor.key();
-        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
             let row = self.proposal_in(&p.workspace_id, &id).await?;
             return self.proposal_reply(&row).await;
         }
@@ -373,7 +376,7 @@ impl Service {
             .await?;
         let bytes = raw.len() as i64;
         let revision = self.store_patch(raw).await?;
-        let now = self.now_rfc3339();
+        let now = self.ctx.now_rfc3339();
         let proposal_id = format!("prp_{}", crate::ids::new_creation_key());
         let ids: Vec<String> = affected.iter().map(ResourceId::id).collect();
         let record = Record {
@@ -438,7 +441,9 @@ impl Service {
         actor: &Actor,
         p: ProposalAttachParams,
     ) -> Result<crate::wire::ProposalReply, ServiceError> {
-        let worktree = self.governed(actor, &p.workspace_id, Permission::Propose)?;
+        let worktree = self
+            .ctx
+            .governed(actor, &p.workspace_id, Permission::Propose)?;
         let k = Keyed::new(
             "proposal.attach_patch",
             &p.idempotency_key,
@@ -450,7 +455,7 @@ impl Service {
         let raw = self.patch_bytes(p.patch.clone(), p.patch_base64.clone())?;
         let patch = self.checked_patch(&raw)?;
         let author = actor.key();
-        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
             let row = self.proposal_in(&p.workspace_id, &id).await?;
             return self.proposal_reply(&row).await;
         }
@@ -493,7 +498,7 @@ impl Service {
             .await?;
         let bytes = raw.len() as i64;
         let revision = self.store_patch(raw).await?;
-        let now = self.now_rfc3339();
+        let now = self.ctx.now_rfc3339();
         let ids: Vec<String> = affected.iter().map(ResourceId::id).collect();
         let mut record = Self::record_of(&row)?;
         record.affected_resources = ids.clone();
@@ -504,7 +509,9 @@ impl Service {
             .iter()
             .flat_map(|f| f.paths().map(str::to_string))
             .collect();
-        let ws = self.authorize(actor, &p.workspace_id, Permission::Propose)?;
+        let ws = self
+            .ctx
+            .authorize(actor, &p.workspace_id, Permission::Propose)?;
         let plan = self.plan(ws, &row.author, &revision, record.risk, &paths);
         let plan = serde_json::to_string(&plan).expect("a review plan serializes");
         let next = RevisionRow {
@@ -542,15 +549,18 @@ impl Service {
         let method = match event {
             ProposalEvent::Reject => {
                 if self
+                    .ctx
                     .governed(actor, &p.workspace_id, Permission::Review)
                     .is_err()
                 {
-                    self.governed(actor, &p.workspace_id, Permission::Admin)?;
+                    self.ctx
+                        .governed(actor, &p.workspace_id, Permission::Admin)?;
                 }
                 "proposal.reject"
             }
             ProposalEvent::RequestReview | ProposalEvent::Withdraw => {
-                self.governed(actor, &p.workspace_id, Permission::Propose)?;
+                self.ctx
+                    .governed(actor, &p.workspace_id, Permission::Propose)?;
                 if event == ProposalEvent::Withdraw {
                     "proposal.withdraw"
                 } else {
@@ -585,7 +595,7 @@ impl Service {
             (None, _) => {}
         }
         let key = actor.key();
-        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
             let row = self.proposal_in(&p.workspace_id, &id).await?;
             return self.transition_reply(&row, event).await;
         }
@@ -610,7 +620,7 @@ impl Service {
             | ProposalEvent::Accept => {}
         }
         row.status.on(event)?;
-        let now = self.now_rfc3339();
+        let now = self.ctx.now_rfc3339();
         let mut record = Self::record_of(&row)?;
         record.updated_at = now.clone();
         if p.reason_md.is_some() {
@@ -623,7 +633,9 @@ impl Service {
         });
         // Requesting review persists the plan of the current revision with the transition.
         let plan = if event == ProposalEvent::RequestReview {
-            let ws = self.authorize(actor, &p.workspace_id, Permission::Propose)?;
+            let ws = self
+                .ctx
+                .authorize(actor, &p.workspace_id, Permission::Propose)?;
             let paths = self.touched_paths(&row.current_revision).await?;
             let plan = self.plan(ws, &row.author, &row.current_revision, record.risk, &paths);
             Some(serde_json::to_string(&plan).expect("a review plan serializes"))

@@ -6,7 +6,8 @@ use super::super::requests::parse_cursor;
 use crate::config::Permission;
 use crate::domain::claim::Span;
 use crate::domain::proposal::is_revision;
-use crate::engine::service::{Actor, Service, ServiceError};
+use crate::engine::governed::Proposals;
+use crate::engine::service::{Actor, ServiceError};
 use crate::limits;
 use crate::patch::{ChangeKind, FileChange, Patch};
 use crate::wire::{PreviewPart, ProposalPreviewParams};
@@ -52,14 +53,16 @@ fn changed_spans(f: &FileChange) -> Vec<Span> {
         .collect()
 }
 
-impl Service {
+impl Proposals {
     /// `proposal.preview`.
     pub async fn proposal_preview(
         &self,
         actor: &Actor,
         p: ProposalPreviewParams,
     ) -> Result<crate::wire::PreviewReply, ServiceError> {
-        let worktree = self.governed(actor, &p.workspace_id, Permission::View)?;
+        let worktree = self
+            .ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
         let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
         let revision = p.revision.clone().unwrap_or(row.current_revision.clone());
         if !is_revision(&revision) {
@@ -80,7 +83,7 @@ impl Service {
             ServiceError::internal(format!("stored revision {revision} no longer parses: {e}"))
         })?;
         let head = {
-            let repo = self.repo(&p.workspace_id).clone();
+            let repo = self.ctx.repo(&p.workspace_id).clone();
             tokio::task::spawn_blocking(move || repo.resolve_commit("HEAD").ok())
                 .await
                 .expect("rev-parse does not panic")

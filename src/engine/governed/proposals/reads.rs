@@ -3,14 +3,15 @@
 use super::super::requests::{next_cursor, page_limit, parse_cursor};
 use super::Record;
 use crate::config::Permission;
-use crate::engine::service::{Actor, Service, ServiceError};
+use crate::engine::governed::Proposals;
+use crate::engine::service::{Actor, ServiceError};
 use crate::store::proposals::{ProposalFilter, ProposalRow};
 use crate::wire::{
     ListOrder, ProposalGetReply, ProposalListParams, ProposalListReply, ProposalParams,
     ProposalReply,
 };
 
-impl Service {
+impl Proposals {
     pub(in crate::engine::governed) async fn proposal_in(
         &self,
         workspace_id: &str,
@@ -102,7 +103,8 @@ impl Service {
         actor: &Actor,
         p: ProposalParams,
     ) -> Result<ProposalGetReply, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
         let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
         let bytes = self.read_patch(&row.current_revision).await?;
         let patch = crate::patch::parse(&bytes).map_err(|e| {
@@ -148,7 +150,8 @@ impl Service {
         actor: &Actor,
         p: ProposalListParams,
     ) -> Result<ProposalListReply, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
         let limit = page_limit(p.limit)?;
         let after = parse_cursor("prc_", p.cursor.as_deref())?;
         let rows = self

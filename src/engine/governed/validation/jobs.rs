@@ -4,7 +4,7 @@
 
 use super::{PostImage, Record};
 use crate::apply::{Fingerprint, Image};
-use crate::engine::service::Service;
+use crate::engine::governed::Validations;
 use crate::limits;
 use crate::verification::Status;
 
@@ -56,7 +56,7 @@ fn image_mode(i: &Image) -> Option<&'static str> {
     }
 }
 
-impl Service {
+impl Validations {
     /// The sandboxed dry run: fills `rec`'s pre- and post-images, or says why it failed.
     pub(super) async fn dry_run(
         &self,
@@ -104,7 +104,7 @@ impl Service {
             .collect();
 
         // The job's input: pre/<path> for each existing pre-image, their modes, the patch.
-        let repo = self.repo(workspace_id).clone();
+        let repo = self.ctx.repo(workspace_id).clone();
         let patch_bytes = bytes.to_vec();
         let pre2 = pre.clone();
         let commit = tokio::task::spawn_blocking(move || -> Result<String, String> {
@@ -152,7 +152,7 @@ impl Service {
         let prepared = self
             .ctx
             .prepare_commit(
-                self.repo(workspace_id).clone(),
+                self.ctx.repo(workspace_id).clone(),
                 commit,
                 crate::config::GIT_PROFILE,
                 vec!["bash".into(), "-c".into(), DRY_RUN_SCRIPT.into()],
@@ -240,7 +240,7 @@ impl Service {
         })
         .await
         .expect("judging symlinks does not panic")?;
-        let repo = self.repo(workspace_id).clone();
+        let repo = self.ctx.repo(workspace_id).clone();
         let changed = changed_paths.clone();
         let post_images = tokio::task::spawn_blocking(move || -> Result<Vec<PostImage>, String> {
             changed
@@ -288,7 +288,7 @@ impl Service {
         checks: &[crate::domain::policy::RequiredCheck],
         rec: &mut Record,
     ) -> Result<(), String> {
-        let repo = self.repo(workspace_id).clone();
+        let repo = self.ctx.repo(workspace_id).clone();
         let head = rec.worktree_head.clone();
         let edits: Vec<(String, Option<(String, crate::domain::git::FileMode)>)> = rec
             .post_images
@@ -367,7 +367,7 @@ impl Service {
             let prepared = self
                 .ctx
                 .prepare_commit(
-                    self.repo(workspace_id).clone(),
+                    self.ctx.repo(workspace_id).clone(),
                     commit.clone(),
                     profile,
                     argv.clone(),
@@ -389,7 +389,7 @@ impl Service {
                     verification_id: id,
                 });
             }
-            self.spawn_worker(started);
+            self.jobs.spawn(started);
         }
         Ok(())
     }

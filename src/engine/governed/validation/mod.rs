@@ -11,7 +11,8 @@ use crate::apply::Fingerprint;
 use crate::config::Permission;
 use crate::domain::claim::{ClaimState, ResourceId};
 use crate::domain::validation::{StageEvent, StageName, StageState};
-use crate::engine::service::{Actor, Service, ServiceError};
+use crate::engine::governed::{Claims, Proposals, Validations};
+use crate::engine::service::{Actor, ServiceError};
 use crate::patch::coverage::Held;
 use crate::store::applies::ValidationRow;
 use crate::verification::Status;
@@ -130,7 +131,7 @@ fn stage(name: StageName, event: StageEvent, reason: impl Into<String>, t: Insta
     }
 }
 
-impl Service {
+impl Validations {
     /// The claims among `held` whose resource changed since the grant: its hash now differs
     /// from the hash recorded with the grant (an unreadable resource counts as changed).
     pub(super) async fn stale_among(
@@ -142,7 +143,7 @@ impl Service {
             let r: super::claims::Record = serde_json::from_str(&c.record)
                 .map_err(|e| ServiceError::record("a claim record", e))?;
             let resource = ResourceId::parse(&c.resource_id).map_err(ServiceError::internal)?;
-            let current = Self::current_hash(worktree.to_path_buf(), resource)
+            let current = Claims::current_hash(worktree.to_path_buf(), resource)
                 .await
                 .ok()
                 .flatten();
@@ -179,56 +180,6 @@ impl Service {
         Ok((row, rec))
     }
 
-    /// The tests stage now, from its verifications: (state, reason, all passed).
-    pub(super) async fn tests_state(
-        &self,
-        rec: &Record,
-    ) -> Result<(StageState, String, bool), ServiceError> {
-        // Only a running tests stage is judged from its verifications; one recorded settled
-        // (skipped, or failed to start) keeps its outcome. Nothing that ran is never "every
-        // test passed" (the verdict calls it missing).
-        match rec.stages.iter().find(|s| s.name == StageName::Tests) {
-            Some(s) if s.state == StageState::Running && !rec.test_verifications.is_empty() => {}
-            Some(s) => return Ok((s.state, s.reason.clone(), false)),
-            None => return Ok((StageState::Skipped, "no expected tests".into(), false)),
-        }
-        let mut running = 0;
-        let mut bad = vec![];
-        for id in &rec.test_verifications {
-            let v = self
-                .ctx
-                .data
-                .store
-                .get(id)
-                .await?
-                .ok_or_else(|| ServiceError::internal(format!("verification {id} is gone")))?;
-            match v.status {
-                Status::Running => running += 1,
-                Status::Passed => {}
-                other => bad.push(format!("{id} {}", other.as_str())),
-            }
-        }
-        Ok(if !bad.is_empty() {
-            (
-                StageState::Failed,
-                format!("did not pass: {}", bad.join(", ")),
-                false,
-            )
-        } else if running > 0 {
-            (
-                StageState::Running,
-                format!("{running} still running"),
-                false,
-            )
-        } else {
-            (
-                StageState::Executed,
-                "every expected test passed".into(),
-                true,
-            )
-        })
-    }
-
     /// The validation as the API shows it (the tests stage as it is now), in its reply.
     pub(super) async fn validation_reply(
         &self,
@@ -246,7 +197,7 @@ impl Service {
         row: &ValidationRow,
         rec: &Record,
     ) -> Result<ValidationView, ServiceError> {
-        let (tstate, treason, _) = self.tests_state(rec).await?;
+        let (tstate, treason, _) = tests_state(&self.ctx, rec).await?;
         let mut stages = rec.stages.clone();
         if let Some(t) = stages.iter_mut().find(|s| s.name == StageName::Tests)
             && t.state == StageState::Running
@@ -314,7 +265,8 @@ impl Service {
         actor: &Actor,
         p: ValidationShowParams,
     ) -> Result<ValidationReply, ServiceError> {
-        self.governed(actor, &p.workspace_id, Permission::View)?;
+        self.ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
         let (row, rec) = self
             .validation_in(&p.workspace_id, &p.validation_id)
             .await?;
@@ -328,7 +280,7 @@ impl Service {
         workspace_id: &str,
         proposal_id: &str,
     ) -> Result<Vec<ValidationView>, ServiceError> {
-        self.governed(actor, workspace_id, Permission::View)?;
+        self.ctx.governed(actor, workspace_id, Permission::View)?;
         let mut out = vec![];
         for row in self.ctx.data.store.validations_of(proposal_id).await? {
             if row.workspace_id != workspace_id {
@@ -349,14 +301,16 @@ impl Service {
         self.validate_for(actor, p, None).await
     }
 
-    /// [`Service::patch_validate`], recording the transaction whose retry it is made for.
+    /// [`Validations::patch_validate`], recording the transaction whose retry it is made for.
     pub(super) async fn validate_for(
         &self,
         actor: &Actor,
         p: ValidateParams,
         for_transaction: Option<String>,
     ) -> Result<ValidationReply, ServiceError> {
-        let worktree = self.governed(actor, &p.workspace_id, Permission::View)?;
+        let worktree = self
+            .ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
         let k = Keyed::new(
             "patch.validate",
             &p.idempotency_key,
@@ -365,13 +319,17 @@ impl Service {
                 ..p.clone()
             },
         )?;
-        if let Some(id) = self.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
             let (row, rec) = self.validation_in(&p.workspace_id, &id).await?;
             return self.validation_reply(&row, &rec).await;
         }
-        let prop = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
+        let prop = self
+            .proposals
+            .proposal_in(&p.workspace_id, &p.proposal_id)
+            .await?;
         let may = actor.key() == prop.author
             || self
+                .ctx
                 .authorize(actor, &p.workspace_id, Permission::Apply)
                 .is_ok();
         if !may {
@@ -395,7 +353,7 @@ impl Service {
                 prop.status.as_str()
             )));
         }
-        let precord = Self::record_of(&prop)?;
+        let precord = Proposals::record_of(&prop)?;
         let affected: Vec<ResourceId> = precord
             .affected_resources
             .iter()
@@ -412,7 +370,7 @@ impl Service {
             created_at: crate::ids::rfc3339(now),
             expires_at: crate::ids::rfc3339(now + ttl),
             worktree_head: {
-                let repo = self.repo(&p.workspace_id).clone();
+                let repo = self.ctx.repo(&p.workspace_id).clone();
                 tokio::task::spawn_blocking(move || repo.resolve_commit("HEAD").ok())
                     .await
                     .expect("rev-parse does not panic")
@@ -506,7 +464,7 @@ impl Service {
 
         // artifact and parse.
         let t = Instant::now();
-        let bytes = match self.read_patch(&p.revision).await {
+        let bytes = match self.proposals.read_patch(&p.revision).await {
             Ok(b) => {
                 rec.stages.push(stage(
                     StageName::Artifact,
@@ -567,7 +525,7 @@ impl Service {
                         ResourceId::parse(&c.resource_id).map_err(ServiceError::internal)?;
                     let span = match &resource {
                         ResourceId::Symbol { .. } => {
-                            Self::inspect(worktree.clone(), resource.clone())
+                            Claims::inspect(worktree.clone(), resource.clone())
                                 .await
                                 .ok()
                                 .and_then(|(_, s)| s)
@@ -667,8 +625,10 @@ impl Service {
 
         // policy, reported.
         let t = Instant::now();
-        let ws = self.authorize(actor, &p.workspace_id, Permission::View)?;
-        let verdict = self.verdict(ws, &prop, precord.risk).await?;
+        let ws = self
+            .ctx
+            .authorize(actor, &p.workspace_id, Permission::View)?;
+        let verdict = self.proposals.verdict(ws, &prop, precord.risk).await?;
         rec.stages.push(stage(
             StageName::Policy,
             StageEvent::Pass,
@@ -694,10 +654,75 @@ impl Service {
             .insert_validation(
                 row.clone(),
                 &actor.key(),
-                &self.now_rfc3339(),
+                &self.ctx.now_rfc3339(),
                 k.binding(&p.workspace_id, actor, &validation_id),
             )
             .await?;
         self.validation_reply(&row, &rec).await
     }
+}
+/// The tests stage now, from its verifications: (state, reason, all passed).
+pub(super) async fn tests_state(
+    ctx: &crate::engine::Context,
+    rec: &Record,
+) -> Result<(StageState, String, bool), ServiceError> {
+    // Only a running tests stage is judged from its verifications; one recorded settled
+    // (skipped, or failed to start) keeps its outcome. Nothing that ran is never "every
+    // test passed" (the verdict calls it missing).
+    match rec.stages.iter().find(|s| s.name == StageName::Tests) {
+        Some(s) if s.state == StageState::Running && !rec.test_verifications.is_empty() => {}
+        Some(s) => return Ok((s.state, s.reason.clone(), false)),
+        None => return Ok((StageState::Skipped, "no expected tests".into(), false)),
+    }
+    let mut running = 0;
+    let mut bad = vec![];
+    for id in &rec.test_verifications {
+        let v = ctx
+            .data
+            .store
+            .get(id)
+            .await?
+            .ok_or_else(|| ServiceError::internal(format!("verification {id} is gone")))?;
+        match v.status {
+            Status::Running => running += 1,
+            Status::Passed => {}
+            other => bad.push(format!("{id} {}", other.as_str())),
+        }
+    }
+    Ok(if !bad.is_empty() {
+        (
+            StageState::Failed,
+            format!("did not pass: {}", bad.join(", ")),
+            false,
+        )
+    } else if running > 0 {
+        (
+            StageState::Running,
+            format!("{running} still running"),
+            false,
+        )
+    } else {
+        (
+            StageState::Executed,
+            "every expected test passed".into(),
+            true,
+        )
+    })
+}
+
+/// Test evidence of the current revision: the newest complete validation's tests.
+pub(super) async fn test_evidence(
+    ctx: &crate::engine::Context,
+    rec: &Record,
+) -> Result<Option<crate::domain::policy::TestEvidence>, ServiceError> {
+    let (state, _, passed) = tests_state(ctx, rec).await?;
+    Ok(match state {
+        StageState::Running => None,
+        StageState::Executed | StageState::Skipped | StageState::Failed => {
+            Some(crate::domain::policy::TestEvidence {
+                all_passed: passed,
+                verification_ids: rec.test_verifications.clone(),
+            })
+        }
+    })
 }
