@@ -217,6 +217,7 @@ impl Daemon {
         // and settled with its artifact.
         let unsettled = self
             .service
+            .integration
             .cancel_all_workers(limits::SHUTDOWN_SETTLE_WAIT)
             .await;
         if unsettled > 0 {

@@ -478,50 +478,78 @@ async fn dispatch(
 ) -> Result<Reply, ServiceError> {
     Ok(match method {
         "evidence.record" => Reply::Value(
-            json!({"evidence": to(&svc.evidence_record(actor, parse(method, body)?).await?)}),
+            json!({"evidence": to(&svc.integration.evidence_record(actor, parse(method, body)?).await?)}),
         ),
         "evidence.show" => Reply::Value(
-            json!({"evidence": to(&svc.evidence_show(actor, parse(method, body)?).await?)}),
+            json!({"evidence": to(&svc.integration.evidence_show(actor, parse(method, body)?).await?)}),
         ),
         "integration.prepare" => {
-            candidate(svc, svc.prepare(actor, parse(method, body)?).await?).await?
+            candidate(
+                svc,
+                svc.integration.prepare(actor, parse(method, body)?).await?,
+            )
+            .await?
         }
         "integration.show" => show(svc, bodies, actor, parse(method, body)?).await?,
-        "integration.list" => {
-            Reply::Value(json!({"candidates": to(&svc.list(actor, parse(method, body)?).await?)}))
-        }
-        "integration.patch" => Reply::Value(to(&svc.patch(actor, parse(method, body)?).await?)),
-        "integration.conflict" => {
-            Reply::Value(to(&svc.conflict(actor, parse(method, body)?).await?))
-        }
+        "integration.list" => Reply::Value(
+            json!({"candidates": to(&svc.integration.list(actor, parse(method, body)?).await?)}),
+        ),
+        "integration.patch" => Reply::Value(to(&svc
+            .integration
+            .patch(actor, parse(method, body)?)
+            .await?)),
+        "integration.conflict" => Reply::Value(to(&svc
+            .integration
+            .conflict(actor, parse(method, body)?)
+            .await?)),
         "integration.resolve" => {
-            candidate(svc, svc.resolve(actor, parse(method, body)?).await?).await?
+            candidate(
+                svc,
+                svc.integration.resolve(actor, parse(method, body)?).await?,
+            )
+            .await?
         }
         "integration.verify" => {
-            candidate(svc, svc.verify(actor, parse(method, body)?).await?).await?
+            candidate(
+                svc,
+                svc.integration.verify(actor, parse(method, body)?).await?,
+            )
+            .await?
         }
         "integration.cancel_verification" => {
             candidate(
                 svc,
-                svc.cancel_verification(actor, parse(method, body)?).await?,
+                svc.integration
+                    .cancel_verification(actor, parse(method, body)?)
+                    .await?,
             )
             .await?
         }
         "integration.request_delivery" => {
             candidate(
                 svc,
-                svc.request_delivery(actor, parse(method, body)?).await?,
+                svc.integration
+                    .request_delivery(actor, parse(method, body)?)
+                    .await?,
             )
             .await?
         }
         "integration.decide" => {
-            candidate(svc, svc.decide(actor, parse(method, body)?).await?).await?
+            candidate(
+                svc,
+                svc.integration.decide(actor, parse(method, body)?).await?,
+            )
+            .await?
         }
         "integration.deliver" => {
-            candidate(svc, svc.deliver(actor, parse(method, body)?).await?).await?
+            candidate(
+                svc,
+                svc.integration.deliver(actor, parse(method, body)?).await?,
+            )
+            .await?
         }
         "integration.delete" => {
-            svc.delete(actor, parse(method, body)?).await?;
+            svc.integration.delete(actor, parse(method, body)?).await?;
             Reply::Value(json!({}))
         }
         "claim.acquire" => Reply::Value(to(&svc
@@ -741,8 +769,8 @@ async fn show(
     struct Wrapped<'a> {
         candidate: &'a crate::candidate::Candidate,
     }
-    let (version, c) = svc.show_shared(actor, p).await?;
-    let views = svc.verification_views(&c.candidate_id).await?;
+    let (version, c) = svc.integration.show_shared(actor, p).await?;
+    let views = svc.integration.verification_views(&c.candidate_id).await?;
     let verifications = serde_json::to_vec(&views).expect("verifications serialize");
     if let Some(body) = bodies.get(&c.candidate_id, version, &verifications) {
         return Ok(Reply::Shared(body));
@@ -780,7 +808,7 @@ async fn candidate(svc: &Service, c: crate::candidate::Candidate) -> Result<Repl
     struct Wrapped<'a> {
         candidate: &'a crate::candidate::Candidate,
     }
-    let c = svc.hydrate(c).await?;
+    let c = svc.integration.hydrate(c).await?;
     Ok(Reply::Json(
         serde_json::to_vec(&Wrapped { candidate: &c }).expect("a candidate serializes"),
     ))

@@ -1,6 +1,8 @@
 //! The daemon's service: authenticated actors, permissions, the admission seam, and the error
-//! codes every API call maps to. The workflows are `impl Service` blocks in
-//! [`super::integration`]'s modules; what they share is the [`Context`].
+//! codes every API call maps to. [`Service`] holds one value per workflow ([`Integration`],
+//! the governed path's `Claims`, `Proposals`, `Validations` and `Applies`, the runner's
+//! `Jobs`); what they share is the [`Context`] (authorization and idempotency bindings are its
+//! methods).
 
 use super::Context;
 use crate::config::{Config, Permission, TokenSubject, Workspace};
@@ -229,19 +231,15 @@ pub fn default_admission() -> AdmissionFn {
     })
 }
 
-/// The daemon's service: the shared [`Context`] plus what only the daemon has (admission
-/// policy, the verification workers, per-candidate locks, read caches, the first asynchronous
-/// persistence failure). Each workflow is an `impl Service` block in its own module.
+/// The daemon's service: one value per workflow, each holding the context and only the
+/// workflows it calls. The API dispatches to the workflow a method names.
 pub struct Service {
     pub ctx: Context,
-    pub admission: AdmissionFn,
     /// Verifications in the background (candidates' and validations' tests), at most
     /// `max_concurrent_verifications` at once.
     pub jobs: Arc<super::jobs::Jobs>,
-    candidate_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// Parsed candidate records by id, each with the stored version it was parsed from; reads
-    /// use an entry only while the store still holds that version.
-    pub(crate) read_cache: Mutex<HashMap<String, (u64, Arc<crate::candidate::Candidate>)>>,
+    /// Candidate integration: prepare, resolve, verify, evidence, delivery.
+    pub integration: Integration,
     /// The governed path's workflows.
     pub claims: crate::engine::governed::Claims,
     pub proposals: crate::engine::governed::Proposals,
@@ -258,11 +256,15 @@ impl Service {
             validations: crate::engine::governed::Validations::new(proposals.clone(), jobs.clone()),
             applies: crate::engine::governed::Applies::new(proposals.clone(), jobs.clone()),
             proposals,
+            integration: Integration {
+                ctx: ctx.clone(),
+                admission,
+                jobs: jobs.clone(),
+                candidate_locks: Arc::default(),
+                read_cache: Arc::default(),
+            },
             jobs,
             ctx,
-            admission,
-            candidate_locks: Mutex::new(HashMap::new()),
-            read_cache: Mutex::new(HashMap::new()),
         }
     }
 
@@ -270,7 +272,25 @@ impl Service {
     pub fn persistence_failure(&self) -> Option<String> {
         self.jobs.persistence_failure()
     }
+}
 
+/// A parsed candidate and the stored version it was parsed from.
+pub(crate) type CachedCandidate = (u64, Arc<crate::candidate::Candidate>);
+
+/// Candidate integration: the admission policy, the jobs its verifications run on,
+/// per-candidate locks and the parsed-candidate read cache.
+#[derive(Clone)]
+pub struct Integration {
+    pub ctx: Context,
+    pub admission: AdmissionFn,
+    pub(crate) jobs: Arc<super::jobs::Jobs>,
+    candidate_locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    /// Parsed candidate records by id, each with the stored version it was parsed from; reads
+    /// use an entry only while the store still holds that version.
+    pub(crate) read_cache: Arc<Mutex<HashMap<String, CachedCandidate>>>,
+}
+
+impl Integration {
     /// Drops per-candidate locks nobody holds or waits for; returns how many.
     pub fn prune_candidate_locks(&self) -> usize {
         let mut locks = self

@@ -2,7 +2,7 @@
 
 use super::*;
 
-impl Service {
+impl Integration {
     /// Applies inputs from `next_input` until a conflict or the end (then freezes). `owned` is
     /// the current value of every candidate-owned ref ([`owned_ref_names`]), when the caller
     /// just read or wrote them; otherwise they are read here. Each outcome ends in one ref

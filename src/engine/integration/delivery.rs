@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl Service {
+impl Integration {
     /// Checks a selected verification is still valid evidence for `rev` at `now`.
     pub(super) fn check_selected(
         &self,

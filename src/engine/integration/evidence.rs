@@ -4,7 +4,7 @@
 use crate::artifacts::write_atomic;
 use crate::candidate::{self, EvidencePacket, EvidenceSource, MAX_TRANSCRIPT_BYTES};
 use crate::config::{Permission, is_identifier};
-use crate::engine::service::{Actor, Service, ServiceError, blocking, parse_time};
+use crate::engine::service::{Actor, Integration, ServiceError, blocking, parse_time};
 use crate::staging::plumbing::RefOp;
 use crate::store::{Binding, Inserted};
 use crate::wire::{RecordParams, ShowParams};
@@ -26,7 +26,7 @@ pub fn evidence_ref_name(evidence_ref: &str) -> String {
     format!("refs/airlock/evidence/{evidence_ref}")
 }
 
-impl Service {
+impl Integration {
     fn evidence_dir(&self) -> PathBuf {
         self.ctx.data.layout.evidence()
     }

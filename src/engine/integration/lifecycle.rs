@@ -2,7 +2,7 @@
 
 use super::*;
 
-impl Service {
+impl Integration {
     /// `integration.delete`: persists the `deleting` fence, then removes owned refs and files.
     pub async fn delete(&self, actor: &Actor, p: CandidateParams) -> Result<(), ServiceError> {
         self.ctx

@@ -32,7 +32,8 @@ use crate::config::Permission;
 use crate::domain::git::{FileMode, ObjectKind};
 use crate::engine::runner::pipeline::{CandidateLink, RunError, Step};
 use crate::engine::service::{
-    Actor, Admission, Admitted, Operation, Service, ServiceError, SystemTask, blocking, parse_time,
+    Actor, Admission, Admitted, Integration, Operation, ServiceError, SystemTask, blocking,
+    parse_time,
 };
 use crate::limits;
 use crate::staging::Repo;
@@ -60,7 +61,7 @@ pub(crate) struct Loaded {
 /// as long as this value lives), loaded and admitted, and whether this exact request (same
 /// actor, key and parameters) already completed, in which case the caller answers with the
 /// current candidate. The same key with other parameters is `conflict` before anything is
-/// loaded for change. [`Service::save_mutation`] is the end of every such mutation.
+/// loaded for change. [`Integration::save_mutation`] is the end of every such mutation.
 pub(crate) struct Begun {
     pub(crate) l: Loaded,
     pub(crate) replayed: bool,
@@ -109,7 +110,7 @@ impl MutationKey {
     }
 }
 
-impl Service {
+impl Integration {
     pub(super) fn candidate_dir(&self, cid: &str) -> PathBuf {
         self.ctx.data.layout.candidate_dir(cid)
     }
@@ -157,7 +158,7 @@ impl Service {
         })
     }
 
-    /// The end of an idempotent mutation begun with [`Service::begin_mutation`]: records it in
+    /// The end of an idempotent mutation begun with [`Integration::begin_mutation`]: records it in
     /// the candidate's history and saves the candidate together with the idempotency binding,
     /// in one compare-and-set on the version loaded at the beginning.
     pub(crate) async fn save_mutation(
@@ -267,7 +268,7 @@ impl Service {
         )
     }
 
-    /// [`Service::owned_evidence_problem`] on the blocking pool, for hot read paths: the checks
+    /// [`Integration::owned_evidence_problem`] on the blocking pool, for hot read paths: the checks
     /// run on shared copies, so no async worker blocks and none hands its core off (as
     /// `block_in_place` would, on every call).
     pub(super) async fn owned_evidence_problem_off_runtime(
@@ -283,7 +284,7 @@ impl Service {
     }
 
     /// The candidate record alone (no journal), shared: parsed once per stored version and
-    /// kept in [`Service::read_cache`]. For reads only; a change always goes through `load`.
+    /// kept in [`Integration::read_cache`]. For reads only; a change always goes through `load`.
     pub(crate) async fn load_shared(
         &self,
         workspace_id: &str,

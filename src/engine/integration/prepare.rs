@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl Service {
+impl Integration {
     /// `integration.prepare`.
     pub async fn prepare(
         &self,

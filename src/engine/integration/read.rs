@@ -2,14 +2,14 @@
 
 use super::*;
 
-impl Service {
+impl Integration {
     /// `integration.show`. A candidate whose owned evidence is gone becomes `unavailable`.
     pub async fn show(&self, actor: &Actor, p: CandidateParams) -> Result<Candidate, ServiceError> {
         let (_, c) = self.show_shared(actor, p).await?;
         Ok(std::sync::Arc::unwrap_or_clone(c))
     }
 
-    /// [`Service::show`] as a shared value with its stored version. The common path takes no
+    /// [`Integration::show`] as a shared value with its stored version. The common path takes no
     /// lock, parses the record once per version, and asks about the owned refs with remembered
     /// answers (no git process while nothing changed); only a state change takes the lock.
     pub async fn show_shared(

@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl Service {
+impl Integration {
     /// `integration.resolve`.
     pub async fn resolve(
         &self,

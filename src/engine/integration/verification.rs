@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl Service {
+impl Integration {
     /// Fills `verifications` from the store (the source of truth), with `queued` flags.
     pub async fn hydrate(&self, mut c: Candidate) -> Result<Candidate, ServiceError> {
         c.verifications = self.verification_views(&c.candidate_id).await?;
