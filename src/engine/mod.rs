@@ -5,6 +5,7 @@ pub mod crash;
 pub mod doctor;
 pub mod error;
 pub mod governed;
+pub mod idempotency;
 pub mod integration;
 pub mod jobs;
 pub mod layout;

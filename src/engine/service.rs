@@ -395,46 +395,6 @@ impl Context {
         }
         Ok(ws)
     }
-
-    /// True when this exact request (same actor, operation, key and digest) was already done;
-    /// `conflict` when the key was used with other parameters; false for a new key.
-    pub async fn replayed(
-        &self,
-        workspace_id: &str,
-        actor_key: &str,
-        operation: &str,
-        key: &str,
-        digest: &str,
-    ) -> Result<bool, ServiceError> {
-        Ok(self
-            .bound_result(workspace_id, actor_key, operation, key, digest)
-            .await?
-            .is_some())
-    }
-
-    /// The result id this exact request was bound to, if it was already done; `conflict` when
-    /// the key was used with other parameters; `None` for a new key.
-    pub async fn bound_result(
-        &self,
-        workspace_id: &str,
-        actor_key: &str,
-        operation: &str,
-        key: &str,
-        digest: &str,
-    ) -> Result<Option<String>, ServiceError> {
-        match self
-            .data
-            .store
-            .binding(workspace_id, actor_key, operation, key)
-            .await?
-        {
-            None => Ok(None),
-            Some((bound, result)) if bound == digest => Ok(Some(result)),
-            Some(_) => Err(ServiceError::Conflict(
-                "idempotency_key was already used with different parameters".into(),
-            )),
-        }
-    }
 }
 
 /// Parses an RFC 3339 time written by Airlock.

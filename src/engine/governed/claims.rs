@@ -9,8 +9,8 @@ use crate::domain::claim::{ClaimEvent, ClaimState, ResourceId, extended_expiry};
 use crate::engine::governed::Claims;
 use crate::engine::service::{Actor, ServiceError};
 use crate::limits;
+use crate::store::StoreError;
 use crate::store::claims::{Acquire, Acquired, ClaimRow, Transition};
-use crate::store::{Binding, StoreError};
 use crate::wire::{
     ClaimAcquireParams, ClaimAdminParams, ClaimExtendParams, ClaimKeyedParams, ClaimListParams,
     ClaimListReply, ClaimParams, ClaimReleaseReply, ClaimReply, ClaimView, EventListParams,
@@ -180,8 +180,6 @@ impl Claims {
                 .policy
                 .claims_release_on,
         );
-        crate::candidate::check_idempotency_key(&p.idempotency_key)
-            .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
         check_text("task_id", &p.task_id, true)?;
         for (field, v) in [("session_id", &p.session_id), ("rationale", &p.rationale)] {
             if let Some(v) = v {
@@ -193,23 +191,19 @@ impl Claims {
         let resource = ResourceId::parse(&p.resource_id)
             .map_err(|m| ServiceError::invalid_field("resource_id", m))?;
         let actor_key = actor.key();
-        let digest = crate::candidate::digest(&ClaimAcquireParams {
-            idempotency_key: String::new(),
-            ttl_seconds: Some(ttl),
-            release_on: Some(release_on),
-            ..p.clone()
-        });
-        if let Some(claim_id) = self
-            .ctx
-            .bound_result(
-                &p.workspace_id,
-                &actor_key,
-                "claim.acquire",
-                &p.idempotency_key,
-                &digest,
-            )
-            .await?
-        {
+        // The digest covers the defaults as resolved, so a later change of a default does not
+        // turn a replay into another request.
+        let k = Keyed::new(
+            "claim.acquire",
+            &p.idempotency_key,
+            &ClaimAcquireParams {
+                idempotency_key: String::new(),
+                ttl_seconds: Some(ttl),
+                release_on: Some(release_on),
+                ..p.clone()
+            },
+        )?;
+        if let Some(claim_id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
             let c = self.claim_in(&p.workspace_id, &claim_id).await?;
             return Ok(ClaimReply {
                 claim: self.claim_view(&c)?,
@@ -273,14 +267,7 @@ impl Claims {
                 now: now.unix_timestamp(),
                 now_rfc3339: crate::ids::rfc3339(now),
                 record: serde_json::to_string(&record).expect("a claim record serializes"),
-                binding: Some(Binding {
-                    workspace_id: p.workspace_id.clone(),
-                    actor_key,
-                    operation: "claim.acquire".into(),
-                    idempotency_key: p.idempotency_key.clone(),
-                    digest,
-                    result_id: claim_id,
-                }),
+                binding: Some(k.binding_for(&p.workspace_id, &actor_key, &claim_id)),
             })
             .await?;
         match acquired {

@@ -2,12 +2,11 @@
 //! them, and their one-time resolution.
 
 use super::claims::Record;
-use super::requests::{check_text, next_cursor, page_limit, parse_cursor};
+use super::requests::{Keyed, check_text, next_cursor, page_limit, parse_cursor};
 use crate::config::Permission;
 use crate::domain::claim::{ClaimState, ResourceId};
 use crate::engine::governed::Claims;
 use crate::engine::service::{Actor, ServiceError};
-use crate::store::Binding;
 use crate::wire::{
     ContentionListParams, ContentionState, ContentionView, ResolutionKind, ResolveContentionParams,
 };
@@ -120,23 +119,19 @@ impl Claims {
         use crate::store::contentions::{Resolution, Resolve};
         self.ctx
             .governed(actor, &p.workspace_id, Permission::Admin)?;
-        crate::candidate::check_idempotency_key(&p.idempotency_key)
-            .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
+        let k = Keyed::new(
+            "claim.resolve_contention",
+            &p.idempotency_key,
+            &ResolveContentionParams {
+                idempotency_key: String::new(),
+                ..p.clone()
+            },
+        )?;
         check_text("reason", &p.reason, true)?;
         let actor_key = actor.key();
-        let digest = crate::candidate::digest(&ResolveContentionParams {
-            idempotency_key: String::new(),
-            ..p.clone()
-        });
         if self
             .ctx
-            .bound_result(
-                &p.workspace_id,
-                &actor_key,
-                "claim.resolve_contention",
-                &p.idempotency_key,
-                &digest,
-            )
+            .replay_of(&p.workspace_id, actor, &k)
             .await?
             .is_some()
         {
@@ -254,14 +249,7 @@ impl Claims {
                 actor: actor_key.clone(),
                 now: now.unix_timestamp(),
                 at: crate::ids::rfc3339(now),
-                binding: Some(Binding {
-                    workspace_id: p.workspace_id.clone(),
-                    actor_key,
-                    operation: "claim.resolve_contention".into(),
-                    idempotency_key: p.idempotency_key.clone(),
-                    digest,
-                    result_id: p.contention_id.clone(),
-                }),
+                binding: Some(k.binding_for(&p.workspace_id, &actor_key, &p.contention_id)),
             })
             .await
             .map_err(|e| match e {

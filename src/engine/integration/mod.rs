@@ -30,6 +30,7 @@ use crate::candidate::{
 };
 use crate::config::Permission;
 use crate::domain::git::{FileMode, ObjectKind};
+use crate::engine::idempotency::Keyed;
 use crate::engine::runner::pipeline::{CandidateLink, RunError, Step};
 use crate::engine::service::{
     Actor, Admission, Admitted, Integration, Operation, ServiceError, SystemTask, blocking,
@@ -74,28 +75,21 @@ pub(crate) struct Begun {
 }
 
 /// Who did what with which idempotency key and parameters: the identity of one mutation, from
-/// which both its history entry and its durable binding are made.
+/// which both its history entry and its durable binding are made (the same [`Keyed`] every
+/// workflow binds its calls with).
 #[derive(Debug, Clone)]
 pub(crate) struct MutationKey {
     pub(crate) workspace_id: String,
     pub(crate) actor_key: String,
-    /// `<method>/<candidate_id>`: the operation the idempotency binding is recorded under.
-    pub(crate) operation: String,
-    pub(crate) idempotency_key: String,
-    pub(crate) digest: String,
+    /// Bound under `<method>/<candidate_id>`.
+    pub(crate) keyed: Keyed,
 }
 
 impl MutationKey {
     /// The durable binding of this mutation to its result.
     pub(crate) fn binding(&self, result_id: String) -> Binding {
-        Binding {
-            workspace_id: self.workspace_id.clone(),
-            actor_key: self.actor_key.clone(),
-            operation: self.operation.clone(),
-            idempotency_key: self.idempotency_key.clone(),
-            digest: self.digest.clone(),
-            result_id,
-        }
+        self.keyed
+            .binding_for(&self.workspace_id, &self.actor_key, &result_id)
     }
 
     /// This mutation as an entry of the candidate's history.
@@ -103,8 +97,8 @@ impl MutationKey {
         Mutation {
             actor_key: self.actor_key.clone(),
             operation,
-            idempotency_key: self.idempotency_key.clone(),
-            digest: self.digest.clone(),
+            idempotency_key: self.keyed.key.clone(),
+            digest: self.keyed.digest.clone(),
             result_id,
         }
     }
@@ -127,27 +121,24 @@ impl Integration {
         digest: &str,
     ) -> Result<Begun, ServiceError> {
         let actor_key = actor.key();
-        let operation = format!("{}/{candidate_id}", op.as_str());
+        let keyed = Keyed::with_digest(
+            format!("{}/{candidate_id}", op.as_str()),
+            idempotency_key,
+            digest.to_string(),
+        )?;
         let key = MutationKey {
             workspace_id: workspace_id.to_string(),
             actor_key: actor_key.clone(),
-            operation: operation.clone(),
-            idempotency_key: idempotency_key.to_string(),
-            digest: digest.to_string(),
+            keyed,
         };
         let guard = self.candidate_lock(candidate_id).lock_owned().await;
         let l = self.load(workspace_id, candidate_id).await?;
         let admitted = self.admit_on(actor, op, true, &l.c)?;
         let replayed = self
             .ctx
-            .replayed(
-                workspace_id,
-                &actor_key,
-                &operation,
-                idempotency_key,
-                digest,
-            )
-            .await?;
+            .replay_of(workspace_id, actor, &key.keyed)
+            .await?
+            .is_some();
         Ok(Begun {
             l,
             replayed,
