@@ -4,6 +4,7 @@
 //! with nothing run.
 
 use crate::support::git;
+use crate::support::repo::Fixture;
 use airlock::config::Config;
 use airlock::engine::runner::pipeline::RunRequest;
 use airlock::engine::{Context, DataDir};
@@ -85,21 +86,10 @@ impl JobWorkspace for RecordingJob {
     }
 }
 
-fn repo() -> (tempfile::TempDir, std::path::PathBuf, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let repo = dir.path().join("repo");
-    std::fs::create_dir(&repo).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    std::fs::write(repo.join("README"), "base\n").unwrap();
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-q", "-m", "base"]);
-    let head = git(&repo, &["rev-parse", "HEAD"]);
-    (dir, repo, head)
-}
-
 async fn run_through(refuse_staging: bool, argv: &[&str]) -> (Vec<String>, String, String) {
-    let (dir, repo, head) = repo();
-    let data = DataDir::open(&dir.path().join("data")).await.unwrap();
+    let f = Fixture::new(&[("README", "base\n", false)]);
+    let head = git(&f.repo, &["rev-parse", "HEAD"]);
+    let data = DataDir::open(&f.data).await.unwrap();
     let config = Config::parse("checkout_filesystem = \"directory\"\n").unwrap();
     let log: Log = Arc::default();
     let mut ctx = Context::for_run(
@@ -115,7 +105,7 @@ async fn run_through(refuse_staging: bool, argv: &[&str]) -> (Vec<String>, Strin
     });
     let prepared = ctx
         .prepare(RunRequest {
-            repo,
+            repo: f.repo.clone(),
             rev: "main".into(),
             profile: "default".into(),
             argv: argv.iter().map(|a| a.to_string()).collect(),

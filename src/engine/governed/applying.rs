@@ -10,7 +10,7 @@
 use super::requests::{Keyed, next_cursor, page_limit, parse_cursor};
 use super::reviews::evidence_of;
 use super::validation::Record as ValidationRecord;
-use crate::apply::{self, Change, Image, PathState, Plan};
+use crate::apply::{self, Change, Image, Plan};
 use crate::config::Permission;
 use crate::domain::claim::ClaimState;
 use crate::domain::policy::evaluate;
@@ -40,7 +40,7 @@ pub(super) struct TxRecord {
     #[serde(default)]
     retry_of: Option<String>,
     test_verifications: Vec<String>,
-    rollback_sha256: Option<String>,
+    pub(super) rollback_sha256: Option<String>,
     /// Per path: (before, after) fingerprints once applied.
     pub(super) hashes: Vec<crate::wire::PathHashes>,
     pub(super) blocked_reason: Option<String>,
@@ -720,84 +720,6 @@ impl Applies {
         Ok(TransactionListReply {
             transactions: items,
             next_cursor: next,
-        })
-    }
-
-    /// `transaction.recovery`: each touched path's state from the files, the repository state
-    /// and what control would accept now.
-    pub async fn transaction_recovery(
-        &self,
-        actor: &Actor,
-        p: TransactionParams,
-    ) -> Result<crate::wire::RecoveryView, ServiceError> {
-        let worktree = self
-            .ctx
-            .governed(actor, &p.workspace_id, Permission::View)?;
-        let t = self.tx_in(&p.workspace_id, &p.transaction_id).await?;
-        let r = Self::tx_record(&t)?;
-        let dir = self.ctx.data.layout.transactions();
-        let id = t.transaction_id.clone();
-        let inspected = tokio::task::spawn_blocking(move || {
-            let rb = apply::read_artifact(&dir, &id)?;
-            let root = crate::beneath::Root::open(&worktree)
-                .map_err(|e| apply::ApplyError::Artifact(format!("the worktree: {e}")))?;
-            apply::inspect(&root, &rb)
-        })
-        .await
-        .expect("inspection does not panic");
-        // Without an artifact, only the journal speaks: nothing visible changes before
-        // `installing`, so a transaction that never got there did not start.
-        let never_installed = matches!(
-            t.status,
-            TxState::Prepared | TxState::Failed | TxState::Cancelled
-        );
-        use crate::wire::RepositoryState as R;
-        // The artifact is named by the digest the journal recorded, never by a host path.
-        let named = |e: apply::ApplyError| {
-            let digest = r
-                .rollback_sha256
-                .as_deref()
-                .map_or("never recorded".to_string(), |d| format!("sha256 {d}"));
-            format!("{e} (rollback artifact digest: {digest})")
-        };
-        let (paths, state, artifact_error) = match inspected {
-            Err(e @ apply::ApplyError::ArtifactMissing(_)) if never_installed => {
-                (vec![], R::NotStarted, Some(named(e)))
-            }
-            Err(e) => (vec![], R::Unknown, Some(named(e))),
-            Ok(reports) => {
-                let all = |s: PathState| reports.iter().all(|r| r.state == s);
-                let state = if all(PathState::Post) {
-                    if t.status == TxState::Applied {
-                        R::Applied
-                    } else {
-                        R::PartiallyApplied
-                    }
-                } else if reports
-                    .iter()
-                    .all(|r| matches!(r.state, PathState::Pre | PathState::StagedOnly))
-                {
-                    R::NotStarted
-                } else if reports.iter().any(|r| r.state == PathState::Other) {
-                    if t.status == TxState::Applied {
-                        R::AppliedThenModified
-                    } else {
-                        R::Unknown
-                    }
-                } else {
-                    R::PartiallyApplied
-                };
-                (reports, state, None)
-            }
-        };
-        Ok(crate::wire::RecoveryView {
-            transaction_id: t.transaction_id.clone(),
-            status: t.status,
-            repository_state: state,
-            paths,
-            actions: t.status.actions().to_vec(),
-            blocked_reason: r.blocked_reason,
-            artifact_error,
         })
     }
 }

@@ -39,6 +39,25 @@ pub(super) struct MovedClaim {
     pub(super) changed: bool,
 }
 
+/// Runs `attempt` (a read of a claim, a judgement, and a write checked against the version
+/// read) until its write is not refused for a version only this server read: another change
+/// got in between, so the claim is read and judged again, at most
+/// [`limits::CLAIM_MOVE_ATTEMPTS`] times; the last refusal is answered `conflict`.
+async fn on_fresh_read<T, F, Fut>(attempt: F) -> Result<T, ServiceError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<Result<T, StoreError>, ServiceError>>,
+{
+    let mut n = 1;
+    loop {
+        match attempt().await? {
+            Ok(t) => return Ok(t),
+            Err(StoreError::Conflict(_)) if n < limits::CLAIM_MOVE_ATTEMPTS => n += 1,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 fn check_ttl(ttl: u64) -> Result<(), ServiceError> {
     if !limits::CLAIM_TTL_SECONDS.contains(&ttl) {
         return Err(ServiceError::invalid_field(
@@ -141,28 +160,26 @@ impl Claims {
     where
         F: Fn(&ClaimRow) -> Result<Option<Transition>, ServiceError>,
     {
-        let mut attempt = 1;
-        loop {
+        on_fresh_read(|| async {
             let c = self.claim_in(workspace_id, claim_id).await?;
             let Some(t) = judge(&c)? else {
-                return Ok(MovedClaim {
+                return Ok(Ok(MovedClaim {
                     claim: c,
                     changed: false,
-                });
+                }));
             };
-            match self.ctx.data.store.transition_claim_with(t).await {
-                Ok(claim) => {
-                    return Ok(MovedClaim {
-                        claim,
-                        changed: true,
-                    });
-                }
-                Err(StoreError::Conflict(_)) if attempt < limits::CLAIM_MOVE_ATTEMPTS => {
-                    attempt += 1;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+            Ok(self
+                .ctx
+                .data
+                .store
+                .transition_claim_with(t)
+                .await
+                .map(|claim| MovedClaim {
+                    claim,
+                    changed: true,
+                }))
+        })
+        .await
     }
 
     /// `claim.acquire`.
@@ -311,8 +328,7 @@ impl Claims {
                 claim: self.claim_view(&c)?,
             });
         }
-        let mut attempt = 1;
-        loop {
+        let c = on_fresh_read(|| async {
             let c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
             if c.holder != actor.key() {
                 return Err(ServiceError::PermissionDenied(
@@ -337,7 +353,7 @@ impl Claims {
             }
             r.heartbeat_at = crate::ids::rfc3339(now);
             let expiry = extended_expiry(c.expires_at, now.unix_timestamp(), p.ttl_seconds as i64);
-            let extended = self
+            Ok(self
                 .ctx
                 .data
                 .store
@@ -350,20 +366,12 @@ impl Claims {
                     &crate::ids::rfc3339(now),
                     Some(k.binding(&p.workspace_id, actor, &p.claim_id)),
                 )
-                .await;
-            match extended {
-                Ok(c) => {
-                    return Ok(ClaimReply {
-                        claim: self.claim_view(&c)?,
-                    });
-                }
-                // Our own read went stale (an apply re-based the claim): judge it again.
-                Err(StoreError::Conflict(_)) if attempt < limits::CLAIM_MOVE_ATTEMPTS => {
-                    attempt += 1
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+                .await)
+        })
+        .await?;
+        Ok(ClaimReply {
+            claim: self.claim_view(&c)?,
+        })
     }
 
     /// `claim.release`: by the holder (or an admin, recorded as forced). Releasing a released
@@ -507,8 +515,7 @@ impl Claims {
                 claim: self.claim_view(&c)?,
             });
         }
-        let mut attempt = 1;
-        loop {
+        let c = on_fresh_read(|| async {
             let mut c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
             if c.holder != actor.key() {
                 return Err(ServiceError::PermissionDenied(
@@ -525,7 +532,7 @@ impl Claims {
                 .map_err(|e| ServiceError::record(format!("claim {} record", c.claim_id), e))?;
             r.heartbeat_at = crate::ids::rfc3339(now);
             let record = serde_json::to_string(&r).expect("a claim record serializes");
-            let touched = self
+            Ok(self
                 .ctx
                 .data
                 .store
@@ -536,22 +543,17 @@ impl Claims {
                     k.as_ref()
                         .map(|k| k.binding(&p.workspace_id, actor, &p.claim_id)),
                 )
-                .await;
-            match touched {
-                Ok(version) => {
+                .await
+                .map(|version| {
                     c.version = version;
                     c.record = record;
-                    return Ok(ClaimReply {
-                        claim: self.claim_view(&c)?,
-                    });
-                }
-                // Our own read went stale (an apply re-based the claim): judge it again.
-                Err(StoreError::Conflict(_)) if attempt < limits::CLAIM_MOVE_ATTEMPTS => {
-                    attempt += 1
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+                    c
+                }))
+        })
+        .await?;
+        Ok(ClaimReply {
+            claim: self.claim_view(&c)?,
+        })
     }
 
     /// `claim.suspend`, `claim.revoke` and `claim.force_release`: an admin's actions, each a

@@ -3,15 +3,18 @@
 //! the verified staged files, `prepared` is undone, anything that is neither pre- nor
 //! post-image becomes `needs_attention` with the paths named, and a corrupt rollback artifact
 //! is quarantined, never used. A transaction whose apply is still live (its lock held) is
-//! left alone.
+//! left alone. `transaction.recovery` answers the same judgement for one transaction.
 
 use super::applying::TxRecord;
 use crate::apply;
+use crate::apply::PathState;
+use crate::config::Permission;
 use crate::domain::transaction::FailureCode;
 use crate::domain::transaction::{TxEvent, TxState};
 use crate::engine::governed::Applies;
-use crate::engine::service::ServiceError;
+use crate::engine::service::{Actor, ServiceError};
 use crate::store::applies::TxRow;
+use crate::wire::TransactionParams;
 use serde::Serialize;
 use serde_json::json;
 
@@ -267,4 +270,84 @@ pub struct TxRecovery {
 pub struct TxSettled {
     pub transaction_id: String,
     pub status: TxState,
+}
+
+impl Applies {
+    /// `transaction.recovery`: each touched path's state from the files, the repository state
+    /// and what control would accept now.
+    pub async fn transaction_recovery(
+        &self,
+        actor: &Actor,
+        p: TransactionParams,
+    ) -> Result<crate::wire::RecoveryView, ServiceError> {
+        let worktree = self
+            .ctx
+            .governed(actor, &p.workspace_id, Permission::View)?;
+        let t = self.tx_in(&p.workspace_id, &p.transaction_id).await?;
+        let r = Self::tx_record(&t)?;
+        let dir = self.ctx.data.layout.transactions();
+        let id = t.transaction_id.clone();
+        let inspected = tokio::task::spawn_blocking(move || {
+            let rb = apply::read_artifact(&dir, &id)?;
+            let root = crate::beneath::Root::open(&worktree)
+                .map_err(|e| apply::ApplyError::Artifact(format!("the worktree: {e}")))?;
+            apply::inspect(&root, &rb)
+        })
+        .await
+        .expect("inspection does not panic");
+        // Without an artifact, only the journal speaks: nothing visible changes before
+        // `installing`, so a transaction that never got there did not start.
+        let never_installed = matches!(
+            t.status,
+            TxState::Prepared | TxState::Failed | TxState::Cancelled
+        );
+        use crate::wire::RepositoryState as R;
+        // The artifact is named by the digest the journal recorded, never by a host path.
+        let named = |e: apply::ApplyError| {
+            let digest = r
+                .rollback_sha256
+                .as_deref()
+                .map_or("never recorded".to_string(), |d| format!("sha256 {d}"));
+            format!("{e} (rollback artifact digest: {digest})")
+        };
+        let (paths, state, artifact_error) = match inspected {
+            Err(e @ apply::ApplyError::ArtifactMissing(_)) if never_installed => {
+                (vec![], R::NotStarted, Some(named(e)))
+            }
+            Err(e) => (vec![], R::Unknown, Some(named(e))),
+            Ok(reports) => {
+                let all = |s: PathState| reports.iter().all(|r| r.state == s);
+                let state = if all(PathState::Post) {
+                    if t.status == TxState::Applied {
+                        R::Applied
+                    } else {
+                        R::PartiallyApplied
+                    }
+                } else if reports
+                    .iter()
+                    .all(|r| matches!(r.state, PathState::Pre | PathState::StagedOnly))
+                {
+                    R::NotStarted
+                } else if reports.iter().any(|r| r.state == PathState::Other) {
+                    if t.status == TxState::Applied {
+                        R::AppliedThenModified
+                    } else {
+                        R::Unknown
+                    }
+                } else {
+                    R::PartiallyApplied
+                };
+                (reports, state, None)
+            }
+        };
+        Ok(crate::wire::RecoveryView {
+            transaction_id: t.transaction_id.clone(),
+            status: t.status,
+            repository_state: state,
+            paths,
+            actions: t.status.actions().to_vec(),
+            blocked_reason: r.blocked_reason,
+            artifact_error,
+        })
+    }
 }
