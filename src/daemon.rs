@@ -93,8 +93,8 @@ impl Daemon {
         Self::start_with_admission(config, data_dir, runtime, default_admission()).await
     }
 
-    /// [`Daemon::start_with`] under an embedding server's admission policy (seed 001's
-    /// `AdmissionFunc`) instead of the standalone default.
+    /// [`Daemon::start_with`] under an embedding server's admission policy (the hook an
+    /// orchestrator uses to bound its own agents' work) instead of the standalone default.
     pub async fn start_with_admission(
         config: Config,
         data_dir: &Path,

@@ -1,6 +1,7 @@
 //! Symbol spans from real parsers (tree-sitter grammars for Rust, Python, Go, JavaScript and
 //! TypeScript), read from the worktree's bytes: never the process's working directory, never
-//! a guess. A symbol that cannot be resolved is an error (seed 003 silently kept a zero span).
+//! a guess. A symbol that cannot be resolved is an error, never a zero span
+//! (which would claim nothing while appearing to claim something).
 //!
 //! Names. Every declaration has a qualified name: its enclosing containers and its own name,
 //! joined by `::` in Rust (`mod`, `trait` and `impl` blocks: `Store::open`) and `.` elsewhere

@@ -5,6 +5,7 @@
 //! (Kept out of `api/` on purpose: there, the engine would import the API that calls it.)
 //! Every request type refuses unknown fields; `agent_id`-style identity never comes from here.
 
+mod schemas;
 mod views;
 pub use views::*;
 
@@ -386,7 +387,8 @@ pub struct ContentionListParams {
 
 pub use crate::domain::claim::ContentionState;
 
-/// The resolutions seed 003 names; `split` and `narrow` are refused as unsupported.
+/// How an admin resolves a contention; `split` and `narrow` are refused as unsupported (they
+/// would need the claims' resources rewritten, which no holder asked for).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ResolutionKind {

@@ -1,12 +1,12 @@
-//! Reading a governed worktree without following symlinks: the content hashes of seed 003,
-//! computed beneath the worktree root (never the process's working directory).
+//! Reading a governed worktree without following symlinks: the content hashes claims and
+//! proposals pin (the wire's `current_hash`), computed beneath the worktree root (never the process's working directory).
 //!
 //! - file: SHA-256 hex of the bytes; `None` when the path does not exist;
 //! - line range: the 1-based inclusive lines, split on LF and joined with LF, hashed;
-//!   `None` when the file is missing or the range starts past its end (seed 003's rules);
+//!   `None` when the file is missing or the range starts past its end;
 //! - directory: every non-directory entry below it, sorted by its repository-relative name,
-//!   hashed as name, NUL, bytes, NUL; `.git` (in any spelling) is excluded, which seed 003's
-//!   version wrongly included; `None` when the directory does not exist.
+//!   hashed as name, NUL, bytes, NUL; `.git` (in any spelling) is excluded (it is not
+//!   content: its index and logs change on every read-only git call); `None` when the directory does not exist.
 //!
 //! A symlink is hashed as its target text (what git stores), never followed, so a link cannot
 //! pull bytes from outside the tree into a hash. Sockets, fifos and devices are refused. A

@@ -173,7 +173,7 @@ pub(super) async fn dispatch(
             .proposals
             .proposal_transition(actor, ProposalEvent::RequestReview, parse(method, body)?)
             .await?)),
-        // `patch.reject` is seed 000's name for the same call (one idempotency space).
+        // `patch.reject` is the older clients' name for the same call (one idempotency space).
         "proposal.reject" | "patch.reject" => Reply::Value(to(&svc
             .proposals
             .proposal_transition(

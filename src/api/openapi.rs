@@ -135,7 +135,7 @@ fn operation(m: &Method, config: &crate::config::Config, out: &mut Schemas) -> V
         "description": format!(
             "{}Permission: {}. Request body at most {limit} bytes. {}",
             m.alias_of
-                .map(|of| format!("An alias of {of} (seed 000's name): the same checks, idempotency and answer. "))
+                .map(|of| format!("An alias of {of} (the name older clients send): the same checks, idempotency and answer. "))
                 .unwrap_or_default(),
             m.permission,
             match m.audience {

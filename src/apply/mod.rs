@@ -1,5 +1,5 @@
-//! The crash-safe installer of the governed path's apply (seed 000 wrote its rollback record
-//! after the files changed, without fsync or checksum). Given the exact post-image of every
+//! The crash-safe installer of the governed path's apply: the rollback record is durable and
+//! checksummed before the first file changes, so a crash at any point can be undone. Given the exact post-image of every
 //! touched path, it:
 //!
 //! 1. **prepares**: reads each path's pre-image beneath the worktree root (never through a

@@ -5,7 +5,7 @@
 use super::IllegalTransition;
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CandidateState {
     Preparing,
@@ -17,15 +17,18 @@ pub enum CandidateState {
 }
 
 /// A kind of evidence a packet can carry and a candidate can require of every input.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EvidenceSource {
     /// The retained revision under `refs/airlock/evidence/<ref>`.
     Git,
     /// The transcript artifact with its SHA-256.
     Transcript,
+}
+
+impl EvidenceSource {
+    /// Every value, for the API document and tests.
+    pub const ALL: [EvidenceSource; 2] = [EvidenceSource::Git, EvidenceSource::Transcript];
 }
 
 impl EvidenceSource {
@@ -38,7 +41,7 @@ impl EvidenceSource {
 }
 
 /// The operations a candidate's mutation history records, by their API method names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MutationOperation {
     #[serde(rename = "integration.prepare")]
     Prepare,
@@ -52,6 +55,18 @@ pub enum MutationOperation {
     Decide,
     #[serde(rename = "integration.deliver")]
     Deliver,
+}
+
+impl MutationOperation {
+    /// Every value, for the API document and tests.
+    pub const ALL: [MutationOperation; 6] = [
+        MutationOperation::Prepare,
+        MutationOperation::Resolve,
+        MutationOperation::Delete,
+        MutationOperation::RequestDelivery,
+        MutationOperation::Decide,
+        MutationOperation::Deliver,
+    ];
 }
 
 /// What moves a candidate from one state to another.

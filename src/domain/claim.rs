@@ -1,7 +1,7 @@
 //! Resources and claims, pure: resource ids in their one canonical form, how two
 //! resources overlap, the mode conflict matrix, and the claim state machine.
 //!
-//! Seed 003's weaknesses this fixes by construction: an id is parsed, never taken verbatim,
+//! What holds by construction: an id is parsed, never taken verbatim,
 //! and has exactly one spelling (`file:./a` or `directory:src/` are refused, not cleaned into
 //! another key); other categories conflict only on identical ids; transitions are checked
 //! against the prior state.
@@ -106,7 +106,7 @@ impl ResourceId {
 }
 
 /// 1-based inclusive line span of a symbol, as a parser found it in the worktree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Span {
     pub start: u64,
     pub end: u64,
@@ -118,7 +118,7 @@ impl Span {
     }
 }
 
-/// How two resources overlap (seed 003's pairs, plus overlapping symbol spans in one file).
+/// How two resources overlap (by category and id, plus overlapping symbol spans in one file).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Overlap {
     Identical,
@@ -191,7 +191,7 @@ pub fn covers(held: &ResourceId, wanted: &ResourceId) -> bool {
 }
 
 /// What a claim lets its holder do (four modes: reading, writing, reviewing, exclusive).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ClaimMode {
     Read,
@@ -222,7 +222,7 @@ impl ClaimMode {
         ClaimMode::ALL.into_iter().find(|m| m.as_str() == s)
     }
 
-    /// Seed 003's matrix, for two claims on overlapping resources: exclusive conflicts with
+    /// The conflict matrix, for two claims on overlapping resources: exclusive conflicts with
     /// everything; otherwise read conflicts with nothing, review with nothing, and write only
     /// with write.
     pub fn conflicts_with(self, other: ClaimMode) -> bool {
@@ -245,7 +245,7 @@ impl ClaimMode {
 }
 
 /// Where a claim is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ClaimState {
     Active,
@@ -256,9 +256,7 @@ pub enum ClaimState {
 }
 
 /// When a claim ends by itself.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, utoipa::ToSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReleaseOn {
     /// When its holder releases it (or it expires, or an admin ends it).
@@ -286,7 +284,7 @@ impl ReleaseOn {
 }
 
 /// A contention's state: recorded open by a refused acquire, resolved once by an admin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ContentionState {
     Open,

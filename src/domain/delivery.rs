@@ -6,7 +6,7 @@ use super::IllegalTransition;
 use serde::{Deserialize, Serialize};
 
 /// State of a delivery request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RequestState {
     Requested,
@@ -18,13 +18,18 @@ pub enum RequestState {
 }
 
 /// What a delivery did, as its receipt records it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReceiptResult {
     /// The target ref moved to the candidate (`update_ref`).
     Landed,
     /// A public proposal ref was created; the target is untouched (`proposal`).
     Proposed,
+}
+
+impl ReceiptResult {
+    /// Every value, for the API document and tests.
+    pub const ALL: [ReceiptResult; 2] = [ReceiptResult::Landed, ReceiptResult::Proposed];
 }
 
 /// What moves a delivery request.

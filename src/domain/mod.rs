@@ -1,6 +1,5 @@
-//! Pure types and state machines: no I/O, no clock reads, no external crates beyond serde
-//! (and, until the schemas move to the wire types, utoipa's schema derives on the types the
-//! API document shows).
+//! Pure types and state machines: no I/O, no clock reads, no external crates beyond serde.
+//! The API document's schemas of these types live with the wire types (`wire::schemas`).
 //!
 //! Every state machine here has exhaustive transition functions (no `_ =>` arm in a transition
 //! or predicate), so a new state or event does not compile until it is classified; an illegal

@@ -1,7 +1,7 @@
 //! The policy that gates apply, as a pure function of the stored evidence.
 //!
 //! Evidence is always about one revision (the current one): votes, the latest security review,
-//! the latest human approval and, in part 3, test results. The verdict lists every
+//! the latest human approval and the validation's test results. The verdict lists every
 //! requirement with its state and the evidence ids behind it, so a human can see exactly what
 //! is missing or blocking, and who overrode what.
 
@@ -9,8 +9,8 @@ use super::IllegalTransition;
 use super::proposal::Risk;
 use serde::{Deserialize, Serialize};
 
-/// A vote's meaning (seed 000's vocabulary; anything else is refused at the edge).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+/// A vote's meaning (anything else is refused at the edge).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum VoteKind {
     Approve,
@@ -61,7 +61,7 @@ impl VoteKind {
 }
 
 /// A security review's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SecurityVerdict {
     Pass,
@@ -86,9 +86,7 @@ impl SecurityVerdict {
 }
 
 /// When a gate applies.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default, utoipa::ToSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Gate {
     Never,
@@ -108,7 +106,7 @@ impl Gate {
 }
 
 /// A human approval's life: requested, then decided once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalState {
     Pending,
@@ -158,14 +156,14 @@ impl ApprovalState {
 }
 
 /// Paths matching `glob` need a vote from a holder of `role`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PathRole {
     pub glob: String,
     pub role: String,
 }
 
 /// A workspace's policy (`[workspaces.<id>.policy]`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
     pub required_approvals: u32,
     pub required_roles: Vec<String>,
@@ -184,7 +182,7 @@ pub struct Policy {
 }
 
 /// A workspace's required check (`[[workspaces.<id>.policy.required_checks]]`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequiredCheck {
     /// A label of 1..=64 of a-z, 0-9, `_` and `-`, unique in the workspace.
     pub name: String,
@@ -386,7 +384,7 @@ pub struct ApprovalEvidence {
     pub reason_md: Option<String>,
 }
 
-/// Test results of the current revision (part 3's validation): the expected tests and
+/// Test results of the current revision (from its validation): the expected tests and
 /// required checks that ran. None ran is never "every test passed".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TestEvidence {
@@ -409,13 +407,23 @@ pub struct Evidence {
 }
 
 /// A requirement's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReqState {
     Satisfied,
     Missing,
     Blocked,
     Overridden,
+}
+
+impl ReqState {
+    /// Every value, for the API document and tests.
+    pub const ALL: [ReqState; 4] = [
+        ReqState::Satisfied,
+        ReqState::Missing,
+        ReqState::Blocked,
+        ReqState::Overridden,
+    ];
 }
 
 impl ReqState {
@@ -438,7 +446,7 @@ impl ReqState {
 }
 
 /// One requirement of the verdict.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Requirement {
     /// `approvals`, `role:<role>`, `no_blocking_votes`, `security_review`, `human_approval`,
     /// `tests`.
@@ -451,7 +459,7 @@ pub struct Requirement {
 }
 
 /// A human override, and what it overrode.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Override {
     pub approval_id: String,
     pub by: Option<String>,
@@ -460,7 +468,7 @@ pub struct Override {
 }
 
 /// The policy's answer for the current revision.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Verdict {
     pub approvable: bool,
     pub high_risk: bool,

@@ -5,8 +5,8 @@
 use super::IllegalTransition;
 use serde::{Deserialize, Serialize};
 
-/// Where a proposal is in its life. `accepted` is reached only by apply (part 3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+/// Where a proposal is in its life. `accepted` is reached only by apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProposalState {
     Pending,
@@ -27,14 +27,12 @@ pub enum ProposalEvent {
     Reject,
     /// The author withdraws it.
     Withdraw,
-    /// Apply installed it (part 3).
+    /// Apply installed it.
     Accept,
 }
 
 /// How risky the author says the change is.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default, utoipa::ToSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Risk {
     Low,
@@ -42,6 +40,11 @@ pub enum Risk {
     Normal,
     High,
     Critical,
+}
+
+impl Risk {
+    /// Every value, for the API document and tests.
+    pub const ALL: [Risk; 4] = [Risk::Low, Risk::Normal, Risk::High, Risk::Critical];
 }
 
 impl ProposalState {

@@ -9,7 +9,7 @@ use super::IllegalTransition;
 use serde::{Deserialize, Serialize};
 
 /// Where an apply transaction is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TxState {
     Prepared,
@@ -43,7 +43,7 @@ pub enum TxEvent {
 }
 
 /// What `transaction.control` may ask.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ControlAction {
     /// A new transaction from a fresh validation of the same revision.
@@ -59,11 +59,24 @@ pub enum ControlAction {
     /// A fresh validation of the transaction's revision, linked to it: the first step of a
     /// retry.
     Validate,
-    /// Seed 000's "stage" (a transaction prepared and parked before install). Never offered:
+    /// "stage" (a transaction prepared and parked before install), a name older clients send.
+    /// Never offered:
     /// a parked transaction would hold its proposal's fence (votes, reviews, withdrawal and
     /// claim changes refused) for as long as it waited; `patch.apply` stages and installs in
     /// one call. Asking for it is refused with [`STAGE_REFUSAL`].
     Stage,
+}
+
+impl ControlAction {
+    /// Every value, for the API document and tests.
+    pub const ALL: [ControlAction; 6] = [
+        ControlAction::Retry,
+        ControlAction::Cancel,
+        ControlAction::Compensate,
+        ControlAction::Resolve,
+        ControlAction::Validate,
+        ControlAction::Stage,
+    ];
 }
 
 /// Why `stage` is refused (named in the error and the README).
@@ -256,7 +269,7 @@ mod tests {
             [ControlAction::Validate, ControlAction::Retry]
         );
         assert!(TxState::Installing.actions().is_empty());
-        // Seed 000's stage is never offered (it is refused, naming why).
+        // Stage is never offered (it is refused, naming why).
         assert!(
             TxState::ALL
                 .iter()
@@ -293,7 +306,7 @@ mod tests {
 }
 
 /// Why a transaction failed or needs attention: the `failure_code` of its phase's detail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FailureCode {
     /// A recheck or the preparation refused; nothing visible changed.
@@ -309,4 +322,16 @@ pub enum FailureCode {
     /// Every path holds its post-image but the proposal could not be accepted (it left
     /// review meanwhile): `resolve` settles the transaction.
     ProposalUnsettled,
+}
+
+impl FailureCode {
+    /// Every value, for the API document and tests.
+    pub const ALL: [FailureCode; 6] = [
+        FailureCode::RefusedBeforeInstall,
+        FailureCode::InstallStopped,
+        FailureCode::UndoRefused,
+        FailureCode::CleanupFailed,
+        FailureCode::ArtifactUnusable,
+        FailureCode::ProposalUnsettled,
+    ];
 }

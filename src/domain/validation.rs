@@ -7,7 +7,7 @@ use super::IllegalTransition;
 use serde::{Deserialize, Serialize};
 
 /// A validation stage, in the order stages run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StageName {
     /// The author's claims: active, unexpired, not stale.
@@ -65,7 +65,7 @@ impl StageName {
 }
 
 /// A stage's outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StageState {
     Executed,

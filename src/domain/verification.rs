@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Status of a verification. `Running` is the only non-terminal state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     Running,

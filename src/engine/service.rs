@@ -96,7 +96,7 @@ pub fn authenticate(config: &Config, bearer: &str) -> Option<Actor> {
     })
 }
 
-/// What the admission seam is asked about (seed 001's `Admission`). Admission runs after
+/// What the admission seam is asked about. Admission runs after
 /// authorization, for every candidate mutation and for reads that ask: prepare asks with the new
 /// candidate before its first durable write (`new_candidate`), a replayed prepare with the
 /// existing one; every other operation with the candidate it acts on, after loading it.
@@ -154,7 +154,7 @@ impl Operation {
 }
 
 /// Returned by a successful admission and held through the consequential action; dropping it
-/// runs the policy's release (seed 001: `release func()`).
+/// runs the policy's release, so a slot it granted is returned however the action ends.
 #[must_use = "hold the admission through the action it admits"]
 pub struct Admitted {
     release: Option<Box<dyn FnOnce() + Send + Sync>>,
@@ -178,8 +178,8 @@ impl Admitted {
         }
     }
 
-    /// Freezes the mission's accepted-set version into the candidate (seed 001's policy does
-    /// so at prepare). Read only when a new candidate is prepared (`new_candidate`); the value
+    /// Freezes the mission's accepted-set version into the candidate, so a later change of
+    /// the mission cannot change what the candidate was admitted under. Read only when a new candidate is prepared (`new_candidate`); the value
     /// is stored with the candidate and never changes. Elsewhere it is ignored.
     pub fn freezing_accepted_set_version(mut self, version: u64) -> Admitted {
         self.accepted_set_version = Some(version);

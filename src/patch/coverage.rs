@@ -4,8 +4,8 @@
 //! `directory:` resource, or, for an ordinary modification only, every changed line range must
 //! lie *inside* (contained, not merely overlapping) the span of a claimed symbol of that file,
 //! as re-resolved now. Creation, deletion, rename, copy and mode changes need file or directory
-//! coverage. Every uncovered item is reported, not only the first (seed 000 stopped at the
-//! first and accepted a rename covered on one side).
+//! coverage. Every uncovered item is reported, not only the first, so an author fixes
+//! the claims in one round; a rename needs both of its sides covered.
 
 use super::{ChangeKind, OldRange, Patch};
 use crate::domain::claim::{ResourceId, Span, directory_contains};

@@ -363,7 +363,7 @@ pub struct ResourceView {
     /// A symbol's line span, from the parser.
     pub span: Option<crate::domain::claim::Span>,
     pub exists: bool,
-    /// Seed 003's content hash of the resource (empty when it does not exist).
+    /// The resource's content hash (`worktree`'s rules) (empty when it does not exist).
     pub current_hash: String,
 }
 

@@ -106,7 +106,7 @@ pub struct Method {
     pub reply: Reply,
     /// Whose MCP tool list carries it.
     pub audience: Audience,
-    /// Another name for this method (seed 000's), answering exactly as it does.
+    /// Another name for this method (one older clients send), answering exactly as it does.
     pub alias_of: Option<&'static str>,
 }
 

@@ -34,7 +34,7 @@ const fn m(
     }
 }
 
-/// `m` under another name (seed 000's), documented as an alias.
+/// `m` under another name older clients send, documented as an alias.
 const fn alias(name: &'static str, of: Method) -> Method {
     Method {
         name,

@@ -48,8 +48,8 @@ impl Integration {
                 )));
             }
         }
-        // Verification artifacts share the candidate's retention and deletion boundary (seed
-        // 001): artifacts first, then rows. A pass interrupted in between runs again (no purge
+        // Verification artifacts share the candidate's retention and deletion boundary (a
+        // verification outliving its candidate would describe a revision no one can fetch): artifacts first, then rows. A pass interrupted in between runs again (no purge
         // time is saved until this finished) and removes what is left.
         let verifications = self
             .ctx

@@ -239,8 +239,8 @@ impl Integration {
             prepare_digest: digest.clone(),
             ..Default::default()
         };
-        // Seed 001: admission sees the new candidate before its first durable write, and what it
-        // returns is held until the candidate is assembled.
+        // Admission sees the new candidate before its first durable write (a refusal leaves
+        // nothing behind), and what it returns is held until the candidate is assembled.
         let admitted = self.admit(Admission {
             operation: Operation::Prepare,
             mutation: true,

@@ -119,8 +119,8 @@ impl Proposals {
 
     /// Refuses unless `author` holds an active, unexpired write or exclusive claim covering
     /// every resource in `affected` (naming every one that is not), and unless what the author
-    /// holds covers the patch (seed 000's coverage, symbols re-resolved now; every uncovered
-    /// item named).
+    /// holds covers the patch (symbols re-resolved now, so a span that moved since the claim
+    /// is judged where it is; every uncovered item named).
     /// Every symlink the patch leaves (created, retargeted, renamed or copied) must resolve
     /// inside the tree from its new location, through the links it meets: a renamed or copied
     /// link keeps a target text only the worktree knows.
