@@ -19,6 +19,16 @@ impl std::fmt::Display for Refusal {
     }
 }
 
+impl Refusal {
+    /// A refusal about `field`.
+    pub fn about(field: impl Into<String>, message: impl Into<String>) -> Refusal {
+        Refusal {
+            field: Some(field.into()),
+            message: message.into(),
+        }
+    }
+}
+
 impl From<String> for Refusal {
     fn from(message: String) -> Self {
         Refusal {
@@ -42,6 +52,8 @@ pub enum Internal {
     Store(#[from] StoreError),
     #[error(transparent)]
     Git(#[from] StagingError),
+    #[error(transparent)]
+    Runtime(#[from] crate::sandbox::SandboxError),
     /// A stored record that does not decode.
     #[error("{what}: {source}")]
     Record {

@@ -379,7 +379,25 @@ impl Applies {
         let prepared = self.prepare_checked(worktree, &vrec, plan).await?;
         let rb = match prepared {
             Ok(rb) => rb,
-            Err(reason) => {
+            Err(why) => {
+                // Nothing visible changed either way: the transaction fails, and the caller
+                // hears a refusal as a precondition, a malfunction as one (its detail only in
+                // the server log, since it can name host paths).
+                let (reason, answer) = match why {
+                    NotPrepared::Refused(reason) => {
+                        let answer = ServiceError::precondition(format!(
+                            "apply refused before anything changed: {reason}"
+                        ));
+                        (reason, answer)
+                    }
+                    NotPrepared::Failed(e) => {
+                        tracing::error!(%transaction_id, error = %e, "apply could not stage");
+                        (
+                            "a malfunction while staging (the server log has it)".to_string(),
+                            e,
+                        )
+                    }
+                };
                 let mut r = record.clone();
                 r.blocked_reason = Some(reason.clone());
                 self.advance(
@@ -392,9 +410,7 @@ impl Applies {
                         .to_string(),
                 )
                 .await?;
-                return Err(ServiceError::precondition(format!(
-                    "apply refused before anything changed: {reason}"
-                )));
+                return Err(answer);
             }
         };
         crate::engine::crash::point(crate::engine::crash::CrashPoint::ApplyAfterStaged);
@@ -426,23 +442,26 @@ impl Applies {
         worktree: &std::path::Path,
         vrec: &ValidationRecord,
         plan: Plan,
-    ) -> Result<Result<apply::Rollback, String>, ServiceError> {
+    ) -> Result<Result<apply::Rollback, NotPrepared>, ServiceError> {
         let expected = vrec.pre_images.clone();
         let wt = worktree.to_path_buf();
-        let unchanged = tokio::task::spawn_blocking(move || -> Result<(), String> {
-            let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
+        let unchanged = tokio::task::spawn_blocking(move || -> Result<(), NotPrepared> {
+            let root = crate::beneath::Root::open(&wt)
+                .map_err(|e| NotPrepared::Failed(ServiceError::worktree(e)))?;
             for (path, fp) in &expected {
-                let now = apply::current(&root, path).map_err(|e| e.to_string())?;
+                let now = apply::current(&root, path).map_err(NotPrepared::from)?;
                 if now.fingerprint() != *fp {
-                    return Err(format!("{path:?} changed since it was validated"));
+                    return Err(NotPrepared::Refused(format!(
+                        "{path:?} changed since it was validated"
+                    )));
                 }
             }
             Ok(())
         })
         .await
         .expect("reading pre-images does not panic");
-        if let Err(reason) = unchanged {
-            return Ok(Err(reason));
+        if let Err(why) = unchanged {
+            return Ok(Err(why));
         }
         let mut relied = vec![];
         for h in &vrec.claims {
@@ -452,19 +471,20 @@ impl Applies {
         }
         let stale = Validations::stale_among(worktree, &relied).await?;
         if !stale.is_empty() {
-            return Ok(Err(format!(
+            return Ok(Err(NotPrepared::Refused(format!(
                 "stale claims: the resources of {} changed since they were granted; reconcile or acquire them again, then validate",
                 stale.join(", ")
-            )));
+            ))));
         }
         let expected = vrec.pre_images.clone();
         let dir = self.ctx.data.layout.transactions();
         let wt = worktree.to_path_buf();
         Ok(tokio::task::spawn_blocking(move || {
-            let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
+            let root = crate::beneath::Root::open(&wt)
+                .map_err(|e| NotPrepared::Failed(ServiceError::worktree(e)))?;
             // The tree may have changed since validation (a link elsewhere now on the way).
-            apply::links_stay_inside(&root, &plan.changes)?;
-            apply::prepare(&root, &plan, Some(&expected), &dir).map_err(|e| e.to_string())
+            apply::links_stay_inside(&root, &plan.changes).map_err(NotPrepared::Refused)?;
+            apply::prepare(&root, &plan, Some(&expected), &dir).map_err(NotPrepared::from)
         })
         .await
         .expect("prepare does not panic"))
@@ -721,5 +741,24 @@ impl Applies {
             transactions: items,
             next_cursor: next,
         })
+    }
+}
+
+/// Why apply's preparation stopped before anything visible changed.
+enum NotPrepared {
+    /// The worktree, its links or the claims refuse: a precondition the caller can act on.
+    Refused(String),
+    /// Reading the worktree or staging failed: a malfunction, with its typed source.
+    Failed(ServiceError),
+}
+
+impl From<apply::ApplyError> for NotPrepared {
+    fn from(e: apply::ApplyError) -> Self {
+        match e {
+            e @ apply::ApplyError::Io { .. } => NotPrepared::Failed(ServiceError::from(e)),
+            e @ (apply::ApplyError::Refused { .. }
+            | apply::ApplyError::Artifact(_)
+            | apply::ApplyError::ArtifactMissing(_)) => NotPrepared::Refused(e.to_string()),
+        }
     }
 }

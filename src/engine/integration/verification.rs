@@ -103,8 +103,9 @@ impl Integration {
             )
             .await
             .map_err(ServiceError::from)?;
-        // Seed 001: verification admits queueing (above), container creation and start
-        // separately, with the candidate as it was when the verification was queued.
+        // Admission is asked separately for queueing (above), container creation and start,
+        // with the candidate as it was when queued: an embedding server can bound queue depth
+        // and running containers independently.
         let prepared = prepared.admitting({
             let admission = self.admission.clone();
             let actor = actor.clone();
@@ -140,7 +141,7 @@ impl Integration {
             .await
             .map_err(|e| match e {
                 // The request was checked when it was prepared: a refusal now is a fault.
-                RunError::Refused(m) => ServiceError::internal(m),
+                RunError::Refused(r) => ServiceError::internal(r.message),
                 e => ServiceError::from(e),
             })?;
         self.jobs.spawn(started);

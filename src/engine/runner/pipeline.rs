@@ -5,11 +5,12 @@ use super::WorkerLock;
 use super::environment::EnvironmentSpec;
 use crate::config::Profile;
 use crate::domain::verification::{self as outcome, SourceCheck, Unfinished, classify};
+use crate::engine::error::Refusal;
 use crate::engine::{Context, crash};
 use crate::ids;
 use crate::limits;
-use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity};
-use crate::staging::{self, Repo};
+use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity, SandboxError};
+use crate::staging::{self, Repo, StagingError};
 use crate::verification::{self, Status, Verification};
 use crate::workspace::{HarvestLimits, Harvested, StageRequest};
 use std::path::PathBuf;
@@ -87,15 +88,21 @@ pub struct Started {
 /// Why a run did not produce a settled verification.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    /// Refused before anything ran or was recorded.
+    /// Refused before anything ran or was recorded, naming the field when it is about one.
     #[error("{0}")]
-    Refused(String),
+    Refused(Refusal),
     /// Refused because the host is short of a resource (disk space); nothing ran.
     #[error("{0}")]
-    Exhausted(String),
+    Exhausted(Refusal),
     /// Recording conflicted with a durable idempotency binding; nothing new was recorded.
     #[error("{0}")]
     Conflict(String),
+    /// git failed while the revision was resolved (not: the revision does not exist).
+    #[error("resolving the revision: {0}")]
+    Git(#[source] StagingError),
+    /// The container engine failed while the image was resolved (not: the image is not built).
+    #[error("resolving the image: {0}")]
+    Runtime(#[source] SandboxError),
     /// A host operation failed before anything was recorded (the data dir's free space, the
     /// worker lock): a malfunction, not a refusal of the request.
     #[error("{what}: {source}")]
@@ -104,6 +111,9 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    /// Something that cannot happen did (a fresh creation key already locked).
+    #[error("{0}")]
+    Invariant(&'static str),
     /// The store failed to record the `running` row; nothing ran.
     #[error("cannot record the verification: {0}")]
     Record(#[source] crate::store::StoreError),
@@ -122,7 +132,41 @@ impl RunError {
     pub fn is_malfunction(&self) -> bool {
         match self {
             RunError::Refused(_) | RunError::Exhausted(_) | RunError::Conflict(_) => false,
-            RunError::Host { .. } | RunError::Record(_) | RunError::Settle { .. } => true,
+            RunError::Git(_)
+            | RunError::Runtime(_)
+            | RunError::Host { .. }
+            | RunError::Invariant(_)
+            | RunError::Record(_)
+            | RunError::Settle { .. } => true,
+        }
+    }
+
+    fn refused(field: &str, message: impl std::fmt::Display) -> RunError {
+        RunError::Refused(Refusal::about(field, message.to_string()))
+    }
+
+    /// A git failure: a refusal when it is about what the request named (no repository there,
+    /// no such revision), a malfunction otherwise.
+    fn from_git(e: StagingError) -> RunError {
+        match e {
+            StagingError::NotARepository { .. } => RunError::refused("repo", e),
+            StagingError::UnknownRevision { .. } | StagingError::InvalidRevision(_) => {
+                RunError::refused("rev", e)
+            }
+            StagingError::Git { .. }
+            | StagingError::OutputTooLarge { .. }
+            | StagingError::Space(_)
+            | StagingError::TreeReplaced { .. }
+            | StagingError::Io { .. } => RunError::Git(e),
+        }
+    }
+
+    /// An image lookup failure: a refusal when the profile's image is not built, a
+    /// malfunction otherwise.
+    fn from_image(e: SandboxError) -> RunError {
+        match e {
+            SandboxError::ImageMissing { .. } => RunError::refused("profile", e),
+            e => RunError::Runtime(e),
         }
     }
 }
@@ -131,16 +175,18 @@ impl From<RunError> for crate::engine::error::ServiceError {
     fn from(e: RunError) -> Self {
         use crate::engine::error::Internal;
         use crate::engine::error::ServiceError;
+        let internal = |i: Internal| ServiceError::Internal(std::sync::Arc::new(i));
         match e {
-            RunError::Refused(m) => ServiceError::precondition(m),
-            RunError::Exhausted(m) => ServiceError::exhausted(m),
+            RunError::Refused(r) => ServiceError::FailedPrecondition(r),
+            RunError::Exhausted(r) => ServiceError::ResourceExhausted(r),
             RunError::Conflict(m) => ServiceError::Conflict(m),
-            RunError::Host { what, source } => {
-                ServiceError::Internal(std::sync::Arc::new(Internal::Io {
-                    what: what.to_string(),
-                    source,
-                }))
-            }
+            RunError::Git(e) => internal(Internal::Git(e)),
+            RunError::Runtime(e) => internal(Internal::Runtime(e)),
+            RunError::Host { what, source } => internal(Internal::Io {
+                what: what.to_string(),
+                source,
+            }),
+            RunError::Invariant(m) => internal(Internal::Invariant(m.to_string())),
             RunError::Record(s) | RunError::Settle { source: s, .. } => ServiceError::from(s),
         }
     }
@@ -163,12 +209,10 @@ impl Prepared {
 impl Context {
     /// Validates a request and resolves its environment. Nothing is written.
     pub async fn prepare(&self, req: RunRequest) -> Result<Prepared, RunError> {
-        let repo = Repo::open(&req.repo).map_err(|e| RunError::Refused(e.to_string()))?;
+        let repo = Repo::open(&req.repo).map_err(RunError::from_git)?;
         // Checked before the revision, so a malformed request never reaches git.
-        verification::validate_argv(&req.argv).map_err(|e| RunError::Refused(e.to_string()))?;
-        let commit = repo
-            .resolve_commit(&req.rev)
-            .map_err(|e| RunError::Refused(e.to_string()))?;
+        verification::validate_argv(&req.argv).map_err(|e| RunError::refused("argv", e))?;
+        let commit = repo.resolve_commit(&req.rev).map_err(RunError::from_git)?;
         self.prepare_commit(
             repo,
             commit,
@@ -190,19 +234,19 @@ impl Context {
         timeout_seconds: u64,
         extra_check: Option<ExtraSourceCheck>,
     ) -> Result<Prepared, RunError> {
-        let refuse = |m: String| RunError::Refused(m);
-        verification::validate_argv(&argv).map_err(|e| refuse(e.to_string()))?;
-        verification::validate_timeout(timeout_seconds).map_err(|e| refuse(e.to_string()))?;
+        verification::validate_argv(&argv).map_err(|e| RunError::refused("argv", e))?;
+        verification::validate_timeout(timeout_seconds)
+            .map_err(|e| RunError::refused("timeout_seconds", e))?;
         let profile = self
             .config
             .profile(profile)
-            .map_err(|e| refuse(format!("profile: {e}")))?
+            .map_err(|e| RunError::refused("profile", format!("profile: {e}")))?
             .clone();
         let image_id = self
             .runtime
             .image_id(&profile.image)
             .await
-            .map_err(|e| refuse(e.to_string()))?;
+            .map_err(RunError::from_image)?;
         let spec = EnvironmentSpec::resolve(
             self.runtime.as_ref(),
             &profile,
@@ -238,10 +282,10 @@ impl Context {
         };
         let needed = self.config.min_free_bytes.saturating_add(job);
         if free < needed {
-            return Err(RunError::Exhausted(format!(
+            return Err(RunError::Exhausted(Refusal::from(format!(
                 "the data dir's filesystem has {free} bytes free; new work needs min_free_bytes {} plus the job's disk_bytes {job}",
                 self.config.min_free_bytes
-            )));
+            ))));
         }
         Ok(())
     }
@@ -270,7 +314,9 @@ impl Context {
                 what: "creating the worker lock",
                 source,
             })?
-            .ok_or_else(|| RunError::Refused("fresh creation key already locked".into()))?;
+            .ok_or(RunError::Invariant(
+                "a fresh creation key is already locked",
+            ))?;
         let created = self.clock.now();
         let mut expires = created + limits::VERIFICATION_VALIDITY;
         if let Some(l) = &link {
@@ -593,7 +639,7 @@ mod tests {
         use crate::store::StoreError;
         let cases = [
             (
-                RunError::Refused("argv is empty".into()),
+                RunError::refused("argv", "argv is empty"),
                 false,
                 "failed_precondition",
             ),
@@ -613,6 +659,43 @@ mod tests {
             ),
             (RunError::Record(StoreError::Closed), true, "internal"),
             (
+                RunError::from_git(StagingError::Git {
+                    args: "rev-parse".into(),
+                    code: Some(128),
+                    stderr: "fatal: bad object".into(),
+                }),
+                true,
+                "internal",
+            ),
+            (
+                RunError::from_git(StagingError::UnknownRevision {
+                    rev: "nope".into(),
+                    repo: "/r".into(),
+                }),
+                false,
+                "failed_precondition",
+            ),
+            (
+                RunError::from_image(SandboxError::ImageMissing {
+                    image: "airlock-default".into(),
+                }),
+                false,
+                "failed_precondition",
+            ),
+            (
+                RunError::from_image(SandboxError::Unreachable {
+                    endpoint: "unix:///var/run/docker.sock".into(),
+                    message: "connection refused".into(),
+                }),
+                true,
+                "internal",
+            ),
+            (
+                RunError::Invariant("a fresh key is locked"),
+                true,
+                "internal",
+            ),
+            (
                 RunError::Settle {
                     verification_id: "ver_1".into(),
                     source: StoreError::Closed,
@@ -621,6 +704,17 @@ mod tests {
                 "internal",
             ),
         ];
+        let field = |e: &RunError| {
+            crate::engine::error::ServiceError::from(match e {
+                RunError::Refused(r) => RunError::Refused(r.clone()),
+                _ => RunError::Conflict(String::new()),
+            })
+            .field()
+            .map(str::to_string)
+        };
+        assert_eq!(field(&cases[0].0).as_deref(), Some("argv"));
+        assert_eq!(field(&cases[6].0).as_deref(), Some("rev"));
+        assert_eq!(field(&cases[7].0).as_deref(), Some("profile"));
         for (e, malfunction, code) in cases {
             assert_eq!(e.is_malfunction(), malfunction, "{e}");
             let text = e.to_string();
