@@ -1,5 +1,7 @@
 //! Workflows: where configuration, git, the sandbox, artifacts and the store meet.
 
+pub mod actor;
+pub mod admission;
 pub mod context;
 pub mod crash;
 pub mod doctor;

@@ -1,235 +1,19 @@
-//! The daemon's service: authenticated actors, permissions, the admission seam, and the error
-//! codes every API call maps to. [`Service`] holds one value per workflow ([`Integration`],
+//! The daemon's service: the composition the API dispatches into (actors, the admission seam
+//! and the error codes are re-exported from `actor`, `admission` and `error`). [`Service`] holds one value per workflow ([`Integration`],
 //! the governed path's `Claims`, `Proposals`, `Validations` and `Applies`, the runner's
 //! `Jobs`); what they share is the [`Context`] (authorization and idempotency bindings are its
 //! methods).
 
 use super::Context;
-use crate::config::{Config, Permission, TokenSubject, Workspace};
-use sha2::{Digest, Sha256};
+use crate::config::{Permission, Workspace};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use time::OffsetDateTime;
 
+pub use super::actor::{Actor, SystemTask, authenticate};
+pub use super::admission::{Admission, AdmissionFn, Admitted, Operation, default_admission};
+pub use super::context::blocking;
 pub use super::error::{Internal, Refusal, ServiceError};
-
-/// Runs blocking work (git plumbing, hashing, fsynced file writes) from async code without
-/// stalling the runtime: tokio hands this worker thread's other tasks to another worker first
-/// (`block_in_place`). Borrowing is allowed, unlike `spawn_blocking`, so a handler can pass
-/// the candidate it holds under its lock. The daemon runs on the multi-thread runtime.
-pub fn blocking<R>(f: impl FnOnce() -> R) -> R {
-    tokio::task::block_in_place(f)
-}
-
-/// Who is calling, as established by the transport. Never read from JSON.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Actor {
-    Member {
-        member_id: String,
-    },
-    Run {
-        run_id: String,
-        workspace_id: String,
-    },
-    /// Airlock itself (recovery settling a delivery from its receipt). Never authenticated by a
-    /// token; its key `system:<task>` cannot equal any member's or run's, because configured
-    /// ids never contain ':'.
-    System {
-        task: SystemTask,
-    },
-}
-
-/// What Airlock does on its own behalf.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SystemTask {
-    /// The maintenance pass reconciling interrupted deliveries.
-    Recovery,
-}
-
-impl SystemTask {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SystemTask::Recovery => "recovery",
-        }
-    }
-}
-
-impl Actor {
-    /// Stable key used in idempotency bindings and mutation history.
-    pub fn key(&self) -> String {
-        match self {
-            Actor::Member { member_id } => format!("member:{member_id}"),
-            Actor::System { task } => format!("system:{}", task.as_str()),
-            Actor::Run {
-                run_id,
-                workspace_id,
-            } => format!("run:{workspace_id}/{run_id}"),
-        }
-    }
-}
-
-/// Resolves a bearer token to an actor. Every configured hash is compared, in constant time, so
-/// timing reveals neither which token matched nor how much of it.
-pub fn authenticate(config: &Config, bearer: &str) -> Option<Actor> {
-    let presented: [u8; 32] = Sha256::digest(bearer.as_bytes()).into();
-    let mut found: Option<&TokenSubject> = None;
-    for t in &config.tokens {
-        let mut diff = 0u8;
-        for (a, b) in t.sha256.iter().zip(presented.iter()) {
-            diff |= a ^ b;
-        }
-        if diff == 0 && found.is_none() {
-            found = Some(&t.subject);
-        }
-    }
-    found.map(|s| match s {
-        TokenSubject::Member { member_id } => Actor::Member {
-            member_id: member_id.clone(),
-        },
-        TokenSubject::Run {
-            run_id,
-            workspace_id,
-        } => Actor::Run {
-            run_id: run_id.clone(),
-            workspace_id: workspace_id.clone(),
-        },
-    })
-}
-
-/// What the admission seam is asked about. Admission runs after
-/// authorization, for every candidate mutation and for reads that ask: prepare asks with the new
-/// candidate before its first durable write (`new_candidate`), a replayed prepare with the
-/// existing one; every other operation with the candidate it acts on, after loading it.
-#[derive(Debug, Clone)]
-pub struct Admission<'a> {
-    pub operation: Operation,
-    pub mutation: bool,
-    pub actor: &'a Actor,
-    pub workspace_id: &'a str,
-    pub mission_id: Option<&'a str>,
-    pub candidate: &'a crate::candidate::Candidate,
-    pub new_candidate: bool,
-    pub submissions: &'a [crate::candidate::SubmissionRef],
-}
-
-/// What is being admitted. Verification is admitted three times, separately: when it is
-/// queued (the API call), before its container is created, and before it is started; no
-/// admission is held while the command runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operation {
-    Prepare,
-    Show,
-    Patch,
-    Conflict,
-    Resolve,
-    Delete,
-    VerifyQueue,
-    VerifyCreate,
-    VerifyStart,
-    CancelVerification,
-    RequestDelivery,
-    Decide,
-    Deliver,
-}
-
-impl Operation {
-    /// The API method (with the verification stage).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Operation::Prepare => "integration.prepare",
-            Operation::Show => "integration.show",
-            Operation::Patch => "integration.patch",
-            Operation::Conflict => "integration.conflict",
-            Operation::Resolve => "integration.resolve",
-            Operation::Delete => "integration.delete",
-            Operation::VerifyQueue => "integration.verify",
-            Operation::VerifyCreate => "integration.verify/create",
-            Operation::VerifyStart => "integration.verify/start",
-            Operation::CancelVerification => "integration.cancel_verification",
-            Operation::RequestDelivery => "integration.request_delivery",
-            Operation::Decide => "integration.decide",
-            Operation::Deliver => "integration.deliver",
-        }
-    }
-}
-
-/// Returned by a successful admission and held through the consequential action; dropping it
-/// runs the policy's release, so a slot it granted is returned however the action ends.
-#[must_use = "hold the admission through the action it admits"]
-pub struct Admitted {
-    release: Option<Box<dyn FnOnce() + Send + Sync>>,
-    accepted_set_version: Option<u64>,
-}
-
-impl Admitted {
-    /// An admission with nothing to release.
-    pub fn unconditional() -> Admitted {
-        Admitted {
-            release: None,
-            accepted_set_version: None,
-        }
-    }
-
-    /// An admission that runs `release` when dropped.
-    pub fn with_release(release: impl FnOnce() + Send + Sync + 'static) -> Admitted {
-        Admitted {
-            release: Some(Box::new(release)),
-            accepted_set_version: None,
-        }
-    }
-
-    /// Freezes the mission's accepted-set version into the candidate, so a later change of
-    /// the mission cannot change what the candidate was admitted under. Read only when a new candidate is prepared (`new_candidate`); the value
-    /// is stored with the candidate and never changes. Elsewhere it is ignored.
-    pub fn freezing_accepted_set_version(mut self, version: u64) -> Admitted {
-        self.accepted_set_version = Some(version);
-        self
-    }
-
-    /// The accepted-set version the policy froze, if any.
-    pub fn accepted_set_version(&self) -> Option<u64> {
-        self.accepted_set_version
-    }
-}
-
-impl Drop for Admitted {
-    fn drop(&mut self) {
-        if let Some(release) = self.release.take() {
-            release();
-        }
-    }
-}
-
-impl std::fmt::Debug for Admitted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Admitted")
-            .field("release", &self.release.is_some())
-            .field("accepted_set_version", &self.accepted_set_version)
-            .finish()
-    }
-}
-
-/// Server-controlled admission policy.
-pub type AdmissionFn = Arc<dyn Fn(&Admission) -> Result<Admitted, ServiceError> + Send + Sync>;
-
-/// The standalone default: run actors and non-empty mission ids are refused for mutations.
-pub fn default_admission() -> AdmissionFn {
-    Arc::new(|a: &Admission| {
-        if a.mission_id.is_some_and(|m| !m.is_empty()) {
-            return Err(ServiceError::precondition(format!(
-                "{}: mission_id is not supported by the standalone server",
-                a.operation.as_str()
-            )));
-        }
-        if a.mutation && matches!(a.actor, Actor::Run { .. }) {
-            return Err(ServiceError::PermissionDenied(format!(
-                "{}: run actors cannot change candidates on the standalone server",
-                a.operation.as_str()
-            )));
-        }
-        Ok(Admitted::unconditional())
-    })
-}
 
 /// The daemon's service: one value per workflow, each holding the context and only the
 /// workflows it calls. The API dispatches to the workflow a method names.
@@ -405,6 +189,8 @@ pub fn parse_time(s: &str) -> Option<OffsetDateTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
+    use sha2::{Digest, Sha256};
 
     fn config() -> Config {
         let h = |s: &str| hex::encode(Sha256::digest(s.as_bytes()));

@@ -110,9 +110,9 @@ impl Applies {
     pub fn apply_lock(
         &self,
         workspace_id: &str,
-    ) -> Result<Arc<tokio::sync::Mutex<()>>, crate::engine::service::ServiceError> {
+    ) -> Result<Arc<tokio::sync::Mutex<()>>, crate::engine::error::ServiceError> {
         self.locks.get(workspace_id).cloned().ok_or_else(|| {
-            crate::engine::service::ServiceError::internal(format!(
+            crate::engine::error::ServiceError::internal(format!(
                 "workspace {workspace_id:?} has no apply lock"
             ))
         })
@@ -126,8 +126,8 @@ pub(super) fn check_text_field(
     v: &str,
     required: bool,
     max: usize,
-) -> Result<(), crate::engine::service::ServiceError> {
-    use crate::engine::service::ServiceError;
+) -> Result<(), crate::engine::error::ServiceError> {
+    use crate::engine::error::ServiceError;
     if (required && v.trim().is_empty()) || v.len() > max {
         return Err(ServiceError::invalid_field(
             field,

@@ -40,8 +40,9 @@ pub enum Step {
 
 /// Asked before each [`Step`]; what it returns is held until that step is done (never while
 /// the command runs). `Err(reason)` ends the job as `error` before the step.
-pub type StepGate =
-    std::sync::Arc<dyn Fn(Step) -> Result<crate::engine::service::Admitted, String> + Send + Sync>;
+pub type StepGate = std::sync::Arc<
+    dyn Fn(Step) -> Result<crate::engine::admission::Admitted, String> + Send + Sync,
+>;
 
 /// A request that passed every check; nothing has run or been recorded yet.
 pub struct Prepared {
@@ -401,7 +402,7 @@ impl Context {
 
         // Durability before acknowledgement: the artifact, then the row.
         let t_artifact = Instant::now();
-        match crate::engine::service::blocking(|| self.data.artifacts.write_timed(&v)) {
+        match crate::engine::context::blocking(|| self.data.artifacts.write_timed(&v)) {
             Ok((_, fsyncs)) => self.metrics.fsync_seconds.observe(fsyncs.as_secs_f64()),
             Err(e) => unfinished(&mut v, Unfinished::ArtifactWrite(e.to_string())),
         }
@@ -519,7 +520,7 @@ impl Context {
             },
         };
         // The admission of the step in progress, released once it is done.
-        let mut held: Option<crate::engine::service::Admitted> = None;
+        let mut held: Option<crate::engine::admission::Admitted> = None;
         let gate = p.gate.clone();
         let admit = move |step: Step| match &gate {
             Some(gate) => gate(step).map(Some),
