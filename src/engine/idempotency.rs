@@ -4,7 +4,9 @@
 //! workflow asks [`Context::replay_of`]: an earlier call with the same actor, operation, key
 //! and digest is a replay (its recorded result id is answered), the same key with other
 //! parameters is `conflict`. The change then commits [`Keyed::binding`] in its own
-//! transaction, so the key is bound exactly when the change is durable.
+//! transaction, so the key is bound exactly when the change is durable. A key is made by
+//! [`Context::keyed`], which stamps it with the context's clock: the binding records when the
+//! call arrived by the same clock every other row of the call uses.
 
 use super::Context;
 use super::service::{Actor, ServiceError};
@@ -16,24 +18,17 @@ pub struct Keyed {
     pub key: String,
     pub digest: String,
     pub operation: String,
+    /// When the call arrived (RFC 3339, by the context's clock): the binding's `created_at`.
+    pub at: String,
 }
 
 impl Keyed {
-    /// `key` checked, for `operation`, with the digest of the call's parameters (serialized
-    /// without the key).
-    pub fn new<T: serde::Serialize>(
-        operation: impl Into<String>,
-        key: &str,
-        params_without_key: &T,
-    ) -> Result<Keyed, ServiceError> {
-        Self::with_digest(operation, key, crate::candidate::digest(params_without_key))
-    }
-
-    /// `key` checked, for `operation`, with a digest the caller computed.
-    pub fn with_digest(
+    /// `key` checked, for `operation`, with a digest the caller computed, arriving `at`.
+    fn checked(
         operation: impl Into<String>,
         key: &str,
         digest: String,
+        at: String,
     ) -> Result<Keyed, ServiceError> {
         crate::candidate::check_idempotency_key(key)
             .map_err(|m| ServiceError::invalid_field("idempotency_key", m))?;
@@ -41,6 +36,7 @@ impl Keyed {
             key: key.to_string(),
             digest,
             operation: operation.into(),
+            at,
         })
     }
 
@@ -70,11 +66,33 @@ impl Keyed {
             idempotency_key: self.key.clone(),
             digest: self.digest.clone(),
             result_id: result_id.to_string(),
+            created_at: self.at.clone(),
         }
     }
 }
 
 impl Context {
+    /// `key` checked, for `operation`, with the digest of the call's parameters (serialized
+    /// without the key), stamped now.
+    pub fn keyed<T: serde::Serialize>(
+        &self,
+        operation: impl Into<String>,
+        key: &str,
+        params_without_key: &T,
+    ) -> Result<Keyed, ServiceError> {
+        self.keyed_digest(operation, key, crate::candidate::digest(params_without_key))
+    }
+
+    /// [`Context::keyed`] with a digest the caller computed.
+    pub fn keyed_digest(
+        &self,
+        operation: impl Into<String>,
+        key: &str,
+        digest: String,
+    ) -> Result<Keyed, ServiceError> {
+        Keyed::checked(operation, key, digest, self.now_rfc3339())
+    }
+
     /// The result id an earlier call with this key recorded (a replay), if any; the key with
     /// other parameters is `conflict`.
     pub async fn replay_of(
@@ -102,12 +120,16 @@ impl Context {
 mod tests {
     use super::*;
 
+    fn key(k: &str) -> Result<Keyed, ServiceError> {
+        Keyed::checked("op", k, crate::candidate::digest(&"params"), "t0".into())
+    }
+
     #[test]
     fn a_derived_key_is_always_a_valid_key_and_the_same_each_time() {
-        let short = Keyed::new("op", "k1", &"params").unwrap();
+        let short = key("k1").unwrap();
         assert_eq!(short.derived("claim/0"), "k1/claim/0");
         let max = "k".repeat(crate::candidate::MAX_IDEMPOTENCY_KEY_BYTES);
-        let long = Keyed::new("op", &max, &"params").unwrap();
+        let long = key(&max).unwrap();
         for suffix in ["claim/0", "claim/1", "proposal"] {
             let d = long.derived(suffix);
             crate::candidate::check_idempotency_key(&d).unwrap();
@@ -118,7 +140,7 @@ mod tests {
 
     #[test]
     fn a_bad_key_is_refused_naming_the_field() {
-        let e = Keyed::new("op", "", &()).unwrap_err();
+        let e = key("").unwrap_err();
         assert_eq!(e.code(), "invalid_argument", "{e}");
         assert!(e.to_string().contains("idempotency_key"), "{e}");
     }

@@ -17,6 +17,8 @@ pub struct Binding {
     pub idempotency_key: String,
     pub digest: String,
     pub result_id: String,
+    /// When the call arrived (RFC 3339, by the engine's clock).
+    pub created_at: String,
 }
 
 /// A stored candidate: its wire record and private assembly journal, both JSON.
@@ -372,7 +374,7 @@ pub(super) fn insert_binding(tx: &rusqlite::Transaction, b: &Binding) -> Result<
             b.idempotency_key,
             b.digest,
             b.result_id,
-            crate::ids::rfc3339(crate::ids::now())
+            b.created_at
         ],
     )?;
     Ok(())

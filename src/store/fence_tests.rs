@@ -23,6 +23,7 @@ fn binding(op: &str, key: &str) -> Binding {
         idempotency_key: key.into(),
         digest: "d".into(),
         result_id: key.into(),
+        created_at: "t0".into(),
     }
 }
 

@@ -336,6 +336,8 @@ pub fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
             .map_err(err)?;
         if done == 0 {
             tx.execute_batch(sql).map_err(err)?;
+            // The host's wall clock on purpose: `applied_at` records when this binary changed
+            // the file's schema, an operator's fact that no workflow reads or expires by.
             tx.execute(
                 "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)",
                 params![version, name, crate::ids::rfc3339(crate::ids::now())],

@@ -166,7 +166,7 @@ impl Applies {
         let worktree = self
             .ctx
             .governed(actor, &p.workspace_id, Permission::Apply)?;
-        let k = Keyed::new(
+        let k = self.ctx.keyed(
             "patch.apply",
             &p.idempotency_key,
             &ApplyParams {

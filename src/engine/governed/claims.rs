@@ -3,7 +3,7 @@
 //! actor. A claim whose `expires_at` has passed shows (and counts) as `expired` whether or not
 //! the maintenance pass has swept it.
 
-use super::requests::{Keyed, check_text, next_cursor, page_limit, parse_cursor};
+use super::requests::{check_text, next_cursor, page_limit, parse_cursor};
 use crate::config::Permission;
 use crate::domain::claim::{ClaimEvent, ClaimState, ResourceId, extended_expiry};
 use crate::engine::governed::Claims;
@@ -210,7 +210,7 @@ impl Claims {
         let actor_key = actor.key();
         // The digest covers the defaults as resolved, so a later change of a default does not
         // turn a replay into another request.
-        let k = Keyed::new(
+        let k = self.ctx.keyed(
             "claim.acquire",
             &p.idempotency_key,
             &ClaimAcquireParams {
@@ -313,7 +313,7 @@ impl Claims {
     ) -> Result<ClaimReply, ServiceError> {
         self.ctx
             .governed(actor, &p.workspace_id, Permission::Propose)?;
-        let k = Keyed::new(
+        let k = self.ctx.keyed(
             "claim.extend",
             &p.idempotency_key,
             &ClaimExtendParams {
@@ -393,7 +393,7 @@ impl Claims {
         let key = p.idempotency_key.clone().ok_or_else(|| {
             ServiceError::invalid_field("idempotency_key", "claim.release needs an idempotency_key")
         })?;
-        let k = Keyed::new(
+        let k = self.ctx.keyed(
             "claim.release",
             &key,
             &ClaimKeyedParams {
@@ -498,7 +498,7 @@ impl Claims {
             .governed(actor, &p.workspace_id, Permission::Propose)?;
         let k = match &p.idempotency_key {
             None => None,
-            Some(key) => Some(Keyed::new(
+            Some(key) => Some(self.ctx.keyed(
                 "claim.heartbeat",
                 key,
                 &ClaimKeyedParams {
@@ -578,7 +578,7 @@ impl Claims {
                 )));
             }
         };
-        let k = Keyed::new(
+        let k = self.ctx.keyed(
             operation,
             &p.idempotency_key,
             &ClaimAdminParams {

@@ -2,7 +2,7 @@
 //! them, and their one-time resolution.
 
 use super::claims::Record;
-use super::requests::{Keyed, check_text, next_cursor, page_limit, parse_cursor};
+use super::requests::{check_text, next_cursor, page_limit, parse_cursor};
 use crate::config::Permission;
 use crate::domain::claim::{ClaimState, ResourceId};
 use crate::engine::governed::Claims;
@@ -119,7 +119,7 @@ impl Claims {
         use crate::store::contentions::{Resolution, Resolve};
         self.ctx
             .governed(actor, &p.workspace_id, Permission::Admin)?;
-        let k = Keyed::new(
+        let k = self.ctx.keyed(
             "claim.resolve_contention",
             &p.idempotency_key,
             &ResolveContentionParams {

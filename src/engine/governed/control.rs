@@ -67,7 +67,7 @@ impl Applies {
         let worktree = self
             .ctx
             .governed(actor, &p.workspace_id, Permission::Apply)?;
-        let k = Keyed::new(
+        let k = self.ctx.keyed(
             "transaction.control",
             &p.idempotency_key,
             &TransactionControlParams {

@@ -95,7 +95,7 @@ impl Claims {
         let worktree = self
             .ctx
             .governed(actor, &p.workspace_id, Permission::Admin)?;
-        let k = Keyed::new(
+        let k = self.ctx.keyed(
             "claim.reconcile",
             &p.idempotency_key,
             &ReconcileParams {
@@ -192,7 +192,7 @@ impl Claims {
         self.ctx
             .governed(actor, &p.workspace_id, Permission::Propose)?;
         check_text("session_id", &p.session_id, true)?;
-        let k = Keyed::new(
+        let k = self.ctx.keyed(
             "claim.end_session",
             &p.idempotency_key,
             &EndSessionParams {
@@ -372,7 +372,7 @@ impl Claims {
                 Permission::Propose
             },
         )?;
-        let k = Keyed::new(
+        let k = self.ctx.keyed(
             "claim.resume",
             &p.idempotency_key,
             &crate::wire::ClaimResumeParams {

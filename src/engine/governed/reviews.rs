@@ -7,7 +7,7 @@
 //! refused for any revision but the current one; the verdict only ever reads evidence of the
 //! current revision, so nothing bound to older bytes counts.
 
-use super::requests::{Keyed, check_text, page_limit};
+use super::requests::{check_text, page_limit};
 use crate::config::{Permission, Workspace};
 use crate::domain::policy::{
     ApprovalEvent, ApprovalEvidence, ApprovalState, Evidence, ReviewEvidence, SECURITY, Verdict,
@@ -309,7 +309,7 @@ impl Proposals {
     ) -> Result<w::VoteReply, ServiceError> {
         self.ctx
             .governed(actor, &p.workspace_id, Permission::View)?;
-        let k = Keyed::new(
+        let k = self.ctx.keyed(
             "vote.cast",
             &p.idempotency_key,
             &VoteCastParams {
@@ -389,7 +389,7 @@ impl Proposals {
     ) -> Result<w::SecurityReviewReply, ServiceError> {
         self.ctx
             .governed(actor, &p.workspace_id, Permission::View)?;
-        let k = Keyed::new(
+        let k = self.ctx.keyed(
             "security.review",
             &p.idempotency_key,
             &SecurityReviewParams {
@@ -447,7 +447,7 @@ impl Proposals {
     ) -> Result<w::ApprovalReply, ServiceError> {
         self.ctx
             .governed(actor, &p.workspace_id, Permission::View)?;
-        let k = Keyed::new(
+        let k = self.ctx.keyed(
             "human.request_approval",
             &p.idempotency_key,
             &RequestApprovalParams {
@@ -565,7 +565,7 @@ impl Proposals {
             .authorize(actor, &p.workspace_id, Permission::Approve)?;
         self.ctx
             .governed(actor, &p.workspace_id, Permission::Approve)?;
-        let k = Keyed::new(
+        let k = self.ctx.keyed(
             "human.decide",
             &p.idempotency_key,
             &HumanDecideParams {
@@ -667,7 +667,7 @@ impl Proposals {
                     .into(),
             ));
         }
-        let k = Keyed::new(
+        let k = self.ctx.keyed(
             "decision.record",
             &p.idempotency_key,
             &DecisionRecordParams {

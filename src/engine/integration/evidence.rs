@@ -165,6 +165,7 @@ impl Integration {
                     actor_key,
                     operation: "evidence.record".into(),
                     idempotency_key: p.idempotency_key.clone(),
+                    created_at: self.ctx.now_rfc3339(),
                     digest: digest.clone(),
                     result_id: evidence_ref.clone(),
                 },

@@ -121,7 +121,7 @@ impl Integration {
         digest: &str,
     ) -> Result<Begun, ServiceError> {
         let actor_key = actor.key();
-        let keyed = Keyed::with_digest(
+        let keyed = self.ctx.keyed_digest(
             format!("{}/{candidate_id}", op.as_str()),
             idempotency_key,
             digest.to_string(),

@@ -264,6 +264,7 @@ impl Integration {
                     actor_key,
                     operation: "integration.prepare".into(),
                     idempotency_key: p.idempotency_key.clone(),
+                    created_at: c.created_at.clone(),
                     digest: digest.clone(),
                     result_id: cid.clone(),
                 },

@@ -12,7 +12,7 @@ mod affected;
 mod preview;
 mod reads;
 
-use super::requests::{Keyed, check_text};
+use super::requests::check_text;
 use crate::config::Permission;
 pub(in crate::engine::governed) use crate::domain::claim::covers as claim_covers;
 use crate::domain::claim::{ClaimState, ResourceId};
@@ -309,7 +309,7 @@ impl Proposals {
         let worktree = self
             .ctx
             .governed(actor, &p.workspace_id, Permission::Propose)?;
-        let k = Keyed::new(
+        let k = self.ctx.keyed(
             "proposal.create",
             &p.idempotency_key,
             &ProposalCreateParams {
@@ -444,7 +444,7 @@ impl Proposals {
         let worktree = self
             .ctx
             .governed(actor, &p.workspace_id, Permission::Propose)?;
-        let k = Keyed::new(
+        let k = self.ctx.keyed(
             "proposal.attach_patch",
             &p.idempotency_key,
             &ProposalAttachParams {
@@ -574,7 +574,7 @@ impl Proposals {
                 )));
             }
         };
-        let k = Keyed::new(
+        let k = self.ctx.keyed(
             method,
             &p.idempotency_key,
             &ProposalTransitionParams {

@@ -6,7 +6,6 @@
 //! test runs as a verification against a private commit of the worktree's HEAD tree with the
 //! post-images, asynchronously) and `policy` (reported).
 
-use super::requests::Keyed;
 use crate::apply::Fingerprint;
 use crate::config::Permission;
 use crate::domain::claim::{ClaimState, ResourceId};
@@ -311,7 +310,7 @@ impl Validations {
         let worktree = self
             .ctx
             .governed(actor, &p.workspace_id, Permission::View)?;
-        let k = Keyed::new(
+        let k = self.ctx.keyed(
             "patch.validate",
             &p.idempotency_key,
             &ValidateParams {
