@@ -480,12 +480,12 @@ async fn run(common: &Common, req: RunRequest) -> ExitCode {
         Ok(d) => d,
         Err(e) => return refuse(e),
     };
-    let engine = Context::for_run(
+    let engine = crate::engine::runner::Runner::new(&Context::for_run(
         std::sync::Arc::new(config),
         data,
         std::sync::Arc::new(sandbox),
         seccomp,
-    );
+    ));
     let prepared = match engine.prepare(req).await {
         Ok(p) => p,
         Err(e) => return refuse(e),

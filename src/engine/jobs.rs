@@ -4,6 +4,7 @@
 //! validation's tests both run here, so one `max_concurrent_verifications` bounds them all.
 
 use super::Context;
+use super::runner::Runner;
 use super::workers::Workers;
 use crate::engine::runner::pipeline::Started;
 use std::sync::{Arc, Mutex};
@@ -11,7 +12,8 @@ use std::time::Duration;
 
 /// The background verification jobs of this process.
 pub struct Jobs {
-    ctx: Context,
+    /// The runner every job runs through (callers prepare and begin their runs on it).
+    pub runner: Runner,
     workers: Workers,
     /// The first failure to make an asynchronous result durable (a worker that could not
     /// settle its verification).
@@ -22,7 +24,7 @@ impl Jobs {
     pub fn new(ctx: Context) -> Jobs {
         Jobs {
             workers: Workers::new(ctx.config.max_concurrent_verifications),
-            ctx,
+            runner: Runner::new(&ctx),
             failure: Arc::new(Mutex::new(None)),
         }
     }
@@ -30,7 +32,7 @@ impl Jobs {
     /// Runs a recorded verification in the background, bounded by the concurrency permits.
     pub fn spawn(&self, started: Started) {
         let vid = started.verification.verification_id.clone();
-        let engine = self.ctx.clone();
+        let engine = self.runner.clone();
         let failures = self.failure.clone();
         let id = vid.clone();
         let queued_at = std::time::Instant::now();

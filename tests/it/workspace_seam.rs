@@ -103,7 +103,8 @@ async fn run_through(refuse_staging: bool, argv: &[&str]) -> (Vec<String>, Strin
         log: log.clone(),
         refuse_staging,
     });
-    let prepared = ctx
+    let runner = airlock::engine::runner::Runner::new(&ctx);
+    let prepared = runner
         .prepare(RunRequest {
             repo: f.repo.clone(),
             rev: "main".into(),
@@ -114,7 +115,7 @@ async fn run_through(refuse_staging: bool, argv: &[&str]) -> (Vec<String>, Strin
         .await
         .unwrap();
     let (_tx, cancel) = tokio::sync::watch::channel(false);
-    let v = ctx.execute(prepared, cancel).await.unwrap();
+    let v = runner.execute(prepared, cancel).await.unwrap();
     let left = std::fs::read_dir(data.checkouts()).unwrap().count();
     assert_eq!(left, 0, "the workspace is removed once the run settles");
     let entries = log.lock().unwrap().clone();

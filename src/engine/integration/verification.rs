@@ -92,7 +92,8 @@ impl Integration {
         let extra = self.owned_evidence_check(&c);
         let repo = self.ctx.repo(&p.workspace_id).clone();
         let prepared = self
-            .ctx
+            .jobs
+            .runner
             .prepare_commit(
                 repo,
                 rev.clone(),
@@ -129,7 +130,8 @@ impl Integration {
             })
         });
         let started = self
-            .ctx
+            .jobs
+            .runner
             .begin(
                 prepared,
                 Some(CandidateLink {

@@ -1,14 +1,50 @@
 //! The verification runner: `pipeline` (validate, record, stage, run, destroy, check, write the
 //! artifact, settle), `recovery` (destroy, then decide, after a crash) and `environment` (the
-//! server-side environment builder). It runs on a [`super::Context`].
+//! server-side environment builder). [`Runner`] holds the parts of the context a run touches.
 
 pub mod environment;
 pub mod pipeline;
 pub mod recovery;
 
 use crate::config::Config;
+use crate::engine::{Clock, Context, DataDir};
+use crate::sandbox::Runtime;
+use crate::sandbox::seccomp::SeccompProfile;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The verification runner: what one run reads and writes, and nothing else of the context
+/// (no workspace repository: a run is handed the repository it stages from, and no
+/// authorization: its callers have decided). `airlock run`, candidate verifications and a
+/// validation's dry run and tests all run through it.
+#[derive(Clone)]
+pub struct Runner {
+    pub config: Arc<Config>,
+    /// The store the `running` row and its settle go to, the artifacts, the layout.
+    pub data: DataDir,
+    /// The engine jobs run on, and how they get their workspaces.
+    pub runtime: Runtime,
+    pub workspaces: Arc<dyn crate::workspace::Workspaces>,
+    pub seccomp: SeccompProfile,
+    pub clock: Clock,
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+impl Runner {
+    /// The runner over `ctx`'s engine, store and clock.
+    pub fn new(ctx: &Context) -> Runner {
+        Runner {
+            config: ctx.config.clone(),
+            data: ctx.data.clone(),
+            runtime: ctx.runtime.clone(),
+            workspaces: ctx.workspaces.clone(),
+            seccomp: ctx.seccomp.clone(),
+            clock: ctx.clock.clone(),
+            metrics: ctx.metrics.clone(),
+        }
+    }
+}
 
 /// Start-up check: when checkouts get their own loop-mounted filesystem, this host must support
 /// it. The message says what to install or configure.

@@ -1,12 +1,12 @@
 //! The verification pipeline: validate, resolve the spec, insert `running`, stage, run, destroy,
 //! check the sources, write the artifact, settle, clean up.
 
-use super::WorkerLock;
 use super::environment::EnvironmentSpec;
+use super::{Runner, WorkerLock};
 use crate::config::Profile;
 use crate::domain::verification::{self as outcome, SourceCheck, Unfinished, classify};
+use crate::engine::crash;
 use crate::engine::error::Refusal;
-use crate::engine::{Context, crash};
 use crate::ids;
 use crate::limits;
 use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity, SandboxError};
@@ -207,7 +207,7 @@ impl Prepared {
     }
 }
 
-impl Context {
+impl Runner {
     /// Validates a request and resolves its environment. Nothing is written.
     pub async fn prepare(&self, req: RunRequest) -> Result<Prepared, RunError> {
         let repo = Repo::open(&req.repo).map_err(RunError::from_git)?;

@@ -150,7 +150,8 @@ impl Validations {
 
         let slot = std::sync::Arc::new(std::sync::Mutex::new(None));
         let prepared = self
-            .ctx
+            .jobs
+            .runner
             .prepare_commit(
                 self.ctx.repo(workspace_id).clone(),
                 commit,
@@ -171,7 +172,8 @@ impl Validations {
             });
         let (_tx, cancel) = tokio::sync::watch::channel(false);
         let v = self
-            .ctx
+            .jobs
+            .runner
             .execute(prepared, cancel)
             .await
             .map_err(|e| format!("the dry run failed to run: {e}"))?;
@@ -365,7 +367,8 @@ impl Validations {
                 None => "an expected test".to_string(),
             };
             let prepared = self
-                .ctx
+                .jobs
+                .runner
                 .prepare_commit(
                     self.ctx.repo(workspace_id).clone(),
                     commit.clone(),
@@ -377,7 +380,8 @@ impl Validations {
                 .await
                 .map_err(|e| format!("{what} cannot start: {e}"))?;
             let started = self
-                .ctx
+                .jobs
+                .runner
                 .begin(prepared, None)
                 .await
                 .map_err(|e| format!("{what} cannot be recorded: {e}"))?;
