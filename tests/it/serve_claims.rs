@@ -245,6 +245,23 @@ fn expiry_needs_no_sweep_and_extension_never_shortens() {
         json!({"workspace_id": "ws1", "claim_id": id, "ttl_seconds": 60, "idempotency_key": "e3"}),
         "failed_precondition",
     );
+    // Every idempotency binding is stamped by the daemon's one clock, not the host's.
+    let db = rusqlite::Connection::open_with_flags(
+        s.dir.path().join("data/airlock.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let stamps: Vec<(String, String)> = db
+        .prepare("SELECT idempotency_key, created_at FROM idempotency ORDER BY idempotency_key")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let at = |k: &str| stamps.iter().find(|(key, _)| key == k).map(|(_, t)| t.as_str());
+    assert_eq!(at("k"), Some("2026-06-01T12:00:00.000000000Z"), "{stamps:?}");
+    assert_eq!(at("e2"), Some("2026-06-01T12:00:30.000000000Z"), "{stamps:?}");
+    assert_eq!(at("d2"), Some("2026-06-01T12:02:30.000000000Z"), "{stamps:?}");
 }
 
 #[test]
