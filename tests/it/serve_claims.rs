@@ -258,10 +258,27 @@ fn expiry_needs_no_sweep_and_extension_never_shortens() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    let at = |k: &str| stamps.iter().find(|(key, _)| key == k).map(|(_, t)| t.as_str());
-    assert_eq!(at("k"), Some("2026-06-01T12:00:00.000000000Z"), "{stamps:?}");
-    assert_eq!(at("e2"), Some("2026-06-01T12:00:30.000000000Z"), "{stamps:?}");
-    assert_eq!(at("d2"), Some("2026-06-01T12:02:30.000000000Z"), "{stamps:?}");
+    let at = |k: &str| {
+        stamps
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, t)| t.as_str())
+    };
+    assert_eq!(
+        at("k"),
+        Some("2026-06-01T12:00:00.000000000Z"),
+        "{stamps:?}"
+    );
+    assert_eq!(
+        at("e2"),
+        Some("2026-06-01T12:00:30.000000000Z"),
+        "{stamps:?}"
+    );
+    assert_eq!(
+        at("d2"),
+        Some("2026-06-01T12:02:30.000000000Z"),
+        "{stamps:?}"
+    );
 }
 
 #[test]
