@@ -2,23 +2,26 @@
 //! test drives it through the real API exactly as it would drive Docker:
 //!
 //! - `fake-exit <code> [output]`: exits with `code`, printing `output`;
-//! - `fake-write <path> <content>`: writes `content` to `path` in the workspace, then exits 0
-//!   (so the real source check sees a changed tracked file);
+//! - `fake-write <path> <content>`: writes `content` to `path` in the workspace (a bind-mounted
+//!   checkout or one of the fake's own volumes), then exits 0 (so the source check sees a
+//!   changed tracked file);
 //! - `fake-oom`: killed for memory (exit 137, OOM);
 //! - `fake-hang`: runs until the deadline (timed out) or a cancel (cancelled);
 //! - `fake-fail <message>`: the runtime itself fails;
 //! - anything else: exits 0 with no output.
 //!
 //! Every image exists (its id is `sha256:fake:<reference>`). The fake never touches Docker, so a
-//! test on it proves workflow logic, never a sandbox limit.
+//! test on it proves workflow logic, never a sandbox limit. Besides bind-mounted checkouts it
+//! mounts volumes of its own ([`FakeVolumes`], in memory): the engine side of an uploading
+//! workspace backend, as an engine on another machine would hold them.
 
 use super::capture::OutputCapture;
-use super::runtime::{BoxFuture, ContainerRuntime};
+use super::runtime::{BoxFuture, ContainerRuntime, EngineVolumes, VolumeFile, VolumeFiles};
 use super::{
     ContainerSpec, JobEnd, JobOutcome, ManagedContainer, Phase, SandboxError, WorkspaceSource,
 };
-use std::collections::HashSet;
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -27,11 +30,98 @@ use tokio::sync::watch;
 pub struct FakeRuntime {
     /// Creation keys of jobs "running" now.
     live: Mutex<HashSet<String>>,
+    volumes: FakeVolumes,
 }
 
 impl FakeRuntime {
     pub fn new() -> FakeRuntime {
         FakeRuntime::default()
+    }
+
+    /// The volumes this fake engine mounts (a handle onto the same ones).
+    pub fn volumes(&self) -> FakeVolumes {
+        self.volumes.clone()
+    }
+}
+
+/// The fake engine's volumes, in memory: cheap to clone, every clone the same volumes.
+#[derive(Default, Clone)]
+pub struct FakeVolumes {
+    held: Arc<Mutex<HashMap<String, VolumeFiles>>>,
+}
+
+impl FakeVolumes {
+    fn with<R>(&self, f: impl FnOnce(&mut HashMap<String, VolumeFiles>) -> R) -> R {
+        f(&mut self
+            .held
+            .lock()
+            .expect("the fake's volumes are never poisoned"))
+    }
+
+    /// A job writing `content` to `path` of volume `name`.
+    fn write(&self, name: &str, path: &str, content: &str) -> Result<(), String> {
+        self.with(|held| match held.get_mut(name) {
+            Some(files) => {
+                files.insert(
+                    path.to_string(),
+                    VolumeFile::File {
+                        executable: false,
+                        bytes: content.as_bytes().to_vec(),
+                    },
+                );
+                Ok(())
+            }
+            None => Err(format!("no volume {name:?}")),
+        })
+    }
+}
+
+impl EngineVolumes for FakeVolumes {
+    fn upload<'a>(
+        &'a self,
+        name: &'a str,
+        files: VolumeFiles,
+    ) -> BoxFuture<'a, Result<(), SandboxError>> {
+        Box::pin(async move {
+            self.with(|held| {
+                if held.contains_key(name) {
+                    return Err(SandboxError::Runtime(format!("volume {name:?} exists")));
+                }
+                held.insert(name.to_string(), files);
+                Ok(())
+            })
+        })
+    }
+
+    fn download<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<VolumeFiles>, SandboxError>> {
+        Box::pin(async move { Ok(self.with(|held| held.get(name).cloned())) })
+    }
+
+    fn remove_dir<'a>(
+        &'a self,
+        name: &'a str,
+        dir: &'a str,
+    ) -> BoxFuture<'a, Result<(), SandboxError>> {
+        Box::pin(async move {
+            let prefix = format!("{dir}/");
+            self.with(|held| {
+                if let Some(files) = held.get_mut(name) {
+                    files.retain(|p, _| !p.starts_with(&prefix));
+                }
+            });
+            Ok(())
+        })
+    }
+
+    fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, SandboxError>> {
+        Box::pin(async move { Ok(self.with(|held| held.remove(name).is_some())) })
+    }
+
+    fn names<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>, SandboxError>> {
+        Box::pin(async move { Ok(self.with(|held| held.keys().cloned().collect())) })
     }
 }
 
@@ -99,8 +189,13 @@ impl ContainerRuntime for FakeRuntime {
                     })
                 }
                 Some("fake-write") => {
-                    let WorkspaceSource::HostBind(dir) = &spec.run.workspace;
-                    match std::fs::write(dir.join(arg(1)), arg(2)) {
+                    let written = match &spec.run.workspace {
+                        WorkspaceSource::HostBind(dir) => {
+                            std::fs::write(dir.join(arg(1)), arg(2)).map_err(|e| e.to_string())
+                        }
+                        WorkspaceSource::Volume(name) => self.volumes.write(name, &arg(1), &arg(2)),
+                    };
+                    match written {
                         Ok(()) => Ok(JobEnd::Exited {
                             code: 0,
                             oom_killed: false,

@@ -77,6 +77,17 @@ pub enum SandboxError {
     Runtime(String),
 }
 
+/// This engine shares the host's filesystem, and nothing uploads into its volumes: a volume it
+/// was handed would be created empty on first mount, and the job would run on nothing.
+fn bind_mounted_only(w: &WorkspaceSource) -> Result<(), SandboxError> {
+    match w {
+        WorkspaceSource::HostBind(_) => Ok(()),
+        WorkspaceSource::Volume(v) => Err(SandboxError::Runtime(format!(
+            "workspace volume {v:?}: this engine's jobs take bind-mounted checkouts"
+        ))),
+    }
+}
+
 fn docker_err(op: &'static str) -> impl FnOnce(DockerError) -> SandboxError {
     move |source| SandboxError::Docker { op, source }
 }
@@ -231,6 +242,7 @@ impl Sandbox {
         phase: &mut PhaseHook<'_>,
         cancel: watch::Receiver<bool>,
     ) -> Result<JobOutcome, SandboxError> {
+        bind_mounted_only(&spec.run.workspace)?;
         let name = spec.name();
         let mut guard = RemovalGuard {
             sandbox: self.clone(),
@@ -581,5 +593,17 @@ impl Drop for RemovalGuard {
                     .await;
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_takes_bind_mounted_checkouts_and_refuses_a_volume_it_was_never_given() {
+        assert!(bind_mounted_only(&WorkspaceSource::HostBind("/data/checkouts/k".into())).is_ok());
+        let e = bind_mounted_only(&WorkspaceSource::Volume("never-uploaded".into())).unwrap_err();
+        assert!(e.to_string().contains("\"never-uploaded\""), "{e}");
     }
 }

@@ -5,6 +5,7 @@
 //! Docker.
 
 use super::{ContainerSpec, JobOutcome, ManagedContainer, PhaseHook, RuntimeSpec, SandboxError};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -85,4 +86,47 @@ impl ContainerRuntime for super::Sandbox {
     ) -> BoxFuture<'a, Result<Vec<ManagedContainer>, SandboxError>> {
         Box::pin(super::Sandbox::list_managed(self, instance_id))
     }
+}
+
+/// One file of a workspace an engine holds itself (a volume's content).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VolumeFile {
+    File { executable: bool, bytes: Vec<u8> },
+    Symlink { target: String },
+}
+
+/// A volume's files by path (`/`-separated, relative to the volume's root).
+pub type VolumeFiles = BTreeMap<String, VolumeFile>;
+
+/// Workspaces an engine holds itself, as named volumes its containers mount: what an uploading
+/// workspace backend ([`crate::workspace::uploads`]) writes a job's tree into before the run
+/// and reads back after it, for an engine that does not share this host's filesystem. The
+/// scripted fake holds them in memory ([`super::fake::FakeVolumes`]); the local Docker engine
+/// does not need them (its jobs' checkouts are bind-mounted).
+pub trait EngineVolumes: Send + Sync {
+    /// Creates volume `name` holding `files`; refused when it already exists.
+    fn upload<'a>(
+        &'a self,
+        name: &'a str,
+        files: VolumeFiles,
+    ) -> BoxFuture<'a, Result<(), SandboxError>>;
+
+    /// Every file of volume `name`, or `None` when there is no such volume.
+    fn download<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<VolumeFiles>, SandboxError>>;
+
+    /// Removes every file beneath `dir` of volume `name`.
+    fn remove_dir<'a>(
+        &'a self,
+        name: &'a str,
+        dir: &'a str,
+    ) -> BoxFuture<'a, Result<(), SandboxError>>;
+
+    /// Deletes volume `name`; `false` when there was none.
+    fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, SandboxError>>;
+
+    /// The names of every volume held.
+    fn names<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>, SandboxError>>;
 }

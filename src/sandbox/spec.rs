@@ -51,6 +51,8 @@ pub struct RunIdentity {
 pub enum WorkspaceSource {
     /// A host directory bind-mounted into the container.
     HostBind(PathBuf),
+    /// A volume the engine holds, already filled by an uploading workspace backend.
+    Volume(String),
 }
 
 /// Everything needed to create one hardened job container.
@@ -158,18 +160,25 @@ pub fn render(spec: &RuntimeSpec, run: &RunIdentity) -> ContainerCreateBody {
             "/tmp".to_string(),
             format!("rw,exec,nosuid,nodev,size={},mode=1777", spec.tmp_bytes),
         )])),
-        mounts: Some(vec![Mount {
-            target: Some(spec.working_dir.clone()),
-            source: Some(match &run.workspace {
-                WorkspaceSource::HostBind(dir) => dir.to_string_lossy().into_owned(),
-            }),
-            typ: Some(MountType::BIND),
-            read_only: Some(false),
-            bind_options: Some(MountBindOptions {
-                propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+        mounts: Some(vec![match &run.workspace {
+            WorkspaceSource::HostBind(dir) => Mount {
+                target: Some(spec.working_dir.clone()),
+                source: Some(dir.to_string_lossy().into_owned()),
+                typ: Some(MountType::BIND),
+                read_only: Some(false),
+                bind_options: Some(MountBindOptions {
+                    propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+                    ..Default::default()
+                }),
                 ..Default::default()
-            }),
-            ..Default::default()
+            },
+            WorkspaceSource::Volume(name) => Mount {
+                target: Some(spec.working_dir.clone()),
+                source: Some(name.clone()),
+                typ: Some(MountType::VOLUME),
+                read_only: Some(false),
+                ..Default::default()
+            },
         }]),
         pids_limit: Some(spec.pids),
         memory: Some(spec.memory_bytes),

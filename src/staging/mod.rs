@@ -33,6 +33,9 @@ pub enum StagingError {
     OutputTooLarge { limit: usize },
     #[error("checkout filesystem: {0}")]
     Space(String),
+    /// The engine holding a job's workspace volume failed or refused.
+    #[error("workspace volume: {0}")]
+    Volume(String),
     #[error("checkout tree {path} is not the directory Airlock created for it")]
     TreeReplaced { path: PathBuf },
     #[error("{op} {path}: {source}")]

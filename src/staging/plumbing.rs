@@ -349,30 +349,18 @@ impl Repo {
         let mut cmd = self.git();
         cmd.args(["ls-tree", "-z", "--full-tree", tree, "--", path]);
         let (_, out) = run_git(cmd, &[0])?;
-        for rec in out.split(|b| *b == 0).filter(|r| !r.is_empty()) {
-            let rec = String::from_utf8_lossy(rec);
-            let Some((meta, p)) = rec.split_once('\t') else {
-                continue;
-            };
-            if p != path {
-                continue;
-            }
-            let mut parts = meta.split(' ');
-            if let (Some(mode), Some(kind), Some(oid)) = (parts.next(), parts.next(), parts.next())
-            {
-                let unknown = || StagingError::Git {
-                    args: "ls-tree".into(),
-                    code: None,
-                    stderr: format!("unknown entry {meta:?}"),
-                };
-                return Ok(Some(TreeEntry {
-                    mode: FileMode::parse(mode).ok_or_else(unknown)?,
-                    kind: ObjectKind::parse(kind).ok_or_else(unknown)?,
-                    oid: oid.into(),
-                }));
-            }
-        }
-        Ok(None)
+        Ok(parse_ls_tree(&out)?
+            .into_iter()
+            .find(|(p, _)| p == path)
+            .map(|(_, e)| e))
+    }
+
+    /// Every blob and link of `tree`, recursively, by path (git's order).
+    pub fn tree_files(&self, tree: &str) -> Result<Vec<(String, TreeEntry)>, StagingError> {
+        let mut cmd = self.git();
+        cmd.args(["ls-tree", "-r", "-z", "--full-tree", tree]);
+        let (_, out) = run_git(cmd, &[0])?;
+        parse_ls_tree(&out)
     }
 
     /// The size of an object in bytes, without reading it.
@@ -569,6 +557,39 @@ impl Repo {
 
 fn oid_len(any_oid: &str) -> usize {
     any_oid.len()
+}
+
+/// `ls-tree -z` records as (path, entry); a path that is not UTF-8 is refused (Airlock's path
+/// rules admit only UTF-8 paths).
+fn parse_ls_tree(out: &[u8]) -> Result<Vec<(String, TreeEntry)>, StagingError> {
+    let mut entries = Vec::new();
+    for rec in out.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+        let unknown = |what: String| StagingError::Git {
+            args: "ls-tree".into(),
+            code: None,
+            stderr: what,
+        };
+        let rec = std::str::from_utf8(rec)
+            .map_err(|_| unknown(format!("a path that is not UTF-8: {rec:?}")))?;
+        let Some((meta, path)) = rec.split_once('\t') else {
+            return Err(unknown(format!("unknown entry {rec:?}")));
+        };
+        let mut parts = meta.split(' ');
+        let (Some(mode), Some(kind), Some(oid)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(unknown(format!("unknown entry {meta:?}")));
+        };
+        entries.push((
+            path.to_string(),
+            TreeEntry {
+                mode: FileMode::parse(mode)
+                    .ok_or_else(|| unknown(format!("unknown entry {meta:?}")))?,
+                kind: ObjectKind::parse(kind)
+                    .ok_or_else(|| unknown(format!("unknown entry {meta:?}")))?,
+                oid: oid.into(),
+            },
+        ));
+    }
+    Ok(entries)
 }
 
 #[cfg(test)]

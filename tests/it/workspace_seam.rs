@@ -150,3 +150,242 @@ async fn a_backend_that_cannot_stage_ends_the_job_as_error_before_anything_runs(
     // Nothing was attached, run or checked; there was nothing to remove.
     assert_eq!(steps, ["stage HEAD", "remove false"]);
 }
+
+// ---- An engine that holds its jobs' workspaces: the uploading backend ----
+
+use airlock::engine::runner::Runner;
+use airlock::engine::runner::pipeline::{Harvest, HarvestSlot};
+use airlock::sandbox::runtime::{EngineVolumes, VolumeFile, VolumeFiles};
+use airlock::staging::{CheckoutFs, Repo};
+use airlock::workspace::uploads::Uploads;
+
+/// A fixture whose tree has a nested file, an executable and a symlink.
+fn tree_fixture() -> Fixture {
+    let f = Fixture::new(&[
+        ("README", "base\n", false),
+        ("bin/run.sh", "#!/bin/sh\necho hi\n", true),
+        ("src/deep/lib.rs", "pub fn f() {}\n", false),
+    ]);
+    std::os::unix::fs::symlink("README", f.repo.join("link")).unwrap();
+    git(&f.repo, &["add", "link"]);
+    git(&f.repo, &["commit", "-q", "-m", "link"]);
+    f
+}
+
+fn stage_request(f: &Fixture, key: &str, fs: CheckoutFs) -> StageRequest {
+    StageRequest {
+        repo: Repo::open(&f.repo).unwrap(),
+        commit: git(&f.repo, &["rev-parse", "HEAD"]),
+        key: key.into(),
+        fs,
+        uid: 65534,
+        gid: 65534,
+    }
+}
+
+fn file(bytes: &str, executable: bool) -> VolumeFile {
+    VolumeFile::File {
+        executable,
+        bytes: bytes.as_bytes().to_vec(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_put_the_exact_tree_into_the_engines_volume_within_the_quota() {
+    let f = tree_fixture();
+    let fake = FakeRuntime::new();
+    let volumes = fake.volumes();
+    let uploads = Uploads::new(Arc::new(volumes.clone()));
+    let job = uploads
+        .stage(stage_request(&f, "k1", CheckoutFs::Directory))
+        .await
+        .unwrap();
+    assert_eq!(job.attach().unwrap(), WorkspaceSource::Volume("k1".into()));
+    let held = volumes.download("k1").await.unwrap().unwrap();
+    let want: VolumeFiles = [
+        ("README".to_string(), file("base\n", false)),
+        ("bin/run.sh".to_string(), file("#!/bin/sh\necho hi\n", true)),
+        (
+            "link".to_string(),
+            VolumeFile::Symlink {
+                target: "README".into(),
+            },
+        ),
+        (
+            "src/deep/lib.rs".to_string(),
+            file("pub fn f() {}\n", false),
+        ),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(held, want);
+    assert_eq!(job.check_sources(10).await.unwrap(), (vec![], 0));
+    // A second stage under the same key is refused by the engine, naming the volume.
+    let again = uploads
+        .stage(stage_request(&f, "k1", CheckoutFs::Directory))
+        .await
+        .err()
+        .expect("a volume is never staged twice");
+    assert!(again.to_string().contains("\"k1\" exists"), "{again}");
+    assert_eq!(uploads.leftovers().await.unwrap(), ["k1"]);
+    assert!(uploads.remove("k1").await.unwrap());
+    assert!(!uploads.remove("k1").await.unwrap());
+
+    // The quota of a loop-mounted checkout bounds an uploaded tree too: bytes, then files.
+    for fs in [
+        CheckoutFs::Loop {
+            disk_bytes: 10,
+            inodes: 1000,
+        },
+        CheckoutFs::Loop {
+            disk_bytes: 1 << 20,
+            inodes: 2,
+        },
+    ] {
+        let e = uploads
+            .stage(stage_request(&f, "k2", fs))
+            .await
+            .err()
+            .expect("over quota");
+        assert!(matches!(e, StagingError::Space(_)), "{e}");
+        assert!(e.to_string().contains("quota"), "{e}");
+    }
+    assert!(
+        volumes.names().await.unwrap().is_empty(),
+        "nothing uploaded"
+    );
+}
+
+/// Runs `argv` through the runner on the fake engine with uploaded workspaces.
+async fn run_uploaded(
+    f: &Fixture,
+    fake: Arc<FakeRuntime>,
+    argv: &[&str],
+    harvest: Option<HarvestSlot>,
+) -> airlock::verification::Verification {
+    let data = DataDir::open(&f.data).await.unwrap();
+    let config = Config::parse("checkout_filesystem = \"directory\"\n").unwrap();
+    let mut ctx = Context::for_run(
+        Arc::new(config),
+        data,
+        fake.clone(),
+        airlock::sandbox::seccomp::load().unwrap(),
+    );
+    ctx.workspaces = Arc::new(Uploads::new(Arc::new(fake.volumes())));
+    let runner = Runner::new(&ctx);
+    let mut prepared = runner
+        .prepare(RunRequest {
+            repo: f.repo.clone(),
+            rev: "main".into(),
+            profile: "default".into(),
+            argv: argv.iter().map(|a| a.to_string()).collect(),
+            timeout_seconds: 30,
+        })
+        .await
+        .unwrap();
+    if let Some(into) = harvest {
+        prepared = prepared.harvesting(Harvest {
+            limits: HarvestLimits {
+                dir: "out".into(),
+                max_files: 4,
+                max_bytes: 1024,
+            },
+            into,
+        });
+    }
+    let (_tx, cancel) = tokio::sync::watch::channel(false);
+    runner.execute(prepared, cancel).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_on_uploaded_workspaces_is_judged_from_the_volume_and_never_touches_a_host_checkout()
+{
+    let f = tree_fixture();
+    let fake = Arc::new(FakeRuntime::new());
+    let checkouts = f.data.join("checkouts");
+    let nothing_left = |what: &str| {
+        let left = std::fs::read_dir(&checkouts)
+            .map(|d| d.count())
+            .unwrap_or(0);
+        assert_eq!(left, 0, "{what}: no host checkout");
+    };
+
+    let v = run_uploaded(&f, fake.clone(), &["true"], None).await;
+    assert_eq!(v.status.as_str(), "passed", "{:?}", v.error);
+    nothing_left("a passing run");
+    assert!(
+        fake.volumes().names().await.unwrap().is_empty(),
+        "volume removed"
+    );
+
+    // A changed tracked file is caught by the check against what was uploaded.
+    let v = run_uploaded(
+        &f,
+        fake.clone(),
+        &["fake-write", "src/deep/lib.rs", "x"],
+        None,
+    )
+    .await;
+    assert_eq!(v.status.as_str(), "source_changed");
+    let detail = format!("{:?}", v.error);
+    assert!(detail.contains("src/deep/lib.rs"), "{detail}");
+    nothing_left("a mutating run");
+    assert!(
+        fake.volumes().names().await.unwrap().is_empty(),
+        "volume removed"
+    );
+
+    // A new file is not the tree's: the run passes, as on a checkout.
+    let v = run_uploaded(&f, fake.clone(), &["fake-write", "new.txt", "x"], None).await;
+    assert_eq!(v.status.as_str(), "passed", "{:?}", v.error);
+
+    // Output files come back from the volume, and out/ is gone before the source check.
+    let slot: HarvestSlot = Arc::default();
+    let v = run_uploaded(
+        &f,
+        fake.clone(),
+        &["fake-write", "out/result.txt", "ok"],
+        Some(slot.clone()),
+    )
+    .await;
+    assert_eq!(v.status.as_str(), "passed", "{:?}", v.error);
+    let got = slot.lock().unwrap().take().expect("harvested").unwrap();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].0, "result.txt");
+    assert!(
+        matches!(&got[0].1, airlock::apply::Image::File { bytes, .. } if bytes == b"ok"),
+        "{got:?}"
+    );
+    nothing_left("a harvesting run");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_sweeps_a_volume_no_live_worker_owns() {
+    let f = tree_fixture();
+    let data = DataDir::open(&f.data).await.unwrap();
+    let fake = Arc::new(FakeRuntime::new());
+    let volumes = fake.volumes();
+    volumes
+        .upload("orphan-key", VolumeFiles::new())
+        .await
+        .unwrap();
+    let engine = airlock::workspace::JobEngine {
+        runtime: fake.clone(),
+        workspaces: Arc::new(Uploads::new(Arc::new(volumes.clone()))),
+    };
+    let report = airlock::engine::runner::recovery::recover(
+        &data,
+        &[engine],
+        airlock::engine::runner::recovery::Retention {
+            keep: std::time::Duration::from_secs(3600),
+            now: airlock::ids::now(),
+        },
+    )
+    .await;
+    assert_eq!(
+        report.checkouts_removed,
+        ["volume orphan-key"],
+        "{report:?}"
+    );
+    assert!(volumes.names().await.unwrap().is_empty());
+}

@@ -157,6 +157,7 @@ impl RunError {
             StagingError::Git { .. }
             | StagingError::OutputTooLarge { .. }
             | StagingError::Space(_)
+            | StagingError::Volume(_)
             | StagingError::TreeReplaced { .. }
             | StagingError::Io { .. } => RunError::Git(e),
         }

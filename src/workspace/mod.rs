@@ -7,7 +7,11 @@
 //!
 //! [`HostBind`] is the backend for an engine that shares this host's filesystem (the local
 //! Docker engine and the scripted fake runtime): checkouts under the data dir's `checkouts/`,
-//! bind-mounted.
+//! bind-mounted. [`uploads::Uploads`] is the backend for an engine that holds its jobs'
+//! workspaces itself ([`crate::sandbox::runtime::EngineVolumes`]): the tree is uploaded into a
+//! volume and read back after the run.
+
+pub mod uploads;
 
 use crate::apply::Image;
 use crate::sandbox::WorkspaceSource;

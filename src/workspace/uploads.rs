@@ -1,0 +1,189 @@
+//! The uploading workspace backend: for an engine that does not share this host's filesystem,
+//! each job's tree is read from git here (trusted code), uploaded into a volume the engine holds
+//! and mounts, and read back after the container is destroyed: the job's output files, then the
+//! source check against the tree as it was uploaded. No host path reaches the container.
+
+use super::{ChangedPaths, HarvestLimits, Harvested, JobWorkspace, StageRequest, Workspaces};
+use crate::apply::Image;
+use crate::domain::git::FileMode;
+use crate::sandbox::WorkspaceSource;
+use crate::sandbox::runtime::{BoxFuture, EngineVolumes, VolumeFile, VolumeFiles};
+use crate::staging::{CheckoutFs, StagingError};
+use std::sync::Arc;
+
+/// Jobs' workspaces as volumes of one engine.
+#[derive(Clone)]
+pub struct Uploads {
+    volumes: Arc<dyn EngineVolumes>,
+}
+
+impl Uploads {
+    pub fn new(volumes: Arc<dyn EngineVolumes>) -> Uploads {
+        Uploads { volumes }
+    }
+}
+
+fn engine(e: crate::sandbox::SandboxError) -> StagingError {
+    StagingError::Volume(e.to_string())
+}
+
+/// The commit's tree as volume files, refused when it exceeds the workspace's quota (the same
+/// disk and inode bounds a loop-mounted checkout has). Submodule entries are left out, as a
+/// checkout leaves them unpopulated.
+fn read_tree(req: &StageRequest) -> Result<VolumeFiles, StagingError> {
+    let (max_bytes, max_files) = match req.fs {
+        CheckoutFs::Loop { disk_bytes, inodes } => (disk_bytes, inodes),
+        CheckoutFs::Directory => (u64::MAX, u64::MAX),
+    };
+    let mut files = VolumeFiles::new();
+    let mut bytes = 0u64;
+    for (path, entry) in req.repo.tree_files(&req.commit)? {
+        let file = match entry.mode {
+            FileMode::Regular | FileMode::Executable => VolumeFile::File {
+                executable: entry.mode == FileMode::Executable,
+                bytes: req.repo.read_blob(&entry.oid)?,
+            },
+            FileMode::Symlink => VolumeFile::Symlink {
+                target: String::from_utf8(req.repo.read_blob(&entry.oid)?).map_err(|_| {
+                    StagingError::Volume(format!("{path}: a symlink target that is not UTF-8"))
+                })?,
+            },
+            FileMode::Gitlink | FileMode::Tree => continue,
+        };
+        bytes += match &file {
+            VolumeFile::File { bytes, .. } => bytes.len() as u64,
+            VolumeFile::Symlink { target } => target.len() as u64,
+        };
+        if bytes > max_bytes || files.len() as u64 >= max_files {
+            return Err(StagingError::Space(format!(
+                "the tree does not fit the workspace's quota ({max_bytes} bytes, {max_files} files)"
+            )));
+        }
+        files.insert(path, file);
+    }
+    Ok(files)
+}
+
+impl Workspaces for Uploads {
+    fn stage<'a>(
+        &'a self,
+        req: StageRequest,
+    ) -> BoxFuture<'a, Result<Box<dyn JobWorkspace>, StagingError>> {
+        Box::pin(async move {
+            let key = req.key.clone();
+            let files = tokio::task::spawn_blocking(move || read_tree(&req))
+                .await
+                .expect("reading a tree does not panic")?;
+            self.volumes
+                .upload(&key, files.clone())
+                .await
+                .map_err(engine)?;
+            Ok(Box::new(Uploaded {
+                volumes: self.volumes.clone(),
+                name: key,
+                staged: files,
+            }) as Box<dyn JobWorkspace>)
+        })
+    }
+
+    fn remove<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, StagingError>> {
+        Box::pin(async move { self.volumes.delete(key).await.map_err(engine) })
+    }
+
+    fn leftovers<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>, StagingError>> {
+        Box::pin(async move { self.volumes.names().await.map_err(engine) })
+    }
+
+    fn describe(&self, key: &str) -> String {
+        format!("volume {key}")
+    }
+}
+
+/// One job's uploaded workspace and the tree it was given.
+struct Uploaded {
+    volumes: Arc<dyn EngineVolumes>,
+    name: String,
+    staged: VolumeFiles,
+}
+
+impl Uploaded {
+    async fn files(&self) -> Result<VolumeFiles, StagingError> {
+        self.volumes
+            .download(&self.name)
+            .await
+            .map_err(engine)?
+            .ok_or_else(|| StagingError::Volume(format!("volume {} is gone", self.name)))
+    }
+}
+
+impl JobWorkspace for Uploaded {
+    /// The volume is named by the job's creation key and only this backend writes it before the
+    /// run; there is no host path to swap, so the engine mounts it by name.
+    fn attach(&self) -> Result<WorkspaceSource, StagingError> {
+        Ok(WorkspaceSource::Volume(self.name.clone()))
+    }
+
+    fn harvest<'a>(&'a self, limits: &'a HarvestLimits) -> BoxFuture<'a, Harvested> {
+        Box::pin(async move {
+            let files = self.files().await.map_err(|e| e.to_string())?;
+            let prefix = format!("{}/", limits.dir);
+            let mut out = Vec::new();
+            let mut bytes = 0u64;
+            for (path, file) in files.range(prefix.clone()..) {
+                let Some(rel) = path.strip_prefix(&prefix) else {
+                    break;
+                };
+                if out.len() == limits.max_files {
+                    return Err(format!(
+                        "the job wrote more than {} files",
+                        limits.max_files
+                    ));
+                }
+                let image = match file {
+                    VolumeFile::File { executable, bytes } => Image::File {
+                        executable: *executable,
+                        bytes: bytes.clone(),
+                    },
+                    VolumeFile::Symlink { target } => Image::Symlink {
+                        target: target.clone(),
+                    },
+                };
+                bytes += match &image {
+                    Image::File { bytes, .. } => bytes.len() as u64,
+                    Image::Symlink { target } => target.len() as u64,
+                    Image::Absent => 0,
+                };
+                if bytes > limits.max_bytes {
+                    return Err(format!(
+                        "the job wrote more than {} bytes",
+                        limits.max_bytes
+                    ));
+                }
+                out.push((rel.to_string(), image));
+            }
+            self.volumes
+                .remove_dir(&self.name, &limits.dir)
+                .await
+                .map_err(|e| format!("remove the job's {}: {e}", limits.dir))?;
+            Ok(out)
+        })
+    }
+
+    /// Every uploaded path whose type, mode or content differs now (or that is gone); files the
+    /// job added are not the tree's, as with a checkout.
+    fn check_sources(&self, listed: usize) -> BoxFuture<'_, Result<ChangedPaths, StagingError>> {
+        Box::pin(async move {
+            let now = self.files().await?;
+            let changed: Vec<&String> = self
+                .staged
+                .iter()
+                .filter(|(path, file)| now.get(*path) != Some(*file))
+                .map(|(path, _)| path)
+                .collect();
+            Ok((
+                changed.iter().take(listed).map(|p| p.to_string()).collect(),
+                changed.len(),
+            ))
+        })
+    }
+}
