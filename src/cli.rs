@@ -311,9 +311,14 @@ async fn dispatch(cmd: Command) -> ExitCode {
                 Ok(d) => d,
                 Err(e) => return fail(e),
             };
-            let sandbox: crate::sandbox::Runtime = match Sandbox::connect().await {
+            let sandbox: crate::sandbox::Runtime = match Sandbox::connect_configured(&config).await
+            {
                 Ok(s) => std::sync::Arc::new(s),
                 Err(e) => return fail(e),
+            };
+            let seccomp = match crate::sandbox::seccomp::load() {
+                Ok(s) => s,
+                Err(e) => return refuse(e),
             };
             let retention = recovery::Retention {
                 keep: config.run_retention,
@@ -321,7 +326,11 @@ async fn dispatch(cmd: Command) -> ExitCode {
             };
             let engines = [crate::workspace::JobEngine {
                 runtime: sandbox.clone(),
-                workspaces: std::sync::Arc::new(crate::workspace::HostBind::new(&data.root)),
+                workspaces: crate::engine::context::workspaces_of(
+                    sandbox.as_ref(),
+                    &data,
+                    &seccomp,
+                ),
             }];
             let report = recovery::recover(&data, &engines, retention).await;
             let mut failures = report.failures.len();
@@ -472,7 +481,7 @@ async fn run(common: &Common, req: RunRequest) -> ExitCode {
     if let Err(e) = crate::engine::runner::check_checkout_support(&config) {
         return refuse(e);
     }
-    let sandbox = match Sandbox::connect().await {
+    let sandbox = match Sandbox::connect_configured(&config).await {
         Ok(s) => s,
         Err(e) => return refuse(e),
     };

@@ -5,6 +5,7 @@
 //! these values.
 
 mod builtin;
+pub mod engines;
 pub mod governance;
 
 use crate::limits;
@@ -104,6 +105,8 @@ struct RawConfig {
     workspaces: BTreeMap<String, RawWorkspace>,
     #[serde(default)]
     tokens: Vec<RawToken>,
+    #[serde(default)]
+    engines: Vec<engines::RawEngine>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -301,6 +304,8 @@ pub struct Config {
     pub profiles: BTreeMap<String, Profile>,
     pub workspaces: BTreeMap<String, Workspace>,
     pub tokens: Vec<Token>,
+    /// `[[engines]]`; empty: the local socket (or `DOCKER_HOST`) is the one engine.
+    pub engines: Vec<engines::EngineConfig>,
 }
 
 impl Config {
@@ -530,6 +535,7 @@ impl Config {
         )?;
         let public_url = raw.public_url.map(check_public_url).transpose()?;
         Ok(Config {
+            engines: engines::parse(raw.engines, raw.checkout_filesystem.unwrap_or_default())?,
             public_url,
             max_patch_bytes: governed.max_patch_bytes,
             header_read_timeout,

@@ -59,7 +59,7 @@ impl Context {
         }
         Ok(Context {
             config,
-            workspaces: Arc::new(crate::workspace::HostBind::new(&data.root)),
+            workspaces: workspaces_of(runtime.as_ref(), &data, &seccomp),
             data,
             runtime,
             seccomp,
@@ -79,7 +79,7 @@ impl Context {
     ) -> Context {
         Context {
             config,
-            workspaces: Arc::new(crate::workspace::HostBind::new(&data.root)),
+            workspaces: workspaces_of(runtime.as_ref(), &data, &seccomp),
             data,
             runtime,
             seccomp,
@@ -106,6 +106,19 @@ impl Context {
 
     pub fn now_rfc3339(&self) -> String {
         crate::ids::rfc3339(self.clock.now())
+    }
+}
+
+/// Jobs' workspaces as `runtime`'s engine takes them: trees uploaded into volumes it holds
+/// when it shares no filesystem with Airlock, else host checkouts, bind-mounted.
+pub fn workspaces_of(
+    runtime: &dyn crate::sandbox::ContainerRuntime,
+    data: &DataDir,
+    seccomp: &SeccompProfile,
+) -> Arc<dyn crate::workspace::Workspaces> {
+    match runtime.volumes(&data.instance_id, &seccomp.compact_json) {
+        Some(volumes) => Arc::new(crate::workspace::uploads::Uploads::new(volumes)),
+        None => Arc::new(crate::workspace::HostBind::new(&data.root)),
     }
 }
 

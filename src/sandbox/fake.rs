@@ -80,6 +80,7 @@ impl EngineVolumes for FakeVolumes {
     fn upload<'a>(
         &'a self,
         name: &'a str,
+        _spec: &'a super::runtime::VolumeSpec,
         files: VolumeFiles,
     ) -> BoxFuture<'a, Result<(), SandboxError>> {
         Box::pin(async move {
@@ -139,6 +140,16 @@ impl ContainerRuntime for FakeRuntime {
     /// hash a Docker run of the same environment would.
     fn environment_form(&self, spec: &super::RuntimeSpec) -> serde_json::Value {
         super::hashed_form(spec)
+    }
+
+    /// Workflow tests run the fake on host checkouts; a test that wants uploaded workspaces
+    /// builds them over [`FakeRuntime::volumes`] itself.
+    fn volumes(
+        &self,
+        _instance_id: &str,
+        _seccomp_json: &str,
+    ) -> Option<Arc<dyn super::runtime::EngineVolumes>> {
+        None
     }
 
     fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, SandboxError>> {

@@ -10,6 +10,7 @@ pub mod images;
 pub mod runtime;
 pub mod seccomp;
 pub mod spec;
+pub mod volumes;
 
 pub use runtime::{ContainerRuntime, Runtime};
 pub use spec::{
@@ -77,14 +78,25 @@ pub enum SandboxError {
     Runtime(String),
 }
 
-/// This engine shares the host's filesystem, and nothing uploads into its volumes: a volume it
-/// was handed would be created empty on first mount, and the job would run on nothing.
-fn bind_mounted_only(w: &WorkspaceSource) -> Result<(), SandboxError> {
-    match w {
-        WorkspaceSource::HostBind(_) => Ok(()),
-        WorkspaceSource::Volume(v) => Err(SandboxError::Runtime(format!(
-            "workspace volume {v:?}: this engine's jobs take bind-mounted checkouts"
-        ))),
+/// A job gets the kind of workspace its engine takes. A local engine's volume was never
+/// uploaded into (it would be created empty on first mount, and the job would run on nothing);
+/// a remote engine never gets a bind mount (the path is this host's, not the engine's).
+fn matching_workspace(
+    engine: spec::WorkspaceKind,
+    w: &WorkspaceSource,
+) -> Result<(), SandboxError> {
+    match (engine, w) {
+        (spec::WorkspaceKind::HostBind, WorkspaceSource::HostBind(_))
+        | (spec::WorkspaceKind::Volume, WorkspaceSource::Volume(_)) => Ok(()),
+        (spec::WorkspaceKind::HostBind, WorkspaceSource::Volume(v)) => Err(SandboxError::Runtime(
+            format!("workspace volume {v:?}: this engine's jobs take bind-mounted checkouts"),
+        )),
+        (spec::WorkspaceKind::Volume, WorkspaceSource::HostBind(p)) => {
+            Err(SandboxError::Runtime(format!(
+                "workspace {}: this engine shares no filesystem with Airlock; its jobs take uploaded volumes",
+                p.display()
+            )))
+        }
     }
 }
 
@@ -151,6 +163,9 @@ pub struct ManagedContainer {
 #[derive(Clone)]
 pub struct Sandbox {
     docker: Docker,
+    /// What the engine's jobs mount: a host checkout (it shares this host's filesystem) or a
+    /// volume it holds (a `tcp://` engine).
+    workspace_kind: spec::WorkspaceKind,
 }
 
 impl Sandbox {
@@ -175,6 +190,66 @@ impl Sandbox {
             ),
         }
         .map_err(|e| unreachable(e.to_string()))?;
+        Self::negotiated(docker, spec::WorkspaceKind::HostBind, &endpoint).await
+    }
+
+    /// Connects to the configured engine, or (none configured) as [`Sandbox::connect`] does.
+    pub async fn connect_configured(
+        config: &crate::config::Config,
+    ) -> Result<Sandbox, SandboxError> {
+        match config.engines.first() {
+            None => Self::connect().await,
+            Some(e) => Self::connect_engine(e).await,
+        }
+    }
+
+    /// Connects to one `[[engines]]` entry: its socket, or TCP with mutual TLS (plaintext only
+    /// where the configuration allowed it, on loopback).
+    pub async fn connect_engine(
+        e: &crate::config::engines::EngineConfig,
+    ) -> Result<Sandbox, SandboxError> {
+        use crate::config::engines::EngineHost;
+        let endpoint = format!("{} (engine {:?})", e.host, e.name);
+        let unreachable = |message: String| SandboxError::Unreachable {
+            endpoint: endpoint.clone(),
+            message,
+        };
+        let timeout = limits::DOCKER_REQUEST_TIMEOUT_SECS;
+        let version = bollard::API_DEFAULT_VERSION;
+        let docker = match (&e.host, &e.tls) {
+            (EngineHost::Unix(path), _) => {
+                Docker::connect_with_socket(&path.to_string_lossy(), timeout, version)
+            }
+            (EngineHost::Tcp { host, port }, Some(tls)) => Docker::connect_with_ssl(
+                &format!("{host}:{port}"),
+                &tls.key,
+                &tls.cert,
+                &tls.ca,
+                timeout,
+                version,
+            ),
+            (EngineHost::Tcp { host, port }, None) => {
+                Docker::connect_with_http(&format!("tcp://{host}:{port}"), timeout, version)
+            }
+        }
+        .map_err(|err| unreachable(err.to_string()))?;
+        let kind = if e.holds_workspaces() {
+            spec::WorkspaceKind::Volume
+        } else {
+            spec::WorkspaceKind::HostBind
+        };
+        Self::negotiated(docker, kind, &endpoint).await
+    }
+
+    async fn negotiated(
+        docker: Docker,
+        workspace_kind: spec::WorkspaceKind,
+        endpoint: &str,
+    ) -> Result<Sandbox, SandboxError> {
+        let unreachable = |message: String| SandboxError::Unreachable {
+            endpoint: endpoint.to_string(),
+            message,
+        };
         let docker =
             tokio::time::timeout(limits::DOCKER_NEGOTIATE_TIMEOUT, docker.negotiate_version())
                 .await
@@ -185,7 +260,15 @@ impl Sandbox {
                     ))
                 })?
                 .map_err(|e| unreachable(e.to_string()))?;
-        Ok(Sandbox { docker })
+        Ok(Sandbox {
+            docker,
+            workspace_kind,
+        })
+    }
+
+    /// What this engine's jobs mount.
+    pub fn workspace_kind(&self) -> spec::WorkspaceKind {
+        self.workspace_kind
     }
 
     pub(crate) fn docker(&self) -> &Docker {
@@ -242,7 +325,7 @@ impl Sandbox {
         phase: &mut PhaseHook<'_>,
         cancel: watch::Receiver<bool>,
     ) -> Result<JobOutcome, SandboxError> {
-        bind_mounted_only(&spec.run.workspace)?;
+        matching_workspace(self.workspace_kind, &spec.run.workspace)?;
         let name = spec.name();
         let mut guard = RemovalGuard {
             sandbox: self.clone(),
@@ -601,9 +684,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn docker_takes_bind_mounted_checkouts_and_refuses_a_volume_it_was_never_given() {
-        assert!(bind_mounted_only(&WorkspaceSource::HostBind("/data/checkouts/k".into())).is_ok());
-        let e = bind_mounted_only(&WorkspaceSource::Volume("never-uploaded".into())).unwrap_err();
+    fn each_engine_takes_only_its_own_kind_of_workspace() {
+        use spec::WorkspaceKind::{HostBind, Volume};
+        let bind = WorkspaceSource::HostBind("/data/checkouts/k".into());
+        let vol = WorkspaceSource::Volume("never-uploaded".into());
+        assert!(matching_workspace(HostBind, &bind).is_ok());
+        assert!(matching_workspace(Volume, &vol).is_ok());
+        let e = matching_workspace(HostBind, &vol).unwrap_err();
         assert!(e.to_string().contains("\"never-uploaded\""), "{e}");
+        let e = matching_workspace(Volume, &bind).unwrap_err();
+        assert!(e.to_string().contains("shares no filesystem"), "{e}");
     }
 }

@@ -23,6 +23,11 @@ pub trait ContainerRuntime: Send + Sync {
     /// the hardening each engine adds to it is part of its rendering.
     fn environment_form(&self, spec: &RuntimeSpec) -> serde_json::Value;
 
+    /// The volumes this engine holds jobs' workspaces in, when it shares no filesystem with
+    /// Airlock (owned by the data dir's `instance_id`; holders confined by `seccomp_json`);
+    /// `None` when its jobs take bind-mounted host checkouts.
+    fn volumes(&self, instance_id: &str, seccomp_json: &str) -> Option<Arc<dyn EngineVolumes>>;
+
     /// The id of an image reference, or [`SandboxError::ImageMissing`].
     fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, SandboxError>>;
 
@@ -55,7 +60,16 @@ pub type Runtime = Arc<dyn ContainerRuntime>;
 
 impl ContainerRuntime for super::Sandbox {
     fn environment_form(&self, spec: &RuntimeSpec) -> serde_json::Value {
-        super::hashed_form(spec)
+        super::spec::hashed_form_for(spec, self.workspace_kind())
+    }
+
+    fn volumes(&self, instance_id: &str, seccomp_json: &str) -> Option<Arc<dyn EngineVolumes>> {
+        match self.workspace_kind() {
+            super::spec::WorkspaceKind::HostBind => None,
+            super::spec::WorkspaceKind::Volume => Some(Arc::new(
+                super::volumes::DockerVolumes::new(self.clone(), instance_id, seccomp_json),
+            )),
+        }
     }
 
     fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, SandboxError>> {
@@ -95,6 +109,15 @@ pub enum VolumeFile {
     Symlink { target: String },
 }
 
+/// What a volume is made with: its hard quota and the sandbox user who owns it and its files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VolumeSpec {
+    pub disk_bytes: u64,
+    pub inodes: u64,
+    pub uid: u32,
+    pub gid: u32,
+}
+
 /// A volume's files by path (`/`-separated, relative to the volume's root).
 pub type VolumeFiles = BTreeMap<String, VolumeFile>;
 
@@ -104,10 +127,11 @@ pub type VolumeFiles = BTreeMap<String, VolumeFile>;
 /// scripted fake holds them in memory ([`super::fake::FakeVolumes`]); the local Docker engine
 /// does not need them (its jobs' checkouts are bind-mounted).
 pub trait EngineVolumes: Send + Sync {
-    /// Creates volume `name` holding `files`; refused when it already exists.
+    /// Creates volume `name` as `spec` says, holding `files`; refused when it already exists.
     fn upload<'a>(
         &'a self,
         name: &'a str,
+        spec: &'a VolumeSpec,
         files: VolumeFiles,
     ) -> BoxFuture<'a, Result<(), SandboxError>>;
 

@@ -55,6 +55,23 @@ pub enum WorkspaceSource {
     Volume(String),
 }
 
+/// Which kind of workspace an engine's jobs get (part of what `environment_sha256` names; the
+/// engine's own name never is, so the same job on two engines of a kind hashes the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkspaceKind {
+    HostBind,
+    Volume,
+}
+
+impl WorkspaceSource {
+    pub fn kind(&self) -> WorkspaceKind {
+        match self {
+            WorkspaceSource::HostBind(_) => WorkspaceKind::HostBind,
+            WorkspaceSource::Volume(_) => WorkspaceKind::Volume,
+        }
+    }
+}
+
 /// Everything needed to create one hardened job container.
 #[derive(Debug, Clone)]
 pub struct ContainerSpec {
@@ -73,14 +90,23 @@ impl ContainerSpec {
 /// paths of the body as the Docker API names them; `[]` means every element of an array).
 pub const PER_RUN_FIELDS: [&str; 3] = ["Labels", "Entrypoint", "HostConfig.Mounts[].Source"];
 
-/// The create body for `spec` with per-run fields removed: what `environment_sha256` hashes.
+/// The create body for `spec` on a bind-mount engine with per-run fields removed: what
+/// `environment_sha256` hashes for the local engine.
 pub fn hashed_form(spec: &RuntimeSpec) -> serde_json::Value {
+    hashed_form_for(spec, WorkspaceKind::HostBind)
+}
+
+/// The create body for `spec` with a workspace of `kind` and per-run fields removed.
+pub fn hashed_form_for(spec: &RuntimeSpec, kind: WorkspaceKind) -> serde_json::Value {
     let placeholder = RunIdentity {
         creation_key: String::new(),
         verification_id: String::new(),
         instance_id: String::new(),
         argv: Vec::new(),
-        workspace: WorkspaceSource::HostBind(PathBuf::new()),
+        workspace: match kind {
+            WorkspaceKind::HostBind => WorkspaceSource::HostBind(PathBuf::new()),
+            WorkspaceKind::Volume => WorkspaceSource::Volume(String::new()),
+        },
     };
     let mut v = serde_json::to_value(render(spec, &placeholder)).expect("a create body serializes");
     for field in PER_RUN_FIELDS {

@@ -7,7 +7,7 @@ use super::{ChangedPaths, HarvestLimits, Harvested, JobWorkspace, StageRequest, 
 use crate::apply::Image;
 use crate::domain::git::FileMode;
 use crate::sandbox::WorkspaceSource;
-use crate::sandbox::runtime::{BoxFuture, EngineVolumes, VolumeFile, VolumeFiles};
+use crate::sandbox::runtime::{BoxFuture, EngineVolumes, VolumeFile, VolumeFiles, VolumeSpec};
 use crate::staging::{CheckoutFs, StagingError};
 use std::sync::Arc;
 
@@ -27,14 +27,27 @@ fn engine(e: crate::sandbox::SandboxError) -> StagingError {
     StagingError::Volume(e.to_string())
 }
 
+/// The volume a request's tree goes into: the quota a loop-mounted checkout would have. A
+/// plain directory has none, and an engine's volume is never made without one.
+fn volume_spec(req: &StageRequest) -> Result<VolumeSpec, StagingError> {
+    match req.fs {
+        CheckoutFs::Loop { disk_bytes, inodes } => Ok(VolumeSpec {
+            disk_bytes,
+            inodes,
+            uid: req.uid,
+            gid: req.gid,
+        }),
+        CheckoutFs::Directory => Err(StagingError::Volume(
+            "an uploaded workspace needs a quota: set checkout_filesystem = \"loop\" (the profile's disk_bytes and inodes bound the volume)".into(),
+        )),
+    }
+}
+
 /// The commit's tree as volume files, refused when it exceeds the workspace's quota (the same
 /// disk and inode bounds a loop-mounted checkout has). Submodule entries are left out, as a
 /// checkout leaves them unpopulated.
-fn read_tree(req: &StageRequest) -> Result<VolumeFiles, StagingError> {
-    let (max_bytes, max_files) = match req.fs {
-        CheckoutFs::Loop { disk_bytes, inodes } => (disk_bytes, inodes),
-        CheckoutFs::Directory => (u64::MAX, u64::MAX),
-    };
+fn read_tree(req: &StageRequest, spec: &VolumeSpec) -> Result<VolumeFiles, StagingError> {
+    let (max_bytes, max_files) = (spec.disk_bytes, spec.inodes);
     let mut files = VolumeFiles::new();
     let mut bytes = 0u64;
     for (path, entry) in req.repo.tree_files(&req.commit)? {
@@ -71,11 +84,12 @@ impl Workspaces for Uploads {
     ) -> BoxFuture<'a, Result<Box<dyn JobWorkspace>, StagingError>> {
         Box::pin(async move {
             let key = req.key.clone();
-            let files = tokio::task::spawn_blocking(move || read_tree(&req))
+            let spec = volume_spec(&req)?;
+            let files = tokio::task::spawn_blocking(move || read_tree(&req, &spec))
                 .await
                 .expect("reading a tree does not panic")?;
             self.volumes
-                .upload(&key, files.clone())
+                .upload(&key, &spec, files.clone())
                 .await
                 .map_err(engine)?;
             Ok(Box::new(Uploaded {

@@ -14,6 +14,7 @@ mod hardening;
 mod inprocess;
 mod recovery;
 mod refusals;
+mod remote_engine;
 mod runner;
 mod serve_access;
 mod serve_apply;

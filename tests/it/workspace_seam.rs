@@ -183,6 +183,12 @@ fn stage_request(f: &Fixture, key: &str, fs: CheckoutFs) -> StageRequest {
     }
 }
 
+/// A quota no fixture tree comes near.
+const ROOMY: CheckoutFs = CheckoutFs::Loop {
+    disk_bytes: 1 << 30,
+    inodes: 1 << 20,
+};
+
 fn file(bytes: &str, executable: bool) -> VolumeFile {
     VolumeFile::File {
         executable,
@@ -196,10 +202,7 @@ async fn uploads_put_the_exact_tree_into_the_engines_volume_within_the_quota() {
     let fake = FakeRuntime::new();
     let volumes = fake.volumes();
     let uploads = Uploads::new(Arc::new(volumes.clone()));
-    let job = uploads
-        .stage(stage_request(&f, "k1", CheckoutFs::Directory))
-        .await
-        .unwrap();
+    let job = uploads.stage(stage_request(&f, "k1", ROOMY)).await.unwrap();
     assert_eq!(job.attach().unwrap(), WorkspaceSource::Volume("k1".into()));
     let held = volumes.download("k1").await.unwrap().unwrap();
     let want: VolumeFiles = [
@@ -222,7 +225,7 @@ async fn uploads_put_the_exact_tree_into_the_engines_volume_within_the_quota() {
     assert_eq!(job.check_sources(10).await.unwrap(), (vec![], 0));
     // A second stage under the same key is refused by the engine, naming the volume.
     let again = uploads
-        .stage(stage_request(&f, "k1", CheckoutFs::Directory))
+        .stage(stage_request(&f, "k1", ROOMY))
         .await
         .err()
         .expect("a volume is never staged twice");
@@ -366,7 +369,16 @@ async fn recovery_sweeps_a_volume_no_live_worker_owns() {
     let fake = Arc::new(FakeRuntime::new());
     let volumes = fake.volumes();
     volumes
-        .upload("orphan-key", VolumeFiles::new())
+        .upload(
+            "orphan-key",
+            &airlock::sandbox::runtime::VolumeSpec {
+                disk_bytes: 1 << 20,
+                inodes: 100,
+                uid: 65534,
+                gid: 65534,
+            },
+            VolumeFiles::new(),
+        )
         .await
         .unwrap();
     let engine = airlock::workspace::JobEngine {

@@ -47,8 +47,12 @@ impl Runner {
 }
 
 /// Start-up check: when checkouts get their own loop-mounted filesystem, this host must support
-/// it. The message says what to install or configure.
+/// it. The message says what to install or configure. An engine that holds its jobs' workspaces
+/// needs nothing of this host (the quota is its volume's).
 pub fn check_checkout_support(config: &Config) -> Result<(), String> {
+    if config.engines.iter().any(|e| e.holds_workspaces()) {
+        return Ok(());
+    }
     match config.checkout_filesystem {
         crate::config::CheckoutFilesystem::Loop => {
             match crate::staging::space::loop_support_problem() {

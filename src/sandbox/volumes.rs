@@ -1,0 +1,543 @@
+//! Workspaces held by a Docker engine that shares no filesystem with Airlock: each job's tree
+//! lives in a local-driver `tmpfs` volume with a hard size and inode quota, owned by the
+//! sandbox user.
+//!
+//! A `tmpfs` volume's content lives only while it is mounted (every mount is a fresh tmpfs),
+//! so an archive written into a created, not yet started container would be gone when it
+//! starts, and a job's tree would be gone once its container exits. A *holder* container
+//! therefore keeps the volume mounted from upload to removal: the tree is written into it
+//! through the archive API before the job starts, the job's container mounts the same
+//! (already mounted) volume, and after the job's container is destroyed the tree is read back
+//! from the holder as a tar stream. The holder is hardened like a job (no network, read-only
+//! root, no capabilities, no-new-privileges, the same seccomp profile, non-root, tiny pids and
+//! memory limits) and only sleeps; it carries its own labels, so it is never taken for a job.
+//!
+//! The trade-off: a tmpfs volume's bytes are the engine host's memory, counted against no
+//! container. An engine host that can spare a block device can use a loop-mounted ext4 volume
+//! instead (`type=ext4`, `device=<image>`), whose content survives unmounting; not built yet.
+
+use super::runtime::{BoxFuture, EngineVolumes, VolumeFile, VolumeFiles, VolumeSpec};
+use super::{Sandbox, SandboxError, docker_err, is_status};
+use crate::limits;
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, VolumeCreateRequest};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder, ListVolumesOptionsBuilder,
+    RemoveContainerOptionsBuilder, RemoveVolumeOptionsBuilder, UploadToContainerOptionsBuilder,
+};
+use futures_util::StreamExt;
+use std::collections::HashMap;
+
+/// The image the holder runs: Airlock's own minimal image (busybox), built by
+/// `airlock images build` and present on every engine that runs jobs.
+pub const HOLDER_IMAGE: &str = "airlock/minimal:latest";
+/// Where the holder mounts the volume.
+const HOLDER_MOUNT: &str = "/w";
+/// Label naming the creation key a holder and its volume belong to.
+pub const LABEL_HOLDER: &str = "airlock.holder";
+/// Label naming the data dir's instance that owns a holder and its volume.
+pub const LABEL_HOLDER_INSTANCE: &str = "airlock.holder_instance";
+/// Bytes a read-back may carry beyond the volume's quota: tar headers (512 bytes per entry and
+/// per long name) and padding.
+const READBACK_OVERHEAD_PER_ENTRY: u64 = 2048;
+/// Most processes in a holder (its sleep, and the `rm` that clears a harvested directory).
+const HOLDER_PIDS: i64 = 8;
+/// A holder's memory limit.
+const HOLDER_MEMORY_BYTES: i64 = 32 << 20;
+
+/// The volumes of one engine that one data dir's instance owns.
+#[derive(Clone)]
+pub struct DockerVolumes {
+    sandbox: Sandbox,
+    instance_id: String,
+    seccomp_json: String,
+}
+
+impl DockerVolumes {
+    pub fn new(sandbox: Sandbox, instance_id: &str, seccomp_json: &str) -> DockerVolumes {
+        DockerVolumes {
+            sandbox,
+            instance_id: instance_id.to_string(),
+            seccomp_json: seccomp_json.to_string(),
+        }
+    }
+
+    fn holder(name: &str) -> String {
+        format!("airlock-hold-{name}")
+    }
+
+    fn labels(&self, name: &str) -> HashMap<String, String> {
+        HashMap::from([
+            (LABEL_HOLDER.to_string(), name.to_string()),
+            (LABEL_HOLDER_INSTANCE.to_string(), self.instance_id.clone()),
+        ])
+    }
+
+    async fn exists(&self, name: &str) -> Result<bool, SandboxError> {
+        match self.sandbox.docker().inspect_volume(name).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_status(&e, &[404]) => Ok(false),
+            Err(e) => Err(docker_err("inspect volume")(e)),
+        }
+    }
+
+    async fn start_holder(&self, name: &str, spec: &VolumeSpec) -> Result<(), SandboxError> {
+        let docker = self.sandbox.docker();
+        let body = ContainerCreateBody {
+            image: Some(HOLDER_IMAGE.to_string()),
+            cmd: Some(vec!["sleep".into(), "2147483647".into()]),
+            user: Some(format!("{}:{}", spec.uid, spec.gid)),
+            labels: Some(self.labels(name)),
+            network_disabled: Some(true),
+            host_config: Some(HostConfig {
+                network_mode: Some("none".into()),
+                cap_drop: Some(vec!["ALL".into()]),
+                security_opt: Some(vec![
+                    "no-new-privileges".into(),
+                    format!("seccomp={}", self.seccomp_json),
+                ]),
+                readonly_rootfs: Some(true),
+                pids_limit: Some(HOLDER_PIDS),
+                memory: Some(HOLDER_MEMORY_BYTES),
+                memory_swap: Some(HOLDER_MEMORY_BYTES),
+                mounts: Some(vec![Mount {
+                    target: Some(HOLDER_MOUNT.into()),
+                    source: Some(name.to_string()),
+                    typ: Some(MountType::VOLUME),
+                    read_only: Some(false),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let holder = Self::holder(name);
+        docker
+            .create_container(
+                Some(
+                    CreateContainerOptionsBuilder::default()
+                        .name(&holder)
+                        .build(),
+                ),
+                body,
+            )
+            .await
+            .map_err(docker_err("create workspace holder"))?;
+        docker
+            .start_container(&holder, None)
+            .await
+            .map_err(docker_err("start workspace holder"))
+    }
+
+    async fn upload_inner(
+        &self,
+        name: &str,
+        spec: &VolumeSpec,
+        files: VolumeFiles,
+    ) -> Result<(), SandboxError> {
+        let docker = self.sandbox.docker();
+        docker
+            .create_volume(VolumeCreateRequest {
+                name: Some(name.to_string()),
+                driver: Some("local".into()),
+                driver_opts: Some(HashMap::from([
+                    ("type".to_string(), "tmpfs".to_string()),
+                    ("device".to_string(), "tmpfs".to_string()),
+                    (
+                        "o".to_string(),
+                        format!(
+                            "size={},nr_inodes={},uid={},gid={},mode=0755",
+                            spec.disk_bytes, spec.inodes, spec.uid, spec.gid
+                        ),
+                    ),
+                ])),
+                labels: Some(self.labels(name)),
+                ..Default::default()
+            })
+            .await
+            .map_err(docker_err("create volume"))?;
+        self.start_holder(name, spec).await?;
+        let (uid, gid) = (spec.uid, spec.gid);
+        let tar = tokio::task::spawn_blocking(move || pack(&files, uid, gid))
+            .await
+            .expect("packing a tree does not panic")?;
+        docker
+            .upload_to_container(
+                &Self::holder(name),
+                Some(
+                    UploadToContainerOptionsBuilder::default()
+                        .path(HOLDER_MOUNT)
+                        .build(),
+                ),
+                bollard::body_full(tar.into()),
+            )
+            .await
+            .map_err(docker_err("upload workspace"))
+    }
+
+    async fn download_inner(&self, name: &str) -> Result<Option<VolumeFiles>, SandboxError> {
+        if !self.exists(name).await? {
+            return Ok(None);
+        }
+        let docker = self.sandbox.docker();
+        let v = docker
+            .inspect_volume(name)
+            .await
+            .map_err(docker_err("inspect volume"))?;
+        let (quota, inodes) = quota_of(&v.options);
+        let max = quota.saturating_add(inodes.saturating_mul(READBACK_OVERHEAD_PER_ENTRY));
+        let mut stream = docker.download_from_container(
+            &Self::holder(name),
+            Some(
+                DownloadFromContainerOptionsBuilder::default()
+                    .path(HOLDER_MOUNT)
+                    .build(),
+            ),
+        );
+        let mut tar = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(docker_err("read back workspace"))?;
+            if tar.len() as u64 + chunk.len() as u64 > max {
+                return Err(SandboxError::Runtime(format!(
+                    "volume {name}: the read-back exceeds {max} bytes"
+                )));
+            }
+            tar.extend_from_slice(&chunk);
+        }
+        let files = tokio::task::spawn_blocking(move || unpack(&tar, inodes))
+            .await
+            .expect("unpacking a tree does not panic")?;
+        Ok(Some(files))
+    }
+
+    async fn remove_dir_inner(&self, name: &str, dir: &str) -> Result<(), SandboxError> {
+        crate::domain::path::check_repo_path(dir)
+            .map_err(|m| SandboxError::Runtime(format!("remove {dir:?}: {m}")))?;
+        let docker = self.sandbox.docker();
+        let exec = docker
+            .create_exec(
+                &Self::holder(name),
+                bollard::models::ExecConfig {
+                    cmd: Some(vec![
+                        "rm".into(),
+                        "-rf".into(),
+                        "--".into(),
+                        format!("{HOLDER_MOUNT}/{dir}"),
+                    ]),
+                    attach_stdout: Some(false),
+                    attach_stderr: Some(false),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(docker_err("create exec"))?;
+        docker
+            .start_exec(
+                &exec.id,
+                Some(bollard::exec::StartExecOptions {
+                    detach: true,
+                    ..Default::default()
+                }),
+            )
+            .await
+            .map_err(docker_err("start exec"))?;
+        let deadline = tokio::time::Instant::now() + limits::DOCKER_NEGOTIATE_TIMEOUT;
+        loop {
+            let i = docker
+                .inspect_exec(&exec.id)
+                .await
+                .map_err(docker_err("inspect exec"))?;
+            if i.running != Some(true) {
+                return match i.exit_code {
+                    Some(0) => Ok(()),
+                    code => Err(SandboxError::Runtime(format!(
+                        "volume {name}: removing {dir} exited with {code:?}"
+                    ))),
+                };
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(SandboxError::Runtime(format!(
+                    "volume {name}: removing {dir} did not finish"
+                )));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn delete_inner(&self, name: &str) -> Result<bool, SandboxError> {
+        let docker = self.sandbox.docker();
+        match docker
+            .remove_container(
+                &Self::holder(name),
+                Some(RemoveContainerOptionsBuilder::default().force(true).build()),
+            )
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if is_status(&e, &[404]) => {}
+            Err(e) => return Err(docker_err("remove workspace holder")(e)),
+        }
+        match docker
+            .remove_volume(
+                name,
+                Some(RemoveVolumeOptionsBuilder::default().force(true).build()),
+            )
+            .await
+        {
+            Ok(()) => Ok(true),
+            Err(e) if is_status(&e, &[404]) => Ok(false),
+            Err(e) => Err(docker_err("remove volume")(e)),
+        }
+    }
+}
+
+/// (bytes, inodes) from a tmpfs volume's `o=` option.
+fn quota_of(options: &HashMap<String, String>) -> (u64, u64) {
+    let mut quota = (0, 0);
+    for opt in options
+        .get("o")
+        .map(String::as_str)
+        .unwrap_or("")
+        .split(',')
+    {
+        if let Some(v) = opt.strip_prefix("size=") {
+            quota.0 = v.parse().unwrap_or(0);
+        } else if let Some(v) = opt.strip_prefix("nr_inodes=") {
+            quota.1 = v.parse().unwrap_or(0);
+        }
+    }
+    quota
+}
+
+/// The tree as a tar stream: directories first (each once), every entry owned by the sandbox
+/// user, regular files 0644 or 0755, as a checkout would have them.
+fn pack(files: &VolumeFiles, uid: u32, gid: u32) -> Result<Vec<u8>, SandboxError> {
+    let fail = |e: std::io::Error| SandboxError::Runtime(format!("pack workspace: {e}"));
+    let mut b = tar::Builder::new(Vec::new());
+    let mut dirs = std::collections::BTreeSet::new();
+    let header = |kind: tar::EntryType, mode: u32, size: u64| {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_mode(mode);
+        h.set_uid(uid.into());
+        h.set_gid(gid.into());
+        h.set_size(size);
+        h.set_mtime(0);
+        h
+    };
+    for (path, file) in files {
+        let mut parent = std::path::Path::new(path).parent();
+        let mut missing = Vec::new();
+        while let Some(p) = parent.filter(|p| !p.as_os_str().is_empty()) {
+            if dirs.insert(p.to_path_buf()) {
+                missing.push(p.to_path_buf());
+            }
+            parent = p.parent();
+        }
+        for d in missing.into_iter().rev() {
+            let mut h = header(tar::EntryType::Directory, 0o755, 0);
+            b.append_data(&mut h, &d, std::io::empty()).map_err(fail)?;
+        }
+        match file {
+            VolumeFile::File { executable, bytes } => {
+                let mode = if *executable { 0o755 } else { 0o644 };
+                let mut h = header(tar::EntryType::Regular, mode, bytes.len() as u64);
+                b.append_data(&mut h, path, bytes.as_slice())
+                    .map_err(fail)?;
+            }
+            VolumeFile::Symlink { target } => {
+                let mut h = header(tar::EntryType::Symlink, 0o777, 0);
+                b.append_link(&mut h, path, target).map_err(fail)?;
+            }
+        }
+    }
+    b.into_inner().map_err(fail)
+}
+
+/// A read-back tar stream (its first component is the mount's own name) as volume files:
+/// regular files and symlinks; a hard link is the file it links to; directories and special
+/// files (fifos, devices, sockets) are not files of a tree and are left out, so a tracked path
+/// that became one reads as changed. At most `max_entries` entries.
+fn unpack(tar_bytes: &[u8], max_entries: u64) -> Result<VolumeFiles, SandboxError> {
+    let fail = |what: String| SandboxError::Runtime(format!("read back workspace: {what}"));
+    let mut files = VolumeFiles::new();
+    let mut archive = tar::Archive::new(tar_bytes);
+    let mut entries_seen = 0u64;
+    for entry in archive.entries().map_err(|e| fail(e.to_string()))? {
+        let mut entry = entry.map_err(|e| fail(e.to_string()))?;
+        entries_seen += 1;
+        if max_entries > 0 && entries_seen > max_entries + 1 {
+            return Err(fail(format!("more than {max_entries} entries")));
+        }
+        let raw = entry.path().map_err(|e| fail(e.to_string()))?.into_owned();
+        let Some(rel) = strip_mount(&raw) else {
+            continue;
+        };
+        let kind = entry.header().entry_type();
+        let file = if kind.is_file() {
+            let executable = entry.header().mode().map_err(|e| fail(e.to_string()))? & 0o100 != 0;
+            let mut bytes = Vec::with_capacity(entry.size() as usize);
+            std::io::Read::read_to_end(&mut entry, &mut bytes).map_err(|e| fail(e.to_string()))?;
+            VolumeFile::File { executable, bytes }
+        } else if kind.is_symlink() {
+            let target = entry
+                .link_name()
+                .map_err(|e| fail(e.to_string()))?
+                .ok_or_else(|| fail(format!("{rel}: a symlink without a target")))?;
+            VolumeFile::Symlink {
+                target: target
+                    .to_str()
+                    .ok_or_else(|| fail(format!("{rel}: a target that is not UTF-8")))?
+                    .to_string(),
+            }
+        } else if kind.is_hard_link() {
+            let target = entry
+                .link_name()
+                .map_err(|e| fail(e.to_string()))?
+                .and_then(|t| strip_mount(&t));
+            match target.and_then(|t| files.get(&t).cloned()) {
+                Some(f) => f,
+                None => continue,
+            }
+        } else {
+            continue;
+        };
+        files.insert(rel, file);
+    }
+    Ok(files)
+}
+
+/// `w/a/b` -> `a/b`; `None` for the mount itself or a path that is not UTF-8 (not a path of
+/// a tree Airlock staged, so never one the source check compares).
+fn strip_mount(p: &std::path::Path) -> Option<String> {
+    let s = p.to_str()?;
+    let rest = s.split_once('/')?.1.trim_end_matches('/');
+    (!rest.is_empty()).then(|| rest.to_string())
+}
+
+impl EngineVolumes for DockerVolumes {
+    fn upload<'a>(
+        &'a self,
+        name: &'a str,
+        spec: &'a VolumeSpec,
+        files: VolumeFiles,
+    ) -> BoxFuture<'a, Result<(), SandboxError>> {
+        Box::pin(async move {
+            if self.exists(name).await? {
+                return Err(SandboxError::Runtime(format!(
+                    "volume {name} already exists"
+                )));
+            }
+            let uploaded = self.upload_inner(name, spec, files).await;
+            if uploaded.is_err() {
+                let _ = self.delete_inner(name).await;
+            }
+            uploaded
+        })
+    }
+
+    fn download<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<VolumeFiles>, SandboxError>> {
+        Box::pin(self.download_inner(name))
+    }
+
+    fn remove_dir<'a>(
+        &'a self,
+        name: &'a str,
+        dir: &'a str,
+    ) -> BoxFuture<'a, Result<(), SandboxError>> {
+        Box::pin(self.remove_dir_inner(name, dir))
+    }
+
+    fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, SandboxError>> {
+        Box::pin(self.delete_inner(name))
+    }
+
+    fn names<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>, SandboxError>> {
+        Box::pin(async move {
+            let filters = HashMap::from([(
+                "label",
+                vec![format!("{LABEL_HOLDER_INSTANCE}={}", self.instance_id)],
+            )]);
+            let list = self
+                .sandbox
+                .docker()
+                .list_volumes(Some(
+                    ListVolumesOptionsBuilder::default()
+                        .filters(&filters)
+                        .build(),
+                ))
+                .await
+                .map_err(docker_err("list volumes"))?;
+            Ok(list
+                .volumes
+                .unwrap_or_default()
+                .into_iter()
+                .map(|v| v.name)
+                .collect())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_packed_tree_reads_back_as_itself() {
+        let mut files = VolumeFiles::new();
+        files.insert(
+            "a.txt".into(),
+            VolumeFile::File {
+                executable: false,
+                bytes: b"hi\n".to_vec(),
+            },
+        );
+        files.insert(
+            "bin/run".into(),
+            VolumeFile::File {
+                executable: true,
+                bytes: b"#!/bin/sh\n".to_vec(),
+            },
+        );
+        files.insert(
+            "d/e/link".into(),
+            VolumeFile::Symlink {
+                target: "../../a.txt".into(),
+            },
+        );
+        let tar = pack(&files, 65532, 65532).unwrap();
+        // What the engine sends back is rooted at the mount's own name.
+        let mut rooted = tar::Builder::new(Vec::new());
+        let mut archive = tar::Archive::new(tar.as_slice());
+        for e in archive.entries().unwrap() {
+            let mut e = e.unwrap();
+            let mut h = e.header().clone();
+            let path = format!("w/{}", e.path().unwrap().display());
+            if h.entry_type().is_symlink() {
+                let target = e.link_name().unwrap().unwrap().into_owned();
+                rooted.append_link(&mut h, &path, target).unwrap();
+            } else {
+                let mut data = Vec::new();
+                std::io::Read::read_to_end(&mut e, &mut data).unwrap();
+                rooted.append_data(&mut h, &path, data.as_slice()).unwrap();
+            }
+        }
+        let back = unpack(&rooted.into_inner().unwrap(), 100).unwrap();
+        assert_eq!(back, files);
+        assert!(matches!(
+            unpack(&pack(&files, 1, 1).unwrap(), 1),
+            Err(SandboxError::Runtime(m)) if m.contains("more than 1 entries")
+        ));
+    }
+
+    #[test]
+    fn the_quota_is_read_from_the_volumes_options() {
+        let o = HashMap::from([(
+            "o".to_string(),
+            "size=1048576,nr_inodes=100,uid=1,gid=1,mode=0755".to_string(),
+        )]);
+        assert_eq!(quota_of(&o), (1048576, 100));
+    }
+}

@@ -1,0 +1,206 @@
+//! `airlock run` on a second real Docker engine reached over mutual TLS, sharing no filesystem
+//! with Airlock: the tree is uploaded into a quota'd volume, judged from what is read back,
+//! the hardening is unchanged, and no host path ever reaches that engine.
+
+use crate::support::engine2::SecondEngine;
+use crate::support::*;
+use serde_json::Value;
+
+const IMAGE: &str = "airlock/minimal:latest";
+
+fn fixture(engine: &SecondEngine, extra: &str) -> Fixture {
+    let f = Fixture::new(&[
+        ("README", "hello\n", false),
+        ("run.sh", "#!/bin/sh\necho script ran\n", true),
+        ("src/lib.txt", "library\n", false),
+    ])
+    .with_config(&format!("{}{extra}", engine.config("remote-1", 2)));
+    std::os::unix::fs::symlink("README", f.repo.join("link")).unwrap();
+    f.commit(&[], "a symlink");
+    f
+}
+
+/// Every mount of every container on the engine, as `type source`, sampled until `done`.
+fn mounts_while(engine: &SecondEngine, done: &std::sync::atomic::AtomicBool) -> Vec<String> {
+    let mut seen = Vec::new();
+    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+        let ids = engine.out(&["ps", "-q"]);
+        for id in ids.lines().filter(|l| !l.is_empty()) {
+            let out = engine
+                .docker(&[
+                    "inspect",
+                    "--format",
+                    "{{range .Mounts}}{{.Type}} {{.Source}}|{{end}}",
+                    id,
+                ])
+                .output()
+                .unwrap();
+            for m in String::from_utf8_lossy(&out.stdout).trim().split('|') {
+                if !m.is_empty() && !seen.iter().any(|s: &String| s == m) {
+                    seen.push(m.to_string());
+                }
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    seen
+}
+
+fn assert_nothing_left(engine: &SecondEngine, v: &Value) {
+    assert_eq!(
+        engine.leftovers(),
+        (vec![], vec![]),
+        "containers or volumes left on the remote engine"
+    );
+    let key = v["creation_key"].as_str().unwrap();
+    assert_eq!(
+        containers_with_key(key),
+        Vec::<String>::new(),
+        "the machine's own engine ran the job"
+    );
+}
+
+#[test]
+fn a_job_on_a_tls_engine_gets_the_uploaded_tree_and_no_host_path() {
+    if !docker() {
+        return;
+    }
+    let engine = SecondEngine::start(&[IMAGE]);
+    let f = fixture(&engine, "");
+    // The job sees the exact tree (modes and the symlink included), owned by the sandbox
+    // user, and writes to it; it runs long enough for its mounts to be inspected.
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (r, mounts) = std::thread::scope(|s| {
+        let watcher = s.spawn(|| mounts_while(&engine, &done));
+        let r = f.run(
+            &[],
+            &[
+                "sh",
+                "-c",
+                "./run.sh && cat README && ls -ln | tail -n +2 | awk '{print $1, $3, $9, $10, $11}' \
+                 && mkdir build && echo o > build/x && id -u && cat /proc/self/status | grep NoNewPrivs \
+                 && sleep 1",
+            ],
+        );
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        (r, watcher.join().unwrap())
+    });
+    let v = r.json.unwrap_or_else(|| panic!("{}", r.stderr));
+    assert_eq!(v["status"], "passed", "{v}");
+    let out = v["output"].as_str().unwrap();
+    assert!(out.starts_with("script ran\nhello\n"), "{out}");
+    assert!(out.contains("-rwxr-xr-x 65532 run.sh"), "{out}");
+    assert!(out.contains("-rw-r--r-- 65532 README"), "{out}");
+    assert!(out.contains("lrwxrwxrwx 65532 link -> README"), "{out}");
+    assert!(out.contains("\n65532\n"), "{out}");
+    assert!(out.contains("NoNewPrivs:\t1"), "{out}");
+    assert_eq!(v["image"], IMAGE);
+    // The volume the job mounted, and nothing bound from a host path.
+    assert!(
+        !mounts.is_empty(),
+        "no container was seen on the remote engine"
+    );
+    for m in &mounts {
+        assert!(
+            m.starts_with("volume "),
+            "a non-volume mount reached the engine: {mounts:?}"
+        );
+    }
+    assert_nothing_left(&engine, &v);
+
+    // The same profile on a bind-mount engine hashes differently (the workspace kind is part
+    // of the environment), and the engine's name is not: a second name hashes the same.
+    let local = Fixture::new(&[("a", "a\n", false)]).sh("true");
+    assert_ne!(local["environment_sha256"], v["environment_sha256"]);
+    let renamed = Fixture::new(&[("a", "a\n", false)])
+        .with_config(&engine.config("another-name", 1))
+        .sh("true");
+    assert_eq!(renamed["environment_sha256"], v["environment_sha256"]);
+    assert_eq!(engine.leftovers(), (vec![], vec![]));
+}
+
+fn assert_source_changed(engine: &SecondEngine, f: &Fixture, script: &str, path: &str) {
+    let v = f.sh(script);
+    assert_eq!(v["status"], "source_changed", "{script}: {v}");
+    assert!(
+        v["error"].as_str().unwrap().contains(path),
+        "{script}: error names {path}: {}",
+        v["error"]
+    );
+    assert_nothing_left(engine, &v);
+}
+
+#[test]
+fn every_kind_of_tracked_change_is_source_changed_on_the_remote_engine() {
+    if !docker() {
+        return;
+    }
+    let engine = SecondEngine::start(&[IMAGE]);
+    let f = fixture(&engine, "");
+    assert_source_changed(&engine, &f, "echo x >> README", "README");
+    assert_source_changed(&engine, &f, "chmod +x README", "README");
+    assert_source_changed(&engine, &f, "chmod -x run.sh", "run.sh");
+    assert_source_changed(&engine, &f, "rm README", "README");
+    assert_source_changed(&engine, &f, "rm README && ln -s run.sh README", "README");
+    assert_source_changed(&engine, &f, "rm link && ln -s run.sh link", "link");
+    assert_source_changed(&engine, &f, "rm link && echo README > link", "link");
+    assert_source_changed(
+        &engine,
+        &f,
+        "rm -r src && mkdir src && echo library > src/lib.txt.new",
+        "src/lib.txt",
+    );
+    assert_source_changed(&engine, &f, "rm -r src && ln -s /tmp src", "src/lib.txt");
+    assert_source_changed(&engine, &f, "rm README && mkfifo README", "README");
+    assert_source_changed(
+        &engine,
+        &f,
+        "touch -r README /tmp/ref && printf 'HELLO\\n' > README && touch -r /tmp/ref README",
+        "README",
+    );
+    assert_source_changed(&engine, &f, "echo x > README; exit 1", "README");
+    // A hard link to a tracked file leaves it as it was; files the job adds are its own.
+    let v = f.sh("ln README README.hard && echo new > new.txt && mkdir -p a/b && mkfifo a/b/p");
+    assert_eq!(v["status"], "passed", "{v}");
+    assert_nothing_left(&engine, &v);
+}
+
+#[test]
+fn the_volume_quota_gives_the_job_enospc_and_a_tree_over_it_never_runs() {
+    if !docker() {
+        return;
+    }
+    let engine = SecondEngine::start(&[IMAGE]);
+    let small = "[profiles.small]\nimage = \"airlock/minimal:latest\"\n\
+                 disk_bytes = 16777216\ninodes = 1024\n";
+    let f = fixture(&engine, small);
+    let r = f.run(
+        &["--profile", "small"],
+        &["sh", "-c", "dd if=/dev/zero of=fill bs=1M count=64 2>&1; echo dd_exit=$?; \
+         i=0; while [ $i -lt 1100 ]; do touch f$i 2>/dev/null || break; i=$((i+1)); done; echo files=$i"],
+    );
+    let v = r.json.unwrap_or_else(|| panic!("{}", r.stderr));
+    let out = v["output"].as_str().unwrap();
+    assert!(out.contains("No space left on device"), "{out}");
+    assert!(!out.contains("dd_exit=0"), "{out}");
+    let files: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("files="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(files < 1024, "the inode quota held: {out}");
+    assert_nothing_left(&engine, &v);
+
+    // A tree larger than the quota is refused before any container exists.
+    f.commit(&[("big.bin", &"x".repeat(17 << 20), false)], "big");
+    let r = f.run(&["--profile", "small"], &["true"]);
+    let v = r.json.unwrap_or_else(|| panic!("{}", r.stderr));
+    assert_eq!(v["status"], "error", "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("quota"),
+        "{}",
+        v["error"]
+    );
+    assert_eq!(engine.leftovers(), (vec![], vec![]));
+}
