@@ -43,6 +43,10 @@ if [ "$job" = tests ]; then
   # The web page's real-browser test: headless Chromium driven by Selenium.
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
   command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+  # The remote-engine tests start a second dockerd (the engine's own package has it) reached
+  # over mutual TLS with certificates openssl makes.
+  command -v openssl >/dev/null 2>&1 || need+=(openssl)
+  command -v dockerd >/dev/null 2>&1 || { echo "the remote-engine tests need dockerd on PATH" >&2; exit 1; }
 fi
 
 if [ ${#need[@]} -gt 0 ]; then
