@@ -204,3 +204,52 @@ fn the_volume_quota_gives_the_job_enospc_and_a_tree_over_it_never_runs() {
     );
     assert_eq!(engine.leftovers(), (vec![], vec![]));
 }
+
+/// Kill -9 at every step of a run on the remote engine, then `airlock recover`: the same
+/// judgement as on the local engine (never a rerun, never an invented pass), and nothing of
+/// the job (container, holder, volume) left on either engine.
+#[test]
+fn every_crash_point_on_the_remote_engine_recovers_and_leaves_nothing() {
+    if !docker() {
+        return;
+    }
+    let engine = SecondEngine::start(&[IMAGE]);
+    for point in airlock::engine::crash::CrashPoint::ALL
+        .into_iter()
+        .filter(|p| p.is_pipeline())
+    {
+        let point = point.as_str();
+        let f = fixture(&engine, "");
+        let mut c = f.run_cmd(&[], &["sh", "-c", "cat README"]);
+        c.env("AIRLOCK_CRASH_AT", point);
+        let out = c.output().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            out.status.signal(),
+            Some(9),
+            "{point}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report = f.recover();
+        assert_eq!(report["failures"], Value::Array(vec![]), "{point}: {report}");
+        let rows = f.list(&[]);
+        assert_eq!(rows.len(), 1, "{point}");
+        let after = &rows[0];
+        match point {
+            "after_artifact" | "after_settle" => {
+                assert_eq!(after["status"], "passed", "{point}: {after}");
+                assert_eq!(after["output"], "hello\n");
+            }
+            _ => {
+                assert_eq!(after["status"], "error", "{point}: {after}");
+                assert_eq!(after["error"], "interrupted before a result was recorded");
+            }
+        }
+        assert_nothing_left(&engine, after);
+        assert_eq!(
+            std::fs::read_dir(f.data.join("checkouts")).unwrap().count(),
+            0,
+            "{point}: a host checkout was made for a remote job"
+        );
+    }
+}
