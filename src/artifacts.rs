@@ -315,6 +315,7 @@ mod tests {
             expires_at: "2026-12-02T00:00:00Z".into(),
             creation_key: key.into(),
             container_id: Some("c".into()),
+            engine: Some("local".into()),
             queued: None,
         }
     }

@@ -324,14 +324,19 @@ async fn dispatch(cmd: Command) -> ExitCode {
                 keep: config.run_retention,
                 now: crate::engine::Clock::from_env().now(),
             };
-            let engines = [crate::workspace::JobEngine {
-                runtime: sandbox.clone(),
-                workspaces: crate::engine::context::workspaces_of(
-                    sandbox.as_ref(),
-                    &data,
-                    &seccomp,
-                ),
-            }];
+            let engines =
+                match crate::engine::context::configured_pool(&config, &data, &seccomp).await {
+                    Ok(Some(pool)) => pool.job_engines(),
+                    Ok(None) => vec![crate::workspace::JobEngine {
+                        runtime: sandbox.clone(),
+                        workspaces: crate::engine::context::workspaces_of(
+                            sandbox.as_ref(),
+                            &data,
+                            &seccomp,
+                        ),
+                    }],
+                    Err(e) => return fail(e),
+                };
             let report = recovery::recover(&data, &engines, retention).await;
             let mut failures = report.failures.len();
             let mut out = serde_json::to_value(&report).expect("a report serializes");
@@ -489,12 +494,19 @@ async fn run(common: &Common, req: RunRequest) -> ExitCode {
         Ok(d) => d,
         Err(e) => return refuse(e),
     };
-    let engine = crate::engine::runner::Runner::new(&Context::for_run(
+    let ctx = Context::for_run(
         std::sync::Arc::new(config),
         data,
         std::sync::Arc::new(sandbox),
         seccomp,
-    ));
+    );
+    let ctx =
+        match crate::engine::context::configured_pool(&ctx.config, &ctx.data, &ctx.seccomp).await {
+            Ok(Some(pool)) => ctx.with_pool(std::sync::Arc::new(pool)),
+            Ok(None) => ctx,
+            Err(e) => return refuse(e),
+        };
+    let engine = crate::engine::runner::Runner::new(&ctx);
     let prepared = match engine.prepare(req).await {
         Ok(p) => p,
         Err(e) => return refuse(e),

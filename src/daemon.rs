@@ -49,6 +49,16 @@ impl Daemon {
         let runtime: Runtime = if fake {
             tracing::warn!("{TEST_FAKE_RUNTIME_ENV}=1: jobs run on the scripted fake runtime");
             Arc::new(crate::sandbox::fake::FakeRuntime::new())
+        } else if let Some(first) = config.engines.first() {
+            // The pool is built from every entry once the data dir is open; this one resolves
+            // nothing by itself.
+            let kind = crate::sandbox::pool_workspace_kind(&config);
+            Arc::new(
+                Sandbox::reach_engine(first, kind)
+                    .await
+                    .map_err(|e| StartError::Failed(e.to_string()))?
+                    .0,
+            )
         } else {
             Arc::new(
                 Sandbox::connect()
@@ -81,7 +91,7 @@ impl Daemon {
                 "{why}; `airlock doctor` shows every check"
             )));
         }
-        Self::start_with(config, data_dir, runtime).await
+        Self::start_on(config, data_dir, runtime, default_admission(), !fake).await
     }
 
     /// Runs the start-up order on the given container runtime (in-process tests pass the fake).
@@ -101,6 +111,18 @@ impl Daemon {
         runtime: Runtime,
         admission: crate::engine::service::AdmissionFn,
     ) -> Result<Daemon, StartError> {
+        Self::start_on(config, data_dir, runtime, admission, false).await
+    }
+
+    /// The start-up order; with `engines`, jobs run on the configured `[[engines]]` pool
+    /// rather than on `runtime` alone.
+    async fn start_on(
+        config: Config,
+        data_dir: &Path,
+        runtime: Runtime,
+        admission: crate::engine::service::AdmissionFn,
+        engines: bool,
+    ) -> Result<Daemon, StartError> {
         let seccomp =
             crate::sandbox::seccomp::load().map_err(|e| StartError::Refused(e.to_string()))?;
         crate::engine::runner::check_checkout_support(&config).map_err(StartError::Refused)?;
@@ -117,6 +139,16 @@ impl Daemon {
             Clock::from_env(),
         )
         .map_err(StartError::Refused)?;
+        let ctx = match engines {
+            false => ctx,
+            true => match crate::engine::context::configured_pool(&config, &ctx.data, &ctx.seccomp)
+                .await
+                .map_err(|e| StartError::Refused(e.to_string()))?
+            {
+                Some(pool) => ctx.with_pool(Arc::new(pool)),
+                None => ctx,
+            },
+        };
         let service = Arc::new(Service::new(ctx, admission));
         let open_files = crate::api::server::raise_fd_limit(config.max_connections)
             .map_err(StartError::Refused)?;

@@ -16,6 +16,12 @@ use prometheus_client::registry::Registry;
 use std::sync::Mutex;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EngineStatus {
+    pub engine: String,
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProfileStatus {
     pub profile: String,
     pub status: String,
@@ -67,6 +73,8 @@ pub struct Metrics {
     pub queue_wait_seconds: Histogram,
     pub queue_depth: Gauge,
     pub live_containers: Gauge,
+    pub jobs_unplaced: Gauge,
+    pub engine_verifications: Family<EngineStatus, Counter>,
     pub output_bytes: Counter,
     pub output_truncated: Counter,
     pub source_changed: Counter,
@@ -98,6 +106,8 @@ impl Metrics {
             queue_wait_seconds: seconds(),
             queue_depth: Gauge::default(),
             live_containers: Gauge::default(),
+            jobs_unplaced: Gauge::default(),
+            engine_verifications: Family::default(),
             output_bytes: Counter::default(),
             output_truncated: Counter::default(),
             source_changed: Counter::default(),
@@ -139,6 +149,16 @@ impl Metrics {
                 "live_containers",
                 "Job containers created and not yet destroyed by this process",
                 m.live_containers.clone(),
+            );
+            r.register(
+                "jobs_unplaced",
+                "Jobs waiting for an engine that can take them (capacity, health, image id)",
+                m.jobs_unplaced.clone(),
+            );
+            r.register(
+                "engine_verifications",
+                "Settled verifications by the engine they ran on and terminal status",
+                m.engine_verifications.clone(),
             );
             r.register(
                 "output_bytes",

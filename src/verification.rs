@@ -35,6 +35,10 @@ pub struct Verification {
     pub expires_at: String,
     pub creation_key: String,
     pub container_id: Option<String>,
+    /// The configured name of the engine the job ran on (`local` without `[[engines]]`);
+    /// null when it never reached one, and in results recorded before engines had names.
+    #[serde(default)]
+    pub engine: Option<String>,
     /// Only in a candidate's verifications: still waiting for a worker permit (status
     /// `running`, nothing started yet). Absent from `airlock run` results and artifacts.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -255,16 +255,6 @@ pub(super) fn parse(
             labels: e.labels,
         });
     }
-    // Scheduling across engines is not built yet: jobs run on exactly one engine.
-    if engines.len() > 1 {
-        return Err(invalid(
-            "engines".into(),
-            format!(
-                "{} engines configured; this version runs jobs on one engine (a pool is not built yet)",
-                engines.len()
-            ),
-        ));
-    }
     Ok(engines)
 }
 
@@ -383,14 +373,6 @@ tls = { ca = "/etc/airlock/ca.pem", cert = "/etc/airlock/cert.pem", key = "/etc/
                 ),
                 "checkout_filesystem",
                 "no quota",
-            ),
-            (
-                format!(
-                    "{}[[engines]]\nname = \"f\"\nhost = \"unix:///t\"\nmax_jobs = 1\n",
-                    base("host = \"unix:///s\"")
-                ),
-                "engines",
-                "one engine",
             ),
         ];
         for (text, field, says) in cases {

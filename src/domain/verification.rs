@@ -107,6 +107,8 @@ pub enum Unfinished {
     Staging(String),
     /// The container runtime failed.
     Sandbox(String),
+    /// No engine could take the job within its timeout (the last reason).
+    NotPlaced(String),
     /// The recovery artifact could not be written, so the result is not durable.
     ArtifactWrite(String),
     /// Recovery found the run interrupted before its result was durable.
@@ -128,6 +130,7 @@ impl Unfinished {
             ),
             Unfinished::Staging(e) => (Status::Error, format!("staging failed: {e}")),
             Unfinished::Sandbox(e) => (Status::Error, format!("sandbox failure: {e}")),
+            Unfinished::NotPlaced(e) => (Status::Error, format!("not placed on an engine: {e}")),
             Unfinished::ArtifactWrite(e) => (
                 Status::Error,
                 format!("recovery artifact could not be written: {e}"),

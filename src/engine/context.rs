@@ -18,10 +18,9 @@ pub struct Context {
     pub config: Arc<Config>,
     /// The data dir: its store, its artifacts and its [`super::layout::DataLayout`].
     pub data: DataDir,
-    /// The container runtime: Docker in production, a scripted fake in workflow tests.
-    pub runtime: Runtime,
-    /// How the runtime's jobs get their workspaces (the host's checkouts, bind-mounted).
-    pub workspaces: Arc<dyn crate::workspace::Workspaces>,
+    /// The engines jobs run on (Docker in production, a scripted fake in workflow tests),
+    /// each with how its jobs get their workspaces.
+    pub pool: Arc<crate::engine::runner::pool::Pool>,
     pub seccomp: SeccompProfile,
     pub clock: Clock,
     /// The daemon's metrics (its own registry; see [`crate::metrics`]).
@@ -58,10 +57,9 @@ impl Context {
             repos.insert(id.clone(), repo);
         }
         Ok(Context {
+            pool: Arc::new(local_pool(&config, runtime, &data, &seccomp)),
             config,
-            workspaces: workspaces_of(runtime.as_ref(), &data, &seccomp),
             data,
-            runtime,
             seccomp,
             clock,
             metrics: Arc::default(),
@@ -78,10 +76,9 @@ impl Context {
         seccomp: SeccompProfile,
     ) -> Context {
         Context {
+            pool: Arc::new(local_pool(&config, runtime, &data, &seccomp)),
             config,
-            workspaces: workspaces_of(runtime.as_ref(), &data, &seccomp),
             data,
-            runtime,
             seccomp,
             clock: Clock::System,
             metrics: Arc::default(),
@@ -96,12 +93,14 @@ impl Context {
             .expect("workspaces are checked before their repository is used")
     }
 
-    /// Every engine jobs run on, for recovery: today the one runtime and its host workspaces.
+    /// Every engine jobs run on, for recovery.
     pub fn engines(&self) -> Vec<crate::workspace::JobEngine> {
-        vec![crate::workspace::JobEngine {
-            runtime: self.runtime.clone(),
-            workspaces: self.workspaces.clone(),
-        }]
+        self.pool.job_engines()
+    }
+
+    /// The same context on another set of engines (the configured `[[engines]]`).
+    pub fn with_pool(self, pool: Arc<crate::engine::runner::pool::Pool>) -> Context {
+        Context { pool, ..self }
     }
 
     pub fn now_rfc3339(&self) -> String {
@@ -121,6 +120,52 @@ pub fn workspaces_of(
         None => Arc::new(crate::workspace::HostBind::new(&data.root)),
     }
 }
+
+/// The configured `[[engines]]` as a pool (`None` without any: the caller's one runtime is the
+/// pool). An engine that does not answer yet joins the pool out of placement, to be probed.
+pub async fn configured_pool(
+    config: &Config,
+    data: &DataDir,
+    seccomp: &SeccompProfile,
+) -> Result<Option<crate::engine::runner::pool::Pool>, crate::sandbox::SandboxError> {
+    use crate::engine::runner::pool::{Pool, PoolEngine};
+    if config.engines.is_empty() {
+        return Ok(None);
+    }
+    let kind = crate::sandbox::pool_workspace_kind(config);
+    let mut engines = Vec::new();
+    for e in &config.engines {
+        let (sandbox, down) = crate::sandbox::Sandbox::reach_engine(e, kind).await?;
+        let runtime: Runtime = Arc::new(sandbox);
+        let workspaces = workspaces_of(runtime.as_ref(), data, seccomp);
+        let engine = PoolEngine::new(&e.name, runtime, workspaces, e.max_jobs, e.labels.clone());
+        if let Some(why) = down {
+            engine.mark_down(&why);
+        }
+        engines.push(engine);
+    }
+    Ok(Some(Pool::new(engines)))
+}
+
+/// The one engine of a configuration without `[[engines]]`: `runtime`, named
+/// [`DEFAULT_ENGINE_NAME`], as many slots as `max_concurrent_verifications`.
+fn local_pool(
+    config: &Config,
+    runtime: Runtime,
+    data: &DataDir,
+    seccomp: &SeccompProfile,
+) -> crate::engine::runner::pool::Pool {
+    let workspaces = workspaces_of(runtime.as_ref(), data, seccomp);
+    crate::engine::runner::pool::Pool::single(
+        DEFAULT_ENGINE_NAME,
+        runtime,
+        workspaces,
+        config.max_concurrent_verifications,
+    )
+}
+
+/// The name results carry for the engine of a configuration without `[[engines]]`.
+pub const DEFAULT_ENGINE_NAME: &str = "local";
 
 /// The clock. In builds with the `test-hooks` feature, tests may point `AIRLOCK_TEST_CLOCK_FILE`
 /// at a file holding an RFC 3339 time; other builds always use the system clock.

@@ -78,6 +78,17 @@ pub enum SandboxError {
     Runtime(String),
 }
 
+/// What every engine of a configuration's pool mounts: uploaded volumes as soon as one engine
+/// shares no filesystem with Airlock (so a job hashes and behaves the same wherever it is
+/// placed), else bind-mounted host checkouts.
+pub fn pool_workspace_kind(config: &crate::config::Config) -> spec::WorkspaceKind {
+    if config.engines.iter().any(|e| e.holds_workspaces()) {
+        spec::WorkspaceKind::Volume
+    } else {
+        spec::WorkspaceKind::HostBind
+    }
+}
+
 /// A job gets the kind of workspace its engine takes. A local engine's volume was never
 /// uploaded into (it would be created empty on first mount, and the job would run on nothing);
 /// a remote engine never gets a bind mount (the path is this host's, not the engine's).
@@ -193,21 +204,41 @@ impl Sandbox {
         Self::negotiated(docker, spec::WorkspaceKind::HostBind, &endpoint).await
     }
 
-    /// Connects to the configured engine, or (none configured) as [`Sandbox::connect`] does.
+    /// The first configured engine, reached as [`Sandbox::reach_engine`] does (it may not
+    /// answer yet), or (none configured) as [`Sandbox::connect`] connects.
     pub async fn connect_configured(
         config: &crate::config::Config,
     ) -> Result<Sandbox, SandboxError> {
         match config.engines.first() {
             None => Self::connect().await,
-            Some(e) => Self::connect_engine(e).await,
+            Some(e) => Ok(Self::reach_engine(e, pool_workspace_kind(config)).await?.0),
         }
     }
 
     /// Connects to one `[[engines]]` entry: its socket, or TCP with mutual TLS (plaintext only
-    /// where the configuration allowed it, on loopback).
+    /// where the configuration allowed it, on loopback); its jobs take workspaces of `kind`.
     pub async fn connect_engine(
         e: &crate::config::engines::EngineConfig,
+        kind: spec::WorkspaceKind,
     ) -> Result<Sandbox, SandboxError> {
+        let (sandbox, down) = Self::reach_engine(e, kind).await?;
+        match down {
+            None => Ok(sandbox),
+            Some(message) => Err(SandboxError::Unreachable {
+                endpoint: format!("{} (engine {:?})", e.host, e.name),
+                message,
+            }),
+        }
+    }
+
+    /// Like [`Sandbox::connect_engine`], but an engine that does not answer yet is still
+    /// returned (on the client's own API version) with the reason, so a pool can take it out
+    /// of placement and probe it later. Only a configuration the client cannot use (a
+    /// certificate file that does not load) is an error.
+    pub async fn reach_engine(
+        e: &crate::config::engines::EngineConfig,
+        kind: spec::WorkspaceKind,
+    ) -> Result<(Sandbox, Option<String>), SandboxError> {
         use crate::config::engines::EngineHost;
         let endpoint = format!("{} (engine {:?})", e.host, e.name);
         let unreachable = |message: String| SandboxError::Unreachable {
@@ -233,12 +264,17 @@ impl Sandbox {
             }
         }
         .map_err(|err| unreachable(err.to_string()))?;
-        let kind = if e.holds_workspaces() {
-            spec::WorkspaceKind::Volume
-        } else {
-            spec::WorkspaceKind::HostBind
-        };
-        Self::negotiated(docker, kind, &endpoint).await
+        match Self::negotiated(docker.clone(), kind, &endpoint).await {
+            Ok(s) => Ok((s, None)),
+            Err(SandboxError::Unreachable { message, .. }) => Ok((
+                Sandbox {
+                    docker,
+                    workspace_kind: kind,
+                },
+                Some(message),
+            )),
+            Err(other) => Err(other),
+        }
     }
 
     async fn negotiated(

@@ -28,6 +28,7 @@ fn sample(id: &str, key: &str, created: &str) -> Verification {
         expires_at: created.into(),
         creation_key: key.into(),
         container_id: None,
+        engine: None,
         queued: None,
     }
 }

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 /// A frozen candidate with one input; returns (candidate_id, candidate_revision, base).
-fn frozen(s: &Server) -> (String, String, String) {
+pub(crate) fn frozen(s: &Server) -> (String, String, String) {
     let base = s.head();
     let a = s.agent_commit("a", &base, &[("app.txt", "hello\n")]);
     let sub = s.evidence("run_a", &base, &a, None);
@@ -27,7 +27,14 @@ fn frozen(s: &Server) -> (String, String, String) {
     )
 }
 
-fn verify(s: &Server, cid: &str, rev: &str, argv: &[&str], timeout: u64, key: &str) -> String {
+pub(crate) fn verify(
+    s: &Server,
+    cid: &str,
+    rev: &str,
+    argv: &[&str],
+    timeout: u64,
+    key: &str,
+) -> String {
     let v = s.ok(ALICE, "integration.verify", json!({"workspace_id": "ws1", "candidate_id": cid,
         "candidate_revision": rev, "argv": argv, "timeout_seconds": timeout, "idempotency_key": key}));
     let vs = cand(&v)["verifications"].as_array().unwrap();
@@ -37,7 +44,7 @@ fn verify(s: &Server, cid: &str, rev: &str, argv: &[&str], timeout: u64, key: &s
         .to_string()
 }
 
-fn verification(s: &Server, cid: &str, vid: &str) -> Value {
+pub(crate) fn verification(s: &Server, cid: &str, vid: &str) -> Value {
     let v = s.ok(
         ALICE,
         "integration.show",
@@ -52,7 +59,7 @@ fn verification(s: &Server, cid: &str, vid: &str) -> Value {
         .unwrap_or_else(|| panic!("{vid} not on {cid}"))
 }
 
-fn settled(s: &Server, cid: &str, vid: &str) -> Value {
+pub(crate) fn settled(s: &Server, cid: &str, vid: &str) -> Value {
     let mut out = Value::Null;
     wait_for(
         || {

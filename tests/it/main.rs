@@ -9,6 +9,7 @@ mod apply_races;
 mod cli;
 mod clients;
 mod delivery;
+mod engine_pool;
 mod governed_gates;
 mod hardening;
 mod inprocess;

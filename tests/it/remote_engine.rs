@@ -231,7 +231,11 @@ fn every_crash_point_on_the_remote_engine_recovers_and_leaves_nothing() {
             String::from_utf8_lossy(&out.stderr)
         );
         let report = f.recover();
-        assert_eq!(report["failures"], Value::Array(vec![]), "{point}: {report}");
+        assert_eq!(
+            report["failures"],
+            Value::Array(vec![]),
+            "{point}: {report}"
+        );
         let rows = f.list(&[]);
         assert_eq!(rows.len(), 1, "{point}");
         let after = &rows[0];

@@ -3,7 +3,7 @@
 use crate::support::*;
 use serde_json::Value;
 
-const FIELDS: [&str; 25] = [
+const FIELDS: [&str; 26] = [
     "verification_id",
     "candidate_revision",
     "argv",
@@ -29,6 +29,7 @@ const FIELDS: [&str; 25] = [
     "expires_at",
     "creation_key",
     "container_id",
+    "engine",
 ];
 
 fn basic() -> Fixture {
@@ -68,6 +69,10 @@ fn passing_command_prints_exactly_the_documented_fields() {
     assert_eq!(v["user"], "65532:65532");
     assert_eq!(v["working_dir"], "/workspace");
     assert_eq!(v["image"], "airlock/minimal:latest");
+    assert_eq!(
+        v["engine"], "local",
+        "the one engine of a configuration without [[engines]]"
+    );
     assert!(v["observed_image"].as_str().unwrap().starts_with("sha256:"));
     assert_eq!(v["environment_sha256"].as_str().unwrap().len(), 64);
     assert_eq!(v["oom_killed"], false);

@@ -7,6 +7,7 @@ use crate::support::git;
 use crate::support::repo::Fixture;
 use airlock::config::Config;
 use airlock::engine::runner::pipeline::RunRequest;
+use airlock::engine::runner::pool::Pool;
 use airlock::engine::{Context, DataDir};
 use airlock::sandbox::WorkspaceSource;
 use airlock::sandbox::fake::FakeRuntime;
@@ -92,17 +93,19 @@ async fn run_through(refuse_staging: bool, argv: &[&str]) -> (Vec<String>, Strin
     let data = DataDir::open(&f.data).await.unwrap();
     let config = Config::parse("checkout_filesystem = \"directory\"\n").unwrap();
     let log: Log = Arc::default();
-    let mut ctx = Context::for_run(
+    let ctx = Context::for_run(
         Arc::new(config),
         data.clone(),
         Arc::new(FakeRuntime::new()),
         airlock::sandbox::seccomp::load().unwrap(),
     );
-    ctx.workspaces = Arc::new(Recording {
+    let recording = Arc::new(Recording {
         inner: HostBind::new(&data.root),
         log: log.clone(),
         refuse_staging,
     });
+    let runtime = ctx.pool.first().runtime.clone();
+    let ctx = ctx.with_pool(Arc::new(Pool::single("local", runtime, recording, 1)));
     let runner = airlock::engine::runner::Runner::new(&ctx);
     let prepared = runner
         .prepare(RunRequest {
@@ -267,14 +270,20 @@ async fn run_uploaded(
     harvest: Option<HarvestSlot>,
 ) -> airlock::verification::Verification {
     let data = DataDir::open(&f.data).await.unwrap();
-    let config = Config::parse("checkout_filesystem = \"directory\"\n").unwrap();
-    let mut ctx = Context::for_run(
+    // Uploaded workspaces are bounded by the profile's quota (checkout_filesystem = "loop").
+    let config = Config::parse("").unwrap();
+    let ctx = Context::for_run(
         Arc::new(config),
         data,
         fake.clone(),
         airlock::sandbox::seccomp::load().unwrap(),
     );
-    ctx.workspaces = Arc::new(Uploads::new(Arc::new(fake.volumes())));
+    let ctx = ctx.with_pool(Arc::new(Pool::single(
+        "remote",
+        fake.clone(),
+        Arc::new(Uploads::new(Arc::new(fake.volumes()))),
+        1,
+    )));
     let runner = Runner::new(&ctx);
     let mut prepared = runner
         .prepare(RunRequest {

@@ -4,11 +4,11 @@
 
 pub mod environment;
 pub mod pipeline;
+pub mod pool;
 pub mod recovery;
 
 use crate::config::Config;
 use crate::engine::{Clock, Context, DataDir};
-use crate::sandbox::Runtime;
 use crate::sandbox::seccomp::SeccompProfile;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -23,9 +23,8 @@ pub struct Runner {
     pub config: Arc<Config>,
     /// The store the `running` row and its settle go to, the artifacts, the layout.
     pub data: DataDir,
-    /// The engine jobs run on, and how they get their workspaces.
-    pub runtime: Runtime,
-    pub workspaces: Arc<dyn crate::workspace::Workspaces>,
+    /// The engines jobs run on, each with how its jobs get their workspaces.
+    pub pool: Arc<pool::Pool>,
     pub seccomp: SeccompProfile,
     pub clock: Clock,
     pub metrics: Arc<crate::metrics::Metrics>,
@@ -37,8 +36,7 @@ impl Runner {
         Runner {
             config: ctx.config.clone(),
             data: ctx.data.clone(),
-            runtime: ctx.runtime.clone(),
-            workspaces: ctx.workspaces.clone(),
+            pool: ctx.pool.clone(),
             seccomp: ctx.seccomp.clone(),
             clock: ctx.clock.clone(),
             metrics: ctx.metrics.clone(),

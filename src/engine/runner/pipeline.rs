@@ -2,6 +2,7 @@
 //! check the sources, write the artifact, settle, clean up.
 
 use super::environment::EnvironmentSpec;
+use super::pool::{Needs, Placed, Unplaced};
 use super::{Runner, WorkerLock};
 use crate::config::Profile;
 use crate::domain::verification::{self as outcome, SourceCheck, Unfinished, classify};
@@ -244,13 +245,27 @@ impl Runner {
             .profile(profile)
             .map_err(|e| RunError::refused("profile", format!("profile: {e}")))?
             .clone();
-        let image_id = self
-            .runtime
-            .image_id(&profile.image)
-            .await
+        // The id is the first answering engine's; placement puts the job only on an engine
+        // whose image has exactly this id.
+        let mut resolved = None;
+        for e in self.pool.engines() {
+            match e.runtime.image_id(&profile.image).await {
+                Ok(id) => {
+                    resolved = Some(Ok(id));
+                    break;
+                }
+                Err(err) => {
+                    if resolved.is_none() {
+                        resolved = Some(Err(err));
+                    }
+                }
+            }
+        }
+        let image_id = resolved
+            .expect("a pool has at least one engine")
             .map_err(RunError::from_image)?;
         let spec = EnvironmentSpec::resolve(
-            self.runtime.as_ref(),
+            self.pool.first().runtime.as_ref(),
             &profile,
             &image_id,
             &self.seccomp,
@@ -350,6 +365,7 @@ impl Runner {
             expires_at: ids::rfc3339(expires),
             creation_key: creation_key.clone(),
             container_id: None,
+            engine: None,
             queued: None,
         };
         let t_insert = Instant::now();
@@ -391,10 +407,11 @@ impl Runner {
         let started = Instant::now();
         let cancelled_early = *cancel.borrow();
         let mut timings = StageTimings::default();
+        let mut placed = None;
         if cancelled_early {
             unfinished(&mut v, Unfinished::CancelledBeforeStart);
         } else {
-            timings = self.run_staged(&p, &mut v, cancel).await;
+            (timings, placed) = self.run_staged(&p, &mut v, cancel).await;
         }
         if v.duration_ms.is_none() {
             v.duration_ms = Some(started.elapsed().as_millis() as u64);
@@ -428,9 +445,12 @@ impl Runner {
         // Counted once the row is settled (a reader may see the row a moment before these).
         self.count_settled(&p, &v);
         crash::point(crash::CrashPoint::AfterSettle);
-        if let Err(e) = self.workspaces.remove(&creation_key).await {
+        if let Some(placed) = &placed
+            && let Err(e) = placed.engine.workspaces.remove(&creation_key).await
+        {
             tracing::warn!(error = %e, "workspace left for recovery to remove");
         }
+        drop(placed);
         drop(lock);
         tracing::info!(
             %verification_id,
@@ -462,6 +482,14 @@ impl Runner {
                 })
                 .observe(ms as f64 / 1000.0);
         }
+        if let Some(engine) = &v.engine {
+            m.engine_verifications
+                .get_or_create(&crate::metrics::EngineStatus {
+                    engine: engine.clone(),
+                    status: v.status.as_str().to_string(),
+                })
+                .inc();
+        }
         m.output_bytes.inc_by(v.output_bytes_total);
         if v.output_truncated {
             m.output_truncated.inc();
@@ -476,15 +504,66 @@ impl Runner {
 
     /// Stages, runs and checks; fills the outcome fields of `v`. Never fails: every problem
     /// becomes a terminal status with an error message.
+    /// Places the job on an engine, then stages, runs and checks it there; the placement is
+    /// returned (its slot held) so the caller removes the workspace where it was staged.
     async fn run_staged(
         &self,
         p: &Prepared,
         v: &mut Verification,
+        mut cancel: watch::Receiver<bool>,
+    ) -> (StageTimings, Option<Placed>) {
+        let needs = Needs {
+            image: &p.profile.image,
+            image_id: &p.spec.runtime.image_id,
+            labels: &[],
+        };
+        let vid = v.verification_id.clone();
+        let unplaced = self.metrics.jobs_unplaced.clone();
+        let mut counted_unplaced = false;
+        let placement = self
+            .pool
+            .place(
+                &needs,
+                Duration::from_secs(p.timeout_seconds),
+                &mut cancel,
+                |why| {
+                    if !std::mem::replace(&mut counted_unplaced, true) {
+                        unplaced.inc();
+                    }
+                    tracing::info!(verification_id = %vid, reason = %why, "waiting for an engine");
+                },
+            )
+            .await;
+        if counted_unplaced {
+            self.metrics.jobs_unplaced.dec();
+        }
+        let placed = match placement {
+            Ok(placed) => placed,
+            Err(Unplaced::Cancelled) => {
+                unfinished(v, Unfinished::CancelledBeforeStart);
+                return (StageTimings::default(), None);
+            }
+            Err(Unplaced::Waited(why)) => {
+                unfinished(v, Unfinished::NotPlaced(why));
+                return (StageTimings::default(), None);
+            }
+        };
+        v.engine = Some(placed.engine.name.clone());
+        let timings = self.run_placed(&placed, p, v, cancel).await;
+        (timings, Some(placed))
+    }
+
+    async fn run_placed(
+        &self,
+        placed: &Placed,
+        p: &Prepared,
+        v: &mut Verification,
         cancel: watch::Receiver<bool>,
     ) -> StageTimings {
+        let engine = &placed.engine;
         let mut timings = StageTimings::default();
         let t_stage = Instant::now();
-        let staged = self
+        let staged = engine
             .workspaces
             .stage(StageRequest {
                 repo: p.repo.clone(),
@@ -554,7 +633,7 @@ impl Runner {
             Ok(())
         };
         let timeout = Duration::from_secs(p.timeout_seconds);
-        let ran = self
+        let ran = engine
             .runtime
             .run(&spec, timeout, &mut on_phase, cancel)
             .await;
@@ -566,6 +645,12 @@ impl Runner {
         let outcome = match ran {
             Ok(o) => o,
             Err(e) => {
+                // An engine that no longer answers takes no more jobs until a probe finds it.
+                if let Err(down) = engine.runtime.image_id(&p.profile.image).await
+                    && !matches!(down, crate::sandbox::SandboxError::ImageMissing { .. })
+                {
+                    engine.mark_down(&down.to_string());
+                }
                 unfinished(v, Unfinished::Sandbox(e.to_string()));
                 return timings;
             }
