@@ -156,6 +156,16 @@ pub enum ImagesCommand {
         #[arg(long)]
         without_rust: bool,
     },
+    /// Copy every image the configuration uses (each profile's, and the workspace holder's)
+    /// from this machine's engine to every configured `[[engines]]` entry that lacks it with
+    /// the same id. Prints what was sent where, as JSON.
+    Push {
+        /// Only this image reference (repeatable); it must be one the configuration uses.
+        #[arg(long = "image", value_name = "REF")]
+        only: Vec<String>,
+        #[command(flatten)]
+        common: Common,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -283,6 +293,9 @@ async fn dispatch(cmd: Command) -> ExitCode {
             )
             .await
         }
+        Command::Images {
+            command: ImagesCommand::Push { only, common },
+        } => push_images(&common, &only).await,
         Command::Images {
             command:
                 ImagesCommand::Build {
@@ -575,6 +588,65 @@ async fn build_images(
     }
     print_json(&built);
     ExitCode::SUCCESS
+}
+
+/// `airlock images push`: the images the configuration uses, from the machine's own engine
+/// (where `airlock images build` made them) to every configured engine.
+async fn push_images(common: &Common, only: &[String]) -> ExitCode {
+    let (config, _) = match load(common) {
+        Ok(x) => x,
+        Err(e) => return refuse(e),
+    };
+    if config.engines.is_empty() {
+        return refuse(
+            "no [[engines]] are configured: jobs run on this machine's engine, which has the images `airlock images build` made",
+        );
+    }
+    let local = match Sandbox::connect().await {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let mut images: Vec<String> = config.profiles.values().map(|p| p.image.clone()).collect();
+    images.push(crate::sandbox::volumes::HOLDER_IMAGE.to_string());
+    images.sort();
+    images.dedup();
+    if let Some(unknown) = only.iter().find(|o| !images.contains(o)) {
+        return refuse(format!(
+            "--image {unknown:?} is not an image the configuration uses: {}",
+            images.join(", ")
+        ));
+    }
+    if !only.is_empty() {
+        images.retain(|i| only.contains(i));
+    }
+    let kind = crate::sandbox::pool_workspace_kind(&config);
+    let mut out = Vec::new();
+    let mut failed = false;
+    for e in &config.engines {
+        let to = match Sandbox::connect_engine(e, kind).await {
+            Ok(s) => s,
+            Err(err) => {
+                failed = true;
+                out.push(serde_json::json!({"engine": e.name, "error": err.to_string()}));
+                continue;
+            }
+        };
+        for image in &images {
+            match local.copy_image_to(&to, image).await {
+                Ok(c) => out.push(serde_json::json!({"engine": e.name, "image": c})),
+                Err(err) => {
+                    failed = true;
+                    out.push(serde_json::json!({"engine": e.name, "reference": image, "error": err.to_string()}));
+                }
+            }
+        }
+    }
+    print_json(&out);
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 async fn verification(cmd: VerificationCommand) -> ExitCode {

@@ -677,3 +677,90 @@ mod tests {
         assert!(build_context(d.path()).is_err());
     }
 }
+
+/// What [`Sandbox::copy_image_to`] did for one image on one engine.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Copied {
+    pub reference: String,
+    pub image_id: String,
+    /// `false` when the engine already had the image with this id.
+    pub copied: bool,
+}
+
+/// Chunks of an image export buffered between this engine and the one loading it.
+const COPY_BUFFER_CHUNKS: usize = 16;
+
+impl Sandbox {
+    /// Makes `to` hold `reference` with exactly this engine's image id: a `docker save` stream
+    /// from here into `to`'s image load endpoint (an image's id is its config's digest, so a
+    /// loaded image keeps it). Nothing is sent when `to` already has that id; a load that
+    /// ends with another id is an error.
+    pub async fn copy_image_to(
+        &self,
+        to: &Sandbox,
+        reference: &str,
+    ) -> Result<Copied, SandboxError> {
+        let want = self.image_id(reference).await?;
+        match to.image_id(reference).await {
+            Ok(id) if id == want => {
+                return Ok(Copied {
+                    reference: reference.to_string(),
+                    image_id: want,
+                    copied: false,
+                });
+            }
+            Ok(_) | Err(SandboxError::ImageMissing { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        let (tx, rx) =
+            tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(COPY_BUFFER_CHUNKS);
+        let from = self.docker().clone();
+        let exported = reference.to_string();
+        let feeder = tokio::spawn(async move {
+            let mut stream = from.export_image(&exported);
+            while let Some(chunk) = stream.next().await {
+                let item = chunk.map_err(|e| std::io::Error::other(e.to_string()));
+                let failed = item.is_err();
+                if tx.send(item).await.is_err() || failed {
+                    break;
+                }
+            }
+        });
+        let body =
+            futures_util::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|x| (x, rx)) },
+            );
+        let mut load = to.docker().import_image_stream(
+            bollard::query_parameters::ImportImageOptionsBuilder::default()
+                .quiet(true)
+                .build(),
+            body,
+            None,
+        );
+        while let Some(step) = load.next().await {
+            let info = step.map_err(|source| SandboxError::Docker {
+                op: "load image",
+                source,
+            })?;
+            if let Some(e) = info.error_detail {
+                return Err(SandboxError::Runtime(format!(
+                    "loading {reference}: {}",
+                    e.message.unwrap_or_default()
+                )));
+            }
+        }
+        let _ = feeder.await;
+        let got = to.image_id(reference).await?;
+        if got != want {
+            return Err(SandboxError::Runtime(format!(
+                "{reference} loaded as {got}, but it was built as {want}"
+            )));
+        }
+        Ok(Copied {
+            reference: reference.to_string(),
+            image_id: want,
+            copied: true,
+        })
+    }
+}

@@ -257,3 +257,64 @@ fn every_crash_point_on_the_remote_engine_recovers_and_leaves_nothing() {
         );
     }
 }
+
+/// `airlock images push` puts the machine's image on the engine with the same id, sends
+/// nothing the second time, and refuses an image the configuration does not use.
+#[test]
+fn images_push_loads_the_built_image_with_its_id_once() {
+    if !docker() {
+        return;
+    }
+    let engine = SecondEngine::start(&[]);
+    let f = fixture(&engine, "");
+    let push = |extra: &[&str]| {
+        let mut c = std::process::Command::new(BIN);
+        c.args(["images", "push", "--config"])
+            .arg(f.config.as_ref().unwrap())
+            .args(extra);
+        let out = c.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let before = f.run(&[], &["true"]);
+    assert_eq!(before.code, Some(2), "refused: no engine has the image yet");
+    assert!(
+        before.stderr.contains("airlock/minimal:latest"),
+        "{}",
+        before.stderr
+    );
+    let (code, out, err) = push(&["--image", IMAGE]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    let local_id = String::from_utf8_lossy(
+        &std::process::Command::new("docker")
+            .args(["image", "inspect", "--format", "{{.Id}}", IMAGE])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .trim()
+    .to_string();
+    assert_eq!(report[0]["engine"], "remote-1", "{report}");
+    assert_eq!(
+        report[0]["image"]["image_id"],
+        local_id.as_str(),
+        "{report}"
+    );
+    assert_eq!(report[0]["image"]["copied"], true, "{report}");
+    assert_eq!(
+        engine.out(&["image", "inspect", "--format", "{{.Id}}", IMAGE]),
+        local_id
+    );
+    let (code, out, _) = push(&["--image", IMAGE]);
+    assert_eq!(code, Some(0));
+    let again: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(again[0]["image"]["copied"], false, "{again}");
+    let (code, _, err) = push(&["--image", "nope:latest"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("not an image the configuration uses"), "{err}");
+    assert_eq!(f.sh("true")["status"], "passed");
+}
