@@ -86,7 +86,11 @@ impl Daemon {
         {
             tracing::warn!(detail = %c.detail, "free space is short; new work will be refused");
         }
-        if let Some(why) = report.first_failure_except(&["free_space"]) {
+        // An engine of the pool that is away or lacks an image only stays out of placement.
+        if let Some(c) = report.checks.iter().find(|c| c.name == "engines" && !c.ok) {
+            tracing::warn!(detail = %c.detail, "an engine of the pool cannot take jobs yet");
+        }
+        if let Some(why) = report.first_failure_except(&["free_space", "engines"]) {
             return Err(StartError::Refused(format!(
                 "{why}; `airlock doctor` shows every check"
             )));

@@ -318,3 +318,59 @@ fn images_push_loads_the_built_image_with_its_id_once() {
     assert!(err.contains("not an image the configuration uses"), "{err}");
     assert_eq!(f.sh("true")["status"], "passed");
 }
+
+/// `airlock doctor` checks every configured engine: reachable over mutual TLS, its version,
+/// and each image with the id this machine built; a missing one is named with the fix.
+#[test]
+fn doctor_checks_the_remote_engine_and_its_images() {
+    if !docker() {
+        return;
+    }
+    let engine = SecondEngine::start(&[IMAGE]);
+    let f = fixture(&engine, "");
+    let doctor = || -> Value {
+        let out = std::process::Command::new(BIN)
+            .args(["doctor", "--json", "--images-dir"])
+            .arg(std::path::Path::new(ROOT).join("images"))
+            .arg("--config")
+            .arg(f.config.as_ref().unwrap())
+            .arg("--data-dir")
+            .arg(&f.data)
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "engines")
+            .cloned()
+            .unwrap_or_else(|| panic!("no engines check: {v}"))
+    };
+    let c = doctor();
+    // Only the images the engine lacks fail it: here the toolchain and git images.
+    let detail = c["detail"].as_str().unwrap();
+    assert!(!detail.contains("airlock/minimal:latest is"), "{c}");
+    if c["ok"] == true {
+        assert!(detail.contains("remote-1 (tcp://127.0.0.1:"), "{c}");
+        assert!(detail.contains("mutual TLS"), "{c}");
+    }
+    engine.out(&["rmi", "-f", IMAGE]);
+    let c = doctor();
+    assert_eq!(c["ok"], false, "{c}");
+    assert!(
+        c["detail"]
+            .as_str()
+            .unwrap()
+            .contains("airlock/minimal:latest is missing"),
+        "{c}"
+    );
+    assert!(
+        c["fix"].as_str().unwrap().contains("airlock images push"),
+        "{c}"
+    );
+    drop(engine);
+    let c = doctor();
+    assert_eq!(c["ok"], false, "{c}");
+    assert!(c["detail"].as_str().unwrap().contains("remote-1:"), "{c}");
+}
