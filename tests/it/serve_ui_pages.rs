@@ -81,6 +81,7 @@ fn the_candidate_page_lays_out_each_verification_and_pages_the_diff() {
             "environment_sha256",
             "observed_image",
             "image",
+            "engine",
         ] {
             let want = v[key].as_str().unwrap();
             assert!(page.contains(want), "{key} {want} is not on the page");

@@ -282,6 +282,7 @@ fn verification(v: &Value, current: &Value, act: Option<&String>, s: &UiSession)
             tr { th { "elapsed" } td { @if let Some(e) = &elapsed { (e) } @else { span.badge { "running" } }
                 " (timeout " (value(&v["timeout_seconds"])) " s)" } }
             tr { th { "image" } td { (value(&v["image"])) } }
+            tr { th { "engine" } td { (value(&v["engine"])) } }
             tr { th { "observed image" } td { (value(&v["observed_image"])) } }
             tr { th { "environment sha256" } td { code { (value(&v["environment_sha256"])) } } }
             tr { th { "revision" } td { code { (value(&v["candidate_revision"])) } } }
