@@ -374,3 +374,44 @@ fn doctor_checks_the_remote_engine_and_its_images() {
     assert_eq!(c["ok"], false, "{c}");
     assert!(c["detail"].as_str().unwrap().contains("remote-1:"), "{c}");
 }
+
+/// The remote engine dies mid-run (SIGKILL): the run never passes, and once the engine is back
+/// `airlock recover` leaves nothing of the job on it.
+#[test]
+fn a_remote_engine_killed_mid_run_is_never_a_pass_and_recovery_cleans_up_after_it() {
+    if !docker() {
+        return;
+    }
+    let mut engine = SecondEngine::start(&[IMAGE]);
+    let f = fixture(&engine, "");
+    let child = f
+        .run_cmd(&[], &["sleep", "60"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(
+        || {
+            !engine
+                .out(&["ps", "-q", "--filter", "label=airlock.managed=true"])
+                .is_empty()
+        },
+        "the job's container running on the remote engine",
+    );
+    engine.kill();
+    let out = child.wait_with_output().unwrap();
+    let r = RunResult::from(out);
+    let v = r.json.unwrap_or_else(|| panic!("no result: {}", r.stderr));
+    assert_eq!(v["status"], "error", "{v}");
+    assert_eq!(v["engine"], "remote-1", "{v}");
+    engine.restart();
+    let report = f.recover();
+    assert_eq!(report["failures"], Value::Array(vec![]), "{report}");
+    let rows = f.list(&[]);
+    assert_eq!(
+        rows[0]["status"], "error",
+        "recovery invents nothing: {}",
+        rows[0]
+    );
+    assert_nothing_left(&engine, &v);
+}

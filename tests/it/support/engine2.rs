@@ -117,9 +117,24 @@ impl SecondEngine {
         make_certs(&certs);
         std::fs::write(dir.path().join("daemon.json"), "{}").unwrap();
         let port = free_port();
-        let ns = format!("airlock-test-{port}");
-        let root = dir.path().to_path_buf();
+        let mut e = SecondEngine {
+            dir,
+            port,
+            child: None,
+        };
+        e.spawn();
+        for image in images {
+            e.load(image);
+        }
+        e
+    }
+
+    /// Starts dockerd on this engine's directories and port and waits until it answers.
+    fn spawn(&mut self) {
+        let root = self.dir.path().to_path_buf();
+        let certs = root.join("certs");
         let p = |s: &str| root.join(s);
+        let ns = format!("airlock-test-{}", self.port);
         let mut cmd = Command::new("dockerd");
         cmd.arg("--data-root")
             .arg(p("data"))
@@ -132,7 +147,7 @@ impl SecondEngine {
             .args(["--containerd-namespace", &ns])
             .args(["--containerd-plugins-namespace", &format!("{ns}-plugins")])
             .args(["--bridge=none", "--iptables=false", "--ip-masq=false"])
-            .args(["-H", &format!("tcp://127.0.0.1:{port}")])
+            .args(["-H", &format!("tcp://127.0.0.1:{}", self.port)])
             .arg("--tlsverify")
             .arg("--tlscacert")
             .arg(certs.join("ca.pem"))
@@ -144,15 +159,10 @@ impl SecondEngine {
             .stdout(std::fs::File::create(p("dockerd.log")).unwrap())
             .stderr(std::fs::File::create(p("dockerd.err")).unwrap());
         airlock::process::dies_with_parent(&mut cmd);
-        let child = cmd.spawn().expect("dockerd starts");
-        let e = SecondEngine {
-            dir,
-            port,
-            child: Some(child),
-        };
+        self.child = Some(cmd.spawn().expect("dockerd starts"));
         let deadline = Instant::now() + START_WAIT;
         loop {
-            let ok = e
+            let ok = self
                 .docker(&["version", "--format", "{{.Server.Version}}"])
                 .output()
                 .map(|o| o.status.success())
@@ -167,10 +177,29 @@ impl SecondEngine {
             );
             std::thread::sleep(Duration::from_millis(200));
         }
-        for image in images {
-            e.load(image);
+    }
+
+    /// Kills the engine outright (SIGKILL), as a machine that drops off the network would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
-        e
+        // The containerd this dockerd started goes with it (a restart starts a fresh one).
+        let pidfile = self.dir.path().join("exec/containerd/containerd.pid");
+        if let Ok(pid) = std::fs::read_to_string(&pidfile) {
+            let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+            std::thread::sleep(Duration::from_millis(200));
+            let _ = std::fs::remove_file(&pidfile);
+        }
+    }
+
+    /// Starts the killed engine again on the same data root (its containers and volumes are
+    /// still recorded there).
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "restart of a running engine");
+        let _ = std::fs::remove_file(self.dir.path().join("docker.pid"));
+        self.spawn();
     }
 
     pub fn certs(&self) -> PathBuf {
