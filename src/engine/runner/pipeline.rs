@@ -293,9 +293,12 @@ impl Runner {
             source: e.into(),
         })?;
         let free = st.blocks_available() as u64 * st.fragment_size() as u64;
+        // An uploaded workspace lives on its engine, not in the data dir.
+        let uploaded = crate::sandbox::pool_workspace_kind(&self.config)
+            == crate::sandbox::spec::WorkspaceKind::Volume;
         let job = match spec.checkout_fs {
-            staging::CheckoutFs::Loop { disk_bytes, .. } => disk_bytes,
-            staging::CheckoutFs::Directory => 0,
+            staging::CheckoutFs::Loop { disk_bytes, .. } if !uploaded => disk_bytes,
+            _ => 0,
         };
         let needed = self.config.min_free_bytes.saturating_add(job);
         if free < needed {
