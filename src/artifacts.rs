@@ -317,6 +317,7 @@ mod tests {
             container_id: Some("c".into()),
             engine: Some("local".into()),
             queued: None,
+            queued_reason: None,
         }
     }
 

@@ -333,14 +333,16 @@ async fn dispatch(cmd: Command) -> ExitCode {
                 Ok(s) => s,
                 Err(e) => return refuse(e),
             };
-            let retention = recovery::Retention {
+            let retention = recovery::Bounds {
                 keep: config.run_retention,
+                engine_lost_after: config.engine_lost_after,
                 now: crate::engine::Clock::from_env().now(),
             };
             let engines =
                 match crate::engine::context::configured_pool(&config, &data, &seccomp).await {
                     Ok(Some(pool)) => pool.job_engines(),
                     Ok(None) => vec![crate::workspace::JobEngine {
+                        name: crate::engine::context::DEFAULT_ENGINE_NAME.into(),
                         runtime: sandbox.clone(),
                         workspaces: crate::engine::context::workspaces_of(
                             sandbox.as_ref(),

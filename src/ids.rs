@@ -54,6 +54,11 @@ pub fn rfc3339(t: OffsetDateTime) -> String {
     )
 }
 
+/// Parses an RFC 3339 time (as [`rfc3339`] writes them); `None` when it is not one.
+pub fn parse_rfc3339(s: &str) -> Option<OffsetDateTime> {
+    OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
+}
+
 /// Current wall-clock time in UTC.
 pub fn now() -> OffsetDateTime {
     OffsetDateTime::now_utc()

@@ -16,6 +16,11 @@ use prometheus_client::registry::Registry;
 use std::sync::Mutex;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EngineLabel {
+    pub engine: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EngineStatus {
     pub engine: String,
     pub status: String,
@@ -75,6 +80,13 @@ pub struct Metrics {
     pub live_containers: Gauge,
     pub jobs_unplaced: Gauge,
     pub engine_verifications: Family<EngineStatus, Counter>,
+    pub engine_running: Family<EngineLabel, Gauge>,
+    pub engine_up: Family<EngineLabel, Gauge>,
+    pub engine_failures: Family<EngineLabel, Counter>,
+    pub engine_upload_bytes: Family<EngineLabel, Counter>,
+    pub engine_upload_seconds: Hist<EngineLabel>,
+    pub engine_readback_bytes: Family<EngineLabel, Counter>,
+    pub engine_readback_seconds: Hist<EngineLabel>,
     pub output_bytes: Counter,
     pub output_truncated: Counter,
     pub source_changed: Counter,
@@ -108,6 +120,13 @@ impl Metrics {
             live_containers: Gauge::default(),
             jobs_unplaced: Gauge::default(),
             engine_verifications: Family::default(),
+            engine_running: Family::default(),
+            engine_up: Family::default(),
+            engine_failures: Family::default(),
+            engine_upload_bytes: Family::default(),
+            engine_upload_seconds: Family::new_with_constructor(seconds),
+            engine_readback_bytes: Family::default(),
+            engine_readback_seconds: Family::new_with_constructor(seconds),
             output_bytes: Counter::default(),
             output_truncated: Counter::default(),
             source_changed: Counter::default(),
@@ -159,6 +178,41 @@ impl Metrics {
                 "engine_verifications",
                 "Settled verifications by the engine they ran on and terminal status",
                 m.engine_verifications.clone(),
+            );
+            r.register(
+                "engine_running_jobs",
+                "Jobs this process placed on each engine and that have not finished",
+                m.engine_running.clone(),
+            );
+            r.register(
+                "engine_up",
+                "1 while an engine takes jobs, 0 while it is out of placement",
+                m.engine_up.clone(),
+            );
+            r.register(
+                "engine_failures",
+                "Times an engine was taken out of placement (it stopped answering)",
+                m.engine_failures.clone(),
+            );
+            r.register(
+                "engine_upload_bytes",
+                "Bytes of workspace trees uploaded to each engine (file contents)",
+                m.engine_upload_bytes.clone(),
+            );
+            r.register(
+                "engine_upload_seconds",
+                "Time to read a job's tree from git and upload it into its volume, by engine",
+                m.engine_upload_seconds.clone(),
+            );
+            r.register(
+                "engine_readback_bytes",
+                "Bytes of workspaces read back from each engine after a job (file contents)",
+                m.engine_readback_bytes.clone(),
+            );
+            r.register(
+                "engine_readback_seconds",
+                "Time to read a job's volume back after its container is gone, by engine",
+                m.engine_readback_seconds.clone(),
             );
             r.register(
                 "output_bytes",
@@ -243,6 +297,24 @@ impl Metrics {
         set(&self.transactions, &known.transactions, &g.transactions);
         self.claims_active.set(g.claims_active);
         self.contentions_open.set(g.contentions_open);
+    }
+
+    /// Sets each engine's gauges from the pool now: jobs running, whether it takes jobs, and
+    /// its failure count (a counter that only moves up).
+    pub fn set_engines(&self, pool: &crate::engine::runner::pool::Pool) {
+        for e in pool.engines() {
+            let label = EngineLabel {
+                engine: e.name.clone(),
+            };
+            self.engine_running
+                .get_or_create(&label)
+                .set(e.running() as i64);
+            self.engine_up
+                .get_or_create(&label)
+                .set(i64::from(e.down_reason().is_none()));
+            let failures = self.engine_failures.get_or_create(&label);
+            failures.inc_by(e.failures().saturating_sub(failures.get()));
+        }
     }
 
     /// The registry in Prometheus' text format.

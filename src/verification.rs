@@ -43,6 +43,10 @@ pub struct Verification {
     /// `running`, nothing started yet). Absent from `airlock run` results and artifacts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued: Option<bool>,
+    /// Only while `queued` because no engine can take the job now: why (every engine's
+    /// reason: capacity, health, labels, image id). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_reason: Option<String>,
 }
 
 /// Why a request was refused before anything ran.

@@ -204,6 +204,7 @@ async fn metrics(State(st): State<AppState>) -> Response {
             return ApiError(ServiceError::internal(format!("metrics: {e}")), None).into_response();
         }
     }
+    ctx.metrics.set_engines(&ctx.pool);
     (
         [(
             axum::http::header::CONTENT_TYPE,

@@ -12,6 +12,7 @@ pub(super) fn profiles() -> BTreeMap<String, RawProfile> {
     m.insert(
         DEFAULT_PROFILE.to_string(),
         RawProfile {
+            engine_labels: vec![],
             image: DEFAULT_IMAGE.to_string(),
             user: None,
             working_dir: None,
@@ -30,6 +31,7 @@ pub(super) fn profiles() -> BTreeMap<String, RawProfile> {
     m.insert(
         TOOLCHAIN_PROFILE.to_string(),
         RawProfile {
+            engine_labels: vec![],
             image: TOOLCHAIN_IMAGE.to_string(),
             user: None,
             working_dir: None,
@@ -59,6 +61,7 @@ pub(super) fn profiles() -> BTreeMap<String, RawProfile> {
     m.insert(
         GIT_PROFILE.to_string(),
         RawProfile {
+            engine_labels: vec![],
             image: GIT_IMAGE.to_string(),
             user: None,
             working_dir: None,

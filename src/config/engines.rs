@@ -13,6 +13,10 @@ pub const MAX_ENGINES: usize = 32;
 pub const MAX_ENGINE_NAME_BYTES: usize = 64;
 /// Most concurrent jobs one engine may be given.
 pub const MAX_ENGINE_JOBS: usize = 256;
+/// Seconds an engine may stay unreachable before its jobs are settled as lost, by default.
+pub const DEFAULT_ENGINE_LOST_AFTER_SECONDS: u64 = 3600;
+/// Allowed `engine_lost_after_seconds`: a minute to a week.
+pub const ENGINE_LOST_AFTER_SECONDS: std::ops::RangeInclusive<u64> = 60..=604_800;
 /// Most labels of one engine.
 pub const MAX_ENGINE_LABELS: usize = 16;
 
@@ -101,7 +105,7 @@ fn invalid(field: String, message: impl Into<String>) -> ConfigError {
     }
 }
 
-fn check_name(field: String, name: &str, what: &str) -> Result<(), ConfigError> {
+pub(super) fn check_name(field: String, name: &str, what: &str) -> Result<(), ConfigError> {
     let ok = !name.is_empty()
         && name.len() <= MAX_ENGINE_NAME_BYTES
         && name
@@ -258,6 +262,35 @@ pub(super) fn parse(
     Ok(engines)
 }
 
+/// Refuses a profile whose `engine_labels` no engine carries all of: its jobs could never run.
+/// Without `[[engines]]` the one local engine carries no labels.
+pub(super) fn check_profile_labels(
+    engines: &[EngineConfig],
+    profiles: &std::collections::BTreeMap<String, super::Profile>,
+) -> Result<(), ConfigError> {
+    for (name, p) in profiles {
+        if p.engine_labels.is_empty() {
+            continue;
+        }
+        let carries = |e: &EngineConfig| p.engine_labels.iter().all(|l| e.labels.contains(l));
+        if !engines.iter().any(carries) {
+            return Err(invalid(
+                format!("profiles.{name}.engine_labels"),
+                format!(
+                    "no engine carries all of {:?}{}",
+                    p.engine_labels,
+                    if engines.is_empty() {
+                        " (without [[engines]] the local engine carries no labels)"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use crate::config::{Config, ConfigError};
@@ -385,5 +418,41 @@ tls = { ca = "/etc/airlock/ca.pem", cert = "/etc/airlock/cert.pem", key = "/etc/
         ))
         .unwrap();
         assert!(plain.engines[0].tls.is_none());
+    }
+
+    #[test]
+    fn a_profile_requires_labels_some_engine_carries() {
+        let engines = "[[engines]]\nname = \"a\"\nhost = \"unix:///s\"\nmax_jobs = 1\nlabels = [\"gpu\", \"big\"]\n";
+        let profile = |labels: &str| {
+            format!("[profiles.p]\nimage = \"airlock/minimal:latest\"\nengine_labels = {labels}\n")
+        };
+        let c = Config::parse(&format!("{}{engines}", profile("[\"gpu\"]"))).unwrap();
+        assert_eq!(c.profiles["p"].engine_labels, ["gpu"]);
+        assert!(c.profiles["default"].engine_labels.is_empty());
+        for (text, says) in [
+            (
+                format!("{}{engines}", profile("[\"gpu\", \"arm\"]")),
+                "no engine carries all of [\"gpu\", \"arm\"]",
+            ),
+            (
+                profile("[\"gpu\"]"),
+                "without [[engines]] the local engine carries no labels",
+            ),
+            (
+                format!("{}{engines}", profile("[\"a b\"]")),
+                "label \"a b\" must be",
+            ),
+            (
+                format!(
+                    "{}{engines}",
+                    profile(&format!("{:?}", vec!["x"; super::MAX_ENGINE_LABELS + 1]))
+                ),
+                "the limit is 16",
+            ),
+        ] {
+            let (f, m) = refused(&text);
+            assert_eq!(f, "profiles.p.engine_labels", "{text}: {m}");
+            assert!(m.contains(says), "{text}: {m}");
+        }
     }
 }

@@ -5,6 +5,9 @@
 //! these values.
 
 mod builtin;
+mod profile;
+pub use profile::Profile;
+use profile::{RawProfile, resolve_profile};
 pub mod engines;
 pub mod governance;
 
@@ -87,6 +90,7 @@ struct RawConfig {
     public_url: Option<String>,
     evidence_ttl_days: Option<u64>,
     maintenance_interval_seconds: Option<u64>,
+    engine_lost_after_seconds: Option<u64>,
     max_concurrent_verifications: Option<usize>,
     checkout_filesystem: Option<CheckoutFilesystem>,
     min_free_bytes: Option<u64>,
@@ -220,49 +224,6 @@ pub struct Token {
     pub subject: TokenSubject,
 }
 
-#[derive(Debug, Deserialize, Clone)]
-#[serde(deny_unknown_fields)]
-struct RawProfile {
-    image: String,
-    user: Option<String>,
-    working_dir: Option<String>,
-    memory_bytes: Option<i64>,
-    cpus: Option<f64>,
-    pids: Option<i64>,
-    tmp_bytes: Option<i64>,
-    disk_bytes: Option<u64>,
-    inodes: Option<u64>,
-    env: Option<BTreeMap<String, String>>,
-    setup_script: Option<String>,
-}
-
-/// A fully resolved, validated profile. Every field has a value.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Profile {
-    pub name: String,
-    pub image: String,
-    pub uid: u32,
-    pub gid: u32,
-    pub working_dir: String,
-    pub memory_bytes: i64,
-    pub cpus: f64,
-    pub pids: i64,
-    pub tmp_bytes: i64,
-    /// Size of the job's own checkout filesystem.
-    pub disk_bytes: u64,
-    /// Inodes of the job's own checkout filesystem (at least this many).
-    pub inodes: u64,
-    pub env: BTreeMap<String, String>,
-    pub setup_script: String,
-}
-
-impl Profile {
-    /// The `uid:gid` string handed to Docker.
-    pub fn user(&self) -> String {
-        format!("{}:{}", self.uid, self.gid)
-    }
-}
-
 /// The loaded configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -275,6 +236,9 @@ pub struct Config {
     pub public_url: Option<String>,
     pub evidence_ttl: std::time::Duration,
     pub maintenance_interval: std::time::Duration,
+    /// How long an engine may stay unreachable before recovery settles its jobs as `error`
+    /// ("engine lost") instead of waiting for it (`engine_lost_after_seconds`).
+    pub engine_lost_after: std::time::Duration,
     pub max_concurrent_verifications: usize,
     pub checkout_filesystem: CheckoutFilesystem,
     /// New work is refused while the data dir's filesystem has less free space than this
@@ -472,6 +436,16 @@ impl Config {
                 &limits::MAINTENANCE_INTERVAL_SECONDS,
             ));
         }
+        let lost_after = raw
+            .engine_lost_after_seconds
+            .unwrap_or(engines::DEFAULT_ENGINE_LOST_AFTER_SECONDS);
+        if !engines::ENGINE_LOST_AFTER_SECONDS.contains(&lost_after) {
+            return Err(bound(
+                "engine_lost_after_seconds",
+                lost_after,
+                &engines::ENGINE_LOST_AFTER_SECONDS,
+            ));
+        }
         let max_concurrent = raw.max_concurrent_verifications.unwrap_or(2);
         if !limits::MAX_CONCURRENT_VERIFICATIONS.contains(&max_concurrent) {
             return Err(bound(
@@ -534,8 +508,10 @@ impl Config {
             limits::DEFAULT_KEEP_ALIVE_IDLE_SECONDS,
         )?;
         let public_url = raw.public_url.map(check_public_url).transpose()?;
+        let engines = engines::parse(raw.engines, raw.checkout_filesystem.unwrap_or_default())?;
+        engines::check_profile_labels(&engines, &profiles)?;
         Ok(Config {
-            engines: engines::parse(raw.engines, raw.checkout_filesystem.unwrap_or_default())?,
+            engines,
             public_url,
             max_patch_bytes: governed.max_patch_bytes,
             header_read_timeout,
@@ -554,6 +530,7 @@ impl Config {
             metrics_listen: raw.metrics_listen,
             evidence_ttl: std::time::Duration::from_secs(days * 86_400),
             maintenance_interval: std::time::Duration::from_secs(interval),
+            engine_lost_after: std::time::Duration::from_secs(lost_after),
             profiles,
             workspaces,
             tokens,
@@ -593,178 +570,6 @@ pub(crate) fn bound<T: std::fmt::Display>(
         field: field.into(),
         message: format!("{v} must be between {} and {}", range.start(), range.end()),
     }
-}
-
-fn invalid(profile: &str, key: &str, message: String) -> ConfigError {
-    ConfigError::Invalid {
-        field: format!("profiles.{profile}.{key}"),
-        message,
-    }
-}
-
-fn parse_user(profile: &str, user: &str) -> Result<(u32, u32), ConfigError> {
-    let bad = || {
-        invalid(
-            profile,
-            "user",
-            format!("{user:?} must be numeric \"uid:gid\" with a non-zero uid"),
-        )
-    };
-    let (u, g) = user.split_once(':').ok_or_else(bad)?;
-    let uid: u32 = u.parse().map_err(|_| bad())?;
-    let gid: u32 = g.parse().map_err(|_| bad())?;
-    if uid == 0 {
-        return Err(bad());
-    }
-    Ok((uid, gid))
-}
-
-fn resolve_profile(name: &str, p: RawProfile) -> Result<Profile, ConfigError> {
-    if name.is_empty()
-        || !name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    {
-        return Err(ConfigError::Invalid {
-            field: format!("profiles.{name}"),
-            message: "profile names use only letters, digits, '_' and '-'".into(),
-        });
-    }
-    if p.image.trim().is_empty() {
-        return Err(invalid(name, "image", "must not be empty".into()));
-    }
-    let (uid, gid) = parse_user(name, p.user.as_deref().unwrap_or("65532:65532"))?;
-    let working_dir = p.working_dir.unwrap_or_else(|| "/workspace".into());
-    if !working_dir.starts_with('/')
-        || working_dir == "/"
-        || working_dir.split('/').any(|c| c == ".." || c == ".")
-        || working_dir.contains('\0')
-        || working_dir == "/tmp"
-        || working_dir.starts_with("/tmp/")
-    {
-        return Err(invalid(
-            name,
-            "working_dir",
-            format!(
-                "{working_dir:?} must be an absolute path other than / and outside /tmp, without . or .."
-            ),
-        ));
-    }
-    let memory_bytes = p.memory_bytes.unwrap_or(1 << 30);
-    if memory_bytes < limits::MIN_MEMORY_BYTES {
-        return Err(invalid(
-            name,
-            "memory_bytes",
-            format!(
-                "{memory_bytes} is below the minimum of {}",
-                limits::MIN_MEMORY_BYTES
-            ),
-        ));
-    }
-    let cpus = p.cpus.unwrap_or(1.0);
-    if !(cpus.is_finite() && (0.01..=limits::MAX_CPUS).contains(&cpus)) {
-        return Err(invalid(
-            name,
-            "cpus",
-            format!("{cpus} must be between 0.01 and {}", limits::MAX_CPUS),
-        ));
-    }
-    let pids = p.pids.unwrap_or(256);
-    if !(1..=limits::MAX_PIDS).contains(&pids) {
-        return Err(invalid(
-            name,
-            "pids",
-            format!("{pids} must be between 1 and {}", limits::MAX_PIDS),
-        ));
-    }
-    let tmp_bytes = p.tmp_bytes.unwrap_or(256 << 20);
-    if tmp_bytes < limits::MIN_TMP_BYTES {
-        return Err(invalid(
-            name,
-            "tmp_bytes",
-            format!(
-                "{tmp_bytes} is below the minimum of {}",
-                limits::MIN_TMP_BYTES
-            ),
-        ));
-    }
-    let disk_bytes = p.disk_bytes.unwrap_or(limits::DEFAULT_DISK_BYTES);
-    if !(limits::MIN_DISK_BYTES..=limits::MAX_DISK_BYTES).contains(&disk_bytes) {
-        return Err(invalid(
-            name,
-            "disk_bytes",
-            format!(
-                "{disk_bytes} must be between {} and {}",
-                limits::MIN_DISK_BYTES,
-                limits::MAX_DISK_BYTES
-            ),
-        ));
-    }
-    let inodes = p.inodes.unwrap_or(limits::DEFAULT_INODES);
-    let max_inodes = disk_bytes / limits::BYTES_PER_INODE_MIN;
-    if !(limits::MIN_INODES..=max_inodes).contains(&inodes) {
-        return Err(invalid(
-            name,
-            "inodes",
-            format!(
-                "{inodes} must be between {} and {max_inodes} (disk_bytes / {}: ext4 holds at most one inode per block)",
-                limits::MIN_INODES,
-                limits::BYTES_PER_INODE_MIN
-            ),
-        ));
-    }
-    let env = p
-        .env
-        .unwrap_or_else(|| BTreeMap::from([("LANG".to_string(), "C.UTF-8".to_string())]));
-    if env.len() > limits::MAX_PROFILE_ENV_VARS {
-        return Err(invalid(
-            name,
-            "env",
-            format!(
-                "has {} entries; the limit is {}",
-                env.len(),
-                limits::MAX_PROFILE_ENV_VARS
-            ),
-        ));
-    }
-    for (k, v) in &env {
-        if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
-            return Err(invalid(
-                name,
-                "env",
-                format!(
-                    "{k:?} is not a valid variable name (non-empty, no '=' or NUL) or its value has NUL"
-                ),
-            ));
-        }
-    }
-    let setup_script = p.setup_script.unwrap_or_default();
-    if setup_script.len() > limits::MAX_SETUP_SCRIPT_BYTES || setup_script.contains('\0') {
-        return Err(invalid(
-            name,
-            "setup_script",
-            format!(
-                "has {} bytes; the limit is {} and NUL is not allowed",
-                setup_script.len(),
-                limits::MAX_SETUP_SCRIPT_BYTES
-            ),
-        ));
-    }
-    Ok(Profile {
-        name: name.to_string(),
-        image: p.image,
-        uid,
-        gid,
-        working_dir,
-        memory_bytes,
-        cpus,
-        pids,
-        tmp_bytes,
-        disk_bytes,
-        inodes,
-        env,
-        setup_script,
-    })
 }
 
 #[cfg(test)]

@@ -113,6 +113,9 @@ pub enum Unfinished {
     ArtifactWrite(String),
     /// Recovery found the run interrupted before its result was durable.
     Interrupted,
+    /// Recovery found the run interrupted, and the engine it may have run on has not answered
+    /// for longer than `engine_lost_after_seconds`: what happened there is unknowable.
+    EngineLost { engine: String, away_seconds: u64 },
     /// Recovery found an artifact it cannot trust (corrupt, truncated, mismatched).
     ArtifactRejected(String),
 }
@@ -136,6 +139,15 @@ impl Unfinished {
                 format!("recovery artifact could not be written: {e}"),
             ),
             Unfinished::Interrupted => (Status::Error, INTERRUPTED.into()),
+            Unfinished::EngineLost {
+                engine,
+                away_seconds,
+            } => (
+                Status::Error,
+                format!(
+                    "engine lost: {engine} has not answered for {away_seconds} s; the job's result is unknown and it is not rerun"
+                ),
+            ),
             Unfinished::ArtifactRejected(e) => {
                 (Status::Error, format!("recovery artifact rejected: {e}"))
             }

@@ -11,8 +11,9 @@ use super::service::Service;
 /// One maintenance pass. Runs before the listener opens and then every
 /// `maintenance_interval_seconds`.
 pub async fn pass(service: &Service) {
-    let retention = recovery::Retention {
+    let retention = recovery::Bounds {
         keep: service.ctx.config.run_retention,
+        engine_lost_after: service.ctx.config.engine_lost_after,
         now: service.ctx.clock.now(),
     };
     let report = recovery::recover(&service.ctx.data, &service.ctx.engines(), retention).await;

@@ -183,7 +183,7 @@ impl Context {
 
 /// Parses an RFC 3339 time written by Airlock.
 pub fn parse_time(s: &str) -> Option<OffsetDateTime> {
-    OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
+    crate::ids::parse_rfc3339(s)
 }
 
 #[cfg(test)]

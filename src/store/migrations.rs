@@ -289,6 +289,12 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
             CHECK (release_on IN ('manual','proposal_end'));
         CREATE INDEX claims_by_holder ON claims (workspace_id, holder, release_on);",
     ),
+    (
+        12,
+        "where a running verification waits or runs",
+        "ALTER TABLE verifications ADD COLUMN queued_reason TEXT;
+        ALTER TABLE verifications ADD COLUMN engine TEXT;",
+    ),
 ];
 
 /// The newest schema version this binary knows.

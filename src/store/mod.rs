@@ -167,6 +167,34 @@ impl Store {
         .await
     }
 
+    /// When recovery last reached engine `name` (RFC 3339), if ever.
+    pub async fn engine_seen(&self, name: &str) -> Result<Option<String>, StoreError> {
+        let key = format!("engine_seen.{name}");
+        self.call(move |c| {
+            Ok(
+                c.query_row("SELECT value FROM meta WHERE key = ?1", params![key], |r| {
+                    r.get(0)
+                })
+                .optional()?,
+            )
+        })
+        .await
+    }
+
+    /// Records that recovery reached engine `name` at `at` (RFC 3339).
+    pub async fn set_engine_seen(&self, name: &str, at: String) -> Result<(), StoreError> {
+        let key = format!("engine_seen.{name}");
+        self.call(move |c| {
+            c.execute(
+                "INSERT INTO meta (key, value) VALUES (?1, ?2)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                params![key, at],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
     /// Inserts a new `running` verification with its spec provenance. Committed (FULL) before
     /// the call returns, so it precedes any checkout or container.
     pub async fn insert_running(
@@ -233,6 +261,39 @@ impl Store {
         .await
     }
 
+    /// Marks a running verification as waiting for an engine, and why none takes it now.
+    pub async fn mark_waiting(
+        &self,
+        verification_id: &str,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        let (id, reason) = (verification_id.to_string(), reason.to_string());
+        self.call(move |c| {
+            c.execute(
+                "UPDATE verifications SET queued = 1, queued_reason = ?3
+                 WHERE verification_id = ?1 AND status = ?2",
+                params![id, Status::Running.as_str(), reason],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Records the engine a running verification was placed on (recovery then looks for its
+    /// container there first) and ends any wait.
+    pub async fn mark_placed(&self, verification_id: &str, engine: &str) -> Result<(), StoreError> {
+        let (id, engine) = (verification_id.to_string(), engine.to_string());
+        self.call(move |c| {
+            c.execute(
+                "UPDATE verifications SET queued = 0, queued_reason = NULL, engine = ?3
+                 WHERE verification_id = ?1 AND status = ?2",
+                params![id, Status::Running.as_str(), engine],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
     /// A candidate's verifications, oldest first, with their queued flag.
     pub async fn verifications_of(
         &self,
@@ -241,20 +302,27 @@ impl Store {
         let cid = candidate_id.to_string();
         self.call(move |c| {
             let mut st = c.prepare(
-                "SELECT verification_id, record, queued FROM verifications WHERE candidate_id = ?1
-                 ORDER BY created_at, rowid",
+                "SELECT verification_id, record, queued, queued_reason, engine FROM verifications
+                 WHERE candidate_id = ?1 ORDER BY created_at, rowid",
             )?;
             let rows = st.query_map(params![cid], |r| {
                 Ok((
                     r.get::<_, String>(0)?,
                     r.get::<_, String>(1)?,
                     r.get::<_, i64>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, Option<String>>(4)?,
                 ))
             })?;
             let mut out = Vec::new();
             for row in rows {
-                let (id, rec, queued) = row?;
-                out.push((decode(&id, &rec)?, queued != 0));
+                let (id, rec, queued, reason, engine) = row?;
+                let mut v = decode(&id, &rec)?;
+                if v.status == Status::Running {
+                    v.engine = v.engine.or(engine);
+                    v.queued_reason = reason.filter(|_| queued != 0);
+                }
+                out.push((v, queued != 0));
             }
             Ok(out)
         })
@@ -321,17 +389,26 @@ impl Store {
     ) -> Result<Vec<Verification>, StoreError> {
         self.call(move |c| {
             let mut stmt = c.prepare(
-                "SELECT verification_id, record FROM verifications
+                "SELECT verification_id, record, engine FROM verifications
                  WHERE (?1 IS NULL OR status = ?1)
                  ORDER BY created_at DESC, rowid DESC LIMIT ?2",
             )?;
             let rows = stmt.query_map(params![status.map(Status::as_str), limit], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                ))
             })?;
             let mut out = Vec::new();
             for row in rows {
-                let (id, rec) = row?;
-                out.push(decode(&id, &rec)?);
+                let (id, rec, engine) = row?;
+                let mut v = decode(&id, &rec)?;
+                // A running row's record predates its placement; the column says where it went.
+                if v.status == Status::Running {
+                    v.engine = v.engine.or(engine);
+                }
+                out.push(v);
             }
             Ok(out)
         })

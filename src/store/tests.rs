@@ -30,6 +30,7 @@ fn sample(id: &str, key: &str, created: &str) -> Verification {
         container_id: None,
         engine: None,
         queued: None,
+        queued_reason: None,
     }
 }
 

@@ -82,6 +82,23 @@ pub trait JobWorkspace: Send + Sync {
 
     /// After the container is destroyed: which tracked paths differ from the commit.
     fn check_sources(&self, listed: usize) -> BoxFuture<'_, Result<ChangedPaths, StagingError>>;
+
+    /// What staging and reading back this workspace moved to and from its engine so far;
+    /// nothing for a workspace the engine sees in place.
+    fn transfers(&self) -> Transfers {
+        Transfers::default()
+    }
+}
+
+/// Bytes (file contents) and time spent moving a workspace to and from its engine.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Transfers {
+    pub uploads: u32,
+    pub upload_bytes: u64,
+    pub upload: std::time::Duration,
+    pub readbacks: u32,
+    pub readback_bytes: u64,
+    pub readback: std::time::Duration,
 }
 
 /// The backend for an engine that sees this host's filesystem: checkouts beneath
@@ -222,6 +239,8 @@ impl JobWorkspace for HostCheckout {
 /// Recovery works over every engine the daemon has.
 #[derive(Clone)]
 pub struct JobEngine {
+    /// The configured name (`local` without `[[engines]]`).
+    pub name: String,
     pub runtime: crate::sandbox::Runtime,
     pub workspaces: Arc<dyn Workspaces>,
 }

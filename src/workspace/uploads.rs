@@ -3,13 +3,27 @@
 //! and mounts, and read back after the container is destroyed: the job's output files, then the
 //! source check against the tree as it was uploaded. No host path reaches the container.
 
-use super::{ChangedPaths, HarvestLimits, Harvested, JobWorkspace, StageRequest, Workspaces};
+use super::{
+    ChangedPaths, HarvestLimits, Harvested, JobWorkspace, StageRequest, Transfers, Workspaces,
+};
 use crate::apply::Image;
 use crate::domain::git::FileMode;
 use crate::sandbox::WorkspaceSource;
 use crate::sandbox::runtime::{BoxFuture, EngineVolumes, VolumeFile, VolumeFiles, VolumeSpec};
 use crate::staging::{CheckoutFs, StagingError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Bytes of file contents (and symlink targets) in `files`.
+fn content_bytes(files: &VolumeFiles) -> u64 {
+    files
+        .values()
+        .map(|f| match f {
+            VolumeFile::File { bytes, .. } => bytes.len() as u64,
+            VolumeFile::Symlink { target } => target.len() as u64,
+        })
+        .sum()
+}
 
 /// Jobs' workspaces as volumes of one engine.
 #[derive(Clone)]
@@ -85,6 +99,7 @@ impl Workspaces for Uploads {
         Box::pin(async move {
             let key = req.key.clone();
             let spec = volume_spec(&req)?;
+            let started = Instant::now();
             let files = tokio::task::spawn_blocking(move || read_tree(&req, &spec))
                 .await
                 .expect("reading a tree does not panic")?;
@@ -92,10 +107,17 @@ impl Workspaces for Uploads {
                 .upload(&key, &spec, files.clone())
                 .await
                 .map_err(engine)?;
+            let moved = Transfers {
+                uploads: 1,
+                upload_bytes: content_bytes(&files),
+                upload: started.elapsed(),
+                ..Transfers::default()
+            };
             Ok(Box::new(Uploaded {
                 volumes: self.volumes.clone(),
                 name: key,
                 staged: files,
+                moved: Mutex::new(moved),
             }) as Box<dyn JobWorkspace>)
         })
     }
@@ -118,19 +140,37 @@ struct Uploaded {
     volumes: Arc<dyn EngineVolumes>,
     name: String,
     staged: VolumeFiles,
+    moved: Mutex<Transfers>,
 }
 
 impl Uploaded {
     async fn files(&self) -> Result<VolumeFiles, StagingError> {
-        self.volumes
+        let started = Instant::now();
+        let files = self
+            .volumes
             .download(&self.name)
             .await
             .map_err(engine)?
-            .ok_or_else(|| StagingError::Volume(format!("volume {} is gone", self.name)))
+            .ok_or_else(|| StagingError::Volume(format!("volume {} is gone", self.name)))?;
+        let mut moved = self
+            .moved
+            .lock()
+            .expect("the transfer count is not poisoned");
+        moved.readbacks += 1;
+        moved.readback_bytes += content_bytes(&files);
+        moved.readback += started.elapsed();
+        Ok(files)
     }
 }
 
 impl JobWorkspace for Uploaded {
+    fn transfers(&self) -> Transfers {
+        *self
+            .moved
+            .lock()
+            .expect("the transfer count is not poisoned")
+    }
+
     /// The volume is named by the job's creation key and only this backend writes it before the
     /// run; there is no host path to swap, so the engine mounts it by name.
     fn attach(&self) -> Result<WorkspaceSource, StagingError> {

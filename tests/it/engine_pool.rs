@@ -68,7 +68,36 @@ fn two_engines_with_one_slot_each_run_two_jobs_at_once_and_results_name_them() {
         },
         "the third job waiting for an engine",
     );
-    assert_eq!(verification(&s, &cid, &v3)["status"], "running");
+    let waiting = verification(&s, &cid, &v3);
+    assert_eq!(waiting["status"], "running");
+    // The verification itself says it waits and why: every engine's reason.
+    wait_for(
+        || verification(&s, &cid, &v3)["queued_reason"].is_string(),
+        "the wait's reason in the verification",
+    );
+    let waiting = verification(&s, &cid, &v3);
+    assert_eq!(waiting["queued"], true, "{waiting}");
+    let why = waiting["queued_reason"].as_str().unwrap();
+    assert!(
+        why.contains("here: all 1 slots in use") && why.contains("there: all 1 slots in use"),
+        "{why}"
+    );
+    // A running job names its engine before it settles; each engine counts its running job.
+    for v in [&v1, &v2] {
+        let row = verification(&s, &cid, v);
+        assert!(row["engine"].is_string(), "{row}");
+        assert!(row.get("queued_reason").is_none(), "{row}");
+    }
+    let (_, body) = request(&s.addr, "GET", "/metrics", None, b"").unwrap();
+    let metrics = String::from_utf8_lossy(&body).into_owned();
+    for line in [
+        "airlock_engine_running_jobs{engine=\"here\"} 1",
+        "airlock_engine_running_jobs{engine=\"there\"} 1",
+        "airlock_engine_up{engine=\"there\"} 1",
+        "airlock_engine_failures_total{engine=\"there\"} 0",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
     for v in [&v1, &v2] {
         s.ok(
             ALICE,
@@ -78,6 +107,8 @@ fn two_engines_with_one_slot_each_run_two_jobs_at_once_and_results_name_them() {
     }
     let r3 = settled(&s, &cid, &v3);
     assert_eq!(r3["status"], "passed", "{r3}");
+    assert_eq!(r3["queued"], false, "{r3}");
+    assert!(r3.get("queued_reason").is_none(), "{r3}");
     let engines: BTreeSet<String> = [&v1, &v2]
         .iter()
         .map(|v| {
@@ -101,6 +132,38 @@ fn two_engines_with_one_slot_each_run_two_jobs_at_once_and_results_name_them() {
                 "airlock_engine_verifications_total{engine=\"there\",status=\"cancelled\"} 1"
             ),
         "{metrics}"
+    );
+    // A pool with a tcp:// engine uploads every job's tree, so both engines received bytes;
+    // the passed job's tree was read back from the engine it ran on (a cancelled job is not
+    // checked, so nothing is read back for it).
+    let counter = |name: String| -> Option<f64> {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name.as_str())?.trim().parse().ok())
+    };
+    for engine in ["here", "there"] {
+        let up = counter(format!(
+            "airlock_engine_upload_bytes_total{{engine=\"{engine}\"}}"
+        ));
+        assert!(
+            up.is_some_and(|b| b > 0.0),
+            "{engine} upload bytes: {metrics}"
+        );
+    }
+    let ran_on = r3["engine"].as_str().unwrap();
+    let back = counter(format!(
+        "airlock_engine_readback_bytes_total{{engine=\"{ran_on}\"}}"
+    ));
+    let reads = counter(format!(
+        "airlock_engine_readback_seconds_count{{engine=\"{ran_on}\"}}"
+    ));
+    assert!(
+        back.is_some_and(|b| b > 0.0),
+        "{ran_on} read-back bytes: {metrics}"
+    );
+    assert!(
+        reads.is_some_and(|n| n >= 1.0),
+        "{ran_on} read-backs: {metrics}"
     );
     // No job of either engine left a container, holder or volume on either engine (the
     // workspace goes right after the result is settled).
@@ -182,4 +245,28 @@ fn an_engine_whose_image_id_differs_never_gets_a_job() {
         Vec::<String>::new(),
         "no job container was ever made there"
     );
+}
+
+/// A profile's `engine_labels` keep its jobs on engines that carry them, and the environment
+/// hash is the same wherever a job lands.
+#[test]
+fn a_profile_that_requires_a_label_runs_only_where_it_is_carried() {
+    if !docker() {
+        return;
+    }
+    let engine = SecondEngine::start(&[IMAGE]);
+    let f = Fixture::new(&[("README", "hello\n", false)]).with_config(&format!(
+        "{}labels = [\"isolated\"]\n\
+         [profiles.isolated]\nimage = \"{IMAGE}\"\nengine_labels = [\"isolated\"]\n",
+        pool_config(&engine, 4, 4)
+    ));
+    for _ in 0..3 {
+        let v = f
+            .run(&["--profile", "isolated"], &["cat", "README"])
+            .json
+            .unwrap();
+        assert_eq!(v["status"], "passed", "{v}");
+        assert_eq!(v["engine"], "there", "{v}");
+        assert_eq!(v["output"], "hello\n");
+    }
 }

@@ -8,16 +8,21 @@ use serde_json::Value;
 
 const IMAGE: &str = "airlock/minimal:latest";
 
-fn fixture(engine: &SecondEngine, extra: &str) -> Fixture {
+/// `top` goes before the `[[engines]]` table (top-level keys), `extra` after it.
+fn fixture_with(engine: &SecondEngine, top: &str, extra: &str) -> Fixture {
     let f = Fixture::new(&[
         ("README", "hello\n", false),
         ("run.sh", "#!/bin/sh\necho script ran\n", true),
         ("src/lib.txt", "library\n", false),
     ])
-    .with_config(&format!("{}{extra}", engine.config("remote-1", 2)));
+    .with_config(&format!("{top}{}{extra}", engine.config("remote-1", 2)));
     std::os::unix::fs::symlink("README", f.repo.join("link")).unwrap();
     f.commit(&[], "a symlink");
     f
+}
+
+fn fixture(engine: &SecondEngine, extra: &str) -> Fixture {
+    fixture_with(engine, "", extra)
 }
 
 /// Every mount of every container on the engine, as `type source`, sampled until `done`.
@@ -414,4 +419,90 @@ fn a_remote_engine_killed_mid_run_is_never_a_pass_and_recovery_cleans_up_after_i
         rows[0]
     );
     assert_nothing_left(&engine, &v);
+}
+
+/// The daemon and the engine both die during a run. While the engine stays away, recovery
+/// leaves the run `running` and says how long it has been away; once it has been away past
+/// `engine_lost_after_seconds` the run settles `error` ("engine lost"), never `passed`, and
+/// nothing is rerun; when the engine answers again its container and volume are removed.
+#[test]
+fn a_job_on_an_engine_away_past_the_bound_is_settled_as_lost_and_cleaned_up_on_its_return() {
+    if !docker() {
+        return;
+    }
+    let mut engine = SecondEngine::start(&[IMAGE]);
+    let f = fixture_with(&engine, "engine_lost_after_seconds = 60\n", "");
+    let mut child = f
+        .run_cmd(&[], &["sleep", "60"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(
+        || {
+            !engine
+                .out(&["ps", "-q", "--filter", "label=airlock.managed=true"])
+                .is_empty()
+        },
+        "the job's container running on the remote engine",
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    engine.kill();
+    let clock = f.dir.path().join("clock");
+    let recover_in = |seconds: u64| {
+        let t = time::OffsetDateTime::now_utc() + std::time::Duration::from_secs(seconds);
+        std::fs::write(&clock, airlock::ids::rfc3339(t)).unwrap();
+        let out = f
+            .base(&["recover"])
+            .env("AIRLOCK_TEST_CLOCK_FILE", &clock)
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("{e}: {}", String::from_utf8_lossy(&out.stderr));
+        });
+        (out.status.success(), report)
+    };
+    let (ok, report) = recover_in(0);
+    assert!(ok, "waiting is not a failure: {report}");
+    let waiting = report["waiting_for_engine"].as_array().unwrap();
+    assert_eq!(waiting.len(), 1, "{report}");
+    let line = waiting[0].as_str().unwrap();
+    assert!(
+        line.contains("engine remote-1 does not answer") && line.contains("lost after 60 s"),
+        "{line}"
+    );
+    assert_eq!(
+        f.list(&[])[0]["status"],
+        "running",
+        "left running: {report}"
+    );
+    // Two minutes later by the clock, the engine is lost.
+    let (ok, report) = recover_in(120);
+    assert!(ok, "{report}");
+    let settled = &report["marked_error"][0];
+    assert!(
+        settled["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("engine lost: remote-1 has not answered for"),
+        "{report}"
+    );
+    let row = &f.list(&[])[0];
+    assert_eq!(row["status"], "error", "{row}");
+    assert_eq!(
+        report["waiting_for_engine"],
+        Value::Array(vec![]),
+        "{report}"
+    );
+    // The engine answers again: its leftovers of the lost run go.
+    engine.restart();
+    let (ok, report) = recover_in(180);
+    assert!(ok, "{report}");
+    assert_eq!(
+        f.list(&[])[0]["status"],
+        "error",
+        "recovery invents nothing"
+    );
+    assert_nothing_left(&engine, row);
 }

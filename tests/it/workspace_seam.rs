@@ -391,14 +391,16 @@ async fn recovery_sweeps_a_volume_no_live_worker_owns() {
         .await
         .unwrap();
     let engine = airlock::workspace::JobEngine {
+        name: "local".into(),
         runtime: fake.clone(),
         workspaces: Arc::new(Uploads::new(Arc::new(volumes.clone()))),
     };
     let report = airlock::engine::runner::recovery::recover(
         &data,
         &[engine],
-        airlock::engine::runner::recovery::Retention {
+        airlock::engine::runner::recovery::Bounds {
             keep: std::time::Duration::from_secs(3600),
+            engine_lost_after: std::time::Duration::from_secs(3600),
             now: airlock::ids::now(),
         },
     )

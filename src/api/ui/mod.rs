@@ -635,9 +635,7 @@ async fn index(State(st): State<AppState>, Signed(s): Signed) -> Response {
 
 /// Seconds from now to an RFC 3339 time by the daemon's clock (negative when past).
 fn seconds_until(st: &AppState, at: &Value) -> Option<i64> {
-    let t = at.as_str().and_then(|s| {
-        time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
-    })?;
+    let t = at.as_str().and_then(crate::ids::parse_rfc3339)?;
     Some((t - st.service.ctx.clock.now()).whole_seconds())
 }
 

@@ -1,8 +1,10 @@
 //! The verification pipeline: validate, resolve the spec, insert `running`, stage, run, destroy,
 //! check the sources, write the artifact, settle, clean up.
 
+mod placement;
+
 use super::environment::EnvironmentSpec;
-use super::pool::{Needs, Placed, Unplaced};
+use super::pool::{Needs, Placed, PoolEngine};
 use super::{Runner, WorkerLock};
 use crate::config::Profile;
 use crate::domain::verification::{self as outcome, SourceCheck, Unfinished, classify};
@@ -13,7 +15,7 @@ use crate::limits;
 use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity, SandboxError};
 use crate::staging::{self, Repo, StagingError};
 use crate::verification::{self, Status, Verification};
-use crate::workspace::{HarvestLimits, Harvested, StageRequest};
+use crate::workspace::{HarvestLimits, Harvested, JobWorkspace};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -370,6 +372,7 @@ impl Runner {
             container_id: None,
             engine: None,
             queued: None,
+            queued_reason: None,
         };
         let t_insert = Instant::now();
         let link = link.map(|l| (l.candidate_id, l.binding));
@@ -505,10 +508,7 @@ impl Runner {
         }
     }
 
-    /// Stages, runs and checks; fills the outcome fields of `v`. Never fails: every problem
-    /// becomes a terminal status with an error message.
-    /// Places the job on an engine, then stages, runs and checks it there; the placement is
-    /// returned (its slot held) so the caller removes the workspace where it was staged.
+    /// Places, stages, runs and checks; returns the placement (slot held) for the cleanup.
     async fn run_staged(
         &self,
         p: &Prepared,
@@ -518,36 +518,20 @@ impl Runner {
         let needs = Needs {
             image: &p.profile.image,
             image_id: &p.spec.runtime.image_id,
-            labels: &[],
+            labels: &p.profile.engine_labels,
         };
-        let vid = v.verification_id.clone();
-        let unplaced = self.metrics.jobs_unplaced.clone();
-        let mut counted_unplaced = false;
-        let placement = self
-            .pool
-            .place(
+        let placed = match self
+            .place_job(
                 &needs,
                 Duration::from_secs(p.timeout_seconds),
+                &v.verification_id,
                 &mut cancel,
-                |why| {
-                    if !std::mem::replace(&mut counted_unplaced, true) {
-                        unplaced.inc();
-                    }
-                    tracing::info!(verification_id = %vid, reason = %why, "waiting for an engine");
-                },
             )
-            .await;
-        if counted_unplaced {
-            self.metrics.jobs_unplaced.dec();
-        }
-        let placed = match placement {
+            .await
+        {
             Ok(placed) => placed,
-            Err(Unplaced::Cancelled) => {
-                unfinished(v, Unfinished::CancelledBeforeStart);
-                return (StageTimings::default(), None);
-            }
-            Err(Unplaced::Waited(why)) => {
-                unfinished(v, Unfinished::NotPlaced(why));
+            Err(why) => {
+                unfinished(v, why);
                 return (StageTimings::default(), None);
             }
         };
@@ -556,35 +540,16 @@ impl Runner {
         (timings, Some(placed))
     }
 
-    async fn run_placed(
+    /// Runs a job in its staged workspace on its engine, then checks it; fills `v`.
+    pub(super) async fn run_in(
         &self,
-        placed: &Placed,
+        engine: &PoolEngine,
+        workspace: &dyn JobWorkspace,
         p: &Prepared,
         v: &mut Verification,
         cancel: watch::Receiver<bool>,
+        mut timings: StageTimings,
     ) -> StageTimings {
-        let engine = &placed.engine;
-        let mut timings = StageTimings::default();
-        let t_stage = Instant::now();
-        let staged = engine
-            .workspaces
-            .stage(StageRequest {
-                repo: p.repo.clone(),
-                commit: p.commit.clone(),
-                key: v.creation_key.clone(),
-                fs: p.spec.checkout_fs,
-                uid: p.profile.uid,
-                gid: p.profile.gid,
-            })
-            .await;
-        let workspace = match staged {
-            Ok(w) => w,
-            Err(e) => {
-                unfinished(v, Unfinished::Staging(e.to_string()));
-                return timings;
-            }
-        };
-        timings.stage_us = t_stage.elapsed().as_micros() as u64;
         let source = match workspace.attach() {
             Ok(source) => source,
             Err(e) => {
@@ -708,13 +673,13 @@ impl Runner {
 
 /// Where staging time goes, for the log line (the benchmark reads it).
 #[derive(Debug, Default, Clone, Copy)]
-struct StageTimings {
-    stage_us: u64,
-    check_us: u64,
+pub(super) struct StageTimings {
+    pub(super) stage_us: u64,
+    pub(super) check_us: u64,
 }
 
 /// Settles `v` for a run that never reached a job end Airlock could classify.
-fn unfinished(v: &mut Verification, why: Unfinished) {
+pub(super) fn unfinished(v: &mut Verification, why: Unfinished) {
     let (status, reason) = why.settle();
     v.status = status;
     v.error = Some(reason);

@@ -8,7 +8,7 @@
 
 use crate::sandbox::Runtime;
 use crate::workspace::Workspaces;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, watch};
@@ -39,6 +39,8 @@ pub struct PoolEngine {
     pub max_jobs: usize,
     pub labels: Vec<String>,
     running: AtomicUsize,
+    /// Times the engine went out of placement.
+    failures: AtomicU64,
     health: Mutex<Health>,
 }
 
@@ -57,6 +59,7 @@ impl PoolEngine {
             max_jobs,
             labels,
             running: AtomicUsize::new(0),
+            failures: AtomicU64::new(0),
             health: Mutex::new(Health::Up),
         }
     }
@@ -64,6 +67,11 @@ impl PoolEngine {
     /// Jobs placed on this engine by this process and not yet finished.
     pub fn running(&self) -> usize {
         self.running.load(Ordering::SeqCst)
+    }
+
+    /// Times the engine went out of placement (each time it was up and then failed).
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::SeqCst)
     }
 
     /// `None` while the engine takes jobs, else why not.
@@ -78,7 +86,10 @@ impl PoolEngine {
     pub fn mark_down(&self, why: &str) {
         let mut h = self.health.lock().expect("health is never poisoned");
         let backoff = match &*h {
-            Health::Up => PROBE_BACKOFF_MIN,
+            Health::Up => {
+                self.failures.fetch_add(1, Ordering::SeqCst);
+                PROBE_BACKOFF_MIN
+            }
             Health::Down { backoff, .. } => *backoff,
         };
         tracing::warn!(engine = %self.name, reason = %why, "engine taken out of placement");
@@ -205,6 +216,7 @@ impl Pool {
         self.engines
             .iter()
             .map(|e| crate::workspace::JobEngine {
+                name: e.name.clone(),
                 runtime: e.runtime.clone(),
                 workspaces: e.workspaces.clone(),
             })

@@ -31,6 +31,9 @@ pub struct Report {
     pub lock_files_removed: Vec<String>,
     /// One-shot results removed because their retention (`run_retention_days`) ended.
     pub results_expired: Vec<String>,
+    /// Running verifications left running because an engine they may be on does not answer
+    /// (with how long it has been away and when they will be settled as lost).
+    pub waiting_for_engine: Vec<String>,
     /// Steps that failed; they stay for the next pass.
     pub failures: Vec<String>,
 }
@@ -47,6 +50,7 @@ impl Report {
             && self.temp_files_removed.is_empty()
             && self.lock_files_removed.is_empty()
             && self.results_expired.is_empty()
+            && self.waiting_for_engine.is_empty()
             && self.failures.is_empty()
     }
 }
@@ -62,17 +66,60 @@ pub struct Settled {
 /// Most expired one-shot results one pass removes (the next pass takes the rest).
 pub const RETENTION_BATCH: u32 = 1000;
 
-/// How long one-shot results are kept, and the time to measure it from.
+/// A pass's time bounds: how long one-shot results are kept, how long an engine may stay
+/// away before its jobs are settled as lost, and the time both are measured to.
 #[derive(Debug, Clone, Copy)]
-pub struct Retention {
+pub struct Bounds {
     pub keep: std::time::Duration,
+    pub engine_lost_after: std::time::Duration,
     pub now: time::OffsetDateTime,
+}
+
+/// Whether recovery reached an engine in this pass.
+#[derive(Debug, Clone)]
+enum Reach {
+    Up,
+    /// Not answering; since when (the last pass that reached it), if ever known.
+    Away {
+        why: String,
+        since: Option<time::OffsetDateTime>,
+    },
+}
+
+/// Each engine's reach this pass; a reached engine's time is recorded for later passes.
+async fn reach(data: &DataDir, engines: &[JobEngine], now: time::OffsetDateTime) -> Vec<Reach> {
+    let mut out = Vec::new();
+    for e in engines {
+        match e.runtime.list_managed(&data.instance_id).await {
+            Ok(_) => {
+                if let Err(err) = data.store.set_engine_seen(&e.name, ids::rfc3339(now)).await {
+                    tracing::warn!(engine = %e.name, error = %err, "could not record the engine as seen");
+                }
+                out.push(Reach::Up);
+            }
+            Err(err) => {
+                let since = data
+                    .store
+                    .engine_seen(&e.name)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|t| ids::parse_rfc3339(&t));
+                out.push(Reach::Away {
+                    why: err.to_string(),
+                    since,
+                });
+            }
+        }
+    }
+    out
 }
 
 /// Runs one recovery pass over `data` and every engine in `engines` (a job's container and
 /// workspace may be on any of them), then removes one-shot results older than the retention.
-pub async fn recover(data: &DataDir, engines: &[JobEngine], retention: Retention) -> Report {
+pub async fn recover(data: &DataDir, engines: &[JobEngine], bounds: Bounds) -> Report {
     let mut report = Report::default();
+    let reach = reach(data, engines, bounds.now).await;
     let running = match data.store.running().await {
         Ok(r) => r,
         Err(e) => {
@@ -100,20 +147,24 @@ pub async fn recover(data: &DataDir, engines: &[JobEngine], retention: Retention
             }
         };
         report.interrupted.push(v.verification_id.clone());
-        recover_one(data, engines, v, retention.now, &mut report).await;
+        recover_one(data, engines, &reach, v, bounds, &mut report).await;
         drop(lock);
     }
-    for engine in engines {
-        sweep(data, engine, &mut report).await;
+    for (engine, reach) in engines.iter().zip(&reach) {
+        match reach {
+            Reach::Up => sweep(data, engine, &mut report).await,
+            // Its orphans are swept once it answers again.
+            Reach::Away { .. } => {}
+        }
     }
     sweep_files(data, &mut report);
-    expire_results(data, retention, &mut report).await;
+    expire_results(data, bounds, &mut report).await;
     report
 }
 
 /// Removes settled one-shot verifications (artifact first, then row) created before
 /// now - retention. Candidate verifications follow their candidate instead.
-async fn expire_results(data: &DataDir, retention: Retention, report: &mut Report) {
+async fn expire_results(data: &DataDir, retention: Bounds, report: &mut Report) {
     let cutoff = ids::rfc3339(retention.now - retention.keep);
     let expired = match data
         .store
@@ -147,14 +198,44 @@ async fn expire_results(data: &DataDir, retention: Retention, report: &mut Repor
 async fn recover_one(
     data: &DataDir,
     engines: &[JobEngine],
+    reach: &[Reach],
     v: Verification,
-    now: time::OffsetDateTime,
+    bounds: Bounds,
     report: &mut Report,
 ) {
     let id = v.verification_id.clone();
-    // Destroy first, on every engine: nothing is decided while a container of this run may
-    // still exist anywhere.
-    for engine in engines {
+    let now = bounds.now;
+    // Where its container may be: the engine it was placed on when that was recorded (a
+    // pool of several engines records it), else anywhere.
+    let placed_on = v
+        .engine
+        .as_ref()
+        .filter(|name| engines.iter().any(|e| &e.name == *name));
+    let mut lost = None;
+    // Destroy first, on every engine it may be on: nothing is decided while a container of
+    // this run may still exist anywhere that answers, or on an engine that is not yet lost.
+    for (engine, reach) in engines.iter().zip(reach) {
+        if placed_on.is_some_and(|name| name != &engine.name) {
+            continue;
+        }
+        if let Reach::Away { why, since } = reach {
+            let created = ids::parse_rfc3339(&v.created_at).unwrap_or(now);
+            let away_from = since.map_or(created, |s| s.max(created));
+            let away = (now - away_from).whole_seconds().max(0) as u64;
+            let bound = bounds.engine_lost_after.as_secs();
+            if away < bound {
+                report.waiting_for_engine.push(format!(
+                    "{id}: engine {} does not answer ({why}); away {away} s, settled as lost after {bound} s",
+                    engine.name
+                ));
+                return;
+            }
+            lost = Some(Unfinished::EngineLost {
+                engine: engine.name.clone(),
+                away_seconds: away,
+            });
+            continue;
+        }
         match engine
             .runtime
             .destroy(&container_name(&v.creation_key), &v.creation_key)
@@ -192,7 +273,10 @@ async fn recover_one(
                 }
             }
         }
-        Ok(None) => mark_error(data, &v, Unfinished::Interrupted, now, report).await,
+        Ok(None) => {
+            let why = lost.unwrap_or(Unfinished::Interrupted);
+            mark_error(data, &v, why, now, report).await
+        }
         Err(rejected) => match blocking(|| data.artifacts.quarantine(&id)) {
             Ok(path) => {
                 report.quarantined.push(path.display().to_string());
@@ -214,8 +298,10 @@ async fn recover_one(
         },
     };
     if settled {
-        for engine in engines {
-            remove_workspace(engine, &v.creation_key, report).await;
+        for (engine, reach) in engines.iter().zip(reach) {
+            if matches!(reach, Reach::Up) {
+                remove_workspace(engine, &v.creation_key, report).await;
+            }
         }
     }
 }

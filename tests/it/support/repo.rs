@@ -76,7 +76,7 @@ impl Fixture {
         self
     }
 
-    fn base(&self, sub: &[&str]) -> Command {
+    pub fn base(&self, sub: &[&str]) -> Command {
         let mut c = Command::new(BIN);
         c.args(sub).arg("--data-dir").arg(&self.data);
         if let Some(cfg) = &self.config {
