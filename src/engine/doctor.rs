@@ -3,6 +3,8 @@
 //! listen address, which it binds itself) before it opens anything and refuses with the first
 //! failing one.
 
+mod engines;
+
 use crate::config::Config;
 use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity, Sandbox, WorkspaceSource};
 use serde::Serialize;
@@ -162,7 +164,7 @@ pub async fn run(config: &Config, data_dir: &Path, opts: &Options) -> Report {
     if let Some(s) = &sandbox
         && !config.engines.is_empty()
     {
-        checks.push(engines(s, config).await);
+        checks.push(engines::check(s, config, seccomp.as_ref().ok()).await);
     }
     if let Some(s) = &sandbox {
         checks.push(images(s, config, opts.images_dir.as_deref()).await);
@@ -199,70 +201,6 @@ pub async fn run(config: &Config, data_dir: &Path, opts: &Options) -> Report {
     Report {
         ok: checks.iter().all(|c| c.ok),
         checks,
-    }
-}
-
-/// Every configured engine: reachable (over TLS where configured), its API version, and every
-/// image the configuration needs present with the id this machine's engine built.
-async fn engines(local: &Sandbox, config: &Config) -> Check {
-    let mut images: Vec<String> = config.profiles.values().map(|p| p.image.clone()).collect();
-    if crate::sandbox::pool_workspace_kind(config) == crate::sandbox::spec::WorkspaceKind::Volume {
-        images.push(crate::sandbox::volumes::HOLDER_IMAGE.to_string());
-    }
-    images.sort();
-    images.dedup();
-    let mut ok_lines = vec![];
-    let mut problems = vec![];
-    let kind = crate::sandbox::pool_workspace_kind(config);
-    for e in &config.engines {
-        let s = match Sandbox::connect_engine(e, kind).await {
-            Ok(s) => s,
-            Err(err) => {
-                problems.push(format!("{}: {err}", e.name));
-                continue;
-            }
-        };
-        let facts = match s.engine_facts().await {
-            Ok(f) => f,
-            Err(err) => {
-                problems.push(format!("{}: {err}", e.name));
-                continue;
-            }
-        };
-        let mut differ = vec![];
-        for image in &images {
-            let want = local.image_id(image).await.ok();
-            match (s.image_id(image).await, want) {
-                (Ok(id), Some(want)) if id == want => {}
-                (Ok(id), Some(want)) => differ.push(format!("{image} is {id}, built as {want}")),
-                (Ok(_), None) => {}
-                (Err(crate::sandbox::SandboxError::ImageMissing { .. }), _) => {
-                    differ.push(format!("{image} is missing"))
-                }
-                (Err(err), _) => differ.push(format!("{image}: {err}")),
-            }
-        }
-        if differ.is_empty() {
-            ok_lines.push(format!(
-                "{} ({}, Docker {}, API {}{})",
-                e.name,
-                e.host,
-                facts.version,
-                facts.api_version,
-                if e.tls.is_some() { ", mutual TLS" } else { "" }
-            ));
-        } else {
-            problems.push(format!("{}: {}", e.name, differ.join("; ")));
-        }
-    }
-    if problems.is_empty() {
-        pass("engines", ok_lines.join("; "))
-    } else {
-        fail(
-            "engines",
-            problems.join("; "),
-            "start the engine or fix its [[engines]] entry; `airlock images push` copies missing images",
-        )
     }
 }
 

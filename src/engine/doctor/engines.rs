@@ -1,0 +1,202 @@
+//! The `engines` check: every `[[engines]]` entry reached, its images compared with this
+//! machine's, and a hardened probe job run on it.
+
+use super::{Check, PROBE_TIMEOUT_SECONDS, fail, pass};
+use crate::config::Config;
+use crate::limits;
+use crate::sandbox::runtime::{ContainerRuntime, VolumeFile, VolumeFiles, VolumeSpec};
+use crate::sandbox::seccomp::SeccompProfile;
+use crate::sandbox::spec::WorkspaceKind;
+use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity, Sandbox, WorkspaceSource};
+
+/// Every configured engine: reachable (over TLS where configured), its API version, every
+/// image the configuration needs present with the id this machine's engine built, and a probe
+/// job run there the way its jobs run (an uploaded workspace on an engine that holds them).
+pub(super) async fn check(
+    local: &Sandbox,
+    config: &Config,
+    seccomp: Option<&SeccompProfile>,
+) -> Check {
+    let mut images: Vec<String> = config.profiles.values().map(|p| p.image.clone()).collect();
+    if crate::sandbox::pool_workspace_kind(config) == crate::sandbox::spec::WorkspaceKind::Volume {
+        images.push(crate::sandbox::volumes::HOLDER_IMAGE.to_string());
+    }
+    images.sort();
+    images.dedup();
+    let mut ok_lines = vec![];
+    let mut problems = vec![];
+    let kind = crate::sandbox::pool_workspace_kind(config);
+    for e in &config.engines {
+        let s = match Sandbox::connect_engine(e, kind).await {
+            Ok(s) => s,
+            Err(err) => {
+                problems.push(format!("{}: {err}", e.name));
+                continue;
+            }
+        };
+        let facts = match s.engine_facts().await {
+            Ok(f) => f,
+            Err(err) => {
+                problems.push(format!("{}: {err}", e.name));
+                continue;
+            }
+        };
+        let mut differ = vec![];
+        let mut probe = None;
+        for image in &images {
+            let want = local.image_id(image).await.ok();
+            match (s.image_id(image).await, want) {
+                (Ok(id), Some(want)) if id == want => {}
+                (Ok(id), Some(want)) => differ.push(format!("{image} is {id}, built as {want}")),
+                (Ok(_), None) => {}
+                (Err(crate::sandbox::SandboxError::ImageMissing { .. }), _) => {
+                    differ.push(format!("{image} is missing"))
+                }
+                (Err(err), _) => differ.push(format!("{image}: {err}")),
+            }
+        }
+        // The probe needs the default profile's image; without it that image is the problem.
+        let default_image = config
+            .profile(crate::config::DEFAULT_PROFILE)
+            .map(|p| p.image.clone())
+            .unwrap_or_default();
+        if !differ.iter().any(|d| d.starts_with(&default_image)) {
+            match seccomp {
+                Some(seccomp) => match probe_job(&s, config, seccomp).await {
+                    Ok(ms) => probe = Some(ms),
+                    Err(why) => differ.push(format!("probe job: {why}")),
+                },
+                None => differ.push("probe job: no seccomp profile to run it with".into()),
+            }
+        }
+        let probed = probe.map_or(String::new(), |ms| format!(", probe job {ms} ms"));
+        if differ.is_empty() {
+            ok_lines.push(format!(
+                "{} ({}, Docker {}, API {}{}{probed})",
+                e.name,
+                e.host,
+                facts.version,
+                facts.api_version,
+                if e.tls.is_some() { ", mutual TLS" } else { "" }
+            ));
+        } else {
+            problems.push(format!("{}: {}", e.name, differ.join("; ")));
+        }
+    }
+    if problems.is_empty() {
+        pass("engines", ok_lines.join("; "))
+    } else {
+        fail(
+            "engines",
+            problems.join("; "),
+            "start the engine or fix its [[engines]] entry; `airlock images push` copies missing images",
+        )
+    }
+}
+
+/// A job as the engine's jobs run (the default profile, hardened, no network) that reads back a
+/// token from its workspace: uploaded into a quota'd volume on an engine that holds its jobs'
+/// workspaces, bind-mounted from a temporary directory otherwise. Its milliseconds, or why not.
+async fn probe_job(s: &Sandbox, config: &Config, seccomp: &SeccompProfile) -> Result<u128, String> {
+    let profile = config
+        .profile(crate::config::DEFAULT_PROFILE)
+        .map_err(|e| e.to_string())?;
+    let image_id = s
+        .image_id(&profile.image)
+        .await
+        .map_err(|e| e.to_string())?;
+    let token = crate::ids::new_creation_key();
+    let key = crate::ids::new_creation_key();
+    let volumes = s.volumes(PROBE_INSTANCE, &seccomp.compact_json);
+    let dir;
+    let (source, fs) = match (s.workspace_kind(), &volumes) {
+        (WorkspaceKind::Volume, Some(volumes)) => {
+            let files = VolumeFiles::from([(
+                "token".to_string(),
+                VolumeFile::File {
+                    executable: false,
+                    bytes: token.clone().into_bytes(),
+                },
+            )]);
+            let spec = VolumeSpec {
+                disk_bytes: limits::MIN_DISK_BYTES,
+                inodes: limits::MIN_INODES,
+                uid: profile.uid,
+                gid: profile.gid,
+            };
+            if let Err(e) = volumes.upload(&key, &spec, files).await {
+                let _ = volumes.delete(&key).await;
+                return Err(format!("upload: {e}"));
+            }
+            (
+                WorkspaceSource::Volume(key.clone()),
+                crate::config::CheckoutFilesystem::Loop,
+            )
+        }
+        _ => {
+            use std::os::unix::fs::PermissionsExt;
+            dir = tempfile::Builder::new()
+                .prefix(".airlock-doctor-")
+                .tempdir()
+                .map_err(|e| e.to_string())?;
+            let path = dir.path().join("token");
+            std::fs::write(&path, &token)
+                .and_then(|()| {
+                    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+                })
+                .and_then(|()| {
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
+                })
+                .map_err(|e| e.to_string())?;
+            (
+                WorkspaceSource::HostBind(dir.path().to_path_buf()),
+                crate::config::CheckoutFilesystem::Directory,
+            )
+        }
+    };
+    let env = crate::engine::runner::environment::EnvironmentSpec::resolve(
+        s, profile, &image_id, seccomp, fs,
+    );
+    let spec = ContainerSpec {
+        runtime: env.runtime.clone(),
+        run: RunIdentity {
+            creation_key: key.clone(),
+            verification_id: format!("doctor_{key}"),
+            instance_id: PROBE_INSTANCE.into(),
+            argv: vec!["cat".into(), format!("{}/token", profile.working_dir)],
+            workspace: source,
+        },
+    };
+    let (_tx, cancel) = tokio::sync::watch::channel(false);
+    let mut phases = |_: Phase| Ok(());
+    let ran = s
+        .run(
+            &spec,
+            std::time::Duration::from_secs(PROBE_TIMEOUT_SECONDS),
+            &mut phases,
+            cancel,
+        )
+        .await;
+    if let Some(volumes) = &volumes
+        && let Err(e) = volumes.delete(&key).await
+    {
+        tracing::warn!(error = %e, volume = %key, "the probe's volume was left");
+    }
+    match ran {
+        Ok(o)
+            if matches!(o.end, JobEnd::Exited { code: 0, .. }) && o.output.text.trim() == token =>
+        {
+            Ok(o.duration.as_millis())
+        }
+        Ok(o) => Err(format!(
+            "ended {:?} with output {:?}, not the token it was given",
+            o.end,
+            o.output.text.trim()
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The instance label of the probe's container and volume (never a data dir's instance, so no
+/// recovery pass of a data dir takes them for its own).
+const PROBE_INSTANCE: &str = "doctor";
