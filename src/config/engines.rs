@@ -421,6 +421,26 @@ tls = { ca = "/etc/airlock/ca.pem", cert = "/etc/airlock/cert.pem", key = "/etc/
     }
 
     #[test]
+    fn engine_lost_after_seconds_is_bounded() {
+        assert_eq!(
+            Config::parse("").unwrap().engine_lost_after.as_secs(),
+            super::DEFAULT_ENGINE_LOST_AFTER_SECONDS
+        );
+        assert_eq!(
+            Config::parse("engine_lost_after_seconds = 60")
+                .unwrap()
+                .engine_lost_after
+                .as_secs(),
+            60
+        );
+        for bad in [59, 604_801] {
+            let (f, m) = refused(&format!("engine_lost_after_seconds = {bad}"));
+            assert_eq!(f, "engine_lost_after_seconds");
+            assert!(m.contains("between 60 and 604800"), "{m}");
+        }
+    }
+
+    #[test]
     fn a_profile_requires_labels_some_engine_carries() {
         let engines = "[[engines]]\nname = \"a\"\nhost = \"unix:///s\"\nmax_jobs = 1\nlabels = [\"gpu\", \"big\"]\n";
         let profile = |labels: &str| {

@@ -31,11 +31,27 @@ pub struct FakeRuntime {
     /// Creation keys of jobs "running" now.
     live: Mutex<HashSet<String>>,
     volumes: FakeVolumes,
+    /// While set, the engine does not answer: listing and destroying containers fail.
+    away: std::sync::atomic::AtomicBool,
 }
 
 impl FakeRuntime {
     pub fn new() -> FakeRuntime {
         FakeRuntime::default()
+    }
+
+    /// Makes the engine stop (or start again) answering container listings and removals.
+    pub fn set_away(&self, away: bool) {
+        self.away.store(away, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn answer(&self) -> Result<(), SandboxError> {
+        if self.away.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(SandboxError::Runtime(
+                "the fake engine does not answer".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// The volumes this fake engine mounts (a handle onto the same ones).
@@ -250,6 +266,7 @@ impl ContainerRuntime for FakeRuntime {
         creation_key: &'a str,
     ) -> BoxFuture<'a, Result<usize, SandboxError>> {
         Box::pin(async move {
+            self.answer()?;
             let removed = self
                 .live
                 .lock()
@@ -264,6 +281,7 @@ impl ContainerRuntime for FakeRuntime {
         _instance_id: &'a str,
     ) -> BoxFuture<'a, Result<Vec<ManagedContainer>, SandboxError>> {
         Box::pin(async move {
+            self.answer()?;
             Ok(self
                 .live
                 .lock()

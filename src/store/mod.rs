@@ -507,4 +507,4 @@ fn decode(id: &str, rec: &str) -> Result<Verification, StoreError> {
 #[cfg(test)]
 mod fence_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -1,7 +1,8 @@
 use super::*;
 use crate::verification::Status;
 
-fn sample(id: &str, key: &str, created: &str) -> Verification {
+/// A `running` verification with every field filled (for other modules' tests too).
+pub(crate) fn sample(id: &str, key: &str, created: &str) -> Verification {
     Verification {
         verification_id: id.into(),
         candidate_revision: "a".repeat(40),

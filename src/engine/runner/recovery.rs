@@ -426,3 +426,87 @@ fn sweep_files(data: &DataDir, report: &mut Report) {
         Err(e) => report.failures.push(format!("sweep temp files: {e}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::fake::FakeRuntime;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn engine(name: &str, fake: &Arc<FakeRuntime>, root: &std::path::Path) -> JobEngine {
+        JobEngine {
+            name: name.into(),
+            runtime: fake.clone(),
+            workspaces: Arc::new(crate::workspace::HostBind::new(root)),
+        }
+    }
+
+    /// An engine that does not answer holds up only the runs that may be on it, and only until
+    /// the bound; a run placed on an engine that answers is judged at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_away_engine_holds_its_own_runs_until_the_bound_then_they_are_lost() {
+        let d = tempfile::tempdir().unwrap();
+        let data = DataDir::open(d.path()).await.unwrap();
+        let (up, away) = (Arc::new(FakeRuntime::new()), Arc::new(FakeRuntime::new()));
+        away.set_away(true);
+        let engines = [engine("up", &up, d.path()), engine("away", &away, d.path())];
+        let created = ids::now();
+        let key = |c: char| c.to_string().repeat(32);
+        for (id, k, on) in [
+            ("ver_on_up", key('a'), Some("up")),
+            ("ver_on_away", key('b'), Some("away")),
+            ("ver_unplaced", key('c'), None),
+        ] {
+            let v = crate::store::tests::sample(id, &k, &ids::rfc3339(created));
+            data.store.insert_running(&v, "{}".into()).await.unwrap();
+            if let Some(on) = on {
+                data.store.mark_placed(id, on).await.unwrap();
+            }
+        }
+        let bounds = |after: Duration| Bounds {
+            keep: Duration::from_secs(86_400),
+            engine_lost_after: Duration::from_secs(600),
+            now: created + after,
+        };
+        let report = recover(&data, &engines, bounds(Duration::from_secs(5))).await;
+        assert_eq!(report.failures, Vec::<String>::new(), "{report:?}");
+        let settled: Vec<&str> = report
+            .marked_error
+            .iter()
+            .map(|s| s.verification_id.as_str())
+            .collect();
+        assert_eq!(settled, ["ver_on_up"], "{report:?}");
+        assert_eq!(report.marked_error[0].error.as_deref(), Some(INTERRUPTED));
+        // The run on the away engine, and the one never placed (it could be anywhere), wait.
+        assert_eq!(report.waiting_for_engine.len(), 2, "{report:?}");
+        assert!(
+            report
+                .waiting_for_engine
+                .iter()
+                .all(|w| w.contains("engine away does not answer") && w.contains("away 5 s")),
+            "{report:?}"
+        );
+        // Past the bound both are lost: error, never passed.
+        let report = recover(&data, &engines, bounds(Duration::from_secs(601))).await;
+        let mut lost: Vec<(&str, &str)> = report
+            .marked_error
+            .iter()
+            .map(|s| (s.verification_id.as_str(), s.error.as_deref().unwrap()))
+            .collect();
+        lost.sort();
+        assert_eq!(lost.len(), 2, "{report:?}");
+        for (_, why) in &lost {
+            assert!(
+                why.starts_with("engine lost: away has not answered for 601 s"),
+                "{why}"
+            );
+        }
+        assert!(data.store.running().await.unwrap().is_empty());
+        // An engine seen by a pass is measured from then, not from the job's creation.
+        away.set_away(false);
+        let _ = recover(&data, &engines, bounds(Duration::from_secs(700))).await;
+        let seen = data.store.engine_seen("away").await.unwrap().unwrap();
+        assert_eq!(seen, ids::rfc3339(created + Duration::from_secs(700)));
+    }
+}
