@@ -83,6 +83,10 @@ pub enum Command {
         /// Timeout in seconds (1..=1800).
         #[arg(long, value_name = "SECONDS", default_value_t = limits::DEFAULT_TIMEOUT_SECONDS)]
         timeout: u64,
+        /// Print the job's output to stderr as it arrives; the JSON result still goes to
+        /// stdout at the end (its `output` is the bounded head and tail, as without it).
+        #[arg(long)]
+        follow: bool,
         #[command(flatten)]
         common: Common,
         /// The command to run in the container, after `--` (e.g. `-- make test`).
@@ -279,10 +283,12 @@ async fn dispatch(cmd: Command) -> ExitCode {
             rev,
             profile,
             timeout,
+            follow,
             argv,
         } => {
             run(
                 &common,
+                follow,
                 RunRequest {
                     repo,
                     rev,
@@ -471,7 +477,7 @@ async fn recover_transactions(
         .map_err(|e| e.to_string())
 }
 
-async fn run(common: &Common, req: RunRequest) -> ExitCode {
+async fn run(common: &Common, follow: bool, req: RunRequest) -> ExitCode {
     let (config, dir) = match load(common) {
         Ok(x) => x,
         Err(e) => return refuse(e),
@@ -523,6 +529,13 @@ async fn run(common: &Common, req: RunRequest) -> ExitCode {
         };
     let engine = crate::engine::runner::Runner::new(&ctx);
     let prepared = match engine.prepare(req).await {
+        Ok(p) if follow => p.streaming(crate::sandbox::OutputTap(std::sync::Arc::new(|chunk| {
+            use std::io::Write;
+            // The user asked to watch: a slow terminal may slow the drain, never the result.
+            let mut err = std::io::stderr().lock();
+            let _ = err.write_all(chunk);
+            let _ = err.flush();
+        }))),
         Ok(p) => p,
         Err(e) => return refuse(e),
     };

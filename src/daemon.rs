@@ -166,6 +166,15 @@ impl Daemon {
                 Err(e) => return Err(StartError::Failed(format!("workspace {ws}: {e}"))),
             }
         }
+        // Jobs recorded and never started run now (before recovery, which leaves them alone).
+        let resumed = service
+            .revision_jobs
+            .resume_unstarted()
+            .await
+            .map_err(|e| StartError::Failed(format!("resuming queued jobs: {e}")))?;
+        if resumed > 0 {
+            tracing::info!(resumed, "queued jobs resumed");
+        }
         maintenance::pass(&service).await;
         Ok(Daemon {
             service,

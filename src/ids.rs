@@ -17,6 +17,16 @@ pub fn new_verification_id() -> String {
     format!("ver_{}", random_hex(16))
 }
 
+/// A new job id, `job_<32 hex>`.
+pub fn new_job_id() -> String {
+    format!("job_{}", random_hex(16))
+}
+
+/// True when `id` has the exact shape of a job id.
+pub fn is_job_id(id: &str) -> bool {
+    id.strip_prefix("job_").is_some_and(is_creation_key)
+}
+
 /// A new error id, `err_<16 hex>`: the client gets it, the log has the details under it.
 pub fn new_error_id() -> String {
     format!("err_{}", random_hex(8))

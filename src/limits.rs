@@ -69,6 +69,29 @@ pub const SHUTDOWN_SETTLE_WAIT: Duration = Duration::from_secs(60);
 pub const EVIDENCE_TTL_DAYS: std::ops::RangeInclusive<u64> = 1..=365;
 pub const MAINTENANCE_INTERVAL_SECONDS: std::ops::RangeInclusive<u64> = 1..=86_400;
 pub const MAX_CONCURRENT_VERIFICATIONS: std::ops::RangeInclusive<usize> = 1..=64;
+
+/// `[workspaces.X] max_queued_jobs` when the config names none: jobs of one workspace
+/// (submitted jobs, candidate verifications, validation tests) waiting for a slot.
+pub const DEFAULT_MAX_QUEUED_JOBS: usize = 100;
+/// Bounds of `[workspaces.X] max_queued_jobs`.
+pub const MAX_QUEUED_JOBS: std::ops::RangeInclusive<usize> = 1..=10_000;
+/// Bounds of `[workspaces.X] max_running_jobs` (default: `max_concurrent_verifications`).
+pub const MAX_RUNNING_JOBS: std::ops::RangeInclusive<usize> = 1..=64;
+/// Most labels one submitted job carries.
+pub const MAX_JOB_LABELS: usize = 16;
+/// Longest label of a submitted job, in bytes.
+pub const MAX_JOB_LABEL_BYTES: usize = 64;
+/// Jobs one `job.list` page shows by default, and at most.
+pub const DEFAULT_JOB_PAGE: u32 = 50;
+pub const MAX_JOB_PAGE: u32 = 500;
+/// A live log keeps the first bytes of a running job's output for followers who join late
+/// (the rest of what they missed is counted in a note).
+pub const LIVE_LOG_HEAD_BYTES: usize = OUTPUT_HEAD_BYTES;
+/// Chunks a follower may fall behind before it is dropped with a note (the job never waits
+/// for a follower).
+pub const LIVE_LOG_FOLLOWER_CHUNKS: usize = 1024;
+/// Followers one running job may have at once.
+pub const MAX_LOG_FOLLOWERS: usize = 32;
 pub const RUN_RETENTION_DAYS: std::ops::RangeInclusive<u64> = 1..=3650;
 
 /// Timeout for Docker API requests (until response headers arrive; streams are not timed).

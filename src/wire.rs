@@ -5,6 +5,7 @@
 //! (Kept out of `api/` on purpose: there, the engine would import the API that calls it.)
 //! Every request type refuses unknown fields; `agent_id`-style identity never comes from here.
 
+pub mod jobs;
 mod schemas;
 mod views;
 pub use views::*;

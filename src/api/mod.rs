@@ -4,6 +4,7 @@
 
 mod dispatch;
 pub mod hygiene;
+mod job_log;
 pub mod mcp;
 pub mod methods;
 pub mod openapi;
@@ -161,6 +162,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi_json))
         .route("/api/v1/{method}", post(call))
+        .route("/api/v1/jobs/{job_id}/log", get(job_log::job_log))
         .nest_service("/mcp", mcp::service(state.clone()))
         .merge(ui::router());
     // `/metrics` is on this listener unless the config gives it its own.

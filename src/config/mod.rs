@@ -125,6 +125,9 @@ struct RawWorkspace {
     #[serde(default)]
     roles: BTreeMap<String, Vec<String>>,
     policy: Option<governance::RawPolicy>,
+    profiles: Option<Vec<String>>,
+    max_running_jobs: Option<usize>,
+    max_queued_jobs: Option<usize>,
 }
 
 /// Where job checkouts live (`checkout_filesystem`).
@@ -203,6 +206,14 @@ pub struct Workspace {
     pub roles: BTreeMap<String, Vec<String>>,
     /// The policy that gates apply on the governed path.
     pub policy: crate::domain::policy::Policy,
+    /// The profiles a submitted job may name (`profiles`; always including `profile`, the
+    /// one a job that names none runs with).
+    pub profiles: Vec<String>,
+    /// Most of this workspace's jobs running at once (submitted jobs, candidate
+    /// verifications and validation tests together; default `max_concurrent_verifications`).
+    pub max_running_jobs: usize,
+    /// Most of them waiting for a slot; one more is refused `resource_exhausted`.
+    pub max_queued_jobs: usize,
 }
 
 /// Who a bearer token authenticates.
@@ -364,6 +375,37 @@ impl Config {
             };
             let roles = governance::roles(&id, w.roles)?;
             let policy = governance::policy(&id, w.policy, |p| profiles.contains_key(p))?;
+            let mut allowed = vec![profile.clone()];
+            for (i, p) in w.profiles.unwrap_or_default().into_iter().enumerate() {
+                if !profiles.contains_key(&p) {
+                    return Err(ConfigError::Invalid {
+                        field: format!("workspaces.{id}.profiles[{i}]"),
+                        message: format!("unknown profile {p:?}"),
+                    });
+                }
+                if !allowed.contains(&p) {
+                    allowed.push(p);
+                }
+            }
+            let max_running_jobs = w
+                .max_running_jobs
+                .unwrap_or(raw.max_concurrent_verifications.unwrap_or(2))
+                .min(*limits::MAX_RUNNING_JOBS.end());
+            if !limits::MAX_RUNNING_JOBS.contains(&max_running_jobs) {
+                return Err(bound(
+                    &format!("workspaces.{id}.max_running_jobs"),
+                    max_running_jobs,
+                    &limits::MAX_RUNNING_JOBS,
+                ));
+            }
+            let max_queued_jobs = w.max_queued_jobs.unwrap_or(limits::DEFAULT_MAX_QUEUED_JOBS);
+            if !limits::MAX_QUEUED_JOBS.contains(&max_queued_jobs) {
+                return Err(bound(
+                    &format!("workspaces.{id}.max_queued_jobs"),
+                    max_queued_jobs,
+                    &limits::MAX_QUEUED_JOBS,
+                ));
+            }
             workspaces.insert(
                 id.clone(),
                 Workspace {
@@ -375,6 +417,9 @@ impl Config {
                     distinct_approver: w.distinct_approver.unwrap_or(true),
                     roles,
                     policy,
+                    profiles: allowed,
+                    max_running_jobs,
+                    max_queued_jobs,
                 },
             );
         }

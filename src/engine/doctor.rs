@@ -384,6 +384,7 @@ async fn probe(
             instance_id: "doctor".into(),
             argv: vec!["cat".into(), format!("{}/token", profile.working_dir)],
             workspace: WorkspaceSource::HostBind(dir.path().to_path_buf()),
+            output: None,
         },
     };
     let (_tx, cancel) = tokio::sync::watch::channel(false);

@@ -24,6 +24,8 @@ pub struct Service {
     pub jobs: Arc<super::jobs::Jobs>,
     /// Candidate integration: prepare, resolve, verify, evidence, delivery.
     pub integration: Integration,
+    /// Verification jobs on a revision, submitted over the API (`job.*`).
+    pub revision_jobs: super::revision_jobs::RevisionJobs,
     /// The governed path's workflows.
     pub claims: crate::engine::governed::Claims,
     pub proposals: crate::engine::governed::Proposals,
@@ -40,6 +42,7 @@ impl Service {
             validations: crate::engine::governed::Validations::new(proposals.clone(), jobs.clone()),
             applies: crate::engine::governed::Applies::new(proposals.clone(), jobs.clone()),
             proposals,
+            revision_jobs: super::revision_jobs::RevisionJobs::new(ctx.clone(), jobs.clone()),
             integration: Integration {
                 ctx: ctx.clone(),
                 admission,
@@ -133,6 +136,27 @@ impl Context {
         workspace_id: &str,
         perm: Permission,
     ) -> Result<&Workspace, ServiceError> {
+        self.authorize_with(actor, workspace_id, perm, RUN_PERMISSIONS)
+    }
+
+    /// [`Context::authorize`] for submitted jobs: a run may also verify (submit and cancel
+    /// jobs) in its own workspace, which is how an orchestrator's agent asks for a check.
+    pub fn authorize_job(
+        &self,
+        actor: &Actor,
+        workspace_id: &str,
+        perm: Permission,
+    ) -> Result<&Workspace, ServiceError> {
+        self.authorize_with(actor, workspace_id, perm, RUN_JOB_PERMISSIONS)
+    }
+
+    fn authorize_with(
+        &self,
+        actor: &Actor,
+        workspace_id: &str,
+        perm: Permission,
+        run_may: &[Permission],
+    ) -> Result<&Workspace, ServiceError> {
         let denied = || {
             ServiceError::PermissionDenied(format!("not a member of workspace {workspace_id:?}"))
         };
@@ -160,10 +184,7 @@ impl Context {
                 }
                 // A run may record its own evidence, read its workspace, and claim and propose
                 // on the governed path (the run is the agent); nothing else.
-                if !matches!(
-                    perm,
-                    Permission::View | Permission::Integrate | Permission::Propose
-                ) {
+                if !run_may.contains(&perm) {
                     return Err(ServiceError::PermissionDenied(format!(
                         "run {run_id:?} cannot use the {:?} permission",
                         perm.as_str()
@@ -180,6 +201,18 @@ impl Context {
         Ok(ws)
     }
 }
+
+/// What a run token may do in its workspace: record its own evidence, read, and claim and
+/// propose on the governed path (the run is the agent).
+const RUN_PERMISSIONS: &[Permission] =
+    &[Permission::View, Permission::Integrate, Permission::Propose];
+/// ... and, for submitted jobs, verify.
+const RUN_JOB_PERMISSIONS: &[Permission] = &[
+    Permission::View,
+    Permission::Integrate,
+    Permission::Propose,
+    Permission::Verify,
+];
 
 /// Parses an RFC 3339 time written by Airlock.
 pub fn parse_time(s: &str) -> Option<OffsetDateTime> {

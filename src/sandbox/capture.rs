@@ -15,9 +15,10 @@ pub struct CapturedOutput {
     pub total_bytes: u64,
 }
 
-/// Accumulates output chunks in arrival order.
+/// Accumulates output chunks in arrival order (and hands each to a tap, when it has one).
 #[derive(Debug, Default)]
 pub struct OutputCapture {
+    tap: Option<super::spec::OutputTap>,
     /// The first bytes, up to the whole cap.
     prefix: Vec<u8>,
     /// Bytes after the prefix; trimmed to the last `OUTPUT_TAIL_BYTES` lazily (at most twice that).
@@ -30,8 +31,19 @@ impl OutputCapture {
         Self::default()
     }
 
+    /// A capture that also hands every chunk to `tap` as it arrives.
+    pub fn tapped(tap: Option<super::spec::OutputTap>) -> Self {
+        OutputCapture {
+            tap,
+            ..Self::default()
+        }
+    }
+
     /// Adds one chunk. Cost is proportional to the bytes kept, not to `chunk.len()` beyond that.
     pub fn push(&mut self, mut chunk: &[u8]) {
+        if let Some(tap) = &self.tap {
+            (tap.0)(chunk);
+        }
         self.total += chunk.len() as u64;
         if self.prefix.len() < OUTPUT_CAP_BYTES {
             let take = (OUTPUT_CAP_BYTES - self.prefix.len()).min(chunk.len());

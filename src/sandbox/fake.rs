@@ -206,7 +206,7 @@ impl ContainerRuntime for FakeRuntime {
             let started = Instant::now();
             let argv = job_argv(spec);
             let arg = |i: usize| argv.get(i).cloned().unwrap_or_default();
-            let mut output = OutputCapture::new();
+            let mut output = OutputCapture::tapped(spec.run.output.clone());
             let end = match argv.first().map(String::as_str) {
                 Some("fake-exit") => {
                     output.push(arg(2).as_bytes());

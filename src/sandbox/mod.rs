@@ -14,7 +14,8 @@ pub mod volumes;
 
 pub use runtime::{ContainerRuntime, Runtime};
 pub use spec::{
-    ContainerSpec, PER_RUN_FIELDS, RunIdentity, RuntimeSpec, WorkspaceSource, hashed_form, render,
+    ContainerSpec, OutputTap, PER_RUN_FIELDS, RunIdentity, RuntimeSpec, WorkspaceSource,
+    hashed_form, render,
 };
 
 use crate::limits;
@@ -477,7 +478,7 @@ impl Sandbox {
         let deadline = tokio::time::Instant::now() + timeout;
         let _ = phase(Phase::Started);
 
-        let mut capture = OutputCapture::new();
+        let mut capture = OutputCapture::tapped(spec.run.output.clone());
         let mut end: Option<JobEnd> = None;
         // Drain output until EOF, the deadline, or cancellation. The deadline is polled beside
         // the stream, so a flood cannot hold it off.

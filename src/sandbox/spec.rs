@@ -43,6 +43,23 @@ pub struct RunIdentity {
     pub argv: Vec<String>,
     /// The job's disposable checkout, mounted read-write at `working_dir`.
     pub workspace: WorkspaceSource,
+    /// Where the output goes as it arrives (a live log), besides the bounded capture.
+    pub output: Option<OutputTap>,
+}
+
+/// A receiver of a job's output as it arrives: called with each chunk, in order, from the
+/// task draining the container's output. It must never block (a live log hands chunks to
+/// its followers without waiting for them).
+#[derive(Clone)]
+pub struct OutputTap(pub std::sync::Arc<TapFn>);
+
+/// What an [`OutputTap`] calls.
+pub type TapFn = dyn Fn(&[u8]) + Send + Sync;
+
+impl std::fmt::Debug for OutputTap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OutputTap")
+    }
 }
 
 /// How a job's checkout reaches its container. Today the engine shares this host's filesystem,
@@ -107,6 +124,7 @@ pub fn hashed_form_for(spec: &RuntimeSpec, kind: WorkspaceKind) -> serde_json::V
             WorkspaceKind::HostBind => WorkspaceSource::HostBind(PathBuf::new()),
             WorkspaceKind::Volume => WorkspaceSource::Volume(String::new()),
         },
+        output: None,
     };
     let mut v = serde_json::to_value(render(spec, &placeholder)).expect("a create body serializes");
     for field in PER_RUN_FIELDS {
@@ -275,6 +293,7 @@ mod tests {
                 instance_id: "i".into(),
                 argv: vec!["true".into()],
                 workspace: WorkspaceSource::HostBind(PathBuf::from("/data/checkouts/k/mnt/tree")),
+                output: None,
             },
         )
     }

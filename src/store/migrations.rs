@@ -295,6 +295,23 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "ALTER TABLE verifications ADD COLUMN queued_reason TEXT;
         ALTER TABLE verifications ADD COLUMN engine TEXT;",
     ),
+    (
+        13,
+        "jobs submitted over the API",
+        "CREATE TABLE jobs (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            job_id TEXT NOT NULL UNIQUE,
+            workspace_id TEXT NOT NULL,
+            verification_id TEXT NOT NULL UNIQUE,
+            revision TEXT NOT NULL,
+            profile TEXT NOT NULL,
+            labels TEXT NOT NULL,
+            queued_at TEXT NOT NULL,
+            started_at TEXT
+        );
+        CREATE INDEX jobs_by_workspace ON jobs (workspace_id, seq);
+        CREATE INDEX jobs_unstarted ON jobs (started_at) WHERE started_at IS NULL;",
+    ),
 ];
 
 /// The newest schema version this binary knows.

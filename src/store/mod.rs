@@ -11,6 +11,7 @@ pub mod claim_ends;
 pub mod claims;
 pub mod contentions;
 pub mod gauges;
+pub mod jobs;
 mod migrations;
 pub mod proposals;
 pub mod reviews;
@@ -248,14 +249,21 @@ impl Store {
         .await
     }
 
-    /// Marks a queued verification as started by its worker.
-    pub async fn mark_started(&self, verification_id: &str) -> Result<(), StoreError> {
+    /// Marks a queued verification as started by its worker at `at` (and its job, if it is
+    /// one, in the same transaction: a restart resumes only jobs never started).
+    pub async fn mark_started(&self, verification_id: &str, at: String) -> Result<(), StoreError> {
         let id = verification_id.to_string();
         self.call(move |c| {
-            c.execute(
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.execute(
                 "UPDATE verifications SET queued = 0 WHERE verification_id = ?1 AND status = ?2",
                 params![id, Status::Running.as_str()],
             )?;
+            tx.execute(
+                "UPDATE jobs SET started_at = ?2 WHERE verification_id = ?1 AND started_at IS NULL",
+                params![id, at],
+            )?;
+            tx.commit()?;
             Ok(())
         })
         .await
@@ -416,8 +424,18 @@ impl Store {
     }
 
     /// Every `running` verification (unbounded: recovery must see them all).
+    /// Running verifications recovery judges: every one but a job never started (nothing of
+    /// it ran, so a restart resumes it rather than recovery settling it).
     pub async fn running(&self) -> Result<Vec<Verification>, StoreError> {
-        self.list(Some(Status::Running), u32::MAX).await
+        let unstarted: std::collections::HashSet<String> = self
+            .unstarted_jobs()
+            .await?
+            .into_iter()
+            .map(|(j, _)| j.verification_id)
+            .collect();
+        let mut all = self.list(Some(Status::Running), u32::MAX).await?;
+        all.retain(|v| !unstarted.contains(&v.verification_id));
+        Ok(all)
     }
 
     /// Ids of every settled verification of a candidate (none is `running` once the candidate's
@@ -469,10 +487,14 @@ impl Store {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             let mut n = 0;
             for id in &ids {
-                n += tx.execute(
+                let gone = tx.execute(
                     "DELETE FROM verifications WHERE verification_id = ?1 AND status != ?2",
                     params![id, Status::Running.as_str()],
                 )?;
+                if gone == 1 {
+                    tx.execute("DELETE FROM jobs WHERE verification_id = ?1", params![id])?;
+                }
+                n += gone;
             }
             tx.commit()?;
             Ok(n)

@@ -270,3 +270,71 @@ fn a_profile_that_requires_a_label_runs_only_where_it_is_carried() {
         assert_eq!(v["output"], "hello\n");
     }
 }
+
+#[test]
+fn a_job_submitted_over_http_runs_on_the_second_engine_and_its_log_streams_from_there() {
+    if !docker() {
+        return;
+    }
+    use serde_json::json;
+    use std::io::{Read, Write};
+    let engine = SecondEngine::start(&[IMAGE]);
+    let s = Server::start_with(&format!(
+        "max_concurrent_verifications = 2\n{}",
+        engine.config("there", 2)
+    ));
+    let j = s.ok(
+        ALICE,
+        "job.submit",
+        json!({"workspace_id": "ws1", "revision": "main", "labels": ["remote"],
+               "argv": ["sh", "-c", "cat README; sleep 4; echo end"], "idempotency_key": "r1"}),
+    )["job"]
+        .clone();
+    let id = j["job_id"].as_str().unwrap().to_string();
+    let show = || {
+        s.ok(
+            ALICE,
+            "job.show",
+            json!({"workspace_id": "ws1", "job_id": id}),
+        )["job"]
+            .clone()
+    };
+    wait_for(|| show()["state"] == "running", "the job runs");
+    let mut c = std::net::TcpStream::connect(&s.addr).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    write!(
+        c,
+        "GET /api/v1/jobs/{id}/log?follow=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALICE}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("base\n") {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0, "{}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(
+        show()["state"],
+        "running",
+        "the first line came while it ran"
+    );
+    let key = j["verification"]["creation_key"].as_str().unwrap();
+    assert_eq!(
+        remote_containers(&engine, key),
+        1,
+        "it runs on the second engine"
+    );
+    assert!(containers_with_key(key).is_empty());
+    let _ = c.read_to_end(&mut seen);
+    let text = chunked_body(&seen);
+    assert!(
+        text.ends_with("base\nend\n\n[airlock: job settled: passed]\n"),
+        "{text}"
+    );
+    let done = show();
+    assert_eq!(done["verification"]["engine"], "there");
+    assert_eq!(done["verification"]["status"], "passed");
+    assert_eq!(remote_containers(&engine, key), 0);
+}

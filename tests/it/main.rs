@@ -25,6 +25,7 @@ mod serve_claims;
 mod serve_contentions;
 mod serve_governed;
 mod serve_hygiene;
+mod serve_jobs;
 mod serve_lifecycle;
 mod serve_mcp;
 mod serve_metrics;

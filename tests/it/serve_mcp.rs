@@ -216,6 +216,16 @@ fn agents_drive_the_governed_path_to_an_apply_with_the_tools_their_tokens_allow(
     ] {
         assert!(bob.contains(&t), "bob lacks {t}: {bob:?}");
     }
+    // Verification jobs are an agent's to ask for: a run token is offered them.
+    for t in [
+        "job.submit",
+        "job.show",
+        "job.list",
+        "job.cancel",
+        "job.log",
+    ] {
+        assert!(run.contains(&t), "a run lacks {t}: {run:?}");
+    }
     for (who, list) in [("bob", &bob), ("a run", &run), ("no token", &anonymous)] {
         for t in [
             "patch.apply",

@@ -110,6 +110,7 @@ fn fuzz_config(s: &Server) -> String {
          \"body.workspace_id\" = {{ dictionary = \"workspaces\", probability = 0.9 }}\n\
          \"body.expected_target_revision\" = {{ dictionary = \"revisions\", probability = 0.7 }}\n\
          \"body.base_revision\" = {{ dictionary = \"revisions\", probability = 0.7 }}\n\
+         \"body.revision\" = {{ dictionary = \"revisions\", probability = 0.7 }}\n\
          \"body.patch\" = {{ dictionary = \"patches\", probability = 0.8 }}\n\
          [warnings]\nfail-on = [\"validation_mismatch\", \"missing_auth\", \"unresolvable_reference\", \
          \"dictionary_mismatch\", \"method_not_allowed\"]\n\
@@ -133,6 +134,16 @@ const EXEMPT: &[(&str, &str, &str)] = &[
     (
         "evidence.record",
         "its revisions must be commits in the repository (412)",
+        NO_MISMATCH,
+    ),
+    (
+        "job.submit",
+        "its revision must name a commit of the repository (412) and its profile be one the workspace allows",
+        NO_MISMATCH,
+    ),
+    (
+        "job.log",
+        "follow: true streams only on GET /api/v1/jobs/{id}/log (400 names that route)",
         NO_MISMATCH,
     ),
     (

@@ -57,6 +57,7 @@ const VALIDATION: Reply = Reply::Fields(&[(
     "validation",
     F::Typed(schema_of::<crate::engine::governed::validation::ValidationView>),
 )]);
+const JOB: Reply = Reply::Fields(&[("job", F::Typed(schema_of::<w::jobs::JobView>))]);
 const APPROVAL: Reply = Reply::Fields(&[("approval", F::Typed(schema_of::<ApprovalRow>))]);
 
 fn empty(out: &mut Schemas) -> String {
@@ -228,6 +229,51 @@ pub const METHODS: &[Method] = &[
         Reply::Typed(empty),
         HUMAN,
         "Delete a candidate",
+    ),
+    m(
+        "job.submit",
+        Body::Verify,
+        schema_of::<w::jobs::JobSubmitParams>,
+        "verify",
+        JOB,
+        AGENT,
+        "Queue a verification job on a revision of the workspace's repository (runs may call it)",
+    ),
+    m(
+        "job.show",
+        Body::Small,
+        schema_of::<w::jobs::JobRef>,
+        "view",
+        JOB,
+        AGENT,
+        "A job: its state, place in the queue and verification record",
+    ),
+    m(
+        "job.list",
+        Body::Small,
+        schema_of::<w::jobs::JobListParams>,
+        "view",
+        Reply::Typed(schema_of::<w::jobs::JobPage>),
+        AGENT,
+        "A workspace's jobs, newest first, by state and labels, a page at a time",
+    ),
+    m(
+        "job.cancel",
+        Body::Small,
+        schema_of::<w::jobs::JobRef>,
+        "verify",
+        JOB,
+        AGENT,
+        "Cancel a job: its container is destroyed and it settles cancelled (runs may call it)",
+    ),
+    m(
+        "job.log",
+        Body::Small,
+        schema_of::<w::jobs::JobLogParams>,
+        "view",
+        Reply::Typed(schema_of::<w::jobs::JobLog>),
+        AGENT,
+        "A job's output so far, or its retained head and tail once settled; GET /api/v1/jobs/{job_id}/log?follow=1 streams it",
     ),
     m(
         "integration.cancel_verification",

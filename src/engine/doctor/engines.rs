@@ -165,6 +165,7 @@ async fn probe_job(s: &Sandbox, config: &Config, seccomp: &SeccompProfile) -> Re
             instance_id: PROBE_INSTANCE.into(),
             argv: vec!["cat".into(), format!("{}/token", profile.working_dir)],
             workspace: source,
+            output: None,
         },
     };
     let (_tx, cancel) = tokio::sync::watch::channel(false);

@@ -8,7 +8,7 @@ use crate::limits;
 
 /// An opaque paging cursor: `<prefix><position>`, as a previous page's `next_cursor` said;
 /// `None` for the first page.
-pub(super) fn parse_cursor(
+pub(crate) fn parse_cursor(
     prefix: &str,
     cursor: Option<&str>,
 ) -> Result<Option<i64>, ServiceError> {

@@ -31,7 +31,7 @@ use crate::candidate::{
 use crate::config::Permission;
 use crate::domain::git::{FileMode, ObjectKind};
 use crate::engine::idempotency::Keyed;
-use crate::engine::runner::pipeline::{CandidateLink, RunError, Step};
+use crate::engine::runner::pipeline::{CandidateLink, Link, RunError, Step};
 use crate::engine::service::{
     Actor, Admission, Admitted, Integration, Operation, ServiceError, SystemTask, blocking,
     parse_time,

@@ -129,16 +129,19 @@ impl Integration {
                 .map_err(|e| e.to_string())
             })
         });
+        // Room in the workspace's queue before anything is recorded: the bound is shared with
+        // submitted jobs and validation tests.
+        let room = self.jobs.reserve(&p.workspace_id)?;
         let started = self
             .jobs
             .runner
             .begin(
                 prepared,
-                Some(CandidateLink {
+                Some(Link::Candidate(CandidateLink {
                     candidate_id: c.candidate_id.clone(),
                     binding: key.binding(String::new()),
                     expires_cap,
-                }),
+                })),
             )
             .await
             .map_err(|e| match e {
@@ -146,7 +149,7 @@ impl Integration {
                 RunError::Refused(r) => ServiceError::internal(r.message),
                 e => ServiceError::from(e),
             })?;
-        self.jobs.spawn(started);
+        self.jobs.spawn(room, started);
         self.hydrate(c).await
     }
 

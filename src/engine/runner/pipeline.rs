@@ -2,6 +2,7 @@
 //! check the sources, write the artifact, settle, clean up.
 
 mod placement;
+mod resume;
 
 use super::environment::EnvironmentSpec;
 use super::pool::{Needs, Placed, PoolEngine};
@@ -59,6 +60,8 @@ pub struct Prepared {
     timeout_seconds: u64,
     extra_check: Option<ExtraSourceCheck>,
     harvest: Option<Harvest>,
+    /// Where the job's output goes as it arrives (a live log, `airlock run --follow`).
+    output: Option<crate::sandbox::OutputTap>,
 }
 
 /// Where a harvest's files (or why there are none) are put for the caller.
@@ -81,12 +84,31 @@ pub struct CandidateLink {
     pub expires_cap: time::OffsetDateTime,
 }
 
+/// What a verification is recorded with, in the same transaction as its `running` row.
+pub enum Link {
+    /// A candidate's verification (queued until a worker starts it).
+    Candidate(CandidateLink),
+    /// A submitted job: its row (the verification id is filled in here) and its binding.
+    Job {
+        row: crate::store::jobs::JobRow,
+        binding: crate::store::Binding,
+    },
+}
+
 /// A verification whose `running` row is durable; the worker lock is held until it settles.
 pub struct Started {
     p: Prepared,
     pub verification: Verification,
     lock: WorkerLock,
     insert_us: u64,
+}
+
+impl Started {
+    /// Hands the job's output to `tap` as it arrives (see [`Prepared::streaming`]).
+    pub fn streaming(mut self, tap: crate::sandbox::OutputTap) -> Started {
+        self.p.output = Some(tap);
+        self
+    }
 }
 
 /// Why a run did not produce a settled verification.
@@ -204,6 +226,12 @@ impl Prepared {
         self
     }
 
+    /// Hands the job's output to `tap` as it arrives, besides the bounded capture.
+    pub fn streaming(mut self, tap: crate::sandbox::OutputTap) -> Prepared {
+        self.output = Some(tap);
+        self
+    }
+
     /// Collects the files the job writes beneath `h.dir` (see [`Harvest`]).
     pub fn harvesting(mut self, h: Harvest) -> Prepared {
         self.harvest = Some(h);
@@ -284,6 +312,7 @@ impl Runner {
             timeout_seconds,
             extra_check,
             harvest: None,
+            output: None,
         })
     }
 
@@ -324,11 +353,7 @@ impl Runner {
 
     /// Records the `running` verification durably (and its candidate link and idempotency
     /// binding, in the same transaction) and takes its worker lock. Nothing has run yet.
-    pub async fn begin(
-        &self,
-        p: Prepared,
-        link: Option<CandidateLink>,
-    ) -> Result<Started, RunError> {
+    pub async fn begin(&self, p: Prepared, link: Option<Link>) -> Result<Started, RunError> {
         let creation_key = ids::new_creation_key();
         let verification_id = ids::new_verification_id();
         let lock = WorkerLock::try_acquire(&self.data.lock_path(&creation_key))
@@ -341,7 +366,7 @@ impl Runner {
             ))?;
         let created = self.clock.now();
         let mut expires = created + limits::VERIFICATION_VALIDITY;
-        if let Some(l) = &link {
+        if let Some(Link::Candidate(l)) = &link {
             expires = expires.min(l.expires_cap);
         }
         let v = Verification {
@@ -375,16 +400,25 @@ impl Runner {
             queued_reason: None,
         };
         let t_insert = Instant::now();
-        let link = link.map(|l| (l.candidate_id, l.binding));
-        self.data
-            .store
-            .insert_running_linked(&v, p.spec.canonical_json(), link)
-            .await
-            .map_err(|e| match e {
-                // Another request already holds this idempotency binding: a value, not a fault.
-                crate::store::StoreError::Conflict(m) => RunError::Conflict(m),
-                e => RunError::Record(e),
-            })?;
+        let store = &self.data.store;
+        let spec = p.spec.canonical_json();
+        match link {
+            None => store.insert_running_linked(&v, spec, None).await,
+            Some(Link::Candidate(l)) => {
+                store
+                    .insert_running_linked(&v, spec, Some((l.candidate_id, l.binding)))
+                    .await
+            }
+            Some(Link::Job { mut row, binding }) => {
+                row.verification_id = verification_id.clone();
+                store.insert_job(&v, spec, row, binding).await
+            }
+        }
+        .map_err(|e| match e {
+            // Another request already holds this idempotency binding: a value, not a fault.
+            crate::store::StoreError::Conflict(m) => RunError::Conflict(m),
+            e => RunError::Record(e),
+        })?;
         let insert_us = t_insert.elapsed().as_micros() as u64;
         crash::point(crash::CrashPoint::AfterInsert);
         tracing::info!(%verification_id, %creation_key, commit = %p.commit, "verification recorded");
@@ -565,6 +599,7 @@ impl Runner {
                 instance_id: self.data.instance_id.clone(),
                 argv: p.spec.command(&p.profile.setup_script, &p.argv),
                 workspace: source,
+                output: p.output.clone(),
             },
         };
         // The admission of the step in progress, released once it is done.

@@ -106,3 +106,26 @@ pub fn call_raw(addr: &str, token: Option<&str>, method: &str, body: &[u8]) -> (
     super::schema::check_reply(method, status, &v);
     (status, v)
 }
+
+/// The body of a raw HTTP/1.1 response with `Transfer-Encoding: chunked`, as far as its chunks
+/// arrived whole (the headers are skipped).
+pub fn chunked_body(raw: &[u8]) -> String {
+    let text = String::from_utf8_lossy(raw);
+    let Some(start) = text.find("\r\n\r\n") else {
+        return String::new();
+    };
+    let mut rest = &raw[start + 4..];
+    let mut body = Vec::new();
+    while let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") {
+        let size = std::str::from_utf8(&rest[..eol])
+            .ok()
+            .and_then(|s| usize::from_str_radix(s.trim(), 16).ok());
+        let Some(size) = size else { break };
+        if size == 0 || rest.len() < eol + 2 + size {
+            break;
+        }
+        body.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
+        rest = &rest[(eol + 4 + size).min(rest.len())..];
+    }
+    String::from_utf8_lossy(&body).into_owned()
+}

@@ -379,6 +379,11 @@ impl Validations {
                 )
                 .await
                 .map_err(|e| format!("{what} cannot start: {e}"))?;
+            // Room in the workspace's queue first: the tests share its bounds with every job.
+            let room = self
+                .jobs
+                .reserve(workspace_id)
+                .map_err(|e| format!("{what} cannot be queued: {e}"))?;
             let started = self
                 .jobs
                 .runner
@@ -393,7 +398,7 @@ impl Validations {
                     verification_id: id,
                 });
             }
-            self.jobs.spawn(started);
+            self.jobs.spawn(room, started);
         }
         Ok(())
     }

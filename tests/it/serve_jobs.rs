@@ -1,0 +1,642 @@
+//! `job.*` over real HTTP on real Docker: submit a revision, show, list, cancel, follow the log
+//! live, fair queues across workspaces, the queue bound, kill -9 with queued and running jobs,
+//! and what a run token may do. `airlock run --follow` prints the output as it arrives.
+
+use crate::support::*;
+use serde_json::{Value, json};
+use std::io::{Read, Write};
+use std::time::Duration;
+
+/// A run token of ws2 (extra config), so two workspaces can submit.
+const RUN_B: &str = "run-b-token-ws2";
+
+fn run_b_token() -> String {
+    format!(
+        "[[tokens]]\nsha256 = \"{}\"\nrun_id = \"run_b\"\nworkspace_id = \"ws2\"\n",
+        sha(RUN_B)
+    )
+}
+
+fn submit(s: &Server, token: &str, ws: &str, argv: &[&str], key: &str) -> Value {
+    s.ok(
+        token,
+        "job.submit",
+        json!({"workspace_id": ws, "revision": "main", "argv": argv, "idempotency_key": key}),
+    )["job"]
+        .clone()
+}
+
+fn show(s: &Server, token: &str, ws: &str, id: &str) -> Value {
+    s.ok(token, "job.show", json!({"workspace_id": ws, "job_id": id}))["job"].clone()
+}
+
+fn settled(s: &Server, token: &str, ws: &str, id: &str) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let j = show(s, token, ws, id);
+        if !matches!(j["state"].as_str(), Some("queued" | "running")) {
+            return j;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job never settled: {j}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn id(j: &Value) -> String {
+    j["job_id"].as_str().unwrap().to_string()
+}
+
+/// Rewrites ws1's section of the config with `keys` (replacing the last call's) and restarts
+/// the daemon.
+fn with_ws1(s: &mut Server, keys: &str) {
+    const BEGIN: &str = "# test keys\n";
+    const END: &str = "# end of test keys\n";
+    let mut text = std::fs::read_to_string(&s.config).unwrap();
+    if let (Some(a), Some(b)) = (text.find(BEGIN), text.find(END)) {
+        text.replace_range(a..b + END.len(), "");
+    }
+    let text = text.replacen(
+        "[workspaces.ws1]\n",
+        &format!("[workspaces.ws1]\n{BEGIN}{keys}\n{END}"),
+        1,
+    );
+    std::fs::write(&s.config, text).unwrap();
+    s.restart(None);
+}
+
+/// Opens `GET /api/v1/jobs/<id>/log?follow=1` and returns the stream after the headers.
+fn follow(s: &Server, token: &str, job: &str) -> std::net::TcpStream {
+    let mut c = std::net::TcpStream::connect(&s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    write!(
+        c,
+        "GET /api/v1/jobs/{job}/log?follow=1 HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n",
+        s.addr
+    )
+    .unwrap();
+    c
+}
+
+/// Reads from `c` until `needle` has arrived (or the stream ends); returns what was read.
+fn read_until(c: &mut std::net::TcpStream, seen: &mut Vec<u8>, needle: &str) -> bool {
+    let mut buf = [0u8; 8192];
+    loop {
+        if String::from_utf8_lossy(seen).contains(needle) {
+            return true;
+        }
+        match c.read(&mut buf) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+#[test]
+fn jobs_are_submitted_shown_listed_and_cancelled_and_bad_input_changes_nothing() {
+    if !docker() {
+        return;
+    }
+    let s = Server::start();
+    let head = s.head();
+    let j = s.ok(
+        ALICE,
+        "job.submit",
+        json!({"workspace_id": "ws1", "revision": "main", "argv": ["cat", "README"],
+               "labels": ["ci", "matrix:1", "ci"], "idempotency_key": "k1"}),
+    )["job"]
+        .clone();
+    assert!(
+        matches!(j["state"].as_str(), Some("queued" | "running")),
+        "{j}"
+    );
+    assert_eq!(j["labels"], json!(["ci", "matrix:1"]));
+    assert_eq!(j["revision"], "main");
+    assert_eq!(j["verification"]["candidate_revision"], head.as_str());
+    let done = settled(&s, ALICE, "ws1", &id(&j));
+    assert_eq!(done["state"], "passed", "{done}");
+    assert_eq!(done["verification"]["output"], "base\n");
+    assert!(done["started_at"].is_string());
+    assert_eq!(done["verification"]["engine"], "local");
+    // The same key and call answers the same job; the key with other parameters conflicts.
+    let again = s.ok(
+        ALICE,
+        "job.submit",
+        json!({"workspace_id": "ws1", "revision": "main", "argv": ["cat", "README"],
+               "labels": ["matrix:1", "ci"], "idempotency_key": "k1"}),
+    );
+    assert_eq!(again["job"]["job_id"], j["job_id"]);
+    s.err(
+        ALICE,
+        "job.submit",
+        json!({"workspace_id": "ws1", "revision": "main", "argv": ["true"], "idempotency_key": "k1"}),
+        "conflict",
+    );
+    // The log of a settled job is its retained output.
+    let log = s.ok(
+        ALICE,
+        "job.log",
+        json!({"workspace_id": "ws1", "job_id": id(&j)}),
+    );
+    assert_eq!(
+        (log["log"].clone(), log["complete"].clone()),
+        (json!("base\n"), json!(true))
+    );
+    let (status, body) = http::request(
+        &s.addr,
+        "GET",
+        &format!("/api/v1/jobs/{}/log", id(&j)),
+        Some(ALICE),
+        b"",
+    )
+    .unwrap();
+    assert_eq!(
+        (status, String::from_utf8_lossy(&body).into_owned()),
+        (200, "base\n".into())
+    );
+
+    // Cancel destroys the container and settles cancelled, never passed.
+    let long = submit(&s, ALICE, "ws1", &["sleep", "60"], "k2");
+    wait_for(
+        || show(&s, ALICE, "ws1", &id(&long))["state"] == "running",
+        "the long job runs",
+    );
+    let key = long["verification"]["creation_key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_for(
+        || !containers_with_key(&key).is_empty(),
+        "its container exists",
+    );
+    let c = s.ok(
+        ALICE,
+        "job.cancel",
+        json!({"workspace_id": "ws1", "job_id": id(&long)}),
+    )["job"]
+        .clone();
+    assert_eq!(c["state"], "cancelled", "{c}");
+    assert_eq!(c["verification"]["status"], "cancelled");
+    assert!(containers_with_key(&key).is_empty());
+    // Cancelling a settled job answers it as it is.
+    let c2 = s.ok(
+        ALICE,
+        "job.cancel",
+        json!({"workspace_id": "ws1", "job_id": id(&j)}),
+    );
+    assert_eq!(c2["job"]["state"], "passed");
+
+    // Listing: newest first, by state, by labels, a page at a time.
+    let list = |body: Value| s.ok(BOB, "job.list", body);
+    let all = list(json!({"workspace_id": "ws1"}));
+    let ids: Vec<_> = all["jobs"].as_array().unwrap().iter().map(id).collect();
+    assert_eq!(ids, vec![id(&long), id(&j)]);
+    let passed = list(json!({"workspace_id": "ws1", "status": "passed"}));
+    assert_eq!(passed["jobs"].as_array().unwrap().len(), 1);
+    let ci = list(json!({"workspace_id": "ws1", "labels": ["ci"]}));
+    assert_eq!(ci["jobs"][0]["job_id"], j["job_id"]);
+    assert_eq!(ci["jobs"].as_array().unwrap().len(), 1);
+    let none = list(json!({"workspace_id": "ws1", "labels": ["ci", "nope"]}));
+    assert!(none["jobs"].as_array().unwrap().is_empty());
+    let page = list(json!({"workspace_id": "ws1", "limit": 1}));
+    assert_eq!(page["jobs"][0]["job_id"], long["job_id"]);
+    let next = list(json!({"workspace_id": "ws1", "limit": 1, "cursor": page["next_cursor"]}));
+    assert_eq!(next["jobs"][0]["job_id"], j["job_id"]);
+
+    // Bad input names the field and changes nothing.
+    let refused = |token: &str, body: Value, code: &str, field: &str| {
+        let (status, v) = s.call(token, "job.submit", body);
+        assert_ne!(status, 200, "{v}");
+        assert_eq!(v["error"]["code"], code, "{v}");
+        assert_eq!(v["error"]["field"], field, "{v}");
+    };
+    let base = |extra: Value| {
+        let mut b = json!({"workspace_id": "ws1", "revision": "main", "argv": ["true"],
+                           "idempotency_key": "bad"});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    refused(
+        ALICE,
+        base(json!({"revision": "no-such-branch"})),
+        "failed_precondition",
+        "revision",
+    );
+    refused(
+        ALICE,
+        base(json!({"revision": ""})),
+        "failed_precondition",
+        "revision",
+    );
+    refused(ALICE, base(json!({"argv": []})), "invalid_argument", "argv");
+    refused(
+        ALICE,
+        base(json!({"timeout_seconds": 0})),
+        "invalid_argument",
+        "timeout_seconds",
+    );
+    refused(
+        ALICE,
+        base(json!({"profile": "toolchain"})),
+        "invalid_argument",
+        "profile",
+    );
+    refused(
+        ALICE,
+        base(json!({"labels": ["has space"]})),
+        "invalid_argument",
+        "labels[0]",
+    );
+    let many: Vec<String> = (0..17).map(|i| format!("l{i}")).collect();
+    refused(
+        ALICE,
+        base(json!({"labels": many})),
+        "invalid_argument",
+        "labels",
+    );
+    refused(
+        ALICE,
+        base(json!({"labels": ["x".repeat(65)]})),
+        "invalid_argument",
+        "labels[0]",
+    );
+    s.err(BOB, "job.submit", base(json!({})), "permission_denied");
+    s.err(
+        CAROL,
+        "job.show",
+        json!({"workspace_id": "ws1", "job_id": id(&j)}),
+        "permission_denied",
+    );
+    s.err(
+        CAROL,
+        "job.show",
+        json!({"workspace_id": "ws2", "job_id": id(&j)}),
+        "not_found",
+    );
+    s.err(
+        ALICE,
+        "job.show",
+        json!({"workspace_id": "ws1", "job_id": "job_x"}),
+        "invalid_argument",
+    );
+    s.err(
+        ALICE,
+        "job.list",
+        json!({"workspace_id": "ws1", "limit": 0}),
+        "invalid_argument",
+    );
+    s.err(
+        ALICE,
+        "job.list",
+        json!({"workspace_id": "ws1", "cursor": "zzz"}),
+        "invalid_argument",
+    );
+    s.err(
+        ALICE,
+        "job.list",
+        json!({"workspace_id": "ws1", "status": "nope"}),
+        "invalid_argument",
+    );
+    s.err(
+        ALICE,
+        "job.log",
+        json!({"workspace_id": "ws1", "job_id": id(&j), "follow": true}),
+        "invalid_argument",
+    );
+    let (status, _) = http::request(
+        &s.addr,
+        "GET",
+        &format!("/api/v1/jobs/{}/log", id(&j)),
+        Some(CAROL),
+        b"",
+    )
+    .unwrap();
+    assert_eq!(
+        status, 403,
+        "another workspace's member cannot read the log"
+    );
+    let (status, _) = http::request(
+        &s.addr,
+        "GET",
+        "/api/v1/jobs/job_nope/log",
+        Some(ALICE),
+        b"",
+    )
+    .unwrap();
+    assert_eq!(status, 404);
+    assert_eq!(
+        list(json!({"workspace_id": "ws1"}))["jobs"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // A run token submits and cancels in its own workspace, and nowhere else.
+    let r = submit(&s, RUN_A, "ws1", &["true"], "run-k");
+    assert_eq!(settled(&s, RUN_A, "ws1", &id(&r))["state"], "passed");
+    s.err(
+        RUN_A,
+        "job.submit",
+        json!({"workspace_id": "ws2", "revision": "main", "argv": ["true"], "idempotency_key": "x"}),
+        "permission_denied",
+    );
+}
+
+#[test]
+fn a_follower_sees_output_while_the_job_runs_and_one_that_never_reads_does_not_stall_it() {
+    if !docker() {
+        return;
+    }
+    let s = Server::start();
+    let j = submit(
+        &s,
+        ALICE,
+        "ws1",
+        &["sh", "-c", "echo start; sleep 5; echo end"],
+        "f1",
+    );
+    wait_for(
+        || show(&s, ALICE, "ws1", &id(&j))["state"] == "running",
+        "the job runs",
+    );
+    let mut c = follow(&s, ALICE, &id(&j));
+    let mut seen = Vec::new();
+    assert!(
+        read_until(&mut c, &mut seen, "start\n"),
+        "{}",
+        String::from_utf8_lossy(&seen)
+    );
+    assert_eq!(
+        show(&s, ALICE, "ws1", &id(&j))["state"],
+        "running",
+        "the first line arrived while the job still runs"
+    );
+    assert!(!String::from_utf8_lossy(&seen).contains("end\n"));
+    assert!(read_until(
+        &mut c,
+        &mut seen,
+        "[airlock: job settled: passed]"
+    ));
+    let text = String::from_utf8_lossy(&seen).into_owned();
+    assert!(chunked_body(&seen).contains("start\nend\n"), "{text}");
+    assert!(
+        text.contains("200 OK") && text.contains("text/plain"),
+        "{text}"
+    );
+
+    // A follower that never reads: the job writes 100 MB and settles all the same.
+    let big = submit(
+        &s,
+        ALICE,
+        "ws1",
+        &[
+            "sh",
+            "-c",
+            "sleep 2; head -c 100000000 /dev/zero | tr '\\0' x; echo; echo done",
+        ],
+        "f2",
+    );
+    wait_for(
+        || show(&s, ALICE, "ws1", &id(&big))["state"] == "running",
+        "the big job runs",
+    );
+    let mut stalled = follow(&s, ALICE, &id(&big));
+    let done = settled(&s, ALICE, "ws1", &id(&big));
+    assert_eq!(done["state"], "passed", "{done}");
+    assert_eq!(done["verification"]["output_bytes_total"], 100_000_006);
+    assert_eq!(done["verification"]["output_truncated"], true);
+    // Read at last: it was dropped with a note, not waited for.
+    let mut rest = Vec::new();
+    let _ = stalled.read_to_end(&mut rest);
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(
+        rest.contains("fell") && rest.contains("dropped"),
+        "{}",
+        &rest[rest.len().saturating_sub(300)..]
+    );
+    // Following a settled job gives its retained log and the closing line at once.
+    let mut after = follow(&s, ALICE, &id(&j));
+    let mut seen = Vec::new();
+    assert!(read_until(
+        &mut after,
+        &mut seen,
+        "[airlock: job settled: passed]"
+    ));
+}
+
+#[test]
+fn one_busy_workspace_cannot_starve_another_and_its_queue_is_bounded() {
+    if !docker() {
+        return;
+    }
+    let extra = format!("max_concurrent_verifications = 1\n{}", run_b_token());
+    let mut s = Server::start_with(&extra);
+    with_ws1(&mut s, "max_queued_jobs = 60");
+    // ws1 fills the one slot and queues 49 more.
+    let first = submit(&s, ALICE, "ws1", &["sleep", "3"], "busy-0");
+    let mut busy = vec![id(&first)];
+    for i in 1..50 {
+        busy.push(id(&submit(
+            &s,
+            ALICE,
+            "ws1",
+            &["true"],
+            &format!("busy-{i}"),
+        )));
+    }
+    let queued = show(&s, ALICE, "ws1", &busy[49]);
+    assert_eq!(queued["state"], "queued");
+    let before: Vec<String> = busy
+        .iter()
+        .filter(|b| show(&s, ALICE, "ws1", b)["started_at"].is_string())
+        .cloned()
+        .collect();
+    let quiet = submit(&s, RUN_B, "ws2", &["true"], "quiet");
+    assert_eq!(quiet["position"], 1, "{quiet}");
+    let quiet = settled(&s, RUN_B, "ws2", &id(&quiet));
+    assert_eq!(quiet["state"], "passed");
+    let quiet_start = quiet["started_at"].as_str().unwrap().to_string();
+    // Every ws1 job that had not started when ws2 submitted started after ws2's job.
+    for b in &busy {
+        if before.contains(b) {
+            continue;
+        }
+        let j = show(&s, ALICE, "ws1", b);
+        if let Some(t) = j["started_at"].as_str() {
+            assert!(
+                t > quiet_start.as_str(),
+                "{b} started at {t}, before ws2's {quiet_start}"
+            );
+        }
+    }
+    for b in &busy {
+        s.ok(
+            ALICE,
+            "job.cancel",
+            json!({"workspace_id": "ws1", "job_id": b}),
+        );
+    }
+
+    // ws1's queue holds at most max_queued_jobs; one more is refused and nothing is recorded.
+    with_ws1(&mut s, "max_queued_jobs = 2");
+    let running = submit(&s, ALICE, "ws1", &["sleep", "30"], "b-run");
+    wait_for(
+        || show(&s, ALICE, "ws1", &id(&running))["state"] == "running",
+        "the first job runs",
+    );
+    let q1 = submit(&s, ALICE, "ws1", &["true"], "b-q1");
+    let q2 = submit(&s, ALICE, "ws1", &["true"], "b-q2");
+    assert_eq!(
+        (q1["position"].clone(), q2["position"].clone()),
+        (json!(1), json!(2))
+    );
+    let (status, v) = s.call(
+        ALICE,
+        "job.submit",
+        json!({"workspace_id": "ws1", "revision": "main", "argv": ["true"], "idempotency_key": "b-q3"}),
+    );
+    assert_eq!(status, 413, "{v}");
+    assert_eq!(v["error"]["code"], "resource_exhausted");
+    assert_eq!(v["error"]["field"], "max_queued_jobs");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_queued_jobs is 2"),
+        "{v}"
+    );
+    let listed = s.ok(
+        ALICE,
+        "job.list",
+        json!({"workspace_id": "ws1", "status": "queued"}),
+    );
+    assert_eq!(listed["jobs"].as_array().unwrap().len(), 2);
+    // Another workspace's queue is its own.
+    let other = submit(&s, RUN_B, "ws2", &["true"], "other");
+    assert_eq!(other["state"], "queued");
+    s.ok(
+        ALICE,
+        "job.cancel",
+        json!({"workspace_id": "ws1", "job_id": id(&running)}),
+    );
+    for j in [&q1, &q2] {
+        assert_eq!(settled(&s, ALICE, "ws1", &id(j))["state"], "passed");
+    }
+    assert_eq!(settled(&s, RUN_B, "ws2", &id(&other))["state"], "passed");
+}
+
+#[test]
+fn kill_9_with_jobs_queued_and_running_resumes_the_queued_once_and_judges_the_running() {
+    if !docker() {
+        return;
+    }
+    let mut s = Server::start_with("max_concurrent_verifications = 1\n");
+    let since = unix_now().saturating_sub(1);
+    let running = submit(
+        &s,
+        ALICE,
+        "ws1",
+        &["sh", "-c", "echo started; sleep 60"],
+        "r",
+    );
+    let q1 = submit(&s, ALICE, "ws1", &["echo", "one"], "q1");
+    let q2 = submit(&s, ALICE, "ws1", &["echo", "two"], "q2");
+    let rkey = running["verification"]["creation_key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_for(
+        || !containers_with_key(&rkey).is_empty(),
+        "the running job's container",
+    );
+    assert_eq!(show(&s, ALICE, "ws1", &id(&q2))["state"], "queued");
+    s.kill9();
+    s.restart(None);
+    let r = settled(&s, ALICE, "ws1", &id(&running));
+    assert_eq!(r["state"], "error", "{r}");
+    assert!(containers_with_key(&rkey).is_empty());
+    let log = s.ok(
+        ALICE,
+        "job.log",
+        json!({"workspace_id": "ws1", "job_id": id(&running)}),
+    );
+    assert!(
+        log["log"].as_str().unwrap().ends_with(
+            "[airlock: the daemon stopped while this job ran; its output was not kept]\n"
+        ),
+        "{log}"
+    );
+    for (j, out) in [(&q1, "one\n"), (&q2, "two\n")] {
+        let done = settled(&s, ALICE, "ws1", &id(j));
+        assert_eq!(done["state"], "passed", "{done}");
+        assert_eq!(done["verification"]["output"], out);
+        let key = j["verification"]["creation_key"].as_str().unwrap();
+        assert_eq!(
+            create_events(key, since),
+            1,
+            "a queued job runs exactly once"
+        );
+    }
+    assert_eq!(
+        create_events(&rkey, since),
+        1,
+        "the interrupted job is never rerun"
+    );
+}
+
+#[test]
+fn run_follow_prints_the_output_as_it_arrives_and_the_result_at_the_end() {
+    if !docker() {
+        return;
+    }
+    let f = Fixture::new(&[("a", "a", false)]);
+    let mut child = f
+        .run_cmd(
+            &["--follow"],
+            &["sh", "-c", "echo first; sleep 4; echo second"],
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = err.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n]);
+            let _ = tx.send(String::from_utf8_lossy(&all).into_owned());
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let seen = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("stderr output");
+        if seen.contains("first\n") {
+            assert!(
+                !seen.contains("second"),
+                "first arrived before the job ended"
+            );
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the run is still going"
+            );
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline);
+    }
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "passed");
+    assert_eq!(v["output"], "first\nsecond\n");
+}
