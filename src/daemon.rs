@@ -252,6 +252,13 @@ impl Daemon {
             header_read_timeout: self.config.header_read_timeout,
             keep_alive_idle: self.config.keep_alive_idle,
         };
+        // Followers of live logs end at once when shutdown begins, so they never hold the
+        // connection drain open while their jobs wait to be cancelled.
+        let logs = self.service.jobs.logs.clone();
+        let shutdown = async move {
+            shutdown.await;
+            logs.stop_followers();
+        };
         crate::api::server::serve(listener, app, conn_limits, shutdown).await;
         if let Some(m) = metrics_server {
             m.abort();

@@ -115,30 +115,42 @@ async fn answer(
                     .as_bytes(),
                 );
             }
-            let state = (Some(first), Some(f.events), dispatching);
-            let stream = futures_util::stream::unfold(state, |(first, events, guard)| async move {
-                if let Some(first) = first {
-                    return Some((
-                        Ok::<_, std::convert::Infallible>(Bytes::from(first)),
-                        (None, events, guard),
-                    ));
-                }
-                let mut events = events?;
-                let (chunk, more) = match events.recv().await {
-                    Ok(LogEvent::Output(b)) => (Bytes::copy_from_slice(&b), true),
-                    Ok(LogEvent::Settled(status)) => {
-                        (Bytes::from(settled_line(status.map(|s| s.as_str()))), false)
+            let stopping = f.stopping;
+            let state = (Some(first), Some(f.events), (dispatching, stopping));
+            let stream = futures_util::stream::unfold(
+                state,
+                |(first, events, mut guard)| async move {
+                    if let Some(first) = first {
+                        return Some((
+                            Ok::<_, std::convert::Infallible>(Bytes::from(first)),
+                            (None, events, guard),
+                        ));
                     }
-                    Err(RecvError::Lagged(n)) => (
-                        Bytes::from(format!(
-                            "\n[airlock: this follower fell {n} chunks behind and was dropped; job.log has the retained output once the job settles]\n"
-                        )),
-                        false,
-                    ),
-                    Err(RecvError::Closed) => return None,
-                };
-                Some((Ok(chunk), (None, more.then_some(events), guard)))
-            });
+                    let mut events = events?;
+                    let received = tokio::select! {
+                        r = events.recv() => Some(r),
+                        _ = async { let _ = guard.1.wait_for(|s| *s).await; } => None,
+                    };
+                    let Some(received) = received else {
+                        let note = "\n[airlock: the daemon is stopping; this follow ends here]\n";
+                        return Some((Ok(Bytes::from(note)), (None, None, guard)));
+                    };
+                    let (chunk, more) = match received {
+                        Ok(LogEvent::Output(b)) => (Bytes::copy_from_slice(&b), true),
+                        Ok(LogEvent::Settled(status)) => {
+                            (Bytes::from(settled_line(status.map(|s| s.as_str()))), false)
+                        }
+                        Err(RecvError::Lagged(n)) => (
+                            Bytes::from(format!(
+                                "\n[airlock: this follower fell {n} chunks behind and was dropped; job.log has the retained output once the job settles]\n"
+                            )),
+                            false,
+                        ),
+                        Err(RecvError::Closed) => return None,
+                    };
+                    Some((Ok(chunk), (None, more.then_some(events), guard)))
+                },
+            );
             Ok(text(Body::from_stream(stream)))
         }
     }

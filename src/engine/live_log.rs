@@ -27,6 +27,8 @@ pub struct Follow {
     /// Bytes written between the kept head and the first live event (shown as a note).
     pub skipped: u64,
     pub events: broadcast::Receiver<LogEvent>,
+    /// Turns `true` when the daemon begins to stop: the follower should end.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Why a follower could not join.
@@ -44,11 +46,13 @@ struct Inner {
 pub struct LiveLog {
     inner: Mutex<Inner>,
     tx: broadcast::Sender<LogEvent>,
+    stopping: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl LiveLog {
-    fn new() -> LiveLog {
+    fn new(stopping: Arc<tokio::sync::watch::Sender<bool>>) -> LiveLog {
         LiveLog {
+            stopping,
             inner: Mutex::new(Inner {
                 head: Vec::new(),
                 total: 0,
@@ -83,7 +87,7 @@ impl LiveLog {
 
     /// Joins as a follower: the output so far (as much as is kept) and every event after it.
     /// `None` when the job has settled already (its log is the verification's output).
-    pub fn follow(&self) -> Result<Option<Follow>, TooManyFollowers> {
+    fn follow(&self) -> Result<Option<Follow>, TooManyFollowers> {
         let inner = self.lock();
         if inner.settled {
             return Ok(None);
@@ -95,6 +99,7 @@ impl LiveLog {
             head: inner.head.clone(),
             skipped: inner.total - inner.head.len() as u64,
             events: self.tx.subscribe(),
+            stopping: self.stopping.subscribe(),
         }))
     }
 
@@ -106,15 +111,39 @@ impl LiveLog {
 }
 
 /// The live logs of this process's running jobs, by verification id.
-#[derive(Default, Clone)]
+#[derive(Clone)]
 pub struct LiveLogs {
     logs: Arc<Mutex<HashMap<String, Arc<LiveLog>>>>,
+    stopping: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Default for LiveLogs {
+    fn default() -> LiveLogs {
+        LiveLogs {
+            logs: Arc::default(),
+            stopping: Arc::new(tokio::sync::watch::channel(false).0),
+        }
+    }
 }
 
 impl LiveLogs {
+    /// Tells every follower, now and later, that the daemon is stopping.
+    pub fn stop_followers(&self) {
+        self.stopping.send_replace(true);
+    }
+
+    /// Joins `verification_id`'s live log as a follower (see [`LiveLog::follow`]); `Ok(None)`
+    /// when it has no live log (settled, or not this process's) or the daemon is stopping.
+    pub fn follow(&self, verification_id: &str) -> Result<Option<Follow>, TooManyFollowers> {
+        match self.get(verification_id) {
+            Some(log) if !*self.stopping.borrow() => log.follow(),
+            _ => Ok(None),
+        }
+    }
+
     /// A new log for `verification_id` and the tap that feeds it.
     pub fn open(&self, verification_id: &str) -> crate::sandbox::OutputTap {
-        let log = Arc::new(LiveLog::new());
+        let log = Arc::new(LiveLog::new(self.stopping.clone()));
         self.logs
             .lock()
             .expect("the live log map is never poisoned")
@@ -154,7 +183,7 @@ mod tests {
         let tap = logs.open("v1");
         (tap.0)(b"early ");
         let log = logs.get("v1").unwrap();
-        let mut f = log.follow().unwrap().unwrap();
+        let mut f = logs.follow("v1").unwrap().unwrap();
         assert_eq!(f.head, b"early ");
         assert_eq!(f.skipped, 0);
         let mut stalled = log.follow().unwrap().unwrap();
@@ -180,6 +209,13 @@ mod tests {
         logs.settle("v1", Some(Status::Passed));
         assert!(log.follow().unwrap().is_none(), "settled: no live log");
         assert!(logs.get("v1").is_none());
+        assert!(logs.follow("v1").unwrap().is_none());
+        // A stopping daemon takes no new followers and tells the present ones.
+        let _tap = logs.open("v2");
+        let mut f = logs.follow("v2").unwrap().unwrap();
+        logs.stop_followers();
+        assert!(logs.follow("v2").unwrap().is_none());
+        f.stopping.wait_for(|s| *s).await.unwrap();
     }
 
     #[test]

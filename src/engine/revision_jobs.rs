@@ -323,10 +323,8 @@ impl RevisionJobs {
         self.ctx
             .authorize_job(actor, workspace_id, Permission::View)?;
         let (row, v) = self.load(workspace_id, job_id).await?;
-        if v.status == Status::Running
-            && let Some(live) = self.jobs.logs.get(&v.verification_id)
-        {
-            match live.follow() {
+        if v.status == Status::Running {
+            match self.jobs.logs.follow(&v.verification_id) {
                 Ok(Some(f)) => return Ok(Following::Live(f)),
                 Ok(None) => {}
                 Err(e) => return Err(ServiceError::exhausted_field("follow", e.to_string())),

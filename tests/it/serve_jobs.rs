@@ -430,6 +430,31 @@ fn a_follower_sees_output_while_the_job_runs_and_one_that_never_reads_does_not_s
 }
 
 #[test]
+fn a_stopping_daemon_ends_its_followers_first_and_then_cancels_the_job() {
+    if !docker() {
+        return;
+    }
+    let mut s = Server::start();
+    let j = submit(&s, ALICE, "ws1", &["sh", "-c", "echo up; sleep 120"], "s1");
+    wait_for(
+        || show(&s, ALICE, "ws1", &id(&j))["state"] == "running",
+        "the job runs",
+    );
+    let mut c = follow(&s, ALICE, &id(&j));
+    let mut seen = Vec::new();
+    assert!(read_until(&mut c, &mut seen, "up\n"));
+    assert_eq!(s.stop(), Some(0));
+    let _ = c.read_to_end(&mut seen);
+    let text = chunked_body(&seen);
+    assert!(
+        text.ends_with("up\n\n[airlock: the daemon is stopping; this follow ends here]\n"),
+        "the follower was told, rather than holding the drain open: {text}"
+    );
+    s.restart(None);
+    assert_eq!(show(&s, ALICE, "ws1", &id(&j))["state"], "cancelled");
+}
+
+#[test]
 fn one_busy_workspace_cannot_starve_another_and_its_queue_is_bounded() {
     if !docker() {
         return;
