@@ -142,6 +142,7 @@ impl RevisionJobs {
             labels,
             queued_at: keyed.at.clone(),
             started_at: None,
+            phases: None,
         };
         let started = self
             .jobs
@@ -189,6 +190,7 @@ impl RevisionJobs {
                 }
                 _ => None,
             },
+            phases: row.phases.filter(|_| v.status != Status::Running),
             job_id: row.job_id,
             workspace_id: row.workspace_id,
             revision: row.revision,

@@ -20,6 +20,8 @@ pub struct JobRow {
     pub labels: Vec<String>,
     pub queued_at: String,
     pub started_at: Option<String>,
+    /// Where a settled run's time went (read only; written when it settles).
+    pub phases: Option<crate::wire::jobs::JobPhases>,
 }
 
 /// What `job.list` filters on.
@@ -37,7 +39,8 @@ pub enum JobFilter {
 pub type JobWithRun = (JobRow, Verification);
 
 const SELECT: &str = "SELECT j.seq, j.job_id, j.workspace_id, j.verification_id, j.revision,
-        j.profile, j.labels, j.queued_at, j.started_at, v.record, v.queued, v.queued_reason, v.engine
+        j.profile, j.labels, j.queued_at, j.started_at, v.record, v.queued, v.queued_reason, v.engine,
+        v.phases
     FROM jobs j JOIN verifications v ON v.verification_id = j.verification_id";
 
 fn read(r: &rusqlite::Row<'_>) -> Result<JobWithRun, StoreError> {
@@ -56,6 +59,9 @@ fn read(r: &rusqlite::Row<'_>) -> Result<JobWithRun, StoreError> {
         })?,
         queued_at: r.get(7)?,
         started_at: r.get(8)?,
+        phases: r
+            .get::<_, Option<String>>(13)?
+            .and_then(|p| serde_json::from_str(&p).ok()),
     };
     let mut v = decode(&vid, &r.get::<_, String>(9)?)?;
     if v.status == Status::Running {

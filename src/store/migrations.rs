@@ -310,7 +310,8 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
             started_at TEXT
         );
         CREATE INDEX jobs_by_workspace ON jobs (workspace_id, seq);
-        CREATE INDEX jobs_unstarted ON jobs (started_at) WHERE started_at IS NULL;",
+        CREATE INDEX jobs_unstarted ON jobs (started_at) WHERE started_at IS NULL;
+        ALTER TABLE verifications ADD COLUMN phases TEXT;",
     ),
 ];
 

@@ -346,7 +346,24 @@ impl Store {
                 v.status.as_str()
             )));
         }
-        self.transition(v, Status::Running, v.status).await
+        self.transition(v, Status::Running, v.status, None).await
+    }
+
+    /// [`Store::settle`] with where the run's time went (shown by a job), in the same update.
+    pub async fn settle_with_phases(
+        &self,
+        v: &Verification,
+        phases: Option<crate::wire::jobs::JobPhases>,
+    ) -> Result<(), StoreError> {
+        if !v.status.is_terminal() {
+            return Err(StoreError::Conflict(format!(
+                "settle of {} to non-terminal status {}",
+                v.verification_id,
+                v.status.as_str()
+            )));
+        }
+        let phases = phases.map(|p| serde_json::to_string(&p).expect("phases serialize"));
+        self.transition(v, Status::Running, v.status, phases).await
     }
 
     async fn transition(
@@ -354,13 +371,15 @@ impl Store {
         v: &Verification,
         from: Status,
         to: Status,
+        phases: Option<String>,
     ) -> Result<(), StoreError> {
         let id = v.verification_id.clone();
         let record = serde_json::to_string(v).expect("a verification serializes");
         self.call(move |c| {
             let n = c.execute(
-                "UPDATE verifications SET status = ?1, record = ?2 WHERE verification_id = ?3 AND status = ?4",
-                params![to.as_str(), record, id, from.as_str()],
+                "UPDATE verifications SET status = ?1, record = ?2, phases = COALESCE(?5, phases)
+                 WHERE verification_id = ?3 AND status = ?4",
+                params![to.as_str(), record, id, from.as_str(), phases],
             )?;
             if n != 1 {
                 return Err(StoreError::Conflict(format!(

@@ -120,6 +120,17 @@ fn jobs_are_submitted_shown_listed_and_cancelled_and_bad_input_changes_nothing()
     assert_eq!(done["verification"]["output"], "base\n");
     assert!(done["started_at"].is_string());
     assert_eq!(done["verification"]["engine"], "local");
+    for phase in ["wait_for_engine_ms", "stage_ms", "run_ms", "check_ms"] {
+        assert!(done["phases"][phase].is_u64(), "{phase}: {done}");
+    }
+    assert_eq!(
+        done["phases"]["run_ms"],
+        done["verification"]["duration_ms"]
+    );
+    assert!(
+        j.get("phases").is_none(),
+        "no phases before it settles: {j}"
+    );
     // The same key and call answers the same job; the key with other parameters conflicts.
     let again = s.ok(
         ALICE,

@@ -475,7 +475,7 @@ impl Runner {
         let t_settle = Instant::now();
         self.data
             .store
-            .settle(&v)
+            .settle_with_phases(&v, Some(timings.phases(&v)))
             .await
             .map_err(|source| RunError::Settle {
                 verification_id: verification_id.clone(),
@@ -554,6 +554,7 @@ impl Runner {
             image_id: &p.spec.runtime.image_id,
             labels: &p.profile.engine_labels,
         };
+        let t_wait = Instant::now();
         let placed = match self
             .place_job(
                 &needs,
@@ -569,8 +570,10 @@ impl Runner {
                 return (StageTimings::default(), None);
             }
         };
+        let wait_us = t_wait.elapsed().as_micros() as u64;
         v.engine = Some(placed.engine.name.clone());
-        let timings = self.run_placed(&placed, p, v, cancel).await;
+        let mut timings = self.run_placed(&placed, p, v, cancel).await;
+        timings.wait_us = wait_us;
         (timings, Some(placed))
     }
 
@@ -709,8 +712,22 @@ impl Runner {
 /// Where staging time goes, for the log line (the benchmark reads it).
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct StageTimings {
+    pub(super) wait_us: u64,
     pub(super) stage_us: u64,
     pub(super) check_us: u64,
+}
+
+impl StageTimings {
+    /// Where a run's time went, as a job shows it.
+    fn phases(&self, v: &Verification) -> crate::wire::jobs::JobPhases {
+        let ms = |us: u64| us / 1000;
+        crate::wire::jobs::JobPhases {
+            wait_for_engine_ms: ms(self.wait_us),
+            stage_ms: ms(self.stage_us),
+            run_ms: v.duration_ms.unwrap_or(0),
+            check_ms: ms(self.check_us),
+        }
+    }
 }
 
 /// Settles `v` for a run that never reached a job end Airlock could classify.
