@@ -676,3 +676,99 @@ fn run_follow_prints_the_output_as_it_arrives_and_the_result_at_the_end() {
     assert_eq!(v["status"], "passed");
     assert_eq!(v["output"], "first\nsecond\n");
 }
+
+/// Racing submits over HTTP, released together (with a deterministic jitter) for many rounds:
+/// the queue bound is never exceeded, and one idempotency key never makes two jobs. Workflow
+/// logic only, so on the scripted fake runtime (`fake-hang` runs until cancelled).
+#[test]
+fn racing_submits_never_exceed_the_queue_bound_or_make_two_jobs_of_one_key() {
+    let extra = "max_concurrent_verifications = 1\n";
+    let mut s = Server::fake_with(extra);
+    with_ws1(&mut s, "max_queued_jobs = 3");
+    let hang = |key: &str| {
+        json!({"workspace_id": "ws1", "revision": "main", "argv": ["fake-hang"],
+               "timeout_seconds": 600, "idempotency_key": key})
+    };
+    let holder = s.ok(ALICE, "job.submit", hang("holder"))["job"].clone();
+    wait_for(
+        || show(&s, ALICE, "ws1", &id(&holder))["state"] == "running",
+        "the slot is held",
+    );
+    let addr = s.addr.clone();
+    for round in 0..20u64 {
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(7));
+        let mut threads = Vec::new();
+        for side in 0..7u64 {
+            let (barrier, addr) = (barrier.clone(), addr.clone());
+            // Six distinct keys and one repeat of side 0's key.
+            let key = format!("r{round}-{}", if side == 6 { 0 } else { side });
+            let body = hang(&key);
+            threads.push(std::thread::spawn(move || {
+                barrier.wait();
+                std::thread::sleep(Duration::from_micros((round * 7919 + side * 104_729) % 500));
+                call(&addr, Some(ALICE), "job.submit", &body)
+            }));
+        }
+        let answers: Vec<(u16, Value)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let mut accepted = std::collections::BTreeSet::new();
+        for (status, v) in &answers {
+            match *status {
+                200 => {
+                    accepted.insert(id(&v["job"]));
+                }
+                _ => assert!(
+                    matches!(
+                        v["error"]["code"].as_str(),
+                        Some("resource_exhausted" | "conflict")
+                    ),
+                    "round {round}: {v}"
+                ),
+            }
+        }
+        if answers[0].0 == 200 && answers[6].0 == 200 {
+            assert_eq!(
+                answers[0].1["job"]["job_id"], answers[6].1["job"]["job_id"],
+                "round {round}: one key, one job"
+            );
+        }
+        let queued = s.ok(
+            ALICE,
+            "job.list",
+            json!({"workspace_id": "ws1", "status": "queued"}),
+        );
+        let queued: Vec<String> = queued["jobs"].as_array().unwrap().iter().map(id).collect();
+        assert!(
+            queued.len() <= 3,
+            "round {round}: {} queued, the bound is 3",
+            queued.len()
+        );
+        assert_eq!(
+            queued
+                .iter()
+                .cloned()
+                .collect::<std::collections::BTreeSet<_>>(),
+            accepted,
+            "round {round}: every accepted job is queued, and only those"
+        );
+        for j in &queued {
+            s.ok(
+                ALICE,
+                "job.cancel",
+                json!({"workspace_id": "ws1", "job_id": j}),
+            );
+        }
+    }
+    let all = s.ok(
+        ALICE,
+        "job.list",
+        json!({"workspace_id": "ws1", "limit": 500}),
+    );
+    let keys: Vec<&str> = all["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["state"] == "queued")
+        .map(|j| j["job_id"].as_str().unwrap())
+        .collect();
+    assert!(keys.is_empty(), "every queued job was cancelled: {keys:?}");
+}
