@@ -98,11 +98,11 @@ raw_job() { # REPO NAME
 ms() { python3 -c 'import time; print(int(time.time()*1000))'; }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-bench() { # LABEL REPO
-  local label=$1 repo=$2 a=() r=()
+bench() { # LABEL SLUG REPO (SLUG names the raw run's volumes: [a-zA-Z0-9_.-] only)
+  local label=$1 slug=$2 repo=$3 a=() r=()
   for i in $(seq "$runs"); do
     t0=$(ms); "$bin" run --config "$work/airlock.toml" --data-dir "$data-airlock" --repo "$repo" --rev main -- true >/dev/null; t1=$(ms)
-    raw_job "$repo" "bench-$label-$i"; t2=$(ms)
+    raw_job "$repo" "bench-$slug-$i"; t2=$(ms)
     a+=($((t1 - t0))); r+=($((t2 - t1)))
   done
   am=$(printf '%s\n' "${a[@]}" | median); rm_=$(printf '%s\n' "${r[@]}" | median)
@@ -110,6 +110,6 @@ bench() { # LABEL REPO
 }
 
 make_repo "$work/small" 3
-bench "true, 3 files" "$work/small"
+bench "true, 3 files" small "$work/small"
 make_repo "$work/big" "$files"
-bench "true, $files files" "$work/big"
+bench "true, $files files" big "$work/big"

@@ -685,6 +685,56 @@ mod tests {
     }
 
     #[test]
+    fn one_batch_reads_every_blob_exactly_as_cat_file_does_and_stops_when_asked() {
+        let (_d, repo, head) = committed_repo(&[
+            ("empty", ""),
+            ("nl", "\n\n"),
+            ("text", "a line\nno newline at end"),
+        ]);
+        let mut oids: Vec<String> = repo
+            .tree_files(&head)
+            .unwrap()
+            .into_iter()
+            .map(|(_, e)| e.oid)
+            .collect();
+        oids.push(oids[1].clone());
+        let mut got = Vec::new();
+        repo.for_each_blob(&oids, |i, b| {
+            got.push((i, b));
+            Ok(())
+        })
+        .unwrap();
+        let want: Vec<_> = oids
+            .iter()
+            .enumerate()
+            .map(|(i, o)| (i, repo.read_blob(o).unwrap()))
+            .collect();
+        assert_eq!(got, want);
+        // The callback's refusal stops the read and is what comes back.
+        let mut seen = 0;
+        let stopped = repo.for_each_blob(&oids, |_, _| {
+            seen += 1;
+            Err(StagingError::Space("enough".into()))
+        });
+        assert!(
+            matches!(stopped, Err(StagingError::Space(_))),
+            "{stopped:?}"
+        );
+        assert_eq!(seen, 1);
+        // A missing object and a malformed id are git failures, never empty content.
+        let missing = repo.for_each_blob(&["0".repeat(oids[0].len())], |_, _| Ok(()));
+        assert!(
+            matches!(missing, Err(StagingError::Git { .. })),
+            "{missing:?}"
+        );
+        let malformed = repo.for_each_blob(&["HEAD".into()], |_, _| Ok(()));
+        assert!(
+            matches!(malformed, Err(StagingError::Git { .. })),
+            "{malformed:?}"
+        );
+    }
+
+    #[test]
     fn a_rewrite_keeping_size_and_mtime_within_the_second_is_still_a_change() {
         let (d, repo, head) = committed_repo(&[("a.txt", "hello\n"), ("b.txt", "same\n")]);
         let uid = nix::unistd::geteuid().as_raw();

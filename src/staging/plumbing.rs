@@ -383,6 +383,80 @@ impl Repo {
         Ok(run_git(cmd, &[0])?.1)
     }
 
+    /// The contents of `oids`, in order, through one `git cat-file --batch` (one process for
+    /// a whole tree rather than one per blob), each handed to `each` as it is read; `each`
+    /// returning an error stops the read (the child is killed) and returns it.
+    pub fn for_each_blob(
+        &self,
+        oids: &[String],
+        mut each: impl FnMut(usize, Vec<u8>) -> Result<(), StagingError>,
+    ) -> Result<(), StagingError> {
+        use std::io::BufRead;
+        let fail = |stderr: String| StagingError::Git {
+            args: "cat-file --batch".into(),
+            code: None,
+            stderr,
+        };
+        if let Some(bad) = oids.iter().find(|o| !is_oid(o)) {
+            return Err(fail(format!("not an object id: {bad:?}")));
+        }
+        let mut cmd = self.git();
+        cmd.args(["cat-file", "--batch"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| fail(format!("cannot run git: {e}")))?;
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        let input: Vec<u8> = oids
+            .iter()
+            .flat_map(|o| [o.as_bytes(), b"\n"].concat())
+            .collect();
+        let writer = std::thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
+        let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout is piped"));
+        let mut read = || -> Result<(), StagingError> {
+            let mut header = String::new();
+            for (i, oid) in oids.iter().enumerate() {
+                header.clear();
+                out.read_line(&mut header)
+                    .map_err(|e| fail(format!("reading {oid}: {e}")))?;
+                // "<oid> blob <size>" (anything else: missing, or not a blob).
+                let mut parts = header.split_whitespace();
+                let size = match (parts.next(), parts.next(), parts.next()) {
+                    (Some(got), Some("blob"), Some(size)) if got == oid => {
+                        size.parse::<usize>().ok()
+                    }
+                    _ => None,
+                }
+                .ok_or_else(|| fail(format!("{oid}: {:?}", header.trim_end())))?;
+                let mut content = vec![0u8; size];
+                out.read_exact(&mut content)
+                    .map_err(|e| fail(format!("reading {oid}: {e}")))?;
+                let mut newline = [0u8; 1];
+                out.read_exact(&mut newline)
+                    .map_err(|e| fail(format!("reading {oid}: {e}")))?;
+                each(i, content)?;
+            }
+            Ok(())
+        };
+        let result = read();
+        if result.is_err() {
+            let _ = child.kill();
+        }
+        drop(out);
+        let status = child.wait();
+        let _ = writer.join();
+        result?;
+        match status {
+            Ok(st) if st.success() => Ok(()),
+            Ok(st) => Err(fail(format!("exited with {st}"))),
+            Err(e) => Err(fail(e.to_string())),
+        }
+    }
+
     /// Writes `content` as a blob.
     pub fn write_blob(&self, content: &[u8]) -> Result<String, StagingError> {
         let mut cmd = self.git();

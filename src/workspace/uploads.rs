@@ -62,32 +62,47 @@ fn volume_spec(req: &StageRequest) -> Result<VolumeSpec, StagingError> {
 /// checkout leaves them unpopulated.
 fn read_tree(req: &StageRequest, spec: &VolumeSpec) -> Result<VolumeFiles, StagingError> {
     let (max_bytes, max_files) = (spec.disk_bytes, spec.inodes);
+    let entries: Vec<_> = req
+        .repo
+        .tree_files(&req.commit)?
+        .into_iter()
+        .filter(|(_, e)| {
+            matches!(
+                e.mode,
+                FileMode::Regular | FileMode::Executable | FileMode::Symlink
+            )
+        })
+        .collect();
+    if entries.len() as u64 > max_files {
+        return Err(StagingError::Space(format!(
+            "the tree does not fit the workspace's quota ({max_bytes} bytes, {max_files} files)"
+        )));
+    }
+    let oids: Vec<String> = entries.iter().map(|(_, e)| e.oid.clone()).collect();
     let mut files = VolumeFiles::new();
     let mut bytes = 0u64;
-    for (path, entry) in req.repo.tree_files(&req.commit)? {
-        let file = match entry.mode {
-            FileMode::Regular | FileMode::Executable => VolumeFile::File {
-                executable: entry.mode == FileMode::Executable,
-                bytes: req.repo.read_blob(&entry.oid)?,
-            },
-            FileMode::Symlink => VolumeFile::Symlink {
-                target: String::from_utf8(req.repo.read_blob(&entry.oid)?).map_err(|_| {
-                    StagingError::Volume(format!("{path}: a symlink target that is not UTF-8"))
-                })?,
-            },
-            FileMode::Gitlink | FileMode::Tree => continue,
-        };
-        bytes += match &file {
-            VolumeFile::File { bytes, .. } => bytes.len() as u64,
-            VolumeFile::Symlink { target } => target.len() as u64,
-        };
-        if bytes > max_bytes || files.len() as u64 >= max_files {
+    req.repo.for_each_blob(&oids, |i, content| {
+        let (path, entry) = &entries[i];
+        bytes += content.len() as u64;
+        if bytes > max_bytes {
             return Err(StagingError::Space(format!(
                 "the tree does not fit the workspace's quota ({max_bytes} bytes, {max_files} files)"
             )));
         }
-        files.insert(path, file);
-    }
+        let file = match entry.mode {
+            FileMode::Symlink => VolumeFile::Symlink {
+                target: String::from_utf8(content).map_err(|_| {
+                    StagingError::Volume(format!("{path}: a symlink target that is not UTF-8"))
+                })?,
+            },
+            mode => VolumeFile::File {
+                executable: mode == FileMode::Executable,
+                bytes: content,
+            },
+        };
+        files.insert(path.clone(), file);
+        Ok(())
+    })?;
     Ok(files)
 }
 
