@@ -194,10 +194,18 @@ pub fn audit(root: &Path) -> Result<(), OpenError> {
                 continue;
             }
             let path = entry.path();
-            let m = std::fs::symlink_metadata(&path).map_err(|source| OpenError::DataDir {
-                path: path.clone(),
-                source,
-            })?;
+            let m = match std::fs::symlink_metadata(&path) {
+                Ok(m) => m,
+                // Gone between the listing and now (SQLite removes its -shm and -wal files as
+                // the last connection closes): nothing there can be unsafe.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(source) => {
+                    return Err(OpenError::DataDir {
+                        path: path.clone(),
+                        source,
+                    });
+                }
+            };
             if check(&path, &m, depth)? && m.is_dir() {
                 walk(&path, depth + 1, check)?;
             }
