@@ -1,8 +1,11 @@
 //! The verification pipeline: validate, resolve the spec, insert `running`, stage, run, destroy,
 //! check the sources, write the artifact, settle, clean up.
 
+mod error;
 mod placement;
 mod resume;
+
+pub use error::RunError;
 
 use super::environment::EnvironmentSpec;
 use super::pool::{Needs, Placed, PoolEngine};
@@ -13,8 +16,8 @@ use crate::engine::crash;
 use crate::engine::error::Refusal;
 use crate::ids;
 use crate::limits;
-use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity, SandboxError};
-use crate::staging::{self, Repo, StagingError};
+use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity};
+use crate::staging::{self, Repo};
 use crate::verification::{self, Status, Verification};
 use crate::workspace::{HarvestLimits, Harvested, JobWorkspace};
 use std::path::PathBuf;
@@ -108,114 +111,6 @@ impl Started {
     pub fn streaming(mut self, tap: crate::sandbox::OutputTap) -> Started {
         self.p.output = Some(tap);
         self
-    }
-}
-
-/// Why a run did not produce a settled verification.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// Refused before anything ran or was recorded, naming the field when it is about one.
-    #[error("{0}")]
-    Refused(Refusal),
-    /// Refused because the host is short of a resource (disk space); nothing ran.
-    #[error("{0}")]
-    Exhausted(Refusal),
-    /// Recording conflicted with a durable idempotency binding; nothing new was recorded.
-    #[error("{0}")]
-    Conflict(String),
-    /// git failed while the revision was resolved (not: the revision does not exist).
-    #[error("resolving the revision: {0}")]
-    Git(#[source] StagingError),
-    /// The container engine failed while the image was resolved (not: the image is not built).
-    #[error("resolving the image: {0}")]
-    Runtime(#[source] SandboxError),
-    /// A host operation failed before anything was recorded (the data dir's free space, the
-    /// worker lock): a malfunction, not a refusal of the request.
-    #[error("{what}: {source}")]
-    Host {
-        what: &'static str,
-        #[source]
-        source: std::io::Error,
-    },
-    /// Something that cannot happen did (a fresh creation key already locked).
-    #[error("{0}")]
-    Invariant(&'static str),
-    /// The store failed to record the `running` row; nothing ran.
-    #[error("cannot record the verification: {0}")]
-    Record(#[source] crate::store::StoreError),
-    /// The store failed to settle a verification whose artifact is durable; recovery will
-    /// settle it from the artifact.
-    #[error("cannot settle {verification_id}: {source}")]
-    Settle {
-        verification_id: String,
-        #[source]
-        source: crate::store::StoreError,
-    },
-}
-
-impl RunError {
-    /// Whether Airlock malfunctioned (as opposed to refusing the request or losing a race).
-    pub fn is_malfunction(&self) -> bool {
-        match self {
-            RunError::Refused(_) | RunError::Exhausted(_) | RunError::Conflict(_) => false,
-            RunError::Git(_)
-            | RunError::Runtime(_)
-            | RunError::Host { .. }
-            | RunError::Invariant(_)
-            | RunError::Record(_)
-            | RunError::Settle { .. } => true,
-        }
-    }
-
-    fn refused(field: &str, message: impl std::fmt::Display) -> RunError {
-        RunError::Refused(Refusal::about(field, message.to_string()))
-    }
-
-    /// A git failure: a refusal when it is about what the request named (no repository there,
-    /// no such revision), a malfunction otherwise.
-    fn from_git(e: StagingError) -> RunError {
-        match e {
-            StagingError::NotARepository { .. } => RunError::refused("repo", e),
-            StagingError::UnknownRevision { .. } | StagingError::InvalidRevision(_) => {
-                RunError::refused("rev", e)
-            }
-            StagingError::Git { .. }
-            | StagingError::OutputTooLarge { .. }
-            | StagingError::Space(_)
-            | StagingError::Volume(_)
-            | StagingError::TreeReplaced { .. }
-            | StagingError::Io { .. } => RunError::Git(e),
-        }
-    }
-
-    /// An image lookup failure: a refusal when the profile's image is not built, a
-    /// malfunction otherwise.
-    fn from_image(e: SandboxError) -> RunError {
-        match e {
-            SandboxError::ImageMissing { .. } => RunError::refused("profile", e),
-            e => RunError::Runtime(e),
-        }
-    }
-}
-
-impl From<RunError> for crate::engine::error::ServiceError {
-    fn from(e: RunError) -> Self {
-        use crate::engine::error::Internal;
-        use crate::engine::error::ServiceError;
-        let internal = |i: Internal| ServiceError::Internal(std::sync::Arc::new(i));
-        match e {
-            RunError::Refused(r) => ServiceError::FailedPrecondition(r),
-            RunError::Exhausted(r) => ServiceError::ResourceExhausted(r),
-            RunError::Conflict(m) => ServiceError::Conflict(m),
-            RunError::Git(e) => internal(Internal::Git(e)),
-            RunError::Runtime(e) => internal(Internal::Runtime(e)),
-            RunError::Host { what, source } => internal(Internal::Io {
-                what: what.to_string(),
-                source,
-            }),
-            RunError::Invariant(m) => internal(Internal::Invariant(m.to_string())),
-            RunError::Record(s) | RunError::Settle { source: s, .. } => ServiceError::from(s),
-        }
     }
 }
 
@@ -735,101 +630,4 @@ pub(super) fn unfinished(v: &mut Verification, why: Unfinished) {
     let (status, reason) = why.settle();
     v.status = status;
     v.error = Some(reason);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_malfunction_is_internal_never_a_refusal_or_a_conflict() {
-        use crate::store::StoreError;
-        let cases = [
-            (
-                RunError::refused("argv", "argv is empty"),
-                false,
-                "failed_precondition",
-            ),
-            (
-                RunError::Exhausted("disk".into()),
-                false,
-                "resource_exhausted",
-            ),
-            (RunError::Conflict("key".into()), false, "conflict"),
-            (
-                RunError::Host {
-                    what: "creating the worker lock",
-                    source: std::io::Error::other("EIO"),
-                },
-                true,
-                "internal",
-            ),
-            (RunError::Record(StoreError::Closed), true, "internal"),
-            (
-                RunError::from_git(StagingError::Git {
-                    args: "rev-parse".into(),
-                    code: Some(128),
-                    stderr: "fatal: bad object".into(),
-                }),
-                true,
-                "internal",
-            ),
-            (
-                RunError::from_git(StagingError::UnknownRevision {
-                    rev: "nope".into(),
-                    repo: "/r".into(),
-                }),
-                false,
-                "failed_precondition",
-            ),
-            (
-                RunError::from_image(SandboxError::ImageMissing {
-                    image: "airlock-default".into(),
-                }),
-                false,
-                "failed_precondition",
-            ),
-            (
-                RunError::from_image(SandboxError::Unreachable {
-                    endpoint: "unix:///var/run/docker.sock".into(),
-                    message: "connection refused".into(),
-                }),
-                true,
-                "internal",
-            ),
-            (
-                RunError::Invariant("a fresh key is locked"),
-                true,
-                "internal",
-            ),
-            (
-                RunError::Settle {
-                    verification_id: "ver_1".into(),
-                    source: StoreError::Closed,
-                },
-                true,
-                "internal",
-            ),
-        ];
-        let field = |e: &RunError| {
-            crate::engine::error::ServiceError::from(match e {
-                RunError::Refused(r) => RunError::Refused(r.clone()),
-                _ => RunError::Conflict(String::new()),
-            })
-            .field()
-            .map(str::to_string)
-        };
-        assert_eq!(field(&cases[0].0).as_deref(), Some("argv"));
-        assert_eq!(field(&cases[6].0).as_deref(), Some("rev"));
-        assert_eq!(field(&cases[7].0).as_deref(), Some("profile"));
-        for (e, malfunction, code) in cases {
-            assert_eq!(e.is_malfunction(), malfunction, "{e}");
-            let text = e.to_string();
-            assert_eq!(
-                crate::engine::error::ServiceError::from(e).code(),
-                code,
-                "{text}"
-            );
-        }
-    }
 }
