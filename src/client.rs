@@ -13,6 +13,52 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(120);
 /// Largest answer read.
 pub const MAX_RESPONSE_BYTES: u64 = 256 * 1024 * 1024;
 
+/// Exit code of `airlock call` when the daemon could not be reached or did not answer in time:
+/// the same as `unavailable`, so a script retries either.
+pub const EXIT_RETRY: u8 = 7;
+
+/// Why a call got no answer to print.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// Connection refused or reset, host not found, or no answer within [`CALL_TIMEOUT`]:
+    /// retrying may succeed.
+    #[error("{0}")]
+    Unreachable(String),
+    /// A usage or protocol error: retrying the same call will not help.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl CallError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CallError::Unreachable(_) => EXIT_RETRY,
+            CallError::Failed(_) => 1,
+        }
+    }
+}
+
+/// Whether a transport error means the daemon was not there (or too slow), not that the call
+/// was wrong.
+fn unreachable(e: &ureq::Error) -> bool {
+    use std::io::ErrorKind as K;
+    match e {
+        ureq::Error::Timeout(_) | ureq::Error::HostNotFound | ureq::Error::ConnectionFailed => true,
+        ureq::Error::Io(io) => matches!(
+            io.kind(),
+            K::ConnectionRefused
+                | K::ConnectionReset
+                | K::ConnectionAborted
+                | K::NotConnected
+                | K::TimedOut
+                | K::UnexpectedEof
+                | K::BrokenPipe
+                | K::AddrNotAvailable
+        ),
+        _ => false,
+    }
+}
+
 /// Exit codes of `airlock call`, by the error envelope's code.
 pub fn exit_code(code: &str) -> u8 {
     match code {
@@ -66,13 +112,21 @@ pub fn read_body(arg: Option<&str>) -> Result<Value, String> {
 }
 
 /// Posts `body` to `method`; returns the HTTP status and the JSON answer.
-pub fn call(url: &str, token: &str, method: &str, body: &Value) -> Result<(u16, Value), String> {
+pub fn call(url: &str, token: &str, method: &str, body: &Value) -> Result<(u16, Value), CallError> {
     let base = url.trim_end_matches('/');
     if !base.starts_with("http://") {
-        return Err(format!(
+        return Err(CallError::Failed(format!(
             "--url {url}: only http:// is supported (put a TLS proxy in front of airlock serve)"
-        ));
+        )));
     }
+    let transport = |what: &str, e: ureq::Error| {
+        let msg = format!("{base}: {what}{e}");
+        if unreachable(&e) {
+            CallError::Unreachable(format!("{msg} (is airlock serve running there?)"))
+        } else {
+            CallError::Failed(msg)
+        }
+    };
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(CALL_TIMEOUT))
@@ -83,16 +137,17 @@ pub fn call(url: &str, token: &str, method: &str, body: &Value) -> Result<(u16, 
         .header("Authorization", &format!("Bearer {token}"))
         .header("Content-Type", "application/json")
         .send(body.to_string())
-        .map_err(|e| format!("{base}: {e}"))?;
+        .map_err(|e| transport("", e))?;
     let status = resp.status().as_u16();
     let text = resp
         .body_mut()
         .with_config()
         .limit(MAX_RESPONSE_BYTES)
         .read_to_string()
-        .map_err(|e| format!("{base}: reading the answer: {e}"))?;
-    let v = serde_json::from_str(&text)
-        .map_err(|e| format!("{base}: the answer is not JSON ({e}): {text:.200}"))?;
+        .map_err(|e| transport("reading the answer: ", e))?;
+    let v = serde_json::from_str(&text).map_err(|e| {
+        CallError::Failed(format!("{base}: the answer is not JSON ({e}): {text:.200}"))
+    })?;
     Ok((status, v))
 }
 
@@ -135,5 +190,26 @@ mod tests {
         assert_eq!(exit_code("failed_precondition"), 5);
         assert_eq!(exit_code("unavailable"), 7);
         assert_eq!(exit_code("internal"), 1);
+    }
+
+    #[test]
+    fn a_refused_connection_is_a_retry_and_a_bad_url_is_not() {
+        // A port nothing listens on: bind one, then close it.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let e = call(
+            &format!("http://127.0.0.1:{port}"),
+            "t",
+            "claim.list",
+            &serde_json::json!({}),
+        )
+        .unwrap_err();
+        assert_eq!(e.exit_code(), EXIT_RETRY, "{e}");
+        assert!(e.to_string().contains("is airlock serve running"), "{e}");
+        let e = call("https://x", "t", "claim.list", &serde_json::json!({})).unwrap_err();
+        assert_eq!(e.exit_code(), 1, "{e}");
     }
 }

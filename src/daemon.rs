@@ -153,6 +153,10 @@ impl Daemon {
                 None => ctx,
             },
         };
+        ctx.metrics.initialize(
+            config.profiles.keys().map(String::as_str),
+            ctx.pool.engines().iter().map(|e| e.name.as_str()),
+        );
         let service = Arc::new(Service::new(ctx, admission));
         let open_files = crate::api::server::raise_fd_limit(config.max_connections)
             .map_err(StartError::Refused)?;
@@ -277,6 +281,12 @@ impl Daemon {
                 unsettled,
                 "verifications still running at exit; recovery will settle them"
             );
+        }
+        // Everything committed moves into airlock.db, so the file alone is the data.
+        match self.service.ctx.data.store.checkpoint().await {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!("the WAL checkpoint at shutdown was held off by a reader"),
+            Err(e) => tracing::error!(error = %e, "the WAL checkpoint at shutdown failed"),
         }
         match self.service.persistence_failure() {
             Some(failure) => {

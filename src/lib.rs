@@ -7,6 +7,7 @@
 pub mod api;
 pub mod apply;
 pub mod artifacts;
+pub mod backup;
 pub mod beneath;
 pub mod candidate;
 pub mod canonical;

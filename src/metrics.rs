@@ -1,5 +1,10 @@
-//! Prometheus metrics (`GET /metrics`, text format), on an explicit registry owned by the
-//! daemon's [`crate::engine::Context`]: no global state, so tests and embedders get their own.
+//! Prometheus metrics (`GET /metrics`, OpenMetrics 1.0 text served as
+//! [`CONTENT_TYPE`]), on an explicit registry owned by the daemon's [`crate::engine::Context`]:
+//! no global state, so tests and embedders get their own.
+//!
+//! Every label value known in advance (recovery kinds, the configured profiles' statuses, the
+//! configured engines) is created at zero when the daemon starts, so each documented family has
+//! samples from the first scrape and `rate()` sees the first increment.
 //!
 //! Event metrics are recorded where the event happens (the runner, the worker pool, recovery,
 //! the HTTP layer); state gauges (candidates, proposals and transactions by state, claims
@@ -69,6 +74,42 @@ fn seconds() -> Histogram {
 fn short_seconds() -> Histogram {
     Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
 }
+
+/// The content type of [`Metrics::encode`]'s body: the encoder writes OpenMetrics (`# EOF`,
+/// counter families whose samples end in `_total`), which Prometheus' classic text parser
+/// would misread.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The kinds `airlock_recovery_actions_total` counts, besides `transaction_<state>` for each
+/// state recovery settles an apply in ([`RECOVERED_TX_STATES`]).
+pub const RECOVERY_KINDS: [&str; 8] = [
+    "restored_from_artifact",
+    "marked_error",
+    "quarantined",
+    "container_destroyed",
+    "checkout_removed",
+    "temp_file_removed",
+    "lock_file_removed",
+    "result_expired",
+];
+
+/// The kinds `airlock_artifact_write_seconds` times.
+pub const ARTIFACT_KINDS: [&str; 1] = ["verification"];
+
+/// The HTTP labels created at zero (code 200): the probes and the scrape, which every daemon
+/// answers; the API methods' samples appear with their first request.
+pub const PROBE_LABELS: [&str; 3] = ["healthz", "readyz", "metrics"];
+
+/// The states apply recovery can leave a transaction in.
+pub const RECOVERED_TX_STATES: [crate::domain::transaction::TxState; 4] = {
+    use crate::domain::transaction::TxState;
+    [
+        TxState::Applied,
+        TxState::Cancelled,
+        TxState::Failed,
+        TxState::NeedsAttention,
+    ]
+};
 
 /// Every metric of one daemon.
 pub struct Metrics {
@@ -317,7 +358,72 @@ impl Metrics {
         }
     }
 
-    /// The registry in Prometheus' text format.
+    /// Creates at zero every sample whose labels are known before any work: recovery kinds,
+    /// each profile's terminal statuses, each engine's counters and gauges.
+    pub fn initialize<'a>(
+        &self,
+        profiles: impl IntoIterator<Item = &'a str>,
+        engines: impl IntoIterator<Item = &'a str>,
+    ) {
+        use crate::domain::verification::Status;
+        for kind in RECOVERY_KINDS {
+            let _ = self.recovery_actions.get_or_create(&KindLabel {
+                kind: kind.to_string(),
+            });
+        }
+        for st in RECOVERED_TX_STATES {
+            let _ = self.recovery_actions.get_or_create(&KindLabel {
+                kind: format!("transaction_{}", st.as_str()),
+            });
+        }
+        for kind in ARTIFACT_KINDS {
+            let _ = self.artifact_write_seconds.get_or_create(&KindLabel {
+                kind: kind.to_string(),
+            });
+        }
+        for probe in PROBE_LABELS {
+            let _ = self.http_requests.get_or_create(&HttpLabels {
+                method: probe.to_string(),
+                code: "200".to_string(),
+            });
+            let _ = self.http_seconds.get_or_create(&MethodLabel {
+                method: probe.to_string(),
+            });
+        }
+        let terminal = || Status::ALL.into_iter().filter(|s| *s != Status::Running);
+        for profile in profiles {
+            let label = ProfileLabel {
+                profile: profile.to_string(),
+            };
+            let _ = self.verification_seconds.get_or_create(&label);
+            for status in terminal() {
+                let _ = self.verifications.get_or_create(&ProfileStatus {
+                    profile: profile.to_string(),
+                    status: status.as_str().to_string(),
+                });
+            }
+        }
+        for engine in engines {
+            let label = EngineLabel {
+                engine: engine.to_string(),
+            };
+            let _ = self.engine_running.get_or_create(&label);
+            let _ = self.engine_up.get_or_create(&label);
+            let _ = self.engine_failures.get_or_create(&label);
+            let _ = self.engine_upload_bytes.get_or_create(&label);
+            let _ = self.engine_upload_seconds.get_or_create(&label);
+            let _ = self.engine_readback_bytes.get_or_create(&label);
+            let _ = self.engine_readback_seconds.get_or_create(&label);
+            for status in terminal() {
+                let _ = self.engine_verifications.get_or_create(&EngineStatus {
+                    engine: engine.to_string(),
+                    status: status.as_str().to_string(),
+                });
+            }
+        }
+    }
+
+    /// The registry as OpenMetrics text (serve it as [`CONTENT_TYPE`]).
     pub fn encode(&self) -> String {
         let mut out = String::new();
         let r = self.registry.lock().expect("never poisoned");
@@ -365,6 +471,7 @@ mod tests {
     #[test]
     fn an_emptied_state_reads_zero_and_every_family_is_exported() {
         let m = Metrics::new();
+        m.initialize(["default"], ["local"]);
         let known = KnownStates::all();
         let mut g = crate::store::gauges::Gauges {
             proposals: vec![("in_review".into(), 3)],
@@ -397,6 +504,19 @@ mod tests {
             "airlock_contentions_open",
         ] {
             assert!(text.contains(name), "{name} missing:\n{text}");
+        }
+        // Families with labels have their known samples at zero from the start.
+        for name in [
+            "airlock_http_requests",
+            "airlock_artifact_write_seconds",
+            "airlock_recovery_actions",
+            "airlock_verifications",
+            "airlock_engine_up",
+        ] {
+            assert!(
+                text.contains(&format!("# TYPE {name} ")),
+                "{name} missing:\n{text}"
+            );
         }
     }
 }

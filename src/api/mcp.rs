@@ -116,13 +116,18 @@ impl Tools {
 
 impl ServerHandler for Tools {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
-            "Airlock's governed path for agents: evidence, claims, proposals, votes, reviews, \
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(rmcp::model::Implementation::new(
+                "airlock",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions(
+                "Airlock's governed path for agents: evidence, claims, proposals, votes, reviews, \
              previews, validations and (for members with apply) applies and transactions. \
              Each tool is the API method of the same name; identity is the bearer token of the \
              HTTP request, and the list holds only the tools that token may call. Human gates \
              are not tools. A refusal answers isError with {error: {code, message}}.",
-        )
+            )
     }
 
     async fn list_tools(
@@ -152,6 +157,70 @@ impl ServerHandler for Tools {
         };
         Ok(result.into())
     }
+}
+
+/// Largest transport error text carried into the JSON envelope.
+const MAX_TRANSPORT_ERROR_BYTES: usize = 64 * 1024;
+
+/// In front of the transport: every request (`initialize` included) needs a known bearer
+/// token, refused with the API's JSON envelope and `WWW-Authenticate`; and the transport's own
+/// refusals (a wrong `Accept`, an unknown session, a malformed message), which it answers in
+/// plain text, are rewritten into that envelope with the same status.
+pub async fn guard(
+    axum::extract::State(st): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let request_id = super::hygiene::request_id(&req);
+    let known = bearer(req.headers()).and_then(|t| {
+        authenticate(&st.service.ctx.config, t)
+            .map(|_| ())
+            .ok_or_else(|| ServiceError::Unauthenticated("unknown bearer token".into()))
+    });
+    if let Err(e) = known {
+        let mut resp = super::ApiError(e, request_id).into_response();
+        resp.headers_mut().insert(
+            axum::http::header::WWW_AUTHENTICATE,
+            axum::http::HeaderValue::from_static("Bearer"),
+        );
+        return resp;
+    }
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !status.is_client_error() && !status.is_server_error() || is_json {
+        return resp;
+    }
+    let text = axum::body::to_bytes(resp.into_body(), MAX_TRANSPORT_ERROR_BYTES)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let code = match status.as_u16() {
+        401 => "unauthenticated",
+        403 => "permission_denied",
+        404 => "not_found",
+        405 => "method_not_allowed",
+        409 => "conflict",
+        413 => "resource_exhausted",
+        503 => "unavailable",
+        500.. => "internal",
+        _ => "invalid_argument",
+    };
+    let message = if text.is_empty() {
+        format!("MCP transport: HTTP {status}")
+    } else {
+        format!("MCP transport: {text}")
+    };
+    let mut body = serde_json::json!({"error": {"code": code, "message": message}});
+    if let Some(id) = request_id {
+        body["error"]["request_id"] = serde_json::json!(id);
+    }
+    (status, axum::Json(body)).into_response()
 }
 
 /// The `/mcp` service. The largest agent method's body limit bounds a message; the bearer token

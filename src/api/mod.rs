@@ -163,7 +163,14 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(openapi_json))
         .route("/api/v1/{method}", post(call))
         .route("/api/v1/jobs/{job_id}/log", get(job_log::job_log))
-        .nest_service("/mcp", mcp::service(state.clone()))
+        .merge(
+            Router::new()
+                .nest_service("/mcp", mcp::service(state.clone()))
+                .layer(axum::middleware::from_fn_with_state(
+                    state.clone(),
+                    mcp::guard,
+                )),
+        )
         .merge(ui::router());
     // `/metrics` is on this listener unless the config gives it its own.
     let routes = if state.service.ctx.config.metrics_listen.is_none() {
@@ -189,7 +196,7 @@ pub fn metrics_router(state: AppState) -> Router {
     hygiene::wrap(routes)
 }
 
-/// `GET /metrics`: Prometheus' text format; the state gauges are read from SQLite now.
+/// `GET /metrics`: OpenMetrics text ([`crate::metrics::CONTENT_TYPE`]); the state gauges are read from SQLite now.
 /// Unauthenticated, like the probes: it holds counts, never names, ids or content.
 async fn metrics(State(st): State<AppState>) -> Response {
     let ctx = &st.service.ctx;
@@ -210,7 +217,7 @@ async fn metrics(State(st): State<AppState>) -> Response {
     (
         [(
             axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
+            crate::metrics::CONTENT_TYPE,
         )],
         ctx.metrics.encode(),
     )
@@ -423,7 +430,10 @@ async fn handle(
     let limit = body_limit(method, &st.service.ctx.config).ok_or_else(|| {
         ServiceError::NotFound(match seed::unknown_method(method) {
             Some(hint) => format!("unknown method {method:?}: {hint}"),
-            None => format!("unknown method {method:?}"),
+            None => match methods::suggestion(method) {
+                Some(hint) => format!("unknown method {method:?}; {hint}"),
+                None => format!("unknown method {method:?}"),
+            },
         })
     })?;
     let body_timeout = st.service.ctx.config.body_read_timeout;

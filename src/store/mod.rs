@@ -140,6 +140,17 @@ impl Store {
         rrx.await.map_err(|_| StoreError::Closed)?
     }
 
+    /// Moves every committed page from the WAL into `airlock.db` and truncates the WAL (at a
+    /// clean shutdown, so the database file alone holds the data). Returns whether the
+    /// checkpoint completed (false: another connection was reading; the WAL stays valid).
+    pub async fn checkpoint(&self) -> Result<bool, StoreError> {
+        self.call(|c| {
+            let busy: i64 = c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
+            Ok(busy == 0)
+        })
+        .await
+    }
+
     /// This data dir's instance id (created on first open, then fixed).
     pub async fn instance_id(&self) -> Result<String, StoreError> {
         self.call(|c| {

@@ -165,6 +165,7 @@ fn help_describes_every_flag() {
         vec!["verification", "show", "--help"],
         vec!["call", "--help"],
         vec!["doctor", "--help"],
+        vec!["backup", "--help"],
     ] {
         let o = airlock(&args);
         assert!(o.status.success(), "{args:?}");
@@ -389,6 +390,12 @@ fn airlock_call_reaches_every_method_and_maps_error_codes_to_exit_codes() {
     assert_eq!(code, Some(3));
     let (code, _, _) = call(Some(ALICE), &["no.such_method"]);
     assert_eq!(code, Some(4));
+    // A typo gets the nearest name; a wrong verb, the noun's methods.
+    let (code, _, err) = call(Some(ALICE), &["claim.aquire", body]);
+    assert_eq!(code, Some(4));
+    assert!(err.contains("did you mean claim.acquire?"), "{err}");
+    let (_, _, err) = call(Some(ALICE), &["proposal.show"]);
+    assert!(err.contains("proposal.get"), "{err}");
     let (code, _, _) = call(
         Some(ALICE),
         &[
@@ -407,7 +414,7 @@ fn airlock_call_reaches_every_method_and_maps_error_codes_to_exit_codes() {
     let (code, _, err) = call(Some(ALICE), &["claim.list", "[1]"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("BODY"), "{err}");
-    // Nobody listening.
+    // Nobody listening: 7, retry (as for unavailable).
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
@@ -416,5 +423,29 @@ fn airlock_call_reaches_every_method_and_maps_error_codes_to_exit_codes() {
         .env("AIRLOCK_TOKEN", ALICE)
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is airlock serve running"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// One exit-code table, in `airlock --help`, covers every code any command returns.
+#[test]
+fn help_has_one_exit_code_table_for_every_command() {
+    let o = airlock(&["--help"]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let table = &text[text.find("Exit codes (every command):").expect("the table")..];
+    for code in 0..=7 {
+        assert!(
+            table
+                .lines()
+                .any(|l| l.trim_start().starts_with(&format!("{code}  "))),
+            "exit code {code} is not in the table:\n{table}"
+        );
+    }
+    let call = airlock(&["call", "--help"]);
+    let call = String::from_utf8_lossy(&call.stdout);
+    assert!(call.contains("airlock --help"), "{call}");
 }

@@ -20,6 +20,7 @@ mod runner;
 mod serve_access;
 mod serve_apply;
 mod serve_assembly;
+mod serve_backup;
 mod serve_claim_ends;
 mod serve_claims;
 mod serve_contentions;

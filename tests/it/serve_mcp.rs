@@ -134,10 +134,69 @@ fn the_python_client_lists_the_agent_tools_and_its_calls_are_the_apis_calls() {
     refused(&alice["not_a_tool"], "not_found");
     refused(&alice["human_only"], "not_found");
     refused(&sessions[1]["acquire"], "permission_denied");
-    refused(&sessions[2]["show"], "unauthenticated");
+    // Without a known token nothing is served, not even `initialize`.
+    assert!(sessions[2]["refused"].is_string(), "{}", sessions[2]);
+    assert_eq!(alice["server"]["name"], "airlock");
+    assert_eq!(alice["server"]["version"], env!("CARGO_PKG_VERSION"));
     // Nothing the refused calls named exists.
     let claims = s.ok(ALICE, "claim.list", json!({"workspace_id": "ws1"}));
     assert_eq!(claims["claims"].as_array().unwrap().len(), 1, "{claims}");
+}
+
+/// The transport's refusals carry the API's JSON envelope: a missing or unknown token (at
+/// `initialize`, with `WWW-Authenticate`), a wrong `Accept`, an unknown session.
+#[test]
+fn mcp_refusals_are_the_apis_json_envelope() {
+    use crate::support::http::exchange;
+    let s = Server::fake_governed();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "t", "version": "1"}}})
+    .to_string();
+    let both = ("Accept", "application/json, text/event-stream");
+    let json_ct = ("Content-Type", "application/json");
+    type Case<'a> = (Option<&'a str>, Vec<(&'a str, &'a str)>, u16, &'a str);
+    let cases: [Case; 4] = [
+        (None, vec![both, json_ct], 401, "unauthenticated"),
+        (
+            Some("not-a-token"),
+            vec![both, json_ct],
+            401,
+            "unauthenticated",
+        ),
+        (
+            Some(ALICE),
+            vec![("Accept", "text/plain"), json_ct],
+            406,
+            "invalid_argument",
+        ),
+        (
+            Some(ALICE),
+            vec![both, json_ct, ("Mcp-Session-Id", "no-such-session")],
+            404,
+            "not_found",
+        ),
+    ];
+    for (token, mut headers, status, code) in cases {
+        let auth = token.map(|t| format!("Bearer {t}"));
+        if let Some(a) = &auth {
+            headers.push(("Authorization", a));
+        }
+        let (got, head, body) =
+            exchange(&s.addr, "POST", "/mcp", &headers, init.as_bytes()).unwrap();
+        let text = String::from_utf8_lossy(&body);
+        assert_eq!(got, status, "{token:?} {headers:?}: {text}");
+        let v: Value = serde_json::from_slice(&body).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert_eq!(v["error"]["code"], code, "{v}");
+        assert!(!v["error"]["message"].as_str().unwrap().is_empty());
+        if status == 401 {
+            assert!(
+                head.iter()
+                    .any(|(k, v)| k == "www-authenticate" && v == "Bearer"),
+                "{head:?}"
+            );
+        }
+    }
 }
 
 /// One session of `token` making one call; (the tools it was offered, the call's result).
@@ -187,11 +246,15 @@ fn agents_drive_the_governed_path_to_an_apply_with_the_tools_their_tokens_allow(
             {"token": "not-a-token", "calls": []},
         ]),
     );
-    let (alice, bob, run, anonymous) = (
+    let (alice, bob, run) = (
         names(listed[0]["tools"].as_array().unwrap()),
         names(listed[1]["tools"].as_array().unwrap()),
         names(listed[2]["tools"].as_array().unwrap()),
-        names(listed[3]["tools"].as_array().unwrap()),
+    );
+    assert!(
+        listed[3]["refused"].is_string(),
+        "no token, no session: {}",
+        listed[3]
     );
     for t in [
         "patch.validate",
@@ -226,7 +289,7 @@ fn agents_drive_the_governed_path_to_an_apply_with_the_tools_their_tokens_allow(
     ] {
         assert!(run.contains(&t), "a run lacks {t}: {run:?}");
     }
-    for (who, list) in [("bob", &bob), ("a run", &run), ("no token", &anonymous)] {
+    for (who, list) in [("bob", &bob), ("a run", &run)] {
         for t in [
             "patch.apply",
             "transaction.control",

@@ -190,3 +190,95 @@ fn metrics_listen_serves_metrics_on_its_own_address_only() {
         "not on the API listener when metrics_listen is set"
     );
 }
+
+/// The names of the metric families the README documents (every backticked `airlock_...`).
+fn documented_families() -> std::collections::BTreeSet<String> {
+    let readme = include_str!("../../README.md");
+    let mut out = std::collections::BTreeSet::new();
+    for quoted in readme.split('`').skip(1).step_by(2) {
+        let Some(name) = quoted.strip_prefix("airlock_") else {
+            continue;
+        };
+        let name: String = name
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+            .collect();
+        if !name.is_empty() {
+            out.insert(format!("airlock_{name}"));
+        }
+    }
+    out
+}
+
+/// The first scrape of a daemon that has done nothing, read by the Prometheus project's own
+/// OpenMetrics parser: the content type says OpenMetrics, the body parses, every family the
+/// README documents is there, and the ones whose labels are known in advance have their zero
+/// samples (so the first increment is a visible change, not a new series).
+#[test]
+fn the_first_scrape_is_valid_openmetrics_with_every_documented_family() {
+    let s = Server::fake_with("");
+    let dir = tempfile::tempdir().unwrap();
+    let out = crate::support::python_json(
+        "openmetrics_scrape.py",
+        dir.path(),
+        &json!({"url": format!("http://{}/metrics", s.addr)}),
+    );
+    assert_eq!(
+        out["content_type"],
+        json!(airlock::metrics::CONTENT_TYPE),
+        "{out}"
+    );
+    let families = out["families"].as_object().unwrap();
+    let documented = documented_families();
+    assert!(documented.len() >= 25, "{documented:?}");
+    for name in &documented {
+        // OpenMetrics names a counter family without its samples' `_total`.
+        let family = name.strip_suffix("_total").unwrap_or(name);
+        assert!(
+            families.contains_key(family),
+            "{name} is documented but not scraped; families: {:?}",
+            families.keys().collect::<Vec<_>>()
+        );
+    }
+    for name in families.keys() {
+        assert!(
+            documented.contains(name) || documented.contains(&format!("{name}_total")),
+            "{name} is scraped but the README does not document it"
+        );
+    }
+    let samples = |family: &str| -> Vec<serde_json::Value> {
+        families[family]["samples"].as_array().unwrap().clone()
+    };
+    let recovery = samples("airlock_recovery_actions");
+    assert_eq!(families["airlock_recovery_actions"]["type"], "counter");
+    for kind in airlock::metrics::RECOVERY_KINDS {
+        assert!(
+            recovery
+                .iter()
+                .any(|s| s[0] == "airlock_recovery_actions_total"
+                    && s[1]["kind"] == kind
+                    && s[2] == 0.0),
+            "recovery kind {kind} at zero: {recovery:?}"
+        );
+    }
+    let verifications = samples("airlock_verifications");
+    for status in [
+        "passed",
+        "failed",
+        "timed_out",
+        "source_changed",
+        "error",
+        "cancelled",
+    ] {
+        assert!(
+            verifications
+                .iter()
+                .any(|s| s[1]["profile"] == "default" && s[1]["status"] == status),
+            "verifications of default/{status} at zero: {verifications:?}"
+        );
+    }
+    assert!(
+        !samples("airlock_engine_up").is_empty(),
+        "each engine's gauge is there from the start"
+    );
+}

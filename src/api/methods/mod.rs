@@ -165,9 +165,76 @@ pub fn spec(name: &str) -> Option<&'static Method> {
     METHODS.iter().find(|m| m.name == name)
 }
 
+/// The most edits [`nearest`] makes to a name before it stops calling it a typo.
+pub const MAX_SUGGESTION_EDITS: usize = 3;
+
+/// The registered method nearest to an unknown `name` (by edit distance, at most
+/// [`MAX_SUGGESTION_EDITS`]; ties go to the first in the table), for a "did you mean" hint.
+pub fn nearest(name: &str) -> Option<&'static str> {
+    METHODS
+        .iter()
+        .map(|m| (edit_distance(name, m.name), m.name))
+        .filter(|(d, _)| *d <= MAX_SUGGESTION_EDITS)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, n)| n)
+}
+
+/// The hint for an unknown method: the [`nearest`] name, else the methods of the same noun
+/// (`proposal.show` -> the `proposal.*` methods).
+pub fn suggestion(name: &str) -> Option<String> {
+    if let Some(near) = nearest(name) {
+        return Some(format!("did you mean {near}?"));
+    }
+    let noun = name.split_once('.')?.0;
+    let same: Vec<&str> = METHODS
+        .iter()
+        .filter(|m| m.name.split_once('.').is_some_and(|(n, _)| n == noun))
+        .map(|m| m.name)
+        .collect();
+    (!same.is_empty()).then(|| format!("the {noun} methods are {}", same.join(", ")))
+}
+
+/// Levenshtein distance over bytes (method names are ASCII; a longer input is no typo).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len().abs_diff(b.len()) > MAX_SUGGESTION_EDITS || a.len() > 128 {
+        return usize::MAX;
+    }
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_typo_gets_the_nearest_method_and_noise_gets_none() {
+        assert_eq!(nearest("claim.aquire"), Some("claim.acquire"));
+        assert_eq!(nearest("job.sumbit"), Some("job.submit"));
+        assert_eq!(nearest("integration.lst"), Some("integration.list"));
+        assert_eq!(nearest("no.such_method"), None);
+        assert_eq!(nearest(&"x".repeat(10_000)), None);
+        assert_eq!(
+            suggestion("claim.aquire").as_deref(),
+            Some("did you mean claim.acquire?")
+        );
+        let nouns = suggestion("proposal.show").unwrap();
+        assert!(nouns.contains("proposal.get"), "{nouns}");
+        assert!(!nouns.contains("claim."), "{nouns}");
+        assert_eq!(suggestion("zzz.yyy_xxx"), None);
+        assert_eq!(edit_distance("abc", "abc"), 0);
+        assert_eq!(edit_distance("abc", "abd"), 1);
+    }
 
     #[test]
     fn names_are_unique_and_shaped_like_methods() {

@@ -1,12 +1,14 @@
-//! Command-line interface. Exit codes: 0 passed (or success), 1 any other terminal status or
-//! failure, 2 request refused before anything ran.
+//! Command-line interface. One exit-code table ([`EXIT_CODES`]) covers every command.
+
+mod call;
+mod images;
 
 use crate::config::{Config, DEFAULT_PROFILE};
 use crate::engine::runner::pipeline::{RunError, RunRequest};
 use crate::engine::runner::recovery;
 use crate::engine::{Context, DataDir, crash};
 use crate::limits;
-use crate::sandbox::{Sandbox, images};
+use crate::sandbox::Sandbox;
 use crate::verification::Status;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
@@ -14,6 +16,19 @@ use std::process::ExitCode;
 
 /// Exit code for a refused request.
 pub const EXIT_REFUSED: u8 = 2;
+
+/// Every command's exit codes, shown by `airlock --help` (`call`'s 2-7 come from the error
+/// envelope's code, [`crate::client::exit_code`]).
+pub const EXIT_CODES: &str = "\
+Exit codes (every command):
+  0  success; run: the job passed; doctor: every check passed
+  1  any other terminal status (failed, timed_out, source_changed, cancelled, error) or a failure
+  2  refused before anything ran (arguments, configuration, input); call: invalid_argument
+  3  call: unauthenticated or permission_denied
+  4  call: not_found
+  5  call: conflict or failed_precondition
+  6  call: resource_exhausted
+  7  call: unavailable or deadline_exceeded, or the daemon unreachable or silent (retry)";
 
 /// The `--help` heading of the options every command takes, listed after its own.
 const GLOBAL: &str = "Global options";
@@ -23,7 +38,7 @@ const GLOBAL: &str = "Global options";
     name = "airlock",
     version,
     about = "Runs untrusted verification work in hardened containers and lands code through reviewed, journaled changes",
-    after_help = "Exit codes: 0 passed or success; 1 any other terminal status or failure; 2 refused before anything ran."
+    after_help = EXIT_CODES
 )]
 pub struct Cli {
     /// Log format on stderr (text is coloured only on a terminal, and never with NO_COLOR set).
@@ -110,15 +125,24 @@ pub enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Copy the data dir to DEST, a new directory, consistently while the daemon runs: the
+    /// database by SQLite's online backup API, then the patches, artifacts, transcripts and
+    /// rollback artifacts. Restore by starting `airlock serve` with data_dir = DEST. Prints
+    /// what was copied as JSON.
+    Backup {
+        /// The new directory to write (refused if it exists).
+        dest: PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Read verification records.
     Verification {
         #[command(subcommand)]
         command: VerificationCommand,
     },
     /// Call one API method of a running daemon and print its JSON answer. The token comes
-    /// from AIRLOCK_TOKEN. Exit codes: 0 success; 2 invalid_argument; 3 unauthenticated or
-    /// permission_denied; 4 not_found; 5 conflict or failed_precondition; 6
-    /// resource_exhausted; 7 unavailable or deadline_exceeded (retry); 1 anything else.
+    /// from AIRLOCK_TOKEN. Exit codes 2-7 name the refusal (see `airlock --help`); 7 also when
+    /// the daemon is unreachable or silent: retry.
     Call {
         /// The method, e.g. claim.acquire.
         method: String,
@@ -301,7 +325,7 @@ async fn dispatch(cmd: Command) -> ExitCode {
         }
         Command::Images {
             command: ImagesCommand::Push { only, common },
-        } => push_images(&common, &only).await,
+        } => images::push_images(&common, &only).await,
         Command::Images {
             command:
                 ImagesCommand::Build {
@@ -316,7 +340,12 @@ async fn dispatch(cmd: Command) -> ExitCode {
                 (_, true) => Some(false),
                 _ => None,
             };
-            build_images(name, &images_dir, images::BuildOptions { with_rust }).await
+            images::build_images(
+                name,
+                &images_dir,
+                crate::sandbox::images::BuildOptions { with_rust },
+            )
+            .await
         }
         Command::Recover { common } => {
             let (config, dir) = match load(&common) {
@@ -382,7 +411,25 @@ async fn dispatch(cmd: Command) -> ExitCode {
             }
         }
         Command::Verification { command } => verification(command).await,
-        Command::Call { method, body, url } => call(&method, body.as_deref(), &url).await,
+        Command::Backup { dest, common } => {
+            let (_, dir) = match load(&common) {
+                Ok(x) => x,
+                Err(e) => return refuse(e),
+            };
+            if let Err(e) = existing_data_dir(&dir) {
+                return refuse(e);
+            }
+            let job = tokio::task::spawn_blocking(move || crate::backup::backup(&dir, &dest));
+            match job.await.expect("a backup does not panic") {
+                Ok(report) => {
+                    print_json(&report);
+                    ExitCode::SUCCESS
+                }
+                Err(e @ crate::backup::BackupError::DestExists(_)) => refuse(e),
+                Err(e) => fail(e),
+            }
+        }
+        Command::Call { method, body, url } => call::call(&method, body.as_deref(), &url).await,
         Command::Doctor {
             common,
             images_dir,
@@ -414,43 +461,6 @@ async fn dispatch(cmd: Command) -> ExitCode {
             }
         }
         Command::Serve { common } => serve(&common).await,
-    }
-}
-
-/// `airlock call`: the answer on stdout (pretty JSON, the error envelope too), the error's
-/// message on stderr, the exit code from its code.
-async fn call(method: &str, body: Option<&str>, url: &str) -> ExitCode {
-    if let Err(e) = crate::client::check_method(method) {
-        return refuse(e);
-    }
-    let body = match crate::client::read_body(body) {
-        Ok(b) => b,
-        Err(e) => return refuse(e),
-    };
-    let token = match std::env::var("AIRLOCK_TOKEN") {
-        Ok(t) if !t.is_empty() => t,
-        _ => return refuse("set AIRLOCK_TOKEN to your bearer token"),
-    };
-    let (method, url) = (method.to_string(), url.to_string());
-    let answer =
-        tokio::task::spawn_blocking(move || crate::client::call(&url, &token, &method, &body))
-            .await
-            .expect("the call does not panic");
-    match answer {
-        Ok((200, v)) => {
-            print_json(&v);
-            ExitCode::SUCCESS
-        }
-        Ok((status, v)) => {
-            print_json(&v);
-            let code = v["error"]["code"].as_str().unwrap_or("internal");
-            eprintln!(
-                "airlock: {code} (HTTP {status}): {}",
-                v["error"]["message"].as_str().unwrap_or("")
-            );
-            ExitCode::from(crate::client::exit_code(code))
-        }
-        Err(e) => fail(e),
     }
 }
 
@@ -561,106 +571,6 @@ async fn run(common: &Common, follow: bool, req: RunRequest) -> ExitCode {
             fail(format!("{e}; run `airlock recover` to settle it"))
         }
         Err(e) => fail(e.to_string()),
-    }
-}
-
-async fn build_images(
-    name: Option<String>,
-    images_dir: &Path,
-    opts: images::BuildOptions,
-) -> ExitCode {
-    let names = match &name {
-        Some(n) => vec![n.clone()],
-        None => match images::image_names(images_dir) {
-            Ok(n) if !n.is_empty() => n,
-            Ok(_) => {
-                return fail(format!(
-                    "no image directories under {}",
-                    images_dir.display()
-                ));
-            }
-            Err(e) => return fail(e),
-        },
-    };
-    let sandbox = match Sandbox::connect().await {
-        Ok(s) => s,
-        Err(e) => return fail(e),
-    };
-    let mut built = Vec::new();
-    for n in names {
-        let mut err = std::io::stderr();
-        match sandbox.build_image(images_dir, &n, opts, &mut err).await {
-            Ok(b) => built.push(serde_json::json!({
-                "name": b.name,
-                "reference": b.reference,
-                "content_tag": b.content_tag,
-                "content_sha256": b.content_sha256,
-                "image_id": b.image_id,
-                "skipped": b.skipped,
-            })),
-            Err(e) => return fail(e),
-        }
-    }
-    print_json(&built);
-    ExitCode::SUCCESS
-}
-
-/// `airlock images push`: the images the configuration uses, from the machine's own engine
-/// (where `airlock images build` made them) to every configured engine.
-async fn push_images(common: &Common, only: &[String]) -> ExitCode {
-    let (config, _) = match load(common) {
-        Ok(x) => x,
-        Err(e) => return refuse(e),
-    };
-    if config.engines.is_empty() {
-        return refuse(
-            "no [[engines]] are configured: jobs run on this machine's engine, which has the images `airlock images build` made",
-        );
-    }
-    let local = match Sandbox::connect().await {
-        Ok(s) => s,
-        Err(e) => return fail(e),
-    };
-    let mut images: Vec<String> = config.profiles.values().map(|p| p.image.clone()).collect();
-    images.push(crate::sandbox::volumes::HOLDER_IMAGE.to_string());
-    images.sort();
-    images.dedup();
-    if let Some(unknown) = only.iter().find(|o| !images.contains(o)) {
-        return refuse(format!(
-            "--image {unknown:?} is not an image the configuration uses: {}",
-            images.join(", ")
-        ));
-    }
-    if !only.is_empty() {
-        images.retain(|i| only.contains(i));
-    }
-    let kind = crate::sandbox::pool_workspace_kind(&config);
-    let mut out = Vec::new();
-    let mut failed = false;
-    for e in &config.engines {
-        let to = match Sandbox::connect_engine(e, kind).await {
-            Ok(s) => s,
-            Err(err) => {
-                failed = true;
-                out.push(serde_json::json!({"engine": e.name, "error": err.to_string()}));
-                continue;
-            }
-        };
-        for image in &images {
-            match local.copy_image_to(&to, image).await {
-                Ok(c) => out.push(serde_json::json!({"engine": e.name, "image": c})),
-                Err(err) => {
-                    failed = true;
-                    out.push(serde_json::json!({"engine": e.name, "reference": image, "error": err.to_string()}));
-                }
-            }
-        }
-    }
-    print_json(&out);
-    if failed {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
     }
 }
 

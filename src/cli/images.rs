@@ -1,0 +1,106 @@
+//! `airlock images build` and `airlock images push`.
+
+use super::{Common, fail, load, print_json, refuse};
+use crate::sandbox::{Sandbox, images};
+use std::path::Path;
+use std::process::ExitCode;
+
+pub(super) async fn build_images(
+    name: Option<String>,
+    images_dir: &Path,
+    opts: images::BuildOptions,
+) -> ExitCode {
+    let names = match &name {
+        Some(n) => vec![n.clone()],
+        None => match images::image_names(images_dir) {
+            Ok(n) if !n.is_empty() => n,
+            Ok(_) => {
+                return fail(format!(
+                    "no image directories under {}",
+                    images_dir.display()
+                ));
+            }
+            Err(e) => return fail(e),
+        },
+    };
+    let sandbox = match Sandbox::connect().await {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let mut built = Vec::new();
+    for n in names {
+        let mut err = std::io::stderr();
+        match sandbox.build_image(images_dir, &n, opts, &mut err).await {
+            Ok(b) => built.push(serde_json::json!({
+                "name": b.name,
+                "reference": b.reference,
+                "content_tag": b.content_tag,
+                "content_sha256": b.content_sha256,
+                "image_id": b.image_id,
+                "skipped": b.skipped,
+            })),
+            Err(e) => return fail(e),
+        }
+    }
+    print_json(&built);
+    ExitCode::SUCCESS
+}
+
+/// `airlock images push`: the images the configuration uses, from the machine's own engine
+/// (where `airlock images build` made them) to every configured engine.
+pub(super) async fn push_images(common: &Common, only: &[String]) -> ExitCode {
+    let (config, _) = match load(common) {
+        Ok(x) => x,
+        Err(e) => return refuse(e),
+    };
+    if config.engines.is_empty() {
+        return refuse(
+            "no [[engines]] are configured: jobs run on this machine's engine, which has the images `airlock images build` made",
+        );
+    }
+    let local = match Sandbox::connect().await {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let mut images: Vec<String> = config.profiles.values().map(|p| p.image.clone()).collect();
+    images.push(crate::sandbox::volumes::HOLDER_IMAGE.to_string());
+    images.sort();
+    images.dedup();
+    if let Some(unknown) = only.iter().find(|o| !images.contains(o)) {
+        return refuse(format!(
+            "--image {unknown:?} is not an image the configuration uses: {}",
+            images.join(", ")
+        ));
+    }
+    if !only.is_empty() {
+        images.retain(|i| only.contains(i));
+    }
+    let kind = crate::sandbox::pool_workspace_kind(&config);
+    let mut out = Vec::new();
+    let mut failed = false;
+    for e in &config.engines {
+        let to = match Sandbox::connect_engine(e, kind).await {
+            Ok(s) => s,
+            Err(err) => {
+                failed = true;
+                out.push(serde_json::json!({"engine": e.name, "error": err.to_string()}));
+                continue;
+            }
+        };
+        for image in &images {
+            match local.copy_image_to(&to, image).await {
+                Ok(c) => out.push(serde_json::json!({"engine": e.name, "image": c})),
+                Err(err) => {
+                    failed = true;
+                    out.push(serde_json::json!({"engine": e.name, "reference": image, "error": err.to_string()}));
+                }
+            }
+        }
+    }
+    print_json(&out);
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
