@@ -365,13 +365,34 @@ pub fn parse<T: DeserializeOwned>(method: &str, body: &[u8]) -> Result<T, Servic
     } else {
         path
     };
-    let inner = e.into_inner().to_string();
+    let inner = without_type_names(&e.into_inner().to_string());
     let mut message = format!("{method}: {field}: {inner}");
     if let Some(hint) = seed::refused_field(method, &field, &inner) {
         message.push_str("; ");
         message.push_str(&hint);
     }
     Err(ServiceError::invalid_field(field, message))
+}
+
+/// serde's message with the Rust type names it carries (`expected struct SubmissionRef`) put
+/// in the client's terms: the field path already says where, the README says what.
+fn without_type_names(message: &str) -> String {
+    let mut out = message.to_string();
+    for (pattern, plain) in [
+        ("expected struct ", "expected a JSON object"),
+        ("expected enum ", "expected one of the documented values"),
+        ("untagged enum ", "accepted shape"),
+        ("expected tuple struct ", "expected a JSON array"),
+    ] {
+        while let Some(at) = out.find(pattern) {
+            let rest = &out[at + pattern.len()..];
+            let name_len = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            out.replace_range(at..at + pattern.len() + name_len, plain);
+        }
+    }
+    out
 }
 
 /// `body` with every float that is exactly an integer (3.0, 1e3; below 2^53, where floats are
@@ -486,8 +507,29 @@ async fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::{parse, without_type_names};
     use crate::wire::ListParams;
+
+    #[test]
+    fn refusals_name_no_rust_type() {
+        let m = without_type_names("invalid type: string \"x\", expected struct SubmissionRef");
+        assert_eq!(m, "invalid type: string \"x\", expected a JSON object");
+        assert_eq!(
+            without_type_names("data did not match any variant of untagged enum Action"),
+            "data did not match any variant of accepted shape"
+        );
+        let e = parse::<crate::wire::PrepareParams>(
+            "integration.prepare",
+            br#"{"workspace_id": "w", "submissions": ["run_1"], "target_ref": "refs/heads/main",
+                 "expected_target_revision": "0000000000000000000000000000000000000000",
+                 "idempotency_key": "k"}"#,
+        )
+        .unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("submissions[0]"), "{text}");
+        assert!(text.contains("expected a JSON object"), "{text}");
+        assert!(!text.contains("SubmissionRef"), "{text}");
+    }
 
     #[test]
     fn integral_floats_are_integers_and_nothing_else_is() {

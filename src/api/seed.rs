@@ -1,5 +1,5 @@
 //! What a client written against the seed systems sends that Airlock refuses on purpose, and
-//! the sentence its error adds naming the difference (the README's "Differences from the seed
+//! the sentence its error adds naming the difference (the README's "Differences from the earlier
 //! systems" has the whole table). Only requests that are refused anyway get a hint: nothing here
 //! changes what is accepted.
 
@@ -72,7 +72,7 @@ const REFUSED_FIELDS: &[(&str, &str, &str)] = &[
     ),
 ];
 
-const SEE: &str = "see \"Differences from the seed systems\" in the README";
+const SEE: &str = "see \"Differences from the earlier systems\" in the README";
 
 /// The hint for an unknown method name, if a seed system used it.
 pub fn unknown_method(method: &str) -> Option<String> {

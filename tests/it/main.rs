@@ -13,6 +13,7 @@ mod engine_pool;
 mod governed_gates;
 mod hardening;
 mod inprocess;
+mod readme_config;
 mod recovery;
 mod refusals;
 mod remote_engine;

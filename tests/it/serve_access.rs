@@ -397,7 +397,7 @@ fn seed_client_requests_refused_on_purpose_name_the_difference() {
     let readme =
         std::fs::read_to_string(std::path::Path::new(crate::support::ROOT).join("README.md"))
             .unwrap();
-    assert!(readme.contains("## Differences from the seed systems"));
+    assert!(readme.contains("## Differences from the earlier systems"));
     let m = s.err(
         ALICE,
         "claim.acquire",
@@ -408,7 +408,7 @@ fn seed_client_requests_refused_on_purpose_name_the_difference() {
     assert!(
         m.contains("agent_id")
             && m.contains("bearer token")
-            && m.contains("Differences from the seed systems"),
+            && m.contains("Differences from the earlier systems"),
         "{m}"
     );
     let m = s.err(ALICE, "approval.decide", serde_json::json!({}), "not_found");
