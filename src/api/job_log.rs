@@ -36,10 +36,20 @@ fn settled_line(status: Option<&str>) -> String {
 pub(super) async fn job_log(
     State(st): State<AppState>,
     Path(job_id): Path<String>,
-    Query(q): Query<LogQuery>,
+    q: Result<Query<LogQuery>, axum::extract::rejection::QueryRejection>,
     req: axum::extract::Request,
 ) -> Response {
     let id = hygiene::request_id(&req);
+    let q = match q {
+        Ok(Query(q)) => q,
+        Err(e) => {
+            return ApiError(
+                ServiceError::invalid(format!("the query string: {}", e.body_text())),
+                id,
+            )
+            .into_response();
+        }
+    };
     let conn = req.extensions().get::<server::ConnHandle>().cloned();
     match answer(&st, &job_id, q, req.headers(), conn).await {
         Ok(r) => r,

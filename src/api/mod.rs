@@ -3,6 +3,7 @@
 //! Errors are `{"error":{"code","message"}}` with a stable code and an HTTP status.
 
 mod dispatch;
+pub mod event_stream;
 pub mod hygiene;
 mod job_log;
 pub mod mcp;
@@ -54,6 +55,8 @@ pub struct AppState {
     pub openapi: Arc<std::sync::OnceLock<axum::body::Bytes>>,
     /// The web page's signed-in browsers.
     pub ui_sessions: Arc<ui::UiSessions>,
+    /// The bound on open `GET /api/v1/events` streams.
+    pub event_streams: event_stream::StreamSlots,
 }
 
 impl AppState {
@@ -64,6 +67,7 @@ impl AppState {
             show_bodies: Arc::default(),
             openapi: Arc::default(),
             ui_sessions: Arc::default(),
+            event_streams: Default::default(),
         }
     }
 }
@@ -163,6 +167,7 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(openapi_json))
         .route("/api/v1/{method}", post(call))
         .route("/api/v1/jobs/{job_id}/log", get(job_log::job_log))
+        .route("/api/v1/events", get(event_stream::events))
         .merge(
             Router::new()
                 .nest_service("/mcp", mcp::service(state.clone()))
@@ -242,6 +247,7 @@ fn metric_label(path: &str, config: &crate::config::Config) -> String {
         "/metrics" => "metrics".into(),
         "/openapi.json" => "openapi".into(),
         "/mcp" => "mcp".into(),
+        "/api/v1/events" => "events".into(),
         p if p == "/ui" || p.starts_with("/ui/") => "ui".into(),
         p => match p.strip_prefix("/api/v1/") {
             Some(m) if body_limit(m, config).is_some() => m.to_string(),

@@ -212,7 +212,7 @@ pub fn document(config: &crate::config::Config) -> Value {
             "/metrics".into(),
             probe(
                 "Prometheus metrics",
-                json!({"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}}),
+                json!({"description": "OpenMetrics 1.0 text", "content": {"application/openmetrics-text": {"schema": {"type": "string"}}}}),
                 &[(500, "internal")],
             ),
         );

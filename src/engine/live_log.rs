@@ -132,6 +132,12 @@ impl LiveLogs {
         self.stopping.send_replace(true);
     }
 
+    /// Becomes `true` when the daemon stops: every long-lived stream (log followers, event
+    /// streams) ends then, so none holds the connection drain open.
+    pub fn stopping(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.stopping.subscribe()
+    }
+
     /// Joins `verification_id`'s live log as a follower (see [`LiveLog::follow`]); `Ok(None)`
     /// when it has no live log (settled, or not this process's) or the daemon is stopping.
     pub fn follow(&self, verification_id: &str) -> Result<Option<Follow>, TooManyFollowers> {

@@ -6,6 +6,7 @@
 use super::{Store, StoreError};
 use crate::domain::candidate::CandidateState;
 use crate::domain::delivery::RequestState;
+use crate::store::NewEvent;
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 /// An idempotency binding: who asked what, under which key, with which request digest.
@@ -144,15 +145,16 @@ impl Store {
         .await
     }
 
-    /// Inserts a new candidate and its prepare binding atomically, unless the binding exists.
+    /// Inserts a new candidate (created when its binding was), its prepare binding and `event`
+    /// atomically, unless the binding exists.
     pub async fn insert_candidate(
         &self,
         b: Binding,
-        created_at: String,
         expires_at: String,
         state: &'static str,
         record: String,
         assembly: String,
+        event: NewEvent,
     ) -> Result<Inserted, StoreError> {
         self.call(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -160,10 +162,11 @@ impl Store {
                 return Ok(existing);
             }
             insert_binding(&tx, &b)?;
+            event.insert(&tx)?;
             tx.execute(
                 "INSERT INTO candidates (candidate_id, workspace_id, state, version, created_at, expires_at, record, assembly)
                  VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6, ?7)",
-                params![b.result_id, b.workspace_id, state, created_at, expires_at, record, assembly],
+                params![b.result_id, b.workspace_id, state, b.created_at, expires_at, record, assembly],
             )?;
             tx.commit()?;
             Ok(Inserted::New)
@@ -215,8 +218,9 @@ impl Store {
         .await
     }
 
-    /// Compare-and-set of a candidate from `old_version`; optionally records a binding in the same
-    /// transaction. A lost race (version moved, or the binding appeared) is a conflict.
+    /// Compare-and-set of a candidate from `old_version`, with its `events`; optionally records a
+    /// binding in the same transaction. A lost race (version moved, or the binding appeared) is
+    /// a conflict.
     #[allow(clippy::too_many_arguments)]
     pub async fn save_candidate(
         &self,
@@ -229,6 +233,7 @@ impl Store {
         assembly: String,
         purge_after: Option<String>,
         binding: Option<Binding>,
+        events: Vec<NewEvent>,
     ) -> Result<(), StoreError> {
         let id = candidate_id.to_string();
         self.call(move |c| {
@@ -261,6 +266,9 @@ impl Store {
                     )));
                 }
                 insert_binding(&tx, &b)?;
+            }
+            for e in &events {
+                e.insert(&tx)?;
             }
             tx.commit()?;
             Ok(())

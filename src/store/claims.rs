@@ -758,6 +758,19 @@ impl Store {
         .await
     }
 
+    /// The newest event's sequence number in a workspace (0 when it has none).
+    pub async fn last_event_seq(&self, workspace_id: &str) -> Result<i64, StoreError> {
+        let ws = workspace_id.to_string();
+        self.call(move |c| {
+            Ok(c.query_row(
+                "SELECT COALESCE(MAX(seq), 0) FROM events WHERE workspace_id = ?1",
+                params![ws],
+                |r| r.get(0),
+            )?)
+        })
+        .await
+    }
+
     /// Events about `subject`, oldest first: (kind, actor, prior, new).
     pub async fn events_of(
         &self,

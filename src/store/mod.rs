@@ -25,6 +25,71 @@ use std::sync::mpsc;
 
 pub use migrations::MIGRATIONS;
 
+/// One row of the durable event log, written in the transaction of the change it records.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    pub workspace_id: String,
+    pub subject: String,
+    pub kind: String,
+    pub actor: String,
+    pub prior: Option<String>,
+    pub new: Option<String>,
+    pub payload: String,
+    pub at: String,
+}
+
+/// `candidate.verification_requested` (a `running` record) or `.verification_settled`.
+fn verification_event(
+    tx: &rusqlite::Transaction,
+    workspace_id: &str,
+    candidate_id: &str,
+    v: &Verification,
+    actor: &str,
+) -> rusqlite::Result<()> {
+    let settled = v.status != Status::Running;
+    NewEvent {
+        workspace_id: workspace_id.to_string(),
+        subject: candidate_id.to_string(),
+        kind: if settled {
+            "candidate.verification_settled"
+        } else {
+            "candidate.verification_requested"
+        }
+        .to_string(),
+        actor: actor.to_string(),
+        prior: settled.then(|| Status::Running.as_str().to_string()),
+        new: Some(v.status.as_str().to_string()),
+        payload: serde_json::json!({
+            "candidate_id": candidate_id,
+            "verification_id": v.verification_id,
+            "status": v.status.as_str(),
+            "candidate_revision": v.candidate_revision,
+        })
+        .to_string(),
+        at: v
+            .finished_at
+            .clone()
+            .unwrap_or_else(|| v.created_at.clone()),
+    }
+    .insert(tx)
+}
+
+impl NewEvent {
+    pub(crate) fn insert(&self, tx: &rusqlite::Transaction) -> rusqlite::Result<()> {
+        claims::event(
+            tx,
+            &self.workspace_id,
+            &self.subject,
+            &self.kind,
+            &self.actor,
+            self.prior.as_deref(),
+            self.new.as_deref(),
+            &self.payload,
+            &self.at,
+        )
+    }
+}
+
 /// Store errors.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -84,6 +149,9 @@ type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 #[derive(Clone)]
 pub struct Store {
     tx: mpsc::Sender<Job>,
+    /// Moves after every job that changed the database (its count of writing jobs): what
+    /// event streams wait on instead of polling.
+    changed: tokio::sync::watch::Receiver<u64>,
 }
 
 /// Opens a connection with Airlock's settings and brings the schema up to date.
@@ -111,18 +179,28 @@ impl Store {
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let mut conn = open_connection(path)?;
         let (tx, rx) = mpsc::channel::<Job>();
+        let (notify, changed) = tokio::sync::watch::channel(0u64);
         std::thread::Builder::new()
             .name("airlock-store".into())
             .spawn(move || {
                 while let Ok(job) = rx.recv() {
+                    let before = conn.total_changes();
                     job(&mut conn);
+                    if conn.total_changes() != before {
+                        notify.send_modify(|n| *n += 1);
+                    }
                 }
             })
             .map_err(|e| StoreError::Open {
                 path: path.to_path_buf(),
                 source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
             })?;
-        Ok(Store { tx })
+        Ok(Store { tx, changed })
+    }
+
+    /// A receiver that sees a new value after every job that wrote to the database.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.clone()
     }
 
     /// Runs `f` on the database thread.
@@ -251,8 +329,9 @@ impl Store {
                     v.verification_id, v.creation_key
                 )));
             }
-            if let Some((_, b)) = &link {
+            if let Some((cid, b)) = &link {
                 candidates::insert_binding_checked(&tx, b)?;
+                verification_event(&tx, &b.workspace_id, cid, &v, &b.actor_key)?;
             }
             tx.commit()?;
             Ok(())
@@ -386,8 +465,10 @@ impl Store {
     ) -> Result<(), StoreError> {
         let id = v.verification_id.clone();
         let record = serde_json::to_string(v).expect("a verification serializes");
+        let v = v.clone();
         self.call(move |c| {
-            let n = c.execute(
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let n = tx.execute(
                 "UPDATE verifications SET status = ?1, record = ?2, phases = COALESCE(?5, phases)
                  WHERE verification_id = ?3 AND status = ?4",
                 params![to.as_str(), record, id, from.as_str(), phases],
@@ -398,6 +479,20 @@ impl Store {
                     from.as_str()
                 )));
             }
+            // A candidate's verification settling is in the candidate's event log.
+            let owner: Option<(String, String)> = tx
+                .query_row(
+                    "SELECT c.candidate_id, c.workspace_id FROM verifications v
+                     JOIN candidates c ON c.candidate_id = v.candidate_id
+                     WHERE v.verification_id = ?1",
+                    params![id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()?;
+            if let Some((cid, ws)) = owner {
+                verification_event(&tx, &ws, &cid, &v, "system:airlock")?;
+            }
+            tx.commit()?;
             Ok(())
         })
         .await

@@ -83,7 +83,7 @@ fn request(
         "candidate_revision": rev, "verification_ids": ids, "action": action, "idempotency_key": key}))
 }
 
-fn approved_request(s: &Server, cid: &str, rev: &str, action: &str) -> (String, u64) {
+pub(crate) fn approved_request(s: &Server, cid: &str, rev: &str, action: &str) -> (String, u64) {
     let vid = verify(s, cid, rev, &["true"], 60, &format!("v-{action}"));
     assert_eq!(settled(s, cid, &vid)["status"], "passed");
     let (st, v) = request(s, cid, rev, &[&vid], action, &format!("r-{action}"));
@@ -103,7 +103,7 @@ fn approved_request(s: &Server, cid: &str, rev: &str, action: &str) -> (String, 
     (id, version)
 }
 
-fn deliver_body(cid: &str, id: &str, version: u64) -> Value {
+pub(crate) fn deliver_body(cid: &str, id: &str, version: u64) -> Value {
     json!({"workspace_id": "ws1", "candidate_id": cid, "request_id": id, "request_version": version})
 }
 

@@ -25,6 +25,7 @@ mod serve_backup;
 mod serve_claim_ends;
 mod serve_claims;
 mod serve_contentions;
+mod serve_events;
 mod serve_governed;
 mod serve_hygiene;
 mod serve_jobs;

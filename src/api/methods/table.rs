@@ -418,7 +418,7 @@ pub const METHODS: &[Method] = &[
             ("next_cursor", F::OptString),
         ]),
         AGENT,
-        "List governed events",
+        "List a workspace's events (governed path and candidate flow)",
     ),
     m(
         "claim.contentions",

@@ -12,6 +12,7 @@
 
 pub mod assembly;
 pub mod delivery;
+pub mod events;
 pub mod evidence;
 pub mod lifecycle;
 pub mod prepare;
@@ -56,6 +57,8 @@ pub(crate) struct Loaded {
     pub(crate) c: Candidate,
     pub(crate) a: Assembly,
     pub(super) stored_version: u64,
+    /// The candidate as stored, for the events a save records.
+    pub(super) before: events::Before,
 }
 
 /// The start of an idempotent candidate mutation: the candidate locked (the guard is held for
@@ -195,6 +198,7 @@ impl Integration {
         let a: Assembly = serde_json::from_str(&stored.assembly)
             .map_err(|e| ServiceError::record(format!("candidate {cid} journal"), e))?;
         Ok(Loaded {
+            before: events::Before::of(&c),
             c,
             a,
             stored_version: stored.version,
@@ -218,6 +222,7 @@ impl Integration {
             )));
         }
         let assembly = serde_json::to_string(&l.a).expect("a journal serializes");
+        let events = events::of_save(&l.before, &l.c, &self.ctx.now_rfc3339());
         self.ctx
             .data
             .store
@@ -231,9 +236,11 @@ impl Integration {
                 assembly,
                 purge_after,
                 binding,
+                events,
             )
             .await?;
         l.stored_version = new_version;
+        l.before = events::Before::of(&l.c);
         Ok(())
     }
 

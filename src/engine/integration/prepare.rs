@@ -254,6 +254,7 @@ impl Integration {
         // The policy may freeze the mission's accepted-set version here, once.
         let mut c = c;
         c.mission_accepted_set_version = admitted.accepted_set_version();
+        let created = super::events::created(&c, &actor_key);
         let inserted = self
             .ctx
             .data
@@ -268,11 +269,11 @@ impl Integration {
                     digest: digest.clone(),
                     result_id: cid.clone(),
                 },
-                c.created_at.clone(),
                 c.expires_at.clone(),
                 CandidateState::Preparing.as_str(),
                 serde_json::to_string(&c).expect("a candidate serializes"),
                 serde_json::to_string(&a).expect("a journal serializes"),
+                created,
             )
             .await?;
         match inserted {
