@@ -6,7 +6,9 @@
 //! Every request type refuses unknown fields; `agent_id`-style identity never comes from here.
 
 pub mod jobs;
+mod lists;
 mod schemas;
+pub use lists::*;
 mod views;
 pub use views::*;
 
@@ -63,16 +65,6 @@ pub struct PrepareParams {
 pub struct CandidateParams {
     pub workspace_id: String,
     pub candidate_id: String,
-}
-
-/// `integration.list` parameters.
-#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ListParams {
-    pub workspace_id: String,
-    #[serde(default)]
-    #[schema(minimum = 1, maximum = 100)]
-    pub limit: Option<u32>,
 }
 
 /// `integration.resolve` parameters.

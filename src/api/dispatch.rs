@@ -25,9 +25,10 @@ pub(super) async fn dispatch(
             .await?
         }
         "integration.show" => show(svc, bodies, actor, parse(method, body)?).await?,
-        "integration.list" => Reply::Value(
-            json!({"candidates": to(&svc.integration.list(actor, parse(method, body)?).await?)}),
-        ),
+        "integration.list" => Reply::Value(to(&svc
+            .integration
+            .list(actor, parse(method, body)?)
+            .await?)),
         "integration.patch" => Reply::Value(to(&svc
             .integration
             .patch(actor, parse(method, body)?)
@@ -244,6 +245,14 @@ pub(super) async fn dispatch(
         "patch.validate" => Reply::Value(to(&svc
             .validations
             .patch_validate(actor, parse(method, body)?)
+            .await?)),
+        "patch.validation_list" => Reply::Value(to(&svc
+            .validations
+            .validation_page(actor, parse(method, body)?)
+            .await?)),
+        "human.approval_list" => Reply::Value(to(&svc
+            .proposals
+            .approval_page(actor, parse(method, body)?)
             .await?)),
         "patch.validation_show" => Reply::Value(to(&svc
             .validations

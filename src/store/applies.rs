@@ -23,10 +23,10 @@ pub struct ValidationRow {
     pub record: String,
 }
 
-const VALIDATION_COLUMNS: &str =
+pub(super) const VALIDATION_COLUMNS: &str =
     "validation_id, workspace_id, proposal_id, revision, expires_at, record";
 
-fn validation_row(r: &rusqlite::Row) -> rusqlite::Result<ValidationRow> {
+pub(super) fn validation_row(r: &rusqlite::Row) -> rusqlite::Result<ValidationRow> {
     Ok(ValidationRow {
         validation_id: r.get(0)?,
         workspace_id: r.get(1)?,

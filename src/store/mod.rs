@@ -12,6 +12,7 @@ pub mod claims;
 pub mod contentions;
 pub mod gauges;
 pub mod jobs;
+pub mod lists;
 mod migrations;
 pub mod proposals;
 pub mod reviews;

@@ -121,9 +121,9 @@ fn review_row(r: &rusqlite::Row) -> rusqlite::Result<SecurityReviewRow> {
     })
 }
 
-const APPROVAL_COLUMNS: &str = "approval_id, workspace_id, proposal_id, revision, requested_by, state, decided_by, override, reason_md, created_at, decided_at";
+pub(super) const APPROVAL_COLUMNS: &str = "approval_id, workspace_id, proposal_id, revision, requested_by, state, decided_by, override, reason_md, created_at, decided_at";
 
-fn approval_row(r: &rusqlite::Row) -> rusqlite::Result<ApprovalRow> {
+pub(super) fn approval_row(r: &rusqlite::Row) -> rusqlite::Result<ApprovalRow> {
     let state: String = r.get(5)?;
     Ok(ApprovalRow {
         approval_id: r.get(0)?,

@@ -30,6 +30,7 @@ mod serve_governed;
 mod serve_hygiene;
 mod serve_jobs;
 mod serve_lifecycle;
+mod serve_lists;
 mod serve_mcp;
 mod serve_metrics;
 mod serve_openapi;

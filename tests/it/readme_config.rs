@@ -175,6 +175,33 @@ fn the_readmes_governed_example_walks_a_patch_to_an_apply() {
     assert_eq!(v["valid"], false, "{v}");
     let check = &v["checks"][0];
     assert_eq!(check["name"], "no-conflict-markers", "{v}");
+    // A second validation of the same revision; the list pages through both, oldest first.
+    let again = validate(&bad, &bad_rev, "bad-2");
+    let page = |cursor: Option<&Value>| {
+        let mut body = json!({"workspace_id": "docs", "proposal_id": bad, "limit": 1});
+        if let Some(c) = cursor {
+            body["cursor"] = c.clone();
+        }
+        s.ok(&erin, "patch.validation_list", body)
+    };
+    let first = page(None);
+    assert_eq!(first["validations"].as_array().unwrap().len(), 1, "{first}");
+    assert_eq!(first["validations"][0]["validation_id"], v["validation_id"]);
+    assert_eq!(first["validations"][0]["valid"], false);
+    let second = page(Some(&first["next_cursor"]));
+    assert_eq!(
+        second["validations"][0]["validation_id"],
+        again["validation_id"]
+    );
+    let end = page(Some(&second["next_cursor"]));
+    assert_eq!(end["validations"], json!([]), "{end}");
+    assert_eq!(end["next_cursor"], Value::Null);
+    s.err(
+        &erin,
+        "patch.validation_list",
+        json!({"workspace_id": "docs", "proposal_id": "prp_0000"}),
+        "not_found",
+    );
     s.ok(
         &erin,
         "proposal.withdraw",

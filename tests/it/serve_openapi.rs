@@ -197,6 +197,11 @@ const EXEMPT: &[(&str, &str, &str)] = &[
     ),
     ("claim.force_release", "not from released", NO_MISMATCH),
     (
+        "patch.validation_list",
+        "the proposal must exist (404) and a cursor be one this server returned",
+        NO_MISMATCH,
+    ),
+    (
         "human.decide",
         "the fuzzing member (alice) may not decide human approvals: 403 is right",
         "{ fail-on = false }",

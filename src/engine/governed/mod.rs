@@ -6,6 +6,7 @@ pub mod applying;
 pub mod claims;
 pub mod contentions;
 pub mod control;
+pub mod lists;
 pub mod proposals;
 pub mod recovering;
 pub mod requests;

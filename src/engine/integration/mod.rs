@@ -23,11 +23,11 @@ pub mod verification;
 use crate::artifacts::write_atomic;
 use crate::candidate::{
     self, Assembly, CANDIDATE_LIFETIME, Candidate, CandidateEvent, CandidateInput, CandidateState,
-    CandidateSummary, DeliveryAction, DeliveryReceipt, DeliveryRequest, EvidenceSource,
-    MAX_AGGREGATE_BYTES, MAX_PATCH_BYTES, MAX_PATCH_OFFSET, MAX_REQUEST_VERIFICATIONS,
-    MAX_RESOLVE_FILES, MAX_SNAPSHOT_BYTES, MAX_SUBMISSIONS, MAX_TRANSCRIPT_BYTES,
-    MAX_VERIFICATIONS_PER_CANDIDATE, MIN_PATCH_PAGE_BYTES, Mutation, MutationOperation,
-    PendingResolution, ReceiptResult, RequestEvent, RequestState, ResolveFile, TOMBSTONE_RETENTION,
+    DeliveryAction, DeliveryReceipt, DeliveryRequest, EvidenceSource, MAX_AGGREGATE_BYTES,
+    MAX_PATCH_BYTES, MAX_PATCH_OFFSET, MAX_REQUEST_VERIFICATIONS, MAX_RESOLVE_FILES,
+    MAX_SNAPSHOT_BYTES, MAX_SUBMISSIONS, MAX_TRANSCRIPT_BYTES, MAX_VERIFICATIONS_PER_CANDIDATE,
+    MIN_PATCH_PAGE_BYTES, Mutation, MutationOperation, PendingResolution, ReceiptResult,
+    RequestEvent, RequestState, ResolveFile, TOMBSTONE_RETENTION,
 };
 use crate::config::Permission;
 use crate::domain::git::{FileMode, ObjectKind};

@@ -39,7 +39,7 @@ impl Integration {
         &self,
         actor: &Actor,
         p: ListParams,
-    ) -> Result<Vec<CandidateSummary>, ServiceError> {
+    ) -> Result<crate::wire::CandidatePage, ServiceError> {
         self.ctx
             .authorize(actor, &p.workspace_id, Permission::View)?;
         let limit = p.limit.unwrap_or(crate::limits::DEFAULT_LIST_LIMIT);
@@ -52,19 +52,41 @@ impl Integration {
                 ),
             ));
         }
+        let before = crate::engine::governed::requests::parse_cursor("cnd:", p.cursor.as_deref())?;
+        if let Some(t) = &p.target_ref
+            && (t.is_empty() || t.len() > 256)
+        {
+            return Err(ServiceError::invalid_field(
+                "target_ref",
+                "target_ref must be 1..=256 bytes",
+            ));
+        }
+        let filter = crate::store::lists::CandidateFilter {
+            state: p.state.map(|s| s.as_str()),
+            target_ref: p.target_ref,
+            request_state: p.request_state.map(|s| s.as_str()),
+        };
         let rows = self
             .ctx
             .data
             .store
-            .list_candidates(&p.workspace_id, limit)
+            .candidates_page(&p.workspace_id, filter, before, limit)
             .await?;
-        rows.iter()
-            .map(|r| {
+        let last = rows.last().map(|(rowid, _)| *rowid);
+        let candidates = rows
+            .iter()
+            .map(|(_, r)| {
                 serde_json::from_str::<Candidate>(r)
                     .map(|c| c.summary())
                     .map_err(|e| ServiceError::record("candidate record", e))
             })
-            .collect()
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(crate::wire::CandidatePage {
+            next_cursor: (candidates.len() == limit as usize)
+                .then(|| last.map(|n| format!("cnd:{n}")))
+                .flatten(),
+            candidates,
+        })
     }
 
     /// `integration.patch`: one page of the exact diff from the target to the frozen revision.
