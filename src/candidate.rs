@@ -170,7 +170,14 @@ pub struct DeliveryRequest {
 pub struct DeliveryReceipt {
     pub receipt_id: String,
     pub request_id: String,
+    /// The verified (frozen) revision.
     pub candidate_revision: String,
+    /// The commit written to the target (or the proposal ref): the candidate's tree, merged
+    /// or squashed onto the target with the inputs, verifications and approver in its message.
+    /// Absent in receipts written before landed commits existed (they landed the candidate
+    /// revision itself).
+    #[serde(default)]
+    pub landed_revision: Option<String>,
     pub target_ref: String,
     pub previous_revision: Option<String>,
     pub action: DeliveryAction,

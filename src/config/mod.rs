@@ -128,6 +128,21 @@ struct RawWorkspace {
     profiles: Option<Vec<String>>,
     max_running_jobs: Option<usize>,
     max_queued_jobs: Option<usize>,
+    history: Option<History>,
+}
+
+/// How a candidate's history lands on its target (`history`, per workspace).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum History {
+    /// The default: the candidate commit merges the inputs' own commits (authors, messages and
+    /// all), and the landed commit merges the candidate into the target, its message telling
+    /// the story (inputs, verifications, approver) in trailers.
+    #[default]
+    Merge,
+    /// One commit on the target with the candidate's tree; the inputs' commits are named in
+    /// its message but are not in the target's history.
+    Squash,
 }
 
 /// Where job checkouts live (`checkout_filesystem`).
@@ -214,6 +229,8 @@ pub struct Workspace {
     pub max_running_jobs: usize,
     /// Most of them waiting for a slot; one more is refused `resource_exhausted`.
     pub max_queued_jobs: usize,
+    /// How delivered candidates land ([`History`]).
+    pub history: History,
 }
 
 /// Who a bearer token authenticates.
@@ -420,6 +437,7 @@ impl Config {
                     profiles: allowed,
                     max_running_jobs,
                     max_queued_jobs,
+                    history: w.history.unwrap_or_default(),
                 },
             );
         }

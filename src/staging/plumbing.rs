@@ -48,6 +48,14 @@ pub struct CommitStamp<'a> {
     pub time: i64,
 }
 
+/// A commit as a landing message names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitSummary {
+    pub oid: String,
+    pub author: String,
+    pub subject: String,
+}
+
 impl Repo {
     /// Checks that `path` is the top of a non-bare working tree (what a governed workspace's
     /// `worktree` must be): not bare, not a subdirectory of another tree.
@@ -241,6 +249,51 @@ impl Repo {
         cmd.args(["pack-refs", "--include", "refs/airlock/*"]);
         run_git(cmd, &[0])?;
         Ok(true)
+    }
+
+    /// Each commit's author (`Name <email>`) and subject line, in the order given (one git
+    /// process for all). Commits that are not in the repository are an error.
+    pub fn commit_summaries(&self, commits: &[&str]) -> Result<Vec<CommitSummary>, StagingError> {
+        if commits.is_empty() {
+            return Ok(vec![]);
+        }
+        let mut cmd = self.git();
+        cmd.args([
+            "log",
+            "--no-walk=unsorted",
+            "-z",
+            "--format=%H%x1f%an <%ae>%x1f%s",
+            "--end-of-options",
+        ]);
+        cmd.args(commits);
+        let (_, out) = run_git(cmd, &[0])?;
+        let text = String::from_utf8_lossy(&out);
+        let all: Vec<CommitSummary> = text
+            .split('\0')
+            .filter(|e| !e.trim().is_empty())
+            .filter_map(|e| {
+                let mut f = e.trim_start_matches('\n').splitn(3, '\u{1f}');
+                Some(CommitSummary {
+                    oid: f.next()?.to_string(),
+                    author: f.next()?.to_string(),
+                    subject: f.next()?.to_string(),
+                })
+            })
+            .collect();
+        // `--no-walk` shows each commit once: map the answer back onto the order asked.
+        commits
+            .iter()
+            .map(|c| {
+                all.iter()
+                    .find(|s| s.oid == *c)
+                    .cloned()
+                    .ok_or_else(|| StagingError::Git {
+                        args: "log --no-walk".into(),
+                        code: Some(0),
+                        stderr: format!("no summary for {c}"),
+                    })
+            })
+            .collect()
     }
 
     /// True when `ancestor` is an ancestor of (or equal to) `descendant`.

@@ -103,6 +103,27 @@ pub(crate) fn approved_request(s: &Server, cid: &str, rev: &str, action: &str) -
     (id, version)
 }
 
+/// The target after a delivery of `rev` onto `base` (history = "merge"): one commit on the
+/// target whose tree is exactly the verified revision's, merging it; returns that commit.
+pub(crate) fn landed(s: &Server, rev: &str, base: &str) -> String {
+    let head = s.head();
+    assert_ne!(
+        head, rev,
+        "the landed commit carries the story, so it is a new commit"
+    );
+    let tree = |c: &str| git(&s.repo, &["rev-parse", &format!("{c}^{{tree}}")]);
+    assert_eq!(
+        tree(&head),
+        tree(rev),
+        "the landed tree is the verified tree"
+    );
+    assert_eq!(
+        git(&s.repo, &["rev-list", "--parents", "-n1", &head]),
+        format!("{head} {base} {rev}")
+    );
+    head
+}
+
 pub(crate) fn deliver_body(cid: &str, id: &str, version: u64) -> Value {
     json!({"workspace_id": "ws1", "candidate_id": cid, "request_id": id, "request_version": version})
 }
@@ -344,9 +365,18 @@ fn deliver_lands_once_refuses_a_moved_target_and_proposals_leave_it_alone() {
     );
     assert_eq!(ra["result"], "landed");
     assert_eq!(ra["previous_revision"], base);
-    assert_eq!(s.head(), rev);
+    let head = landed(&s, &rev, &base);
+    assert_eq!(ra["landed_revision"], head);
     assert_eq!(
-        git(&s.repo, &["rev-list", "--count", &format!("{base}..main")]),
+        git(
+            &s.repo,
+            &[
+                "rev-list",
+                "--count",
+                "--first-parent",
+                &format!("{base}..main")
+            ]
+        ),
         "1"
     );
     assert_eq!(s.git_refs("refs/airlock/receipts/").len(), 1);
@@ -388,7 +418,8 @@ fn deliver_lands_once_refuses_a_moved_target_and_proposals_leave_it_alone() {
             .is_null()
     );
 
-    // Proposal: the target is untouched; the public proposal ref points at the candidate.
+    // Proposal: the target is untouched; the public proposal ref points at the landed commit
+    // (the candidate merged onto the target, as it would land).
     let s = Server::fake();
     let (cid, rev, base) = frozen(&s);
     let (id, version) = approved_request(&s, &cid, &rev, "proposal");
@@ -401,7 +432,12 @@ fn deliver_lands_once_refuses_a_moved_target_and_proposals_leave_it_alone() {
     assert_eq!(r["result"], "proposed");
     let proposal = format!("refs/heads/airlock/proposal-{id}");
     assert_eq!(r["proposal_ref"], proposal);
-    assert_eq!(git(&s.repo, &["rev-parse", &proposal]), rev);
+    let proposed = git(&s.repo, &["rev-parse", &proposal]);
+    assert_eq!(r["landed_revision"], proposed);
+    assert_eq!(
+        git(&s.repo, &["rev-list", "--parents", "-n1", &proposed]),
+        format!("{proposed} {base} {rev}")
+    );
     assert_eq!(s.head(), base, "the target did not move");
     // Deleting the candidate never removes the public proposal ref.
     s.ok(
@@ -409,13 +445,13 @@ fn deliver_lands_once_refuses_a_moved_target_and_proposals_leave_it_alone() {
         "integration.delete",
         json!({"workspace_id": "ws1", "candidate_id": cid}),
     );
-    assert_eq!(git(&s.repo, &["rev-parse", &proposal]), rev);
+    assert_eq!(git(&s.repo, &["rev-parse", &proposal]), proposed);
 }
 
 #[test]
 fn a_crash_between_the_ref_transaction_and_the_save_is_reconciled_from_the_receipt() {
     let mut s = Server::fake();
-    let (cid, rev, _) = frozen(&s);
+    let (cid, rev, base) = frozen(&s);
     let (id, version) = approved_request(&s, &cid, &rev, "update_ref");
     s.restart(Some("deliver_after_refs"));
     let resp = crate::support::request(
@@ -430,7 +466,7 @@ fn a_crash_between_the_ref_transaction_and_the_save_is_reconciled_from_the_recei
         "the daemon died after the ref transaction"
     );
     s.wait_dead();
-    assert_eq!(s.head(), rev, "the ref transaction happened");
+    let head = landed(&s, &rev, &base);
     let receipt: Value = serde_json::from_str(&git(
         &s.repo,
         &["cat-file", "blob", &format!("refs/airlock/receipts/{id}")],
@@ -456,7 +492,8 @@ fn a_crash_between_the_ref_transaction_and_the_save_is_reconciled_from_the_recei
         deliver_body(&cid, &id, version),
     );
     assert_eq!(cand(&again)["delivery_receipt"], receipt);
-    assert_eq!(s.head(), rev);
+    assert_eq!(receipt["landed_revision"], head);
+    assert_eq!(s.head(), head);
 }
 
 #[test]
@@ -716,5 +753,5 @@ fn a_locked_target_ref_is_unavailable_and_the_retry_lands() {
         deliver_body(&cid, &id, version),
     );
     assert_eq!(cand(&v)["delivery_receipt"]["result"], "landed", "{v}");
-    assert_eq!(s.head(), rev);
+    landed(&s, &rev, &base);
 }

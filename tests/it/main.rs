@@ -27,6 +27,7 @@ mod serve_claims;
 mod serve_contentions;
 mod serve_events;
 mod serve_governed;
+mod serve_history;
 mod serve_hygiene;
 mod serve_jobs;
 mod serve_lifecycle;

@@ -32,9 +32,14 @@ fn clean_multi_input_assembly_freezes_on_the_target() {
         "parent is the target"
     );
     assert_eq!(
-        git(&s.repo, &["rev-list", "--count", rev]),
+        git(&s.repo, &["rev-list", "--count", "--first-parent", rev]),
         "2",
         "one commit on top of the target"
+    );
+    assert_eq!(
+        git(&s.repo, &["rev-list", "--parents", "-n1", rev]),
+        format!("{rev} {base} {a} {b} {c}"),
+        "and it merges the agents' own commits, in order (history = \"merge\")"
     );
     assert_eq!(file_at(&s.repo, rev, "a.txt"), "from a");
     assert_eq!(file_at(&s.repo, rev, "dir/c.txt"), "from c");

@@ -99,15 +99,14 @@ impl Integration {
             Some(tree) => tree,
             None => repo.commit_tree_of(&l.a.acc_commit)?,
         };
-        let stamp = CommitStamp {
-            message: &format!(
-                "airlock candidate {cid}\n\n{} input(s) onto {}",
-                l.c.inputs.len(),
-                l.c.expected_target_revision
-            ),
-            time,
-        };
-        let frozen = repo.commit_tree(&tree, &[&l.c.expected_target_revision], &stamp)?;
+        let history = self
+            .ctx
+            .config
+            .workspaces
+            .get(&l.c.workspace_id)
+            .map(|w| w.history)
+            .unwrap_or_default();
+        let frozen = super::history::frozen_commit(repo, &l.c, history, &tree, time)?;
         match owned.get(&revision_ref(&cid)) {
             Some(v) if *v == frozen => {}
             Some(v) => {

@@ -316,8 +316,9 @@ impl Integration {
             .store
             .verifications_of(&l.c.candidate_id)
             .await?;
+        let mut selected = Vec::with_capacity(req.verification_ids.len());
         for (i, id) in req.verification_ids.iter().enumerate() {
-            self.check_selected(i, id, &rows, &rev)?;
+            selected.push(self.check_selected(i, id, &rows, &rev)?);
         }
         let current_target = blocking(|| repo.ref_value(&req.target_ref))?;
         if req.action == DeliveryAction::UpdateRef
@@ -347,10 +348,29 @@ impl Integration {
                 current_target.clone(),
             ),
         };
+        // The commit that lands: the candidate's tree with the story in its message, from
+        // durable facts only (a retry after a crash makes the same commit).
+        let history = self
+            .ctx
+            .config
+            .workspaces
+            .get(&l.c.workspace_id)
+            .map(|w| w.history)
+            .unwrap_or_default();
+        let decided_at = req
+            .decided_at
+            .as_deref()
+            .and_then(parse_time)
+            .map_or_else(|| self.stamp_time(&l.c), |t| t.unix_timestamp());
+        let chosen: Vec<&Verification> = selected.iter().collect();
+        let landed = blocking(|| {
+            super::history::landed_commit(&repo, &l.c, &req, &chosen, history, decided_at)
+        })?;
         let receipt = DeliveryReceipt {
             receipt_id: format!("rcpt_{}", crate::ids::new_creation_key()),
             request_id: req.request_id.clone(),
             candidate_revision: rev.clone(),
+            landed_revision: Some(landed.clone()),
             target_ref: req.target_ref.clone(),
             previous_revision: previous,
             action: req.action,
@@ -364,12 +384,12 @@ impl Integration {
         match (&req.action, &proposal) {
             (DeliveryAction::UpdateRef, _) => ops.push(RefOp::Update {
                 name: req.target_ref.clone(),
-                new: rev.clone(),
+                new: landed.clone(),
                 old: req.expected_target_revision.clone(),
             }),
             (DeliveryAction::Proposal, Some(name)) => ops.push(RefOp::Create {
                 name: name.clone(),
-                new: rev.clone(),
+                new: landed.clone(),
             }),
             (DeliveryAction::Proposal, None) => unreachable!("a proposal always names its ref"),
         }

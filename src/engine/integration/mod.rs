@@ -14,6 +14,7 @@ pub mod assembly;
 pub mod delivery;
 pub mod events;
 pub mod evidence;
+pub mod history;
 pub mod lifecycle;
 pub mod prepare;
 pub mod read;
