@@ -40,6 +40,7 @@ mod serve_reviews;
 mod serve_symbols;
 mod serve_ui;
 mod serve_ui_pages;
+mod serve_ui_review;
 mod support;
 mod toolchain;
 mod workspace_seam;

@@ -711,6 +711,29 @@ fn in_a_real_browser_a_proposal_goes_from_pending_to_applied_through_the_page_al
         "the author never votes"
     );
     assert!(has_button(&pages[9], "Apply"), "{}", pages[9]);
+    // The headline says where it stands: blocked on bob's vote, then validation, then ready.
+    let text = |i: usize| pages[i]["text"].as_str().unwrap().to_string();
+    assert!(text(4).contains("Blocked: "), "{}", text(4));
+    assert!(
+        text(4).contains("votes approve"),
+        "who may act: {}",
+        text(4)
+    );
+    assert!(
+        text(7).contains("Approvable: validate the current revision"),
+        "{}",
+        text(7)
+    );
+    assert!(text(9).contains("Ready to apply"), "{}", text(9));
+    // The expected test, with its result on the current revision, and the diff itself.
+    assert!(text(9).contains("grep -q page README"), "{}", text(9));
+    assert!(text(9).contains("passed"), "{}", text(9));
+    assert!(text(9).contains("+via the page"), "{}", text(9));
+    assert!(
+        text(10).contains("nothing more can be decided"),
+        "{}",
+        text(10)
+    );
     let done = &pages[10];
     assert!(!has_button(done, "Apply"), "{done}");
     assert!(

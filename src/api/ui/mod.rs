@@ -6,6 +6,7 @@
 //! member may not use is not shown, and its POST is refused anyway.
 
 mod candidate;
+mod diff;
 mod proposal;
 mod transaction;
 
@@ -41,7 +42,7 @@ solid #ccc;padding:.2rem .5rem;vertical-align:top;text-align:left}pre{background
 padding:.5rem;overflow:auto;max-height:30rem;white-space:pre-wrap}.badge{background:#eee;\
 border-radius:.3rem;padding:0 .4rem}.stale{background:#fde2c8}.missing{color:#a15c00}\
 .blocked{color:#b00020}.satisfied{color:#1b6e20}form.inline{display:inline}nav a{margin-right:1rem}\
-td code{word-break:break-all;font-size:.85em}";
+td code{word-break:break-all;font-size:.85em}pre.diff{max-height:none;white-space:pre-wrap;background:#fafafa}.diff .add{background:#e6ffec}.diff .del{background:#ffebe9}.diff .hunk{background:#eef3ff;color:#44546a}.diff .meta{color:#57606a}.headline{padding:.6rem 1rem;border-radius:.3rem;font-size:1.1rem}.headline.ready{background:#e6ffec}.headline.blocked{background:#ffebe9}.headline.waiting{background:#fff8c5}section.file{margin:1rem 0}";
 
 /// One signed-in browser.
 #[derive(Clone)]

@@ -42,10 +42,62 @@ pub(super) fn touching<'a>(
         .unwrap_or_default()
 }
 
+/// Who may satisfy a missing requirement of the verdict, by its name.
+fn who_satisfies(name: &str) -> String {
+    match name {
+        "approvals" => "a member with review votes approve on the current revision".into(),
+        "no_blocking_votes" => {
+            "the reviewers who voted reject, veto or revise vote again (or the author attaches a new revision)".into()
+        }
+        "security_review" => {
+            "a reviewer holding the security role records a security review that passes".into()
+        }
+        "human_approval" => {
+            "a member with approve decides a human approval (request one below)".into()
+        }
+        "tests" => "validate the current revision: its expected tests and checks must pass".into(),
+        n => match n.strip_prefix("role:") {
+            Some(role) => format!("a holder of role {role:?} votes approve"),
+            None => "see the requirement's detail".into(),
+        },
+    }
+}
+
+/// The verdict headline: what the page's reader can decide from at a glance.
+fn headline(verdict: Option<&Value>, applicable: bool, state: Option<ProposalState>) -> Markup {
+    let Some(v) = verdict.map(|v| &v["verdict"]) else {
+        return html! { p.headline.waiting { "The policy's verdict could not be read." } };
+    };
+    let reqs = v["requirements"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let open: Vec<&Value> = reqs
+        .iter()
+        .filter(|r| r["state"] != "satisfied" && r["state"] != "overridden")
+        .collect();
+    html! {
+        @match state {
+            Some(s) if s.is_terminal() => p.headline.waiting { "This proposal is " (s.as_str()) ": nothing more can be decided." },
+            Some(ProposalState::Pending) => p.headline.waiting { "Not in review yet: the author requests review first." },
+            _ if open.is_empty() && applicable => p.headline.ready { "Ready to apply: every requirement is met and the current revision has a valid validation." },
+            _ if open.is_empty() => p.headline.waiting { "Approvable: validate the current revision to apply it." },
+            _ => div.headline.blocked {
+                "Blocked: " (open.len()) " of " (reqs.len()) " requirements are not met"
+                ul { @for r in &open {
+                    li { strong { (value(&r["name"])) } " (" (value(&r["state"])) "): " (value(&r["detail"]))
+                         " — " em { (who_satisfies(r["name"].as_str().unwrap_or(""))) } }
+                } }
+            },
+        }
+    }
+}
+
 pub(super) async fn proposal_page(
     State(st): State<AppState>,
     Signed(s): Signed,
     Path((ws, id)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     let body = json!({"workspace_id": ws, "proposal_id": id});
     let got = match call(&st, &s, "proposal.get", body.clone()).await {
@@ -82,6 +134,10 @@ pub(super) async fn proposal_page(
         .map(|a| json!(a))
         .collect::<Vec<Value>>();
     let can_approve = may(&st, &s, &ws, Permission::Approve);
+    let approved_now = approvals.iter().any(|a| {
+        a["state"] == json!(crate::domain::policy::ApprovalState::Approved)
+            && a["revision"] == p["current_revision"]
+    });
     // The page reads the views as the API shows them.
     let validations: Vec<Value> = st
         .service
@@ -117,6 +173,29 @@ pub(super) async fn proposal_page(
             && v["complete"] == true
             && v["expired"] == false
     });
+    // The newest validation of the current revision, with its tests' records.
+    let latest = match validations
+        .iter()
+        .rev()
+        .find(|v| v["revision"] == p["current_revision"])
+    {
+        Some(v) => call(
+            &st,
+            &s,
+            "patch.validation_show",
+            json!({"workspace_id": ws, "validation_id": v["validation_id"]}),
+        )
+        .await
+        .ok()
+        .map(|r| r["validation"].clone()),
+        None => None,
+    };
+    let patch = match st.service.proposals.read_patch(&current).await {
+        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        Err(e) => return error_page(&e, &s),
+    };
+    let diff_page: usize = q.get("page").and_then(|p| p.parse().ok()).unwrap_or(0);
+    let here = format!("/ui/w/{}/proposals/{}", urlencode(&ws), urlencode(&id));
     let button = |op: &str, label: &str| {
         html! {
             form method="post" action=(act) {
@@ -159,11 +238,12 @@ pub(super) async fn proposal_page(
         &format!("Proposal {id}"),
         Some(&s),
         html! {
+            (headline(verdict.as_ref(), applicable.is_some(), state))
             p { strong { (value(&p["title"])) } " · " (value(&p["status"])) " · by " (value(&p["author"]))
-                " · risk " (value(&p["risk"])) }
+                " · risk " (value(&p["risk"])) " · revision " (value(&p["current_revision"])) }
             h2 { "Summary (as written by its author)" } pre { (visible(p["summary_md"].as_str().unwrap_or(""))) }
             @if *status == json!(ProposalState::Pending) && author { (button("request_review", "Request review")) }
-            @if in_review && !pending_approval
+            @if in_review && !pending_approval && !approved_now
                 && (author || [Permission::Review, Permission::Approve, Permission::Admin].into_iter().any(|x| may(&st, &s, &ws, x))) {
                 (button("request_approval", "Request human approval"))
             }
@@ -179,6 +259,21 @@ pub(super) async fn proposal_page(
             }
             @if may_withdraw { (with_reason("withdraw", "Withdraw proposal", false)) }
             @if may_reject { (with_reason("reject", "Reject proposal", true)) }
+            h2 { "Expected tests and required checks" }
+            (tests_table(&p["expected_tests"], latest.as_ref()))
+            h2 { "Rollback notes" }
+            @match p["rollback_notes"].as_str().filter(|n| !n.is_empty()) {
+                Some(n) => pre { (visible(n)) },
+                None => p { "The author gave none." },
+            }
+            h2 { "Affected resources" }
+            @match p["affected_resources"].as_array().filter(|a| !a.is_empty()) {
+                Some(a) => ul { @for r in a { li { code { (value(r)) } } } },
+                None => p { "None named beyond the touched paths." },
+            }
+            h2 id="diff" { "Diff of the current revision" }
+            (super::diff::render(&patch, got["files"].as_array().map(Vec::as_slice).unwrap_or(&[]), diff_page,
+                |n| format!("{here}?page={n}#diff")))
             h2 { "Revisions" }
             table {
                 tr { th { "number" } th { "revision" } th { "bytes" } th { "created" } }
@@ -311,10 +406,10 @@ pub(super) async fn proposal_page(
             h2 { "Files of the current revision" }
             table {
                 tr { th { "operation" } th { "path" } th { "mode" } th { "binary" } th { "+" } th { "-" } }
-                @for f in got["files"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+                @for (i, f) in got["files"].as_array().map(Vec::as_slice).unwrap_or(&[]).iter().enumerate() {
                     tr {
                         td { (value(&f["operation"])) }
-                        td { (file_path(f)) }
+                        td { a href=(format!("#file-{i}")) { (file_path(f)) } }
                         td { (file_mode(f)) }
                         td { @if f["binary"] == true { span.badge { "binary" } } }
                         td.satisfied { (value(&f["added"])) }
@@ -325,6 +420,55 @@ pub(super) async fn proposal_page(
             h2 { "Decisions" } (value(&got["decisions"]))
         },
     )
+}
+
+/// Largest piece of a test's output shown on the page (the rest is in its verification).
+const TEST_OUTPUT_SHOWN: usize = 4096;
+
+/// Each expected test and required check with its latest result on the current revision.
+fn tests_table(expected: &Value, latest: Option<&Value>) -> Markup {
+    let expected = expected.as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let runs = latest
+        .and_then(|v| v["tests"].as_array())
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let checks = latest
+        .and_then(|v| v["checks"].as_array())
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let check_of = |vid: &Value| {
+        checks
+            .iter()
+            .find(|c| c["verification_id"] == *vid)
+            .and_then(|c| c["name"].as_str())
+    };
+    html! {
+        @if expected.is_empty() && runs.is_empty() {
+            p { "No expected tests, and no required check has run yet." }
+        } @else {
+            @if latest.is_none() { p.missing { "Not validated yet: none of these has run on the current revision." } }
+            table {
+                tr { th { "what" } th { "argv" } th { "status" } th { "exit" } th { "output" } }
+                @for t in runs {
+                    tr {
+                        td { @match check_of(&t["verification_id"]) {
+                            Some(n) => { "required check " strong { (visible(n)) } },
+                            None => "expected test",
+                        } }
+                        td { code { (value(&t["argv"])) } }
+                        td class=(if t["status"] == "passed" { "satisfied" } else { "blocked" }) { (value(&t["status"])) }
+                        td { (value(&t["exit_code"])) }
+                        td { pre { (visible(&t["output"].as_str().unwrap_or("").chars().take(TEST_OUTPUT_SHOWN).collect::<String>())) } }
+                    }
+                }
+                @if runs.is_empty() {
+                    @for argv in expected {
+                        tr { td { "expected test" } td { code { (value(argv)) } } td.missing { "not run" } td {} td {} }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// "old -> new" for a rename or copy, the one path otherwise (`/dev/null` sides are absent).

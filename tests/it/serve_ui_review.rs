@@ -1,0 +1,157 @@
+//! The proposal page as an approver decides from it (fake runtime; the page, not the sandbox):
+//! the diff of the current revision per file with anchors, added and removed lines marked for
+//! CSS, renames, mode changes and binary files shown plainly, content that looks like a patch
+//! header kept as content, hostile file names and contents escaped (checked in a real browser:
+//! no alert, no script), and "Request human approval" gone once the revision is approved.
+
+use crate::serve_ui::{browse, get, has_button, sign_in};
+use crate::support::daemon::{ALICE, BOB, ERIN, Server};
+use crate::support::repo::git;
+use serde_json::json;
+
+const EVIL: &str = "<img src=x onerror=alert(7)>.txt";
+
+fn hostile_patch(s: &Server) -> String {
+    std::fs::write(s.repo.join("old.txt"), "stays\n").unwrap();
+    std::fs::write(s.repo.join("run.sh"), "echo\n").unwrap();
+    git(&s.repo, &["add", "-A"]);
+    git(&s.repo, &["commit", "-q", "-m", "files"]);
+    std::fs::write(
+        s.repo.join(EVIL),
+        "<script>alert(8)</script>\ndiff --git a/fake b/fake\n--- a/fake\n",
+    )
+    .unwrap();
+    std::fs::write(s.repo.join("README"), "rebased\n\u{1b}[31mred\u{1b}[0m\n").unwrap();
+    git(&s.repo, &["mv", "old.txt", "new.txt"]);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        s.repo.join("run.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::write(s.repo.join("blob.bin"), [0u8, 1, 2, 255, 0, 9]).unwrap();
+    git(&s.repo, &["add", "-A"]);
+    let out = std::process::Command::new("git")
+        .args(["diff", "--cached", "--no-color", "--binary", "-M"])
+        .current_dir(&s.repo)
+        .output()
+        .unwrap();
+    git(&s.repo, &["reset", "-q", "--hard"]);
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn the_proposal_page_shows_the_diff_per_file_escaped_and_the_approval_state() {
+    let s = Server::fake_governed_with(
+        "[workspaces.ws1.roles]\nbob = [\"reviewer\"]\n[workspaces.ws1.policy]\nhuman_approval = \"always\"\n",
+    );
+    let patch = hostile_patch(&s);
+    s.ok(
+        ALICE,
+        "claim.acquire",
+        json!({"workspace_id": "ws1", "task_id": "t1", "resource_id": "directory:",
+               "mode": "write", "idempotency_key": "c"}),
+    );
+    let p = s.ok(
+        ALICE,
+        "proposal.create",
+        json!({"workspace_id": "ws1", "task_id": "t1", "title": "Files", "summary_md": "s",
+               "patch": patch, "rollback_notes": "revert <it>",
+               "expected_tests": [["sh", "-c", "test -f new.txt"]], "idempotency_key": "p"}),
+    )["proposal"]
+        .clone();
+    let id = p["proposal_id"].as_str().unwrap().to_string();
+    s.ok(
+        ALICE,
+        "proposal.request_review",
+        json!({"workspace_id": "ws1", "proposal_id": id, "idempotency_key": "r"}),
+    );
+    let path = format!("/ui/w/ws1/proposals/{id}");
+
+    // The HTML: one anchored section per file, lines marked, nothing unescaped.
+    let cookie = sign_in(&s, BOB);
+    let (status, _, html) = get(&s, &cookie, &path);
+    assert_eq!(status, 200, "{html}");
+    for i in 0..5 {
+        assert!(
+            html.contains(&format!("id=\"file-{i}\"")),
+            "file-{i} section"
+        );
+        assert!(
+            html.contains(&format!("href=\"#file-{i}\"")),
+            "file-{i} link"
+        );
+    }
+    assert!(
+        !html.contains("id=\"file-5\""),
+        "content that looks like a header is no file"
+    );
+    assert!(
+        html.contains("<span class=\"add\">+diff --git a/fake b/fake\n</span>"),
+        "{html}"
+    );
+    assert!(html.contains("<span class=\"add\">+--- a/fake\n</span>"));
+    assert!(
+        html.contains("<span class=\"del\">"),
+        "the README loses its old line"
+    );
+    assert!(!html.contains("<script>alert(8)"), "contents are escaped");
+    assert!(!html.contains("<img src=x"), "names are escaped");
+    assert!(html.contains("&lt;img src=x onerror=alert(7)&gt;.txt"));
+    assert!(
+        !html.contains('\u{1b}'),
+        "control characters are shown, not sent"
+    );
+    assert!(html.contains("binary: not shown"));
+    assert!(html.contains("mode 100644 → 100755"), "{html}");
+    assert!(html.contains("old.txt</code> → <code>new.txt"), "{html}");
+    assert!(html.contains("revert &lt;it&gt;"), "rollback notes");
+    assert!(html.contains("test -f new.txt") && html.contains("not run"));
+    assert!(html.contains("Blocked: "), "{html}");
+
+    // In a real browser, nothing runs; then the approval flow: once approved, no second ask.
+    s.ok(
+        BOB,
+        "vote.cast",
+        json!({"workspace_id": "ws1", "proposal_id": id, "revision": p["current_revision"],
+               "vote": "approve", "reason_md": "ok", "idempotency_key": "v"}),
+    );
+    let pages = browse(
+        &s,
+        json!([
+            {"do": "sign_in", "token": ALICE},
+            {"do": "open", "path": path, "shot": "review-1-diff-hostile"},
+            {"do": "click", "button": "Request human approval", "shot": "review-2-asked"},
+            {"do": "sign_in", "token": ERIN},
+            {"do": "open", "path": path, "shot": "review-3-to-approve"},
+            {"do": "click", "button": "Approve", "fill": {"reason_md": "fine"}, "shot": "review-4-approved"},
+            {"do": "sign_in", "token": ALICE},
+            {"do": "open", "path": path, "shot": "review-5-after"},
+        ]),
+    );
+    let text = pages[1]["text"].as_str().unwrap();
+    assert!(
+        text.contains("<script>alert(8)</script>"),
+        "shown as text: {text}"
+    );
+    assert!(text.contains(EVIL), "{text}");
+    assert!(has_button(&pages[1], "Request human approval"));
+    assert!(
+        !has_button(&pages[2], "Request human approval"),
+        "one pending at a time"
+    );
+    assert!(has_button(&pages[4], "Approve"), "{}", pages[4]);
+    assert!(
+        !has_button(&pages[7], "Request human approval"),
+        "approved already: {}",
+        pages[7]
+    );
+    assert!(
+        pages[7]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Approvable: validate"),
+        "{}",
+        pages[7]
+    );
+}
