@@ -77,6 +77,21 @@ fn integration_list_pages_newest_first_and_filters() {
         json!({"workspace_id": "ws1", "candidate_id": cid, "candidate_revision": rev,
                "verification_ids": [vid], "action": "update_ref", "idempotency_key": "r"}),
     );
+    // dave may decide it: it waits for him on the overview; alice asked, so not for her.
+    let dave = crate::serve_ui::sign_in(&s, crate::support::daemon::DAVE);
+    let (_, _, overview) = crate::serve_ui::get(&s, &dave, "/ui/");
+    assert!(
+        overview.contains("decide the delivery request (by member:alice)"),
+        "{overview}"
+    );
+    assert!(overview.contains(&made[1]));
+    let alice = crate::serve_ui::sign_in(&s, ALICE);
+    let (_, _, hers) = crate::serve_ui::get(&s, &alice, "/ui/");
+    assert!(
+        !hers.contains("decide the delivery request"),
+        "distinct_approver: {hers}"
+    );
+    assert!(hers.contains("Nothing is waiting for you"), "{hers}");
     let pending = list(json!({"request_state": "requested"}));
     assert_eq!(ids(&pending), vec![made[1].clone()]);
     assert_eq!(

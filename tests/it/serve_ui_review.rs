@@ -109,6 +109,22 @@ fn the_proposal_page_shows_the_diff_per_file_escaped_and_the_approval_state() {
     assert!(html.contains("test -f new.txt") && html.contains("not run"));
     assert!(html.contains("Blocked: "), "{html}");
 
+    // bob's overview: the proposal waits for his vote; the empty sections say so.
+    let (_, _, overview) = get(&s, &cookie, "/ui/");
+    assert!(
+        overview.contains("review: your vote on the current revision"),
+        "{overview}"
+    );
+    assert!(overview.contains(&id));
+    assert!(
+        overview.contains("No candidates in this workspace."),
+        "{overview}"
+    );
+    assert!(
+        overview.contains(">blocked<"),
+        "the verdict column: {overview}"
+    );
+
     // In a real browser, nothing runs; then the approval flow: once approved, no second ask.
     s.ok(
         BOB,
@@ -123,6 +139,7 @@ fn the_proposal_page_shows_the_diff_per_file_escaped_and_the_approval_state() {
             {"do": "open", "path": path, "shot": "review-1-diff-hostile"},
             {"do": "click", "button": "Request human approval", "shot": "review-2-asked"},
             {"do": "sign_in", "token": ERIN},
+            {"do": "open", "path": "/ui/", "shot": "review-3-overview-waiting"},
             {"do": "open", "path": path, "shot": "review-3-to-approve"},
             {"do": "click", "button": "Approve", "fill": {"reason_md": "fine"}, "shot": "review-4-approved"},
             {"do": "sign_in", "token": ALICE},
@@ -140,18 +157,25 @@ fn the_proposal_page_shows_the_diff_per_file_escaped_and_the_approval_state() {
         !has_button(&pages[2], "Request human approval"),
         "one pending at a time"
     );
-    assert!(has_button(&pages[4], "Approve"), "{}", pages[4]);
+    let erins = pages[4]["text"].as_str().unwrap();
     assert!(
-        !has_button(&pages[7], "Request human approval"),
+        erins.contains("decide the human approval (asked by member:alice)"),
+        "{erins}"
+    );
+    assert!(has_button(&pages[5], "Approve"), "{}", pages[5]);
+    assert!(
+        !has_button(&pages[8], "Request human approval"),
         "approved already: {}",
-        pages[7]
+        pages[8]
     );
     assert!(
-        pages[7]["text"]
+        pages[8]["text"]
             .as_str()
             .unwrap()
             .contains("Approvable: validate"),
         "{}",
-        pages[7]
+        pages[8]
     );
+    let (_, _, after) = get(&s, &cookie, "/ui/");
+    assert!(!after.contains("review: your vote"), "bob voted: {after}");
 }

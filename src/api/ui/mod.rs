@@ -7,6 +7,7 @@
 
 mod candidate;
 mod diff;
+mod overview;
 mod proposal;
 mod transaction;
 
@@ -90,7 +91,7 @@ impl UiSessions {
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/ui", get(|| async { Redirect::to("/ui/") }))
-        .route("/ui/", get(index))
+        .route("/ui/", get(overview::index))
         .route("/ui/style.css", get(style))
         .route("/ui/login", get(login_page).post(login))
         .route("/ui/logout", post(logout))
@@ -559,79 +560,6 @@ fn with_times(st: &AppState, list: &Value) -> Vec<Value> {
             c
         })
         .collect()
-}
-
-async fn index(State(st): State<AppState>, Signed(s): Signed) -> Response {
-    let config = &st.service.ctx.config;
-    let mut sections = Vec::new();
-    for (ws_id, ws) in &config.workspaces {
-        if !may(&st, &s, ws_id, Permission::View) {
-            continue;
-        }
-        let body = json!({"workspace_id": ws_id});
-        let candidates = if ws.worktree.is_none() {
-            Some(call(&st, &s, "integration.list", body.clone()).await)
-        } else {
-            None
-        };
-        let proposals = if ws.worktree.is_some() {
-            Some(
-                call(
-                    &st,
-                    &s,
-                    "proposal.list",
-                    json!({"workspace_id": ws_id, "order": "newest"}),
-                )
-                .await,
-            )
-        } else {
-            None
-        };
-        let transactions = if ws.worktree.is_some() {
-            Some(call(&st, &s, "transaction.list", json!({"workspace_id": ws_id})).await)
-        } else {
-            None
-        };
-        let enc = urlencode(ws_id);
-        sections.push(html! {
-            h2 { "Workspace " (ws_id) }
-            @if let Some(c) = candidates {
-                h3 { "Candidates" }
-                @match c {
-                    Ok(v) => (rows(&with_times(&st, &v["candidates"]),
-                        &["candidate_id", "state", "target_ref", "age", "expires", "expires_at"],
-                        |c| c["candidate_id"].as_str().map(|id| format!("/ui/w/{enc}/candidates/{}", urlencode(id))))),
-                    Err(e) => p.blocked { (e.code()) ": " (e.to_string()) },
-                }
-            }
-            @if let Some(p) = proposals {
-                h3 { "Proposals" }
-                @match p {
-                    Ok(v) => (rows(v["proposals"].as_array().map(Vec::as_slice).unwrap_or(&[]),
-                        &["proposal_id", "title", "status", "author", "risk", "updated_at"],
-                        |p| p["proposal_id"].as_str().map(|id| format!("/ui/w/{enc}/proposals/{}", urlencode(id))))),
-                    Err(e) => p.blocked { (e.code()) ": " (e.to_string()) },
-                }
-            }
-            @if let Some(t) = transactions {
-                h3 { "Transactions" }
-                @match t {
-                    Ok(v) => (rows(v["transactions"].as_array().map(Vec::as_slice).unwrap_or(&[]),
-                        &["transaction_id", "status", "proposal_id", "created_at"],
-                        |t| t["transaction_id"].as_str().map(|id| format!("/ui/w/{enc}/transactions/{}", urlencode(id))))),
-                    Err(e) => p.blocked { (e.code()) ": " (e.to_string()) },
-                }
-            }
-        });
-    }
-    page(
-        "Airlock",
-        Some(&s),
-        html! {
-            @if sections.is_empty() { p { "You are not a member of any workspace." } }
-            @for sec in sections { (sec) }
-        },
-    )
 }
 
 /// Seconds from now to an RFC 3339 time by the daemon's clock (negative when past).
