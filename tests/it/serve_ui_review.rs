@@ -179,3 +179,69 @@ fn the_proposal_page_shows_the_diff_per_file_escaped_and_the_approval_state() {
     let (_, _, after) = get(&s, &cookie, "/ui/");
     assert!(!after.contains("review: your vote"), "bob voted: {after}");
 }
+
+/// The candidate page a decider reads: the summary of what is approved first (the target still
+/// current or not, the selected verifications with status, environment and expiry), the
+/// request as labelled fields, the verifications outside the request marked, each input with
+/// its commit subject and author, the diff before the decision form.
+#[test]
+fn the_candidate_page_puts_the_decision_summary_first_and_the_decision_last() {
+    use crate::delivery::{frozen, settled, verify};
+    let s = Server::fake();
+    let (cid, rev, _) = frozen(&s);
+    let failed = verify(&s, &cid, &rev, &["fake-exit", "1", "broke"], 60, "v1");
+    let passed = verify(&s, &cid, &rev, &["true"], 60, "v2");
+    assert_eq!(settled(&s, &cid, &failed)["status"], "failed");
+    assert_eq!(settled(&s, &cid, &passed)["status"], "passed");
+    s.ok(
+        ALICE,
+        "integration.request_delivery",
+        json!({"workspace_id": "ws1", "candidate_id": cid, "candidate_revision": rev,
+               "verification_ids": [passed], "action": "update_ref", "idempotency_key": "r"}),
+    );
+    let path = format!("/ui/w/ws1/candidates/{cid}");
+    let dave = sign_in(&s, crate::support::daemon::DAVE);
+    let (status, _, html) = get(&s, &dave, &path);
+    assert_eq!(status, 200, "{html}");
+    let at = |needle: &str| {
+        html.find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} not on the page: {html}"))
+    };
+    assert!(
+        at("The target is still at") < at("Inputs, in order"),
+        "the summary comes first"
+    );
+    assert!(html.contains(&format!(
+        "Not part of the delivery request: <code>{failed}</code>"
+    )));
+    assert!(!html.contains(&format!(
+        "Not part of the delivery request: <code>{passed}</code>"
+    )));
+    assert!(at("<th>Requested by</th>") > at("Delivery request"));
+    assert!(html.contains("<th>Decided by</th><td><span class=\"badge\">not yet</span>"));
+    // frozen() commits on branch "a" with message "a" as the test user.
+    assert!(html.contains("<strong>a</strong><br>by "), "{html}");
+    assert!(
+        at("Combined diff") < at("Approve delivery"),
+        "decide after reading the diff"
+    );
+    assert!(
+        html.contains("<span class=\"add\">+hello\n</span>"),
+        "{html}"
+    );
+
+    // The target moves: the summary says delivery would be refused.
+    let base = s.head();
+    let moved = s.agent_commit("elsewhere", &base, &[("other.txt", "x\n")]);
+    git(&s.repo, &["update-ref", "refs/heads/main", &moved]);
+    let (_, _, html) = get(&s, &dave, &path);
+    assert!(html.contains("The target moved"), "{html}");
+    let pages = browse(
+        &s,
+        json!([
+            {"do": "sign_in", "token": crate::support::daemon::DAVE},
+            {"do": "open", "path": path, "shot": "candidate-decision-summary"},
+        ]),
+    );
+    assert!(has_button(&pages[1], "Approve delivery"), "{}", pages[1]);
+}

@@ -92,6 +92,31 @@ pub(super) async fn candidate_page(
         urlencode(&ws),
         urlencode(&id)
     );
+    // What a decider approves: the target as it is now, and the request's verifications.
+    let repo = st.service.ctx.repo(&ws).clone();
+    let target = c["target_ref"].as_str().unwrap_or("").to_string();
+    let revs: Vec<String> = c["inputs"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|i| i["submission"]["retained_revision"].as_str())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    let (target_now, summaries) = tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = revs.iter().map(String::as_str).collect();
+        (
+            repo.ref_value(&target).ok().flatten(),
+            repo.commit_summaries(&refs).unwrap_or_default(),
+        )
+    })
+    .await
+    .unwrap_or((None, vec![]));
+    let selected: Vec<&str> = request["verification_ids"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
     page(
         &format!("Candidate {id}"),
         Some(&s),
@@ -102,15 +127,19 @@ pub(super) async fn candidate_page(
                     " (" (result) " at " (value(&c["delivery_receipt"]["created_at"])) ")" }
                 " · target " (value(&c["target_ref"]))
                 " · created " (value(&c["created_at"])) " · expires " (value(&c["expires_at"])) }
+            @if !request.is_null() {
+                (decision_summary(&c, request, target_now.as_deref()))
+            }
             h2 { "Inputs, in order" }
             table {
-                tr { th { "#" } th { "run" } th { "evidence" } th { "retained revision" } th { "base" }
+                tr { th { "#" } th { "run" } th { "commit" } th { "evidence" } th { "retained revision" } th { "base" }
                      th { "sources" } th { "transcript sha256" } th { "evidence expires" } }
                 @for (i, input) in c["inputs"].as_array().map(Vec::as_slice).unwrap_or(&[]).iter().enumerate() {
                     @let e = &input["evidence"];
                     tr {
                         td { (i + 1) }
                         td { (value(&input["submission"]["run_id"])) }
+                        td { @if let Some(c) = summaries.get(i) { strong { (visible(&c.subject)) } br; "by " (visible(&c.author)) } }
                         td { code { (value(&input["submission"]["evidence_ref"])) } }
                         td { code { (value(&input["submission"]["retained_revision"])) } }
                         td { code { (value(&input["base_revision"])) } }
@@ -147,6 +176,9 @@ pub(super) async fn candidate_page(
             @let verifications = c["verifications"].as_array().map(Vec::as_slice).unwrap_or(&[]);
             @if verifications.is_empty() { p { span.badge { "none" } } }
             @for v in verifications {
+                @if !request.is_null() && !selected.contains(&v["verification_id"].as_str().unwrap_or("")) {
+                    p.missing { "Not part of the delivery request: " code { (value(&v["verification_id"])) } }
+                }
                 (verification(v, &c["candidate_revision"], may_verify.then_some(&act), &s))
             }
             @if frozen && may_verify {
@@ -161,7 +193,8 @@ pub(super) async fn candidate_page(
                     " " button type="submit" { "Verify" }
                 }
             }
-            h2 { "Delivery request" } (value(request))
+            h2 { "Delivery request" }
+            @if request.is_null() { p { "No delivery has been requested." } } @else { (request_fields(request)) }
             // Once delivered, the target has moved on: a new request could only be refused.
             @if frozen && !passed.is_empty() && !open_request && c["delivery_receipt"].is_null()
                 && may(&st, &s, &ws, Permission::Integrate) {
@@ -186,16 +219,6 @@ pub(super) async fn candidate_page(
                     button type="submit" { "Deliver" }
                 }
             }
-            @if pending && can_decide {
-                form method="post" action=(action) {
-                    input type="hidden" name="csrf" value=(s.csrf);
-                    input type="hidden" name="request_id" value=(request["request_id"].as_str().unwrap_or(""));
-                    input type="hidden" name="request_version" value=(request["request_version"].as_u64().unwrap_or(0));
-                    button type="submit" name="approve" value="true" { "Approve delivery" }
-                    " "
-                    button type="submit" name="approve" value="false" { "Deny delivery" }
-                }
-            }
             h2 { "Receipt" } (value(&c["delivery_receipt"]))
             h2 { "Combined diff" }
             @match &patch {
@@ -208,12 +231,95 @@ pub(super) async fn candidate_page(
                             " · " a href=(format!("{here}?offset={next}#diff")) { "next page" }
                         } @else { " · the last page" }
                     }
-                    pre id="diff" { (visible(p["patch"].as_str().unwrap_or(""))) }
+                    div id="diff" { (super::diff::render_all(p["patch"].as_str().unwrap_or(""))) }
                 }
                 Some(Err(e)) => p.blocked { (e.code()) ": " (e.to_string()) },
             }
+            @if pending && can_decide { h2 { "Decide" } }
+            @if pending && can_decide {
+                form method="post" action=(action) {
+                    input type="hidden" name="csrf" value=(s.csrf);
+                    input type="hidden" name="request_id" value=(request["request_id"].as_str().unwrap_or(""));
+                    input type="hidden" name="request_version" value=(request["request_version"].as_u64().unwrap_or(0));
+                    button type="submit" name="approve" value="true" { "Approve delivery" }
+                    " "
+                    button type="submit" name="approve" value="false" { "Deny delivery" }
+                }
+            }
         },
     )
+}
+
+/// The top of a candidate with a delivery request: what exactly a decider approves.
+fn decision_summary(c: &Value, request: &Value, target_now: Option<&str>) -> Markup {
+    let expected = request["expected_target_revision"].as_str().unwrap_or("");
+    let verifications = c["verifications"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let ids: Vec<&str> = request["verification_ids"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    html! {
+        div.headline.waiting {
+            "Delivery of " code { (value(&request["candidate_revision"])) } " onto " code { (value(&request["target_ref"])) }
+            " by " (value(&request["action"])) ", requested by " (value(&request["requested_by"]))
+            " · " strong { (value(&request["state"])) }
+            p {
+                @match target_now {
+                    Some(t) if t == expected => span.satisfied { "The target is still at " code { (t) } ", the revision the candidate was built on." },
+                    Some(t) => span.blocked { "The target moved: it is at " code { (t) } ", the candidate was built on " code { (expected) } "; delivery would be refused." },
+                    None => span.blocked { "The target ref does not exist now." },
+                }
+            }
+            table {
+                tr { th { "selected verification" } th { "status" } th { "environment" } th { "expires" } }
+                @for id in &ids {
+                    @let v = verifications.iter().find(|v| v["verification_id"] == *id);
+                    tr {
+                        td { code { (id) } }
+                        @match v {
+                            Some(v) => {
+                                td class=(if v["status"] == "passed" { "satisfied" } else { "blocked" }) { (value(&v["status"])) }
+                                td { code { (value(&v["environment_sha256"])) } }
+                                td { (value(&v["expires_at"])) }
+                            },
+                            None => { td.blocked { "not found" } td {} td {} },
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The delivery request as labelled fields.
+fn request_fields(r: &Value) -> Markup {
+    let rows = [
+        ("Request", "request_id"),
+        ("Version", "request_version"),
+        ("State", "state"),
+        ("Action", "action"),
+        ("Verified revision", "candidate_revision"),
+        ("Target", "target_ref"),
+        ("Built on", "expected_target_revision"),
+        ("Verifications", "verification_ids"),
+        ("Requested by", "requested_by"),
+        ("Requested at", "created_at"),
+        ("Expires", "expires_at"),
+        ("Decided by", "decided_by"),
+        ("Decided at", "decided_at"),
+    ];
+    html! {
+        table {
+            @for (label, key) in rows {
+                tr { th { (label) } td {
+                    @if r[key].is_null() { span.badge { "not yet" } } @else { (value(&r[key])) }
+                } }
+            }
+        }
+    }
 }
 
 /// One file of the resolve form: what the merge left there (conflict markers included) in a

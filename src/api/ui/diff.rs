@@ -118,7 +118,7 @@ pub fn pages(files: &[FileDiff]) -> Vec<std::ops::Range<usize>> {
     out
 }
 
-/// The page `page` of `text`, whose files are described (same order) by `files` (the API's
+/// The page `page` of `text`, whose files are described (same order) by `described` (the API's
 /// file list: operation, paths, modes, binary). `link(page)` is the URL of another page.
 pub fn render(
     text: &str,
@@ -130,32 +130,56 @@ pub fn render(
     let all = pages(&files);
     let page = page.min(all.len().saturating_sub(1));
     let range = all.get(page).cloned().unwrap_or(0..0);
-    html! {
+    let nav = html! {
         @if all.len() > 1 {
             p { "Page " (page + 1) " of " (all.len()) " (files " (range.start + 1) "-" (range.end) " of " (files.len()) ")"
                 @if page > 0 { " · " a href=(link(page - 1)) { "previous page" } }
                 @if page + 1 < all.len() { " · " a href=(link(page + 1)) { "next page" } } }
         }
+    };
+    html! { (nav) (sections(&files, described, range, Some(DIFF_LINES_PER_PAGE))) }
+}
+
+/// Every file of `text` (already a page of a larger diff, cut by the caller), uncut, each
+/// titled by its `diff --git` line.
+pub fn render_all(text: &str) -> Markup {
+    let files = split(text);
+    sections(&files, &[], 0..files.len(), None)
+}
+
+fn sections(
+    files: &[FileDiff],
+    described: &[Value],
+    range: std::ops::Range<usize>,
+    cut_at: Option<usize>,
+) -> Markup {
+    html! {
         @for i in range {
             @let f = &files[i];
             @let d = described.get(i).cloned().unwrap_or(Value::Null);
             section.file id=(format!("file-{i}")) {
-                h3 {
-                    (file_title(&d)) " "
-                    span.badge { (visible(d["operation"].as_str().unwrap_or("change"))) }
-                    @if d["binary"] == true { " " span.badge { "binary: not shown" } }
-                    @if let (Some(a), Some(b)) = (d["old_mode"].as_str(), d["new_mode"].as_str()) {
-                        @if a != b { " " span.badge.stale { "mode " (a) " → " (b) } }
+                @if d.is_null() {
+                    @if let Some((_, first)) = f.lines.first() {
+                        h3 { code { (visible(first.strip_prefix("diff --git ").unwrap_or(first))) } }
                     }
-                    " " span.satisfied { "+" (d["added"].as_u64().unwrap_or(0)) } " " span.blocked { "-" (d["removed"].as_u64().unwrap_or(0)) }
+                } @else {
+                    h3 {
+                        (file_title(&d)) " "
+                        span.badge { (visible(d["operation"].as_str().unwrap_or("change"))) }
+                        @if d["binary"] == true { " " span.badge { "binary: not shown" } }
+                        @if let (Some(a), Some(b)) = (d["old_mode"].as_str(), d["new_mode"].as_str()) {
+                            @if a != b { " " span.badge.stale { "mode " (a) " → " (b) } }
+                        }
+                        " " span.satisfied { "+" (d["added"].as_u64().unwrap_or(0)) } " " span.blocked { "-" (d["removed"].as_u64().unwrap_or(0)) }
+                    }
                 }
-                @let cut = f.lines.len() > DIFF_LINES_PER_PAGE;
+                @let shown = cut_at.unwrap_or(usize::MAX);
                 pre.diff {
-                    @for (kind, line) in f.lines.iter().take(DIFF_LINES_PER_PAGE) {
+                    @for (kind, line) in f.lines.iter().take(shown) {
                         span class=(kind.class()) { (visible(line)) "\n" }
                     }
                 }
-                @if cut { p.missing { (f.lines.len() - DIFF_LINES_PER_PAGE) " more lines of this file are not shown" } }
+                @if f.lines.len() > shown { p.missing { (f.lines.len() - shown) " more lines of this file are not shown" } }
             }
         }
     }
