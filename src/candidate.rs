@@ -116,6 +116,23 @@ pub struct Candidate {
     pub error: Option<String>,
     pub version: u64,
     pub mutations: Vec<Mutation>,
+    /// Each resolution batch, oldest first: who wrote it and the commit whose diff against its
+    /// parent (the merge as it stood) is exactly what they wrote.
+    #[serde(default)]
+    pub resolutions: Vec<Resolution>,
+}
+
+/// One `integration.resolve` batch as history keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Resolution {
+    /// The input (0-based) whose conflicts it resolved.
+    pub input: usize,
+    pub actor_key: String,
+    /// Its tree is the candidate after the batch; its parent's tree the merge before it (kept
+    /// at `refs/airlock/candidates/<id>/resolutions/<n>`).
+    pub commit: String,
+    pub paths: Vec<String>,
 }
 
 /// The bounded list projection.

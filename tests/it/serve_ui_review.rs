@@ -245,3 +245,41 @@ fn the_candidate_page_puts_the_decision_summary_first_and_the_decision_last() {
     );
     assert!(has_button(&pages[1], "Approve delivery"), "{}", pages[1]);
 }
+
+/// A resolution is shown as its own diff against the merge as it stood, attributed to the
+/// member who wrote it: the line neither agent wrote is visible as the resolver's.
+#[test]
+fn a_resolution_is_its_own_diff_attributed_to_the_resolver() {
+    let s = Server::fake();
+    let (cid, version, _) = crate::support::daemon::conflicted(&s);
+    let v = s.ok(
+        ALICE,
+        "integration.resolve",
+        json!({"workspace_id": "ws1", "candidate_id": cid, "expected_version": version,
+               "files": [{"path": "f.txt", "content": "A and B, <b>by hand</b>\n"}],
+               "idempotency_key": "res"}),
+    );
+    let c = &v["candidate"];
+    assert_eq!(c["state"], "frozen", "{v}");
+    assert_eq!(c["resolutions"][0]["actor_key"], "member:alice");
+    assert_eq!(c["resolutions"][0]["input"], 1);
+    let commit = c["resolutions"][0]["commit"].as_str().unwrap();
+    assert_eq!(
+        git(&s.repo, &["show", "-s", "--format=%s", commit]),
+        format!("airlock: resolution 0 of {cid} by member:alice")
+    );
+    let bob = sign_in(&s, BOB);
+    let (_, _, html) = get(&s, &bob, &format!("/ui/w/ws1/candidates/{cid}"));
+    assert!(
+        html.contains("resolved by <strong>member:alice</strong>"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<span class=\"add\">+A and B, &lt;b&gt;by hand&lt;/b&gt;\n</span>"),
+        "the resolver's own line: {html}"
+    );
+    assert!(
+        html.contains("<span class=\"del\">-&lt;&lt;&lt;&lt;&lt;&lt;&lt;"),
+        "the markers it removed"
+    );
+}

@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// Largest piece of one resolution's diff shown on the candidate page.
+const RESOLUTION_DIFF_SHOWN: usize = 64 * 1024;
+
 pub(super) async fn candidate_page(
     State(st): State<AppState>,
     Signed(s): Signed,
@@ -104,15 +107,33 @@ pub(super) async fn candidate_page(
                 .collect()
         })
         .unwrap_or_default();
-    let (target_now, summaries) = tokio::task::spawn_blocking(move || {
+    let resolution_commits: Vec<String> = c["resolutions"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|r| r["commit"].as_str())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    let (target_now, summaries, resolution_diffs) = tokio::task::spawn_blocking(move || {
         let refs: Vec<&str> = revs.iter().map(String::as_str).collect();
+        let diffs: Vec<Option<(String, bool)>> = resolution_commits
+            .iter()
+            .map(|r| {
+                repo.diff_bounded(&format!("{r}^"), r, RESOLUTION_DIFF_SHOWN)
+                    .ok()
+                    .map(|(b, cut)| (String::from_utf8_lossy(&b).into_owned(), cut))
+            })
+            .collect();
         (
             repo.ref_value(&target).ok().flatten(),
             repo.commit_summaries(&refs).unwrap_or_default(),
+            diffs,
         )
     })
     .await
-    .unwrap_or((None, vec![]));
+    .unwrap_or((None, vec![], vec![]));
     let selected: Vec<&str> = request["verification_ids"]
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_str).collect())
@@ -170,6 +191,22 @@ pub(super) async fn candidate_page(
                         (conflict_file(i, path, view))
                     }
                     button type="submit" { "Resolve" }
+                }
+            }
+            @let resolutions = c["resolutions"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+            @if !resolutions.is_empty() {
+                h2 { "Resolutions (what the resolver wrote, against the merge)" }
+                @for (r, d) in resolutions.iter().zip(&resolution_diffs) {
+                    @let input = r["input"].as_u64().unwrap_or(0) as usize;
+                    p { "Input " (input + 1) " (run " (value(&c["inputs"][input]["submission"]["run_id"])) ")"
+                        " resolved by " strong { (value(&r["actor_key"])) } ": " (value(&r["paths"])) }
+                    @match d {
+                        Some((text, cut)) => {
+                            (super::diff::render_all(text))
+                            @if *cut { p.missing { "The rest of this resolution's diff is not shown." } }
+                        },
+                        None => p.blocked { "This resolution's commit could not be read." },
+                    }
                 }
             }
             h2 { "Verifications" }

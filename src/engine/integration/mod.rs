@@ -389,6 +389,11 @@ pub(super) fn conflict_ref(cid: &str) -> String {
     format!("refs/airlock/candidates/{cid}/conflict")
 }
 
+/// The commit of resolution batch `n` (its parent holds the merge before it).
+pub(super) fn resolution_ref(cid: &str, n: usize) -> String {
+    format!("refs/airlock/candidates/{cid}/resolutions/{n}")
+}
+
 pub(super) fn candidate_refs_prefix(cid: &str) -> String {
     format!("refs/airlock/candidates/{cid}/")
 }

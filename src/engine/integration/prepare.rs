@@ -223,6 +223,7 @@ impl Integration {
             expires_at: crate::ids::rfc3339(now + CANDIDATE_LIFETIME),
             error: None,
             version: 1,
+            resolutions: vec![],
             mutations: vec![Mutation {
                 actor_key: actor_key.clone(),
                 operation: MutationOperation::Prepare,

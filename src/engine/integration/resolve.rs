@@ -296,6 +296,33 @@ impl Integration {
                 .filter(|c| !resolved.contains(c.as_str()))
                 .collect();
         let time = self.stamp_time(&l.c);
+        // The batch as history keeps it: a commit of the new tree whose parent holds the merge
+        // as it stood (both from the journal, so a repeat after a crash makes the same ones).
+        let n = l.c.resolutions.len();
+        let i = l.a.next_input;
+        let before = repo.commit_tree(
+            &tree,
+            &[&l.a.acc_commit],
+            &CommitStamp {
+                message: &format!("airlock: merge of input {i} of {cid} before resolution {n}"),
+                time,
+            },
+        )?;
+        let resolution = repo.commit_tree(
+            &new_tree,
+            &[&before],
+            &CommitStamp {
+                message: &format!("airlock: resolution {n} of {cid} by {}", pending.actor_key),
+                time,
+            },
+        )?;
+        self.set_ref(&repo, &resolution_ref(&cid, n), &resolution)?;
+        l.c.resolutions.push(crate::candidate::Resolution {
+            input: i,
+            actor_key: pending.actor_key.clone(),
+            commit: resolution,
+            paths: pending.files.iter().map(|f| f.path.clone()).collect(),
+        });
         l.a.pending_resolution = None;
         if !remaining.is_empty() {
             let held = repo.commit_tree(
@@ -311,7 +338,6 @@ impl Integration {
             l.c.conflicts = Some(remaining);
             return Ok(());
         }
-        let i = l.a.next_input;
         let next = repo.commit_tree(
             &new_tree,
             &[&l.a.acc_commit],
