@@ -283,3 +283,28 @@ fn a_resolution_is_its_own_diff_attributed_to_the_resolver() {
         "the markers it removed"
     );
 }
+
+/// Each input's transcript is quoted on the candidate page, escaped and bounded.
+#[test]
+fn an_inputs_transcript_is_quoted_escaped_and_bounded() {
+    let s = Server::fake();
+    let base = s.head();
+    let a = s.agent_commit("t", &base, &[("t.txt", "t\n")]);
+    let transcript = format!("<script>alert(9)</script>\n{}", "x".repeat(3000));
+    let sub = s.evidence("run_a", &base, &a, Some(&transcript));
+    let v = s.ok(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(vec![sub], &base, "pt"),
+    );
+    let cid = v["candidate"]["candidate_id"].as_str().unwrap().to_string();
+    let bob = sign_in(&s, BOB);
+    let (_, _, html) = get(&s, &bob, &format!("/ui/w/ws1/candidates/{cid}"));
+    assert!(
+        html.contains("&lt;script&gt;alert(9)&lt;/script&gt;"),
+        "{html}"
+    );
+    assert!(!html.contains("<script>alert(9)"));
+    assert!(html.contains("(first 2048 bytes)"), "{html}");
+    assert!(!html.contains(&"x".repeat(2100)), "bounded");
+}

@@ -134,6 +134,12 @@ pub(super) async fn candidate_page(
     })
     .await
     .unwrap_or((None, vec![], vec![]));
+    let excerpts = st
+        .service
+        .integration
+        .transcript_excerpts(&s.actor, &ws, &id)
+        .await
+        .unwrap_or_default();
     let selected: Vec<&str> = request["verification_ids"]
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_str).collect())
@@ -164,7 +170,10 @@ pub(super) async fn candidate_page(
                         td { code { (value(&input["submission"]["evidence_ref"])) } }
                         td { code { (value(&input["submission"]["retained_revision"])) } }
                         td { code { (value(&input["base_revision"])) } }
-                        td { (e["sources"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")).unwrap_or_default()) }
+                        td { (e["sources"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")).unwrap_or_default())
+                             @if let Some(Some((text, cut))) = excerpts.get(i) {
+                                 details { summary { "transcript" } pre { (visible(text)) } @if *cut { p.missing { "(first " (crate::engine::integration::read::TRANSCRIPT_EXCERPT_BYTES) " bytes)" } } }
+                             } }
                         td { code { (value(&e["transcript_sha256"])) } }
                         td { (value(&e["expires_at"])) }
                     }

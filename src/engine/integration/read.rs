@@ -209,3 +209,38 @@ impl Integration {
         })
     }
 }
+
+/// Largest piece of an input's transcript the candidate page quotes.
+pub const TRANSCRIPT_EXCERPT_BYTES: usize = 2048;
+
+impl Integration {
+    /// The start of each input's transcript (the candidate-owned copy, checked against its
+    /// checksum), at most [`TRANSCRIPT_EXCERPT_BYTES`] each; `None` for an input without one
+    /// or whose copy does not match (the page says so rather than show other bytes).
+    pub async fn transcript_excerpts(
+        &self,
+        actor: &Actor,
+        workspace_id: &str,
+        candidate_id: &str,
+    ) -> Result<Vec<Option<(String, bool)>>, ServiceError> {
+        self.ctx.authorize(actor, workspace_id, Permission::View)?;
+        let c = self.load_candidate(workspace_id, candidate_id).await?;
+        let dir = self.ctx.data.layout.candidate_transcripts(candidate_id);
+        Ok(c.inputs
+            .iter()
+            .map(|input| {
+                let (tid, sum) = (
+                    input.transcript_id.as_ref()?,
+                    input.transcript_checksum.as_ref()?,
+                );
+                let bytes = std::fs::read(dir.join(tid)).ok()?;
+                if hex::encode(Sha256::digest(&bytes)) != *sum {
+                    return None;
+                }
+                let cut = bytes.len() > TRANSCRIPT_EXCERPT_BYTES;
+                let head = &bytes[..bytes.len().min(TRANSCRIPT_EXCERPT_BYTES)];
+                Some((String::from_utf8_lossy(head).into_owned(), cut))
+            })
+            .collect())
+    }
+}
