@@ -308,3 +308,59 @@ fn an_inputs_transcript_is_quoted_escaped_and_bounded() {
     assert!(html.contains("(first 2048 bytes)"), "{html}");
     assert!(!html.contains(&"x".repeat(2100)), "bounded");
 }
+
+/// With a second revision, the page shows what it changed against the first.
+#[test]
+fn a_second_revision_is_shown_against_the_first() {
+    let s = Server::fake_governed();
+    s.ok(
+        ALICE,
+        "claim.acquire",
+        json!({"workspace_id": "ws1", "task_id": "t1", "resource_id": "file:README",
+               "mode": "write", "idempotency_key": "c"}),
+    );
+    let patch_of = |text: &str| {
+        std::fs::write(s.repo.join("README"), text).unwrap();
+        let out = std::process::Command::new("git")
+            .args(["diff", "--no-color"])
+            .current_dir(&s.repo)
+            .output()
+            .unwrap();
+        git(&s.repo, &["checkout", "-q", "--", "README"]);
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let p = s.ok(
+        ALICE,
+        "proposal.create",
+        json!({"workspace_id": "ws1", "task_id": "t1", "title": "t", "summary_md": "s",
+               "patch": patch_of("base\nfirst try\n"), "idempotency_key": "p"}),
+    )["proposal"]
+        .clone();
+    let id = p["proposal_id"].as_str().unwrap().to_string();
+    let bob = sign_in(&s, BOB);
+    let path = format!("/ui/w/ws1/proposals/{id}");
+    let (_, _, one) = get(&s, &bob, &path);
+    assert!(
+        !one.contains("changed against the previous one"),
+        "one revision only"
+    );
+    s.ok(
+        ALICE,
+        "proposal.attach_patch",
+        json!({"workspace_id": "ws1", "proposal_id": id, "expected_version": p["version"],
+               "patch": patch_of("base\nsecond <try>\n"), "idempotency_key": "a"}),
+    );
+    let (_, _, two) = get(&s, &bob, &path);
+    assert!(
+        two.contains("What the current revision changed against the previous one"),
+        "{two}"
+    );
+    assert!(
+        two.contains("<span class=\"del\">-+first try\n</span>"),
+        "{two}"
+    );
+    assert!(
+        two.contains("<span class=\"add\">++second &lt;try&gt;\n</span>"),
+        "{two}"
+    );
+}

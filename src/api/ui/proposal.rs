@@ -195,6 +195,27 @@ pub(super) async fn proposal_page(
         Err(e) => return error_page(&e, &s),
     };
     let diff_page: usize = q.get("page").and_then(|p| p.parse().ok()).unwrap_or(0);
+    // With several revisions: what the newest changed against the one before.
+    let revisions = p["revisions"].as_array().cloned().unwrap_or_default();
+    let interdiff = match revisions.len() {
+        0 | 1 => None,
+        n if revisions[n - 1]["current"] != true => None,
+        n => {
+            let prev = revisions[n - 2]["revision"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            match st.service.proposals.read_patch(&prev).await {
+                Ok(b) => Some(super::diff::interdiff(
+                    &String::from_utf8_lossy(&b),
+                    &patch,
+                    &format!("revision {}", n - 1),
+                    &format!("revision {n}"),
+                )),
+                Err(_) => None,
+            }
+        }
+    };
     let here = format!("/ui/w/{}/proposals/{}", urlencode(&ws), urlencode(&id));
     let button = |op: &str, label: &str| {
         html! {
@@ -274,6 +295,11 @@ pub(super) async fn proposal_page(
             h2 id="diff" { "Diff of the current revision" }
             (super::diff::render(&patch, got["files"].as_array().map(Vec::as_slice).unwrap_or(&[]), diff_page,
                 |n| format!("{here}?page={n}#diff")))
+            @if let Some(d) = &interdiff {
+                h2 id="interdiff" { "What the current revision changed against the previous one" }
+                p { "A diff of the two patches: " code { "-" } " lines were in the previous patch, " code { "+" } " lines are in the current one." }
+                @if d.is_empty() { p { "The two patches are identical." } } @else { (super::diff::render_all(d)) }
+            }
             h2 { "Revisions" }
             table {
                 tr { th { "number" } th { "revision" } th { "bytes" } th { "created" } }
