@@ -167,6 +167,8 @@ PY
 
 landed=$(g rev-parse main)
 echo "== refs/heads/main is now $landed; receipt at $(g for-each-ref --format='%(refname)' refs/airlock/receipts/)"
-g show --stat --oneline main | head -5
+echo "== the history git alone tells (the agents' commits are merged, the landed commit carries the story):"
+g log --graph --format='%h %an: %s' -6 main
+g log -1 --format=%B main | g interpret-trailers --parse
 kill -TERM "$pid"; wait "$pid"; pid=""
 echo "== airlock serve stopped; demo finished"
