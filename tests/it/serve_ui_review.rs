@@ -364,3 +364,54 @@ fn a_second_revision_is_shown_against_the_first() {
         "{two}"
     );
 }
+
+/// A large diff is paged by whole files within the line budget, with links between pages.
+#[test]
+fn a_large_proposal_diff_is_paged_by_whole_files() {
+    let s = Server::fake_governed();
+    s.ok(
+        ALICE,
+        "claim.acquire",
+        json!({"workspace_id": "ws1", "task_id": "t1", "resource_id": "directory:",
+               "mode": "write", "idempotency_key": "c"}),
+    );
+    let body: String = (0..1500).map(|i| format!("line {i}\n")).collect();
+    for n in 0..3 {
+        std::fs::write(s.repo.join(format!("big{n}.txt")), &body).unwrap();
+    }
+    git(&s.repo, &["add", "-A"]);
+    let out = std::process::Command::new("git")
+        .args(["diff", "--cached", "--no-color"])
+        .current_dir(&s.repo)
+        .output()
+        .unwrap();
+    git(&s.repo, &["reset", "-q", "--hard"]);
+    git(&s.repo, &["clean", "-q", "-fd"]);
+    let p = s.ok(
+        ALICE,
+        "proposal.create",
+        json!({"workspace_id": "ws1", "task_id": "t1", "title": "big", "summary_md": "s",
+               "patch": String::from_utf8(out.stdout).unwrap(), "idempotency_key": "p"}),
+    )["proposal"]
+        .clone();
+    let path = format!("/ui/w/ws1/proposals/{}", p["proposal_id"].as_str().unwrap());
+    let bob = sign_in(&s, BOB);
+    let (_, _, first) = get(&s, &bob, &path);
+    assert!(first.contains("Page 1 of 3"), "{first}");
+    assert!(first.contains("id=\"file-0\"") && !first.contains("id=\"file-1\""));
+    assert!(
+        first.contains(&format!("href=\"{path}?page=1#diff\"")),
+        "{first}"
+    );
+    let (_, _, last) = get(&s, &bob, &format!("{path}?page=2"));
+    assert!(
+        last.contains("Page 3 of 3") && last.contains("id=\"file-2\""),
+        "{last}"
+    );
+    assert!(!last.contains("id=\"file-0\""));
+    assert!(last.contains("<span class=\"add\">+line 1499\n</span>"));
+    // A page past the end shows the last one.
+    let (status, _, past) = get(&s, &bob, &format!("{path}?page=99"));
+    assert_eq!(status, 200);
+    assert!(past.contains("Page 3 of 3"));
+}
