@@ -33,6 +33,15 @@ fn delete_fences_first_then_removes_owned_state() {
     assert_eq!(s.ok(ALICE, "integration.delete", key.clone()), json!({}));
     let shown = s.ok(ALICE, "integration.show", key.clone());
     assert_eq!(cand(&shown)["state"], "deleting");
+    // The event log says who deleted it, in the transaction of the fence.
+    let events = s.ok(
+        ALICE,
+        "event.list",
+        json!({"workspace_id": "ws1", "subject": cid, "kind": "candidate.deleted"}),
+    );
+    let deleted = &events["events"][0];
+    assert_eq!(deleted["actor"], "member:alice", "{events}");
+    assert_eq!(deleted["new"], "deleting");
     assert!(
         s.git_refs(&format!("refs/airlock/candidates/{cid}/"))
             .is_empty()
@@ -115,6 +124,21 @@ fn expiry_with_an_injectable_clock() {
             cand(&v)["state"] == "expired"
         },
         "candidate expired",
+    );
+    let events = s.ok(
+        ALICE,
+        "event.list",
+        json!({"workspace_id": "ws1", "subject": cid, "kind": "candidate.state_changed"}),
+    );
+    let expired = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["new"] == "expired")
+        .unwrap_or_else(|| panic!("no expiry event: {events}"));
+    assert_eq!(
+        (&expired["prior"], &expired["actor"]),
+        (&json!("frozen"), &json!("system:airlock"))
     );
     // The fence is saved before the clean-up; the tombstone's retention starts when the
     // clean-up has finished (its purge time is then saved). Moving the clock before that would
