@@ -58,15 +58,9 @@ pub(super) async fn events(
     req: axum::extract::Request,
 ) -> Response {
     let id = hygiene::request_id(&req);
-    let q = match q {
-        Ok(Query(q)) => q,
-        Err(e) => {
-            return ApiError(
-                ServiceError::invalid(format!("the query string: {}", e.body_text())),
-                id,
-            )
-            .into_response();
-        }
+    let q = match super::query_or_refuse(q, id.clone()) {
+        Ok(q) => q,
+        Err(refused) => return *refused,
     };
     let conn = req.extensions().get::<server::ConnHandle>().cloned();
     match answer(&st, q, req.headers(), conn).await {

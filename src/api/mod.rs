@@ -336,6 +336,23 @@ fn bearer(headers: &HeaderMap) -> Result<&str, ServiceError> {
         })
 }
 
+/// A GET route's query string, or the envelope refusing it (axum's own rejection is plain
+/// text).
+pub(crate) fn query_or_refuse<T>(
+    q: Result<axum::extract::Query<T>, axum::extract::rejection::QueryRejection>,
+    request_id: Option<String>,
+) -> Result<T, Box<Response>> {
+    q.map(|axum::extract::Query(q)| q).map_err(|e| {
+        Box::new(
+            ApiError(
+                ServiceError::invalid(format!("the query string: {}", e.body_text())),
+                request_id,
+            )
+            .into_response(),
+        )
+    })
+}
+
 /// Parses a request body. It must be one JSON object (an array would bind fields by position,
 /// bypassing names and the refusal of unknown fields); errors name the field path
 /// (`files[0].path`) as well as the position.

@@ -279,6 +279,14 @@ fn load(common: &Common) -> Result<(Config, PathBuf), String> {
     Ok((config, data_dir))
 }
 
+/// The config and data dir of a command that reads an existing data dir; the refusal's exit
+/// otherwise.
+fn load_existing(common: &Common) -> Result<(Config, PathBuf), ExitCode> {
+    let (config, dir) = load(common).map_err(refuse)?;
+    existing_data_dir(&dir).map_err(refuse)?;
+    Ok((config, dir))
+}
+
 /// Commands that only read a data dir refuse one that is not there instead of creating it.
 fn existing_data_dir(dir: &Path) -> Result<(), String> {
     if dir.join("airlock.db").is_file() {
@@ -348,13 +356,10 @@ async fn dispatch(cmd: Command) -> ExitCode {
             .await
         }
         Command::Recover { common } => {
-            let (config, dir) = match load(&common) {
+            let (config, dir) = match load_existing(&common) {
                 Ok(x) => x,
-                Err(e) => return refuse(e),
+                Err(code) => return code,
             };
-            if let Err(e) = existing_data_dir(&dir) {
-                return refuse(e);
-            }
             let data = match open_data(&dir).await {
                 Ok(d) => d,
                 Err(e) => return fail(e),
@@ -412,13 +417,10 @@ async fn dispatch(cmd: Command) -> ExitCode {
         }
         Command::Verification { command } => verification(command).await,
         Command::Backup { dest, common } => {
-            let (_, dir) = match load(&common) {
+            let (_, dir) = match load_existing(&common) {
                 Ok(x) => x,
-                Err(e) => return refuse(e),
+                Err(code) => return code,
             };
-            if let Err(e) = existing_data_dir(&dir) {
-                return refuse(e);
-            }
             let job = tokio::task::spawn_blocking(move || crate::backup::backup(&dir, &dest));
             match job.await.expect("a backup does not panic") {
                 Ok(report) => {
@@ -580,13 +582,10 @@ async fn verification(cmd: VerificationCommand) -> ExitCode {
             common.clone()
         }
     };
-    let (_, dir) = match load(&common) {
+    let (_, dir) = match load_existing(&common) {
         Ok(x) => x,
-        Err(e) => return refuse(e),
+        Err(code) => return code,
     };
-    if let Err(e) = existing_data_dir(&dir) {
-        return refuse(e);
-    }
     let data = match open_data(&dir).await {
         Ok(d) => d,
         Err(e) => return fail(e),

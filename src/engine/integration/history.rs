@@ -43,6 +43,14 @@ fn short(oid: &str) -> &str {
     &oid[..oid.len().min(12)]
 }
 
+/// Each input's retained revision, in order.
+fn input_revisions(c: &Candidate) -> Vec<&str> {
+    c.inputs
+        .iter()
+        .map(|i| i.submission.retained_revision.as_str())
+        .collect()
+}
+
 /// The frozen candidate commit of `tree`: its parents and message.
 pub fn frozen_commit(
     repo: &Repo,
@@ -51,11 +59,7 @@ pub fn frozen_commit(
     tree: &str,
     time: i64,
 ) -> Result<String, crate::staging::StagingError> {
-    let revs: Vec<&str> = c
-        .inputs
-        .iter()
-        .map(|i| i.submission.retained_revision.as_str())
-        .collect();
+    let revs = input_revisions(c);
     let summaries = repo.commit_summaries(&revs)?;
     let mut message = format!(
         "airlock candidate {}: {} input(s) onto {}\n\nInputs, merged in this order:\n",
@@ -103,11 +107,7 @@ pub fn landed_commit(
 ) -> Result<String, crate::staging::StagingError> {
     let rev = &req.candidate_revision;
     let tree = repo.commit_tree_of(rev)?;
-    let revs: Vec<&str> = c
-        .inputs
-        .iter()
-        .map(|i| i.submission.retained_revision.as_str())
-        .collect();
+    let revs = input_revisions(c);
     let summaries = repo.commit_summaries(&revs)?;
     let mut message = format!(
         "Land {} onto {} ({} input(s))\n\n",
