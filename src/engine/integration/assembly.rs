@@ -99,13 +99,7 @@ impl Integration {
             Some(tree) => tree,
             None => repo.commit_tree_of(&l.a.acc_commit)?,
         };
-        let history = self
-            .ctx
-            .config
-            .workspaces
-            .get(&l.c.workspace_id)
-            .map(|w| w.history)
-            .unwrap_or_default();
+        let history = self.history_of(&l.c.workspace_id);
         let frozen = super::history::frozen_commit(repo, &l.c, history, &tree, time)?;
         match owned.get(&revision_ref(&cid)) {
             Some(v) if *v == frozen => {}

@@ -350,13 +350,7 @@ impl Integration {
         };
         // The commit that lands: the candidate's tree with the story in its message, from
         // durable facts only (a retry after a crash makes the same commit).
-        let history = self
-            .ctx
-            .config
-            .workspaces
-            .get(&l.c.workspace_id)
-            .map(|w| w.history)
-            .unwrap_or_default();
+        let history = self.history_of(&l.c.workspace_id);
         let decided_at = req
             .decided_at
             .as_deref()

@@ -245,6 +245,16 @@ impl Integration {
         Ok(())
     }
 
+    /// How the workspace's deliveries land (`history`; the default for an unknown one).
+    pub(super) fn history_of(&self, workspace_id: &str) -> crate::config::History {
+        self.ctx
+            .config
+            .workspaces
+            .get(workspace_id)
+            .map(|w| w.history)
+            .unwrap_or_default()
+    }
+
     pub(super) fn stamp_time(&self, c: &Candidate) -> i64 {
         parse_time(&c.created_at)
             .map(|t| t.unix_timestamp())
