@@ -108,7 +108,7 @@ fn prepare(s: &Server, tag: &str, n: usize) -> Vec<Ready> {
 }
 
 /// A deterministic jitter for round `round`, side `side` (no clock, no global RNG).
-fn jitter(round: usize, side: u64) -> std::time::Duration {
+pub(crate) fn jitter(round: usize, side: u64) -> std::time::Duration {
     let mut x = (round as u64 + 1)
         .wrapping_mul(6364136223846793005)
         .wrapping_add(side.wrapping_mul(1442695040888963407));

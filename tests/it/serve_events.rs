@@ -331,3 +331,95 @@ fn bad_requests_get_the_envelope_and_streams_are_bounded_and_end_at_shutdown() {
     assert_eq!(killer.join().unwrap(), Some(0));
     assert!(started.elapsed() < Duration::from_secs(30));
 }
+
+/// Two decisions of one delivery request released together from a barrier (with jitter), for
+/// many rounds: exactly one wins, the request shows it, and the event log records exactly that
+/// one decision, by its actor, never the loser's.
+#[test]
+fn racing_decisions_leave_one_decision_and_one_event() {
+    const ROUNDS: usize = 15;
+    let s = Server::fake();
+    for round in 0..ROUNDS {
+        let base = s.head();
+        let a = s.agent_commit(
+            &format!("r{round}"),
+            &base,
+            &[(&format!("r{round}.txt"), "x\n")],
+        );
+        let sub = s.evidence(&format!("run_r{round}"), &base, &a, None);
+        let c = s.ok(
+            ALICE,
+            "integration.prepare",
+            s.prepare_body(vec![sub], &base, &format!("race-{round}")),
+        )["candidate"]
+            .clone();
+        let cid = c["candidate_id"].as_str().unwrap().to_string();
+        let rev = c["candidate_revision"].as_str().unwrap().to_string();
+        let vid = crate::delivery::verify(&s, &cid, &rev, &["true"], 60, &format!("v{round}"));
+        assert_eq!(crate::delivery::settled(&s, &cid, &vid)["status"], "passed");
+        let req = s.ok(
+            ALICE,
+            "integration.request_delivery",
+            json!({"workspace_id": "ws1", "candidate_id": cid, "candidate_revision": rev,
+                   "verification_ids": [vid], "action": "update_ref",
+                   "idempotency_key": format!("rq{round}")}),
+        )["candidate"]["delivery_request"]
+            .clone();
+        let barrier = std::sync::Barrier::new(2);
+        let decide = |approve: bool, side: u64| {
+            barrier.wait();
+            std::thread::sleep(crate::apply_races::jitter(round, side));
+            s.call(
+                crate::support::daemon::DAVE,
+                "integration.decide",
+                json!({"workspace_id": "ws1", "candidate_id": cid,
+                       "request_id": req["request_id"], "request_version": req["request_version"],
+                       "approve": approve}),
+            )
+        };
+        let (yes, no) = std::thread::scope(|sc| {
+            let y = sc.spawn(|| decide(true, 1));
+            let n = sc.spawn(|| decide(false, 2));
+            (y.join().unwrap(), n.join().unwrap())
+        });
+        let won: Vec<bool> = [(&yes, true), (&no, false)]
+            .iter()
+            .filter(|((status, _), _)| *status == 200)
+            .map(|(_, approve)| *approve)
+            .collect();
+        assert_eq!(
+            won.len(),
+            1,
+            "round {round}: exactly one decision wins: {yes:?} {no:?}"
+        );
+        let state = s.ok(
+            ALICE,
+            "integration.show",
+            json!({"workspace_id": "ws1", "candidate_id": cid}),
+        )["candidate"]["delivery_request"]["state"]
+            .clone();
+        assert_eq!(
+            state,
+            if won[0] { "approved" } else { "denied" },
+            "round {round}"
+        );
+        let events = s.ok(
+            ALICE,
+            "event.list",
+            json!({"workspace_id": "ws1", "subject": cid, "kind": "candidate.decided"}),
+        )["events"]
+            .as_array()
+            .unwrap()
+            .clone();
+        assert_eq!(
+            events.len(),
+            1,
+            "round {round}: one decision, one event: {events:?}"
+        );
+        assert_eq!(
+            events[0]["payload"]["request_state"], state,
+            "round {round}"
+        );
+        assert_eq!(events[0]["actor"], "member:dave");
+    }
+}
