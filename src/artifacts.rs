@@ -318,6 +318,7 @@ mod tests {
             engine: Some("local".into()),
             queued: None,
             queued_reason: None,
+            phases: None,
         }
     }
 

@@ -132,6 +132,17 @@ pub const DEFAULT_INODES: u64 = 1_000_000;
 pub const MIN_INODES: u64 = 1024;
 /// Bytes per inode at the densest: ext4 holds at most one inode per 4 KiB block.
 pub const BYTES_PER_INODE_MIN: u64 = 4096;
+/// Default bound of the warm tree cache (`tree_cache_bytes`): the bytes of base trees kept
+/// for overlay checkouts, least recently used evicted first. The cache's image is sparse, so
+/// only what is cached uses the data dir's disk.
+pub const DEFAULT_TREE_CACHE_BYTES: u64 = 8 << 30;
+/// Smallest non-zero `tree_cache_bytes` (0 turns the cache, and overlay checkouts, off).
+pub const MIN_TREE_CACHE_BYTES: u64 = 64 << 20;
+/// Largest `tree_cache_bytes` (1 TiB).
+pub const MAX_TREE_CACHE_BYTES: u64 = 1 << 40;
+/// Bytes of the tree cache's filesystem per inode: a cached tree of small files needs an
+/// inode per 4 KiB block at most, and half of that leaves room for ordinary trees.
+pub const TREE_CACHE_BYTES_PER_INODE: u64 = 8192;
 /// Default free space the data dir's filesystem must keep (`min_free_bytes`): new work is
 /// refused with `resource_exhausted` below it.
 pub const DEFAULT_MIN_FREE_BYTES: u64 = 2 << 30;

@@ -43,6 +43,34 @@ pub struct ProfileLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    pub phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: String,
+}
+
+/// The phases of a verification, in order, as `airlock_verification_phase_seconds` labels
+/// them: the record's `phases` (waiting for an engine to checking the sources), then writing
+/// the recovery artifact and settling the row.
+pub const VERIFICATION_PHASES: [&str; 9] = [
+    "wait_for_engine",
+    "stage",
+    "create",
+    "start",
+    "run",
+    "destroy",
+    "check",
+    "artifact",
+    "settle",
+];
+
+/// How a job's tree was found: in the warm tree cache, filled into it, or staged in full.
+pub const TREE_CACHE_RESULTS: [&str; 3] = ["hit", "miss", "bypass"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
     pub kind: String,
 }
@@ -111,6 +139,40 @@ pub const RECOVERED_TX_STATES: [crate::domain::transaction::TxState; 4] = {
     ]
 };
 
+impl Metrics {
+    /// Counts how a job's tree was made and the cache's figures after it.
+    pub fn record_warmth(&self, w: &crate::workspace::Warmth) {
+        let result = match &w.lookup {
+            Ok(l) => l.as_str(),
+            Err(_) => "bypass",
+        };
+        self.tree_cache_lookups
+            .get_or_create(&ResultLabel {
+                result: result.to_string(),
+            })
+            .inc();
+        if let Some(c) = &w.cache {
+            self.tree_cache_bytes
+                .set(i64::try_from(c.bytes).unwrap_or(i64::MAX));
+            self.tree_cache_entries
+                .set(i64::try_from(c.entries).unwrap_or(i64::MAX));
+            let ev = &self.tree_cache_evictions;
+            ev.inc_by(c.evicted.saturating_sub(ev.get()));
+            let dis = &self.tree_cache_discarded;
+            dis.inc_by(c.discarded.saturating_sub(dis.get()));
+        }
+    }
+
+    /// One phase's duration.
+    pub fn observe_phase(&self, phase: &str, us: u64) {
+        self.phase_seconds
+            .get_or_create(&PhaseLabel {
+                phase: phase.to_string(),
+            })
+            .observe(us as f64 / 1e6);
+    }
+}
+
 /// Every metric of one daemon.
 pub struct Metrics {
     registry: Mutex<Registry>,
@@ -142,6 +204,12 @@ pub struct Metrics {
     pub transactions: Family<StateLabel, Gauge>,
     pub claims_active: Gauge,
     pub contentions_open: Gauge,
+    pub phase_seconds: Hist<PhaseLabel>,
+    pub tree_cache_lookups: Family<ResultLabel, Counter>,
+    pub tree_cache_bytes: Gauge,
+    pub tree_cache_entries: Gauge,
+    pub tree_cache_evictions: Counter,
+    pub tree_cache_discarded: Counter,
 }
 
 impl Default for Metrics {
@@ -182,6 +250,12 @@ impl Metrics {
             transactions: Family::default(),
             claims_active: Gauge::default(),
             contentions_open: Gauge::default(),
+            phase_seconds: Family::new_with_constructor(seconds),
+            tree_cache_lookups: Family::default(),
+            tree_cache_bytes: Gauge::default(),
+            tree_cache_entries: Gauge::default(),
+            tree_cache_evictions: Counter::default(),
+            tree_cache_discarded: Counter::default(),
         };
         {
             let mut r = m.registry.lock().expect("never poisoned");
@@ -317,6 +391,36 @@ impl Metrics {
                 "Open claim contentions",
                 m.contentions_open.clone(),
             );
+            r.register(
+                "verification_phase_seconds",
+                "Where verifications' time goes, by phase (wait_for_engine, stage, create, start, run, destroy, check, artifact, settle)",
+                m.phase_seconds.clone(),
+            );
+            r.register(
+                "tree_cache_lookups",
+                "Jobs' base trees by how they were found: hit (cached), miss (filled into the cache), bypass (staged in full)",
+                m.tree_cache_lookups.clone(),
+            );
+            r.register(
+                "tree_cache_bytes",
+                "Bytes of base trees in the warm tree cache",
+                m.tree_cache_bytes.clone(),
+            );
+            r.register(
+                "tree_cache_entries",
+                "Base trees in the warm tree cache",
+                m.tree_cache_entries.clone(),
+            );
+            r.register(
+                "tree_cache_evictions",
+                "Base trees evicted from the warm tree cache (least recently used, unheld)",
+                m.tree_cache_evictions.clone(),
+            );
+            r.register(
+                "tree_cache_discarded",
+                "Tree cache entries discarded: partial (a fill that was killed) or not as cached",
+                m.tree_cache_discarded.clone(),
+            );
         }
         m
     }
@@ -379,6 +483,16 @@ impl Metrics {
         for kind in ARTIFACT_KINDS {
             let _ = self.artifact_write_seconds.get_or_create(&KindLabel {
                 kind: kind.to_string(),
+            });
+        }
+        for phase in VERIFICATION_PHASES {
+            let _ = self.phase_seconds.get_or_create(&PhaseLabel {
+                phase: phase.to_string(),
+            });
+        }
+        for result in TREE_CACHE_RESULTS {
+            let _ = self.tree_cache_lookups.get_or_create(&ResultLabel {
+                result: result.to_string(),
             });
         }
         for probe in PROBE_LABELS {

@@ -47,6 +47,36 @@ pub struct Verification {
     /// reason: capacity, health, labels, image id). Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued_reason: Option<String>,
+    /// Once settled after a run: where its time went (absent while it runs, for a run that
+    /// never reached an engine, for a result settled by recovery, and in results recorded
+    /// before phases were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phases: Option<JobPhases>,
+}
+
+/// Where a settled job's time went, in milliseconds. Writing the recovery artifact and
+/// settling the row come after the record is complete: `/metrics` has them
+/// (`airlock_verification_phase_seconds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobPhases {
+    /// Waiting for an engine that can take it (after its slot).
+    pub wait_for_engine_ms: u64,
+    /// Staging the revision into its workspace (and uploading it, on a remote engine).
+    pub stage_ms: u64,
+    /// Creating the container.
+    #[serde(default)]
+    pub create_ms: u64,
+    /// From the container's creation to its start (attaching its output, starting it).
+    #[serde(default)]
+    pub start_ms: u64,
+    /// The container, from start to exit (`duration_ms`).
+    pub run_ms: u64,
+    /// From the exit to the container's removal (killing it first on a timeout or cancel).
+    #[serde(default)]
+    pub destroy_ms: u64,
+    /// Reading the tree back and checking the sources.
+    pub check_ms: u64,
 }
 
 /// Why a request was refused before anything ran.

@@ -388,6 +388,8 @@ async fn dispatch(cmd: Command) -> ExitCode {
                             sandbox.as_ref(),
                             &data,
                             &seccomp,
+                            // Recovery only removes checkouts: it never opens the cache.
+                            0,
                         ),
                     }],
                     Err(e) => return fail(e),

@@ -94,6 +94,7 @@ struct RawConfig {
     max_concurrent_verifications: Option<usize>,
     checkout_filesystem: Option<CheckoutFilesystem>,
     min_free_bytes: Option<u64>,
+    tree_cache_bytes: Option<u64>,
     run_retention_days: Option<u64>,
     claim_retention_days: Option<u64>,
     validation_ttl_seconds: Option<u64>,
@@ -272,6 +273,9 @@ pub struct Config {
     /// New work is refused while the data dir's filesystem has less free space than this
     /// (plus the job's own `disk_bytes`).
     pub min_free_bytes: u64,
+    /// Bound of the warm tree cache that overlay checkouts are made from; 0 turns it off
+    /// (every job then stages its whole tree).
+    pub tree_cache_bytes: u64,
     /// How long one-shot `airlock run` results are kept.
     pub run_retention: std::time::Duration,
     /// How long a claim that ended (released, revoked, expired) is kept past its expiry, with
@@ -531,6 +535,22 @@ impl Config {
             raw.validation_ttl_seconds,
             raw.expected_test_timeout_seconds,
         )?;
+        let tree_cache_bytes = raw
+            .tree_cache_bytes
+            .unwrap_or(limits::DEFAULT_TREE_CACHE_BYTES);
+        if tree_cache_bytes != 0
+            && !(limits::MIN_TREE_CACHE_BYTES..=limits::MAX_TREE_CACHE_BYTES)
+                .contains(&tree_cache_bytes)
+        {
+            return Err(ConfigError::Invalid {
+                field: "tree_cache_bytes".into(),
+                message: format!(
+                    "{tree_cache_bytes} must be 0 (no cache) or between {} and {}",
+                    limits::MIN_TREE_CACHE_BYTES,
+                    limits::MAX_TREE_CACHE_BYTES
+                ),
+            });
+        }
         let max_connections = raw.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
         if !(1..=limits::MAX_CONNECTIONS_BOUND).contains(&max_connections) {
             return Err(ConfigError::Invalid {
@@ -582,6 +602,7 @@ impl Config {
             keep_alive_idle,
             checkout_filesystem: raw.checkout_filesystem.unwrap_or_default(),
             min_free_bytes: raw.min_free_bytes.unwrap_or(limits::DEFAULT_MIN_FREE_BYTES),
+            tree_cache_bytes,
             run_retention: std::time::Duration::from_secs(retention_days * 86_400),
             claim_retention: governed.claim_retention,
             validation_ttl: governed.validation_ttl,

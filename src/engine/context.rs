@@ -114,10 +114,14 @@ pub fn workspaces_of(
     runtime: &dyn crate::sandbox::ContainerRuntime,
     data: &DataDir,
     seccomp: &SeccompProfile,
+    tree_cache_bytes: u64,
 ) -> Arc<dyn crate::workspace::Workspaces> {
     match runtime.volumes(&data.instance_id, &seccomp.compact_json) {
         Some(volumes) => Arc::new(crate::workspace::uploads::Uploads::new(volumes)),
-        None => Arc::new(crate::workspace::HostBind::new(&data.root)),
+        None => Arc::new(crate::workspace::HostBind::with_tree_cache(
+            &data.root,
+            tree_cache_bytes,
+        )),
     }
 }
 
@@ -137,7 +141,7 @@ pub async fn configured_pool(
     for e in &config.engines {
         let (sandbox, down) = crate::sandbox::Sandbox::reach_engine(e, kind).await?;
         let runtime: Runtime = Arc::new(sandbox);
-        let workspaces = workspaces_of(runtime.as_ref(), data, seccomp);
+        let workspaces = workspaces_of(runtime.as_ref(), data, seccomp, config.tree_cache_bytes);
         let engine = PoolEngine::new(&e.name, runtime, workspaces, e.max_jobs, e.labels.clone());
         if let Some(why) = down {
             engine.mark_down(&why);
@@ -155,7 +159,7 @@ fn local_pool(
     data: &DataDir,
     seccomp: &SeccompProfile,
 ) -> crate::engine::runner::pool::Pool {
-    let workspaces = workspaces_of(runtime.as_ref(), data, seccomp);
+    let workspaces = workspaces_of(runtime.as_ref(), data, seccomp, config.tree_cache_bytes);
     crate::engine::runner::pool::Pool::single(
         DEFAULT_ENGINE_NAME,
         runtime,

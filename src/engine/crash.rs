@@ -35,11 +35,13 @@ pub enum CrashPoint {
     ApplyAfterStaged,
     /// After `installing` is committed, before the first rename.
     ApplyAfterInstalling,
+    /// After a base tree is staged into the tree cache, before it is published there.
+    TreeCacheFilled,
 }
 
 impl CrashPoint {
     /// Every crash point: the verification pipeline's in order, then the daemon's.
-    pub const ALL: [CrashPoint; 13] = [
+    pub const ALL: [CrashPoint; 14] = [
         CrashPoint::AfterInsert,
         CrashPoint::AfterCreate,
         CrashPoint::AfterStart,
@@ -53,6 +55,7 @@ impl CrashPoint {
         CrashPoint::ApplyAfterPrepared,
         CrashPoint::ApplyAfterStaged,
         CrashPoint::ApplyAfterInstalling,
+        CrashPoint::TreeCacheFilled,
     ];
 
     /// The name `AIRLOCK_CRASH_AT` takes.
@@ -71,6 +74,7 @@ impl CrashPoint {
             CrashPoint::ApplyAfterPrepared => "apply_after_prepared",
             CrashPoint::ApplyAfterStaged => "apply_after_staged",
             CrashPoint::ApplyAfterInstalling => "apply_after_installing",
+            CrashPoint::TreeCacheFilled => "tree_cache_filled",
         }
     }
 
@@ -89,7 +93,8 @@ impl CrashPoint {
             | CrashPoint::DeliverAfterRefs
             | CrashPoint::ApplyAfterPrepared
             | CrashPoint::ApplyAfterStaged
-            | CrashPoint::ApplyAfterInstalling => false,
+            | CrashPoint::ApplyAfterInstalling
+            | CrashPoint::TreeCacheFilled => false,
         }
     }
 

@@ -7,6 +7,9 @@
 //! <data_dir>/artifacts/quarantine/               rejected artifacts
 //! <data_dir>/checkouts/<key>/                    a job's checkout (disk.img, mnt/tree, index)
 //! <data_dir>/locks/<key>.lock                    a live worker's flock
+//! <data_dir>/tree-cache/                         warm base trees (cache.img mounted at mnt/,
+//!                                                mnt/entries/<tree>-<uid>-<gid>/; see
+//!                                                staging::cache)
 //! <data_dir>/evidence/<ref>.transcript           evidence packet transcripts
 //! <data_dir>/candidates/<id>/transcripts/<i>     candidate-owned transcript copies
 //! <data_dir>/patches/<sha256>.patch               proposal revisions, named by their digest

@@ -121,7 +121,8 @@ impl DataDir {
 }
 
 /// Refuses a data dir that another local user could change: the data dir itself, every
-/// directory in it (except the insides of per-job checkouts, which belong to the sandbox user),
+/// directory in it (except the insides of per-job checkouts and of the tree cache's
+/// filesystem, which belong to the sandbox users),
 /// and the files at its top (the database and its journals) must be owned by Airlock's uid and
 /// not writable by group or others, and none of them may be a symlink. Every ancestor of the
 /// data dir must be owned by root or by Airlock and be either not writable by others or sticky
@@ -226,7 +227,13 @@ pub fn audit(root: &Path) -> Result<(), OpenError> {
         // `checkouts/<key>/`: the key directory is Airlock's; what is inside belongs to a job.
         let in_checkouts =
             path.parent().and_then(Path::file_name) == Some("checkouts".as_ref()) && depth == 1;
-        Ok(ft.is_dir() && !in_checkouts)
+        // `tree-cache/mnt` is the cache's own filesystem, mode 0700: its trees belong to the
+        // sandbox users, and entries are verified on use (see `staging::cache`).
+        let cache_fs = depth == 1
+            && path.file_name() == Some("mnt".as_ref())
+            && path.parent().and_then(Path::file_name)
+                == Some(crate::staging::cache::CACHE_DIR.as_ref());
+        Ok(ft.is_dir() && !in_checkouts && !cache_fs)
     };
     if top.uid() != uid || top.mode() & 0o022 != 0 {
         return Err(unsafe_entry(root, "a directory", &top));

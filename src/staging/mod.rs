@@ -97,6 +97,8 @@ const FORCED_CONFIG: &[&str] = &[
     "safe.directory=*",
 ];
 
+pub mod cache;
+pub mod overlay;
 pub mod plumbing;
 pub mod refcache;
 pub mod space;
@@ -281,13 +283,64 @@ impl Repo {
     /// Git with the repository, a work tree and a private index; attributes are read from the
     /// empty tree so the revision's own .gitattributes (export-ignore, export-subst, eol,
     /// filters) never change the bytes that are staged or compared.
-    fn git_worktree(&self, checkout: &Checkout, empty_tree: &str) -> Command {
+    fn git_worktree(&self, tree: &Path, index: &Path, empty_tree: &str) -> Command {
         let mut cmd = self.git();
         cmd.arg("--work-tree")
-            .arg(&checkout.tree)
+            .arg(tree)
             .arg(format!("--attr-source={empty_tree}"))
-            .env("GIT_INDEX_FILE", &checkout.index);
+            .env("GIT_INDEX_FILE", index);
         cmd
+    }
+
+    /// Fills the empty directory `tree` with `rev` (a commit or tree id) through the private
+    /// index `index`: every tracked path with its mode, symlinks as symlinks, no filters, no
+    /// `.git`; then gives it to `uid:gid` and records every path's mode, blob id and stat (to
+    /// the nanosecond) as it is after that. Returns the snapshot and the bytes the tree uses.
+    pub(crate) fn materialize(
+        &self,
+        tree: &Path,
+        index: &Path,
+        empty_tree: &str,
+        rev: &str,
+        owner: (u32, u32),
+    ) -> Result<(Snapshot, u64), StagingError> {
+        let mut cmd = self.git_worktree(tree, index, empty_tree);
+        cmd.args(["read-tree", "--end-of-options"]).arg(rev);
+        run_git(cmd, &[0])?;
+        let mut cmd = self.git_worktree(tree, index, empty_tree);
+        cmd.args(["checkout-index", "--all", "--force"]);
+        run_git(cmd, &[0])?;
+        // One walk gives the tree to the sandbox user and records every path's stat as it is
+        // after that (ownership changes move ctime), to the nanosecond. The check after the run
+        // compares against this snapshot, so neither git's one-second stat cache nor a refresh
+        // pass over the whole tree is needed.
+        let (mut stats, bytes) = hand_over(tree, owner.0, owner.1)?;
+        let snapshot = self
+            .index_entries(tree, index, empty_tree)?
+            .into_iter()
+            .map(|(path, mode, oid)| {
+                let stat = stats.remove(&path);
+                (path, Staged { mode, oid, stat })
+            })
+            .collect();
+        Ok((std::sync::Arc::new(snapshot), bytes))
+    }
+
+    /// The tree id of a commit.
+    pub fn tree_of(&self, commit: &str) -> Result<String, StagingError> {
+        let mut cmd = self.git();
+        cmd.args(["rev-parse", "--verify", "--end-of-options"])
+            .arg(format!("{commit}^{{tree}}"));
+        let (_, out) = run_git(cmd, &[0])?;
+        let tree = String::from_utf8_lossy(&out).trim().to_string();
+        if !is_oid(&tree) {
+            return Err(StagingError::Git {
+                args: "rev-parse ^{tree}".into(),
+                code: None,
+                stderr: format!("not a tree id: {tree:?}"),
+            });
+        }
+        Ok(tree)
     }
 
     /// Stages a disposable checkout of `commit` into `checkouts/<key>/` (which must not exist),
@@ -316,38 +369,63 @@ impl Repo {
             empty_tree: self.empty_tree()?,
             commit: commit.to_string(),
             snapshot: std::sync::Arc::new(Vec::new()),
+            upper: None,
         };
         // Git writes by path: make sure the path still names the tree created above.
         checkout.verify_tree()?;
-        let mut cmd = self.git_worktree(&checkout, &checkout.empty_tree);
-        cmd.args(["read-tree", "--end-of-options"]).arg(commit);
-        run_git(cmd, &[0])?;
-        let mut cmd = self.git_worktree(&checkout, &checkout.empty_tree);
-        cmd.args(["checkout-index", "--all", "--force"]);
-        run_git(cmd, &[0])?;
-        // One walk gives the tree to the sandbox user and records every path's stat as it is
-        // after that (ownership changes move ctime), to the nanosecond. The check after the run
-        // compares against this snapshot, so neither git's one-second stat cache nor a refresh
-        // pass over the whole tree is needed.
-        let mut stats = hand_over(&checkout.tree, uid, gid)?;
-        let snapshot = self
-            .index_entries(&checkout)?
-            .into_iter()
-            .map(|(path, mode, oid)| {
-                let stat = stats.remove(&path);
-                (path, Staged { mode, oid, stat })
-            })
-            .collect();
-        checkout.snapshot = std::sync::Arc::new(snapshot);
+        let (snapshot, _) = self.materialize(
+            &checkout.tree,
+            &checkout.index,
+            &checkout.empty_tree,
+            commit,
+            (uid, gid),
+        )?;
+        checkout.snapshot = snapshot;
         Ok(checkout)
+    }
+
+    /// Stages `commit` for job `key` as an overlay of a cached base tree (`lease`): the job's
+    /// filesystem is made as for [`Repo::stage_checkout`], and its tree is an overlay mount
+    /// whose read-only lower layer is the cached tree and whose upper and work directories
+    /// live on that filesystem, so the job's writes count against its own quota and nothing
+    /// it does reaches the cache.
+    pub fn stage_overlay(
+        &self,
+        commit: &str,
+        checkouts: &std::sync::Arc<crate::beneath::Root>,
+        key: &str,
+        fs: CheckoutFs,
+        lease: &cache::Lease,
+    ) -> Result<Checkout, StagingError> {
+        let dir = checkouts.path().join(key);
+        let (tree, _) = space::allocate(checkouts, key, fs)?;
+        let tree_rel = Path::new(key).join(space::tree_rel(fs));
+        let upper = overlay::mount(&tree, &lease.tree(), lease.owner())?;
+        let tree_identity = checkouts
+            .identity(Some(&tree_rel))
+            .map_err(io_err("stat overlay tree", &tree))?;
+        Ok(Checkout {
+            index: dir.join("index"),
+            dir,
+            tree,
+            tree_rel,
+            tree_identity,
+            checkouts: checkouts.clone(),
+            empty_tree: lease.empty_tree().to_string(),
+            commit: commit.to_string(),
+            snapshot: lease.snapshot(),
+            upper: Some(upper),
+        })
     }
 
     /// (path, mode, blob id) of every stage-0 entry of the checkout's private index.
     fn index_entries(
         &self,
-        checkout: &Checkout,
+        tree: &Path,
+        index: &Path,
+        empty_tree: &str,
     ) -> Result<Vec<(Vec<u8>, FileMode, String)>, StagingError> {
-        let mut cmd = self.git_worktree(checkout, &checkout.empty_tree);
+        let mut cmd = self.git_worktree(tree, index, empty_tree);
         cmd.args(["ls-files", "-s", "-z"]);
         let (_, out) = run_git(cmd, &[0])?;
         let mut entries = Vec::new();
@@ -431,6 +509,31 @@ impl Repo {
         checkout: &Checkout,
         limit: usize,
     ) -> Result<(Vec<String>, usize), StagingError> {
+        let Some(upper) = &checkout.upper else {
+            return self.changed_in_tree(checkout, limit);
+        };
+        let found = overlay::changed_in_upper(self, upper, &checkout.snapshot, limit)?;
+        // Test builds prove the two checks agree on every job the suite runs: the full walk
+        // of the merged tree (against the stats recorded when the base tree was cached) must
+        // name the same paths.
+        #[cfg(feature = "test-hooks")]
+        {
+            let full = self.changed_in_tree(checkout, limit)?;
+            if full != found {
+                return Err(StagingError::Space(format!(
+                    "the overlay source check found {found:?} but the full-tree check found {full:?}"
+                )));
+            }
+        }
+        Ok(found)
+    }
+
+    /// The full-tree check: every tracked path of the checkout's tree against its snapshot.
+    pub fn changed_in_tree(
+        &self,
+        checkout: &Checkout,
+        limit: usize,
+    ) -> Result<(Vec<String>, usize), StagingError> {
         let mut changed: std::collections::BTreeSet<Vec<u8>> = std::collections::BTreeSet::new();
         let mut suspect_files: Vec<(&[u8], &str)> = Vec::new();
         for (path, staged) in checkout.snapshot.iter() {
@@ -445,52 +548,107 @@ impl Repo {
                 changed.insert(path.clone());
                 continue;
             };
-            let kind = now.mode & S_IFMT;
-            let exec = now.mode & 0o100 != 0;
-            match staged.mode {
-                FileMode::Regular | FileMode::Executable
-                    if kind == S_IFREG && exec == (staged.mode == FileMode::Executable) =>
-                {
-                    suspect_files.push((path, staged.oid.as_str()));
-                }
-                FileMode::Symlink if kind == S_IFLNK => {
-                    let target = std::fs::read_link(checkout.tree.join(OsStr::from_bytes(path)))
-                        .map_err(io_err("readlink", &checkout.tree))?;
-                    if self.hash_bytes(target.as_os_str().as_bytes())? != staged.oid {
-                        changed.insert(path.clone());
-                    }
-                }
-                // Anything else changed type, lost or gained its executable bit, or was a
-                // directory where git keeps none (gitlinks were skipped above).
-                FileMode::Regular
-                | FileMode::Executable
-                | FileMode::Symlink
-                | FileMode::Gitlink
-                | FileMode::Tree => {
+            match self.judge(&checkout.tree, path, staged, now.mode)? {
+                Verdict::Same => {}
+                Verdict::Rehash => suspect_files.push((path, staged.oid.as_str())),
+                Verdict::Changed => {
                     changed.insert(path.clone());
                 }
             }
         }
-        if !suspect_files.is_empty() {
-            let paths: Vec<&[u8]> = suspect_files.iter().map(|(p, _)| *p).collect();
-            let oids = self.hash_files(&checkout.tree, &paths)?;
-            for ((path, staged_oid), oid) in suspect_files.iter().zip(oids) {
-                if oid != *staged_oid {
-                    changed.insert(path.to_vec());
-                }
+        self.rehash_suspects(&checkout.tree, &suspect_files, &mut changed)?;
+        Ok(listing(changed, limit))
+    }
+
+    /// Whether a tracked path whose stat moved still holds its staged content. `mode` is the
+    /// path's `lstat` mode now, beneath `dir`.
+    pub(crate) fn judge(
+        &self,
+        dir: &Path,
+        path: &[u8],
+        staged: &Staged,
+        mode: u32,
+    ) -> Result<Verdict, StagingError> {
+        let kind = mode & S_IFMT;
+        let exec = mode & 0o100 != 0;
+        match staged.mode {
+            FileMode::Regular | FileMode::Executable
+                if kind == S_IFREG && exec == (staged.mode == FileMode::Executable) =>
+            {
+                Ok(Verdict::Rehash)
+            }
+            FileMode::Symlink if kind == S_IFLNK => {
+                let target = std::fs::read_link(dir.join(OsStr::from_bytes(path)))
+                    .map_err(io_err("readlink", dir))?;
+                Ok(
+                    if self.hash_bytes(target.as_os_str().as_bytes())? == staged.oid {
+                        Verdict::Same
+                    } else {
+                        Verdict::Changed
+                    },
+                )
+            }
+            // Anything else changed type, lost or gained its executable bit, or was a
+            // directory where git keeps none (gitlinks are skipped by the callers).
+            FileMode::Regular
+            | FileMode::Executable
+            | FileMode::Symlink
+            | FileMode::Gitlink
+            | FileMode::Tree => Ok(Verdict::Changed),
+        }
+    }
+
+    /// Re-hashes the suspect files beneath `dir` and adds those whose bytes differ.
+    pub(crate) fn rehash_suspects(
+        &self,
+        dir: &Path,
+        suspects: &[(&[u8], &str)],
+        changed: &mut std::collections::BTreeSet<Vec<u8>>,
+    ) -> Result<(), StagingError> {
+        if suspects.is_empty() {
+            return Ok(());
+        }
+        let paths: Vec<&[u8]> = suspects.iter().map(|(p, _)| *p).collect();
+        let oids = self.hash_files(dir, &paths)?;
+        for ((path, staged_oid), oid) in suspects.iter().zip(oids) {
+            if oid != *staged_oid {
+                changed.insert(path.to_vec());
             }
         }
-        let mut paths: Vec<String> = changed
-            .iter()
-            .map(|p| String::from_utf8_lossy(p).into_owned())
-            .collect();
-        paths.sort();
-        paths.dedup();
-        let total = paths.len();
-        paths.truncate(limit);
-        Ok((paths, total))
+        Ok(())
     }
 }
+
+/// What a tracked path whose stat moved holds now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Its staged content (a symlink with the same target).
+    Same,
+    /// Something else: another type, the other executable bit, another symlink target.
+    Changed,
+    /// A regular file of the same executable bit: its bytes must be re-hashed to tell.
+    Rehash,
+}
+
+/// The paths and count of a set of changed paths, at most `limit` listed.
+pub(crate) fn listing(
+    changed: std::collections::BTreeSet<Vec<u8>>,
+    limit: usize,
+) -> (Vec<String>, usize) {
+    let mut paths: Vec<String> = changed
+        .iter()
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    paths.sort();
+    paths.dedup();
+    let total = paths.len();
+    paths.truncate(limit);
+    (paths, total)
+}
+
+/// Every tracked path of a staged tree, in git's index order (bytewise by path): mode, blob
+/// id and the stat it had once staged.
+pub(crate) type Snapshot = std::sync::Arc<Vec<(Vec<u8>, Staged)>>;
 
 /// A staged checkout.
 #[derive(Debug, Clone)]
@@ -508,7 +666,9 @@ pub struct Checkout {
     empty_tree: String,
     pub commit: String,
     /// Every tracked path as staged: mode, blob id and nanosecond stat.
-    snapshot: std::sync::Arc<Vec<(Vec<u8>, Staged)>>,
+    snapshot: Snapshot,
+    /// For an overlay checkout: its upper directory (the job's writes).
+    upper: Option<PathBuf>,
 }
 
 impl Checkout {
@@ -525,29 +685,29 @@ impl Checkout {
 }
 
 /// One staged index entry.
-#[derive(Debug, Clone)]
-struct Staged {
-    mode: FileMode,
-    oid: String,
-    stat: Option<StatKey>,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Staged {
+    pub(crate) mode: FileMode,
+    pub(crate) oid: String,
+    pub(crate) stat: Option<StatKey>,
 }
 
 /// A path's stat at full precision. ctime cannot be set by the job, so an unchanged ctime to the
 /// nanosecond means the inode was not touched.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct StatKey {
-    ino: u64,
-    size: u64,
-    mtime_ns: i128,
-    ctime_ns: i128,
-    mode: u32,
+pub(crate) struct StatKey {
+    pub(crate) ino: u64,
+    pub(crate) size: u64,
+    pub(crate) mtime_ns: i128,
+    pub(crate) ctime_ns: i128,
+    pub(crate) mode: u32,
 }
 
-const S_IFMT: u32 = 0o170000;
-const S_IFREG: u32 = 0o100000;
-const S_IFLNK: u32 = 0o120000;
+pub(crate) const S_IFMT: u32 = 0o170000;
+pub(crate) const S_IFREG: u32 = 0o100000;
+pub(crate) const S_IFLNK: u32 = 0o120000;
 
-fn stat_key(path: &Path) -> Option<StatKey> {
+pub(crate) fn stat_key(path: &Path) -> Option<StatKey> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::symlink_metadata(path).ok()?;
     Some(StatKey {
@@ -560,16 +720,15 @@ fn stat_key(path: &Path) -> Option<StatKey> {
 }
 
 /// Gives the staged tree to the sandbox user without following any symlink, and returns every
-/// path's stat (relative path -> stat after the change).
-fn hand_over(
-    tree: &Path,
-    uid: u32,
-    gid: u32,
-) -> Result<std::collections::HashMap<Vec<u8>, StatKey>, StagingError> {
+/// path's stat (relative path -> stat after the change) and the bytes the tree uses.
+type Stats = std::collections::HashMap<Vec<u8>, StatKey>;
+fn hand_over(tree: &Path, uid: u32, gid: u32) -> Result<(Stats, u64), StagingError> {
     let root = nix::unistd::geteuid().is_root();
     let mut stats = std::collections::HashMap::new();
+    let mut bytes = 0u64;
     walk_no_follow(tree, &mut |path, meta| {
-        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        bytes = bytes.saturating_add(meta.blocks().saturating_mul(512));
         if root {
             nix::unistd::fchownat(
                 nix::fcntl::AT_FDCWD,
@@ -595,10 +754,10 @@ fn hand_over(
         }
         Ok(())
     })?;
-    Ok(stats)
+    Ok((stats, bytes))
 }
 
-fn walk_no_follow(
+pub(crate) fn walk_no_follow(
     path: &Path,
     f: &mut dyn FnMut(&Path, &std::fs::Metadata) -> Result<(), StagingError>,
 ) -> Result<(), StagingError> {

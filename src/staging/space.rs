@@ -64,7 +64,7 @@ fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> St
     }
 }
 
-fn run_tool(mut cmd: std::process::Command, what: &str) -> Result<(), StagingError> {
+pub(super) fn run_tool(mut cmd: std::process::Command, what: &str) -> Result<(), StagingError> {
     let out = cmd.output().map_err(|e| StagingError::Io {
         op: "run",
         path: PathBuf::from(what),
@@ -165,7 +165,7 @@ pub fn tree_rel(fs: CheckoutFs) -> PathBuf {
 }
 
 /// True when `mnt` is a mount point (its device differs from its parent's).
-fn is_mounted(mnt: &Path) -> bool {
+pub(super) fn is_mounted(mnt: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     match (
         std::fs::symlink_metadata(mnt),
@@ -181,6 +181,15 @@ fn is_mounted(mnt: &Path) -> bool {
 /// device. Fails, leaving everything in place for the next pass, if it stays busy.
 pub(super) fn unmount(dir: &Path) -> Result<(), StagingError> {
     let mnt = dir.join(MOUNT_POINT);
+    // An overlay checkout's tree is a mount on the job's filesystem: it goes first.
+    unmount_at(&mnt.join("tree"))?;
+    unmount_at(&mnt)
+}
+
+/// Unmounts whatever is mounted at `mnt` (nothing if it is not a mount point), retrying while
+/// it is busy.
+pub(super) fn unmount_at(mnt: &Path) -> Result<(), StagingError> {
+    let mnt = mnt.to_path_buf();
     let mut attempt = 0;
     while is_mounted(&mnt) {
         attempt += 1;

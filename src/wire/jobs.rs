@@ -140,19 +140,7 @@ pub struct JobView {
     pub verification: Verification,
 }
 
-/// Where a settled job's time went, in milliseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct JobPhases {
-    /// Waiting for an engine that can take it (after its slot).
-    pub wait_for_engine_ms: u64,
-    /// Staging the revision into its workspace (and uploading it, on a remote engine).
-    pub stage_ms: u64,
-    /// The container, from start to exit (`duration_ms`).
-    pub run_ms: u64,
-    /// Reading the tree back and checking the sources.
-    pub check_ms: u64,
-}
+pub use crate::verification::JobPhases;
 
 /// `job.submit`, `job.show` and `job.cancel`'s reply.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]

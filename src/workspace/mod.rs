@@ -16,6 +16,7 @@ pub mod uploads;
 use crate::apply::Image;
 use crate::sandbox::WorkspaceSource;
 use crate::sandbox::runtime::BoxFuture;
+use crate::staging::cache::{Lease, Lookup, TreeCache};
 use crate::staging::{self, CheckoutFs, Repo, StagingError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -88,6 +89,20 @@ pub trait JobWorkspace: Send + Sync {
     fn transfers(&self) -> Transfers {
         Transfers::default()
     }
+
+    /// How the workspace's tree was made, for a backend that can keep trees warm.
+    fn warmth(&self) -> Option<Warmth> {
+        None
+    }
+}
+
+/// How a job's tree was made by a backend with a tree cache.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Warmth {
+    /// `Ok`: an overlay of a cached tree (found or filled); `Err`: staged in full, and why.
+    pub lookup: Result<staging::cache::Lookup, String>,
+    /// The cache's figures after this job's tree was found or filled.
+    pub cache: Option<staging::cache::CacheStatus>,
 }
 
 /// Bytes (file contents) and time spent moving a workspace to and from its engine.
@@ -103,16 +118,47 @@ pub struct Transfers {
 
 /// The backend for an engine that sees this host's filesystem: checkouts beneath
 /// `<data_dir>/checkouts`, each bind-mounted into its container.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HostBind {
     data_root: PathBuf,
+    /// The warm tree cache's bound (`tree_cache_bytes`; 0: none) and the cache, opened on
+    /// first use (`Err`: why there is none).
+    tree_cache_bytes: u64,
+    cache: Arc<std::sync::OnceLock<Result<Arc<TreeCache>, String>>>,
+    /// Each overlay checkout's lease on its base tree, held until the checkout is removed.
+    leases: Arc<std::sync::Mutex<std::collections::HashMap<String, Lease>>>,
 }
 
 impl HostBind {
+    /// Host checkouts, each staged in full.
     pub fn new(data_root: &Path) -> HostBind {
+        HostBind::with_tree_cache(data_root, 0)
+    }
+
+    /// Host checkouts as overlays of a warm tree cache of `tree_cache_bytes` (0: none).
+    pub fn with_tree_cache(data_root: &Path, tree_cache_bytes: u64) -> HostBind {
         HostBind {
             data_root: data_root.to_path_buf(),
+            tree_cache_bytes,
+            cache: Arc::default(),
+            leases: Arc::default(),
         }
+    }
+
+    /// The tree cache, opened on first use; `Err` says why jobs stage in full.
+    pub fn tree_cache(&self) -> Result<Arc<TreeCache>, String> {
+        self.cache
+            .get_or_init(|| {
+                if self.tree_cache_bytes == 0 {
+                    return Err("tree_cache_bytes = 0".into());
+                }
+                TreeCache::open(&self.data_root, self.tree_cache_bytes)
+                    .map(Arc::new)
+                    .inspect_err(|why| {
+                        tracing::warn!(%why, "no warm tree cache: every job stages its whole tree")
+                    })
+            })
+            .clone()
     }
 
     fn checkouts(&self) -> PathBuf {
@@ -125,19 +171,34 @@ impl Workspaces for HostBind {
         &'a self,
         req: StageRequest,
     ) -> BoxFuture<'a, Result<Box<dyn JobWorkspace>, StagingError>> {
-        let root = self.data_root.clone();
+        let this = self.clone();
         Box::pin(async move {
             let staged = tokio::task::spawn_blocking(move || {
-                let checkouts = crate::beneath::Root::open(&root)
+                let root = &this.data_root;
+                let checkouts = crate::beneath::Root::open(root)
                     .and_then(|r| r.open_dir(Path::new(CHECKOUTS_DIR)))
                     .map_err(|source| StagingError::Io {
                         op: "open checkouts dir",
                         path: root.join(CHECKOUTS_DIR),
                         source,
                     })?;
+                let checkouts = Arc::new(checkouts);
+                let warm = match this.stage_warm(&req, &checkouts) {
+                    Ok((checkout, lookup, cache)) => {
+                        return Ok(HostCheckout {
+                            repo: req.repo,
+                            checkout,
+                            warmth: Some(Warmth {
+                                lookup: Ok(lookup),
+                                cache: Some(cache),
+                            }),
+                        });
+                    }
+                    Err(why) => why,
+                };
                 let checkout = req.repo.stage_checkout(
                     &req.commit,
-                    &Arc::new(checkouts),
+                    &checkouts,
                     &req.key,
                     req.fs,
                     req.uid,
@@ -146,6 +207,10 @@ impl Workspaces for HostBind {
                 Ok::<_, StagingError>(HostCheckout {
                     repo: req.repo,
                     checkout,
+                    warmth: Some(Warmth {
+                        lookup: Err(warm),
+                        cache: this.tree_cache().ok().map(|c| c.status()),
+                    }),
                 })
             })
             .await
@@ -156,12 +221,20 @@ impl Workspaces for HostBind {
 
     fn remove<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, StagingError>> {
         let dir = self.checkouts().join(key);
+        let leases = self.leases.clone();
+        let key = key.to_string();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
                 if std::fs::symlink_metadata(&dir).is_err() {
+                    leases.lock().expect("leases").remove(&key);
                     return Ok(false);
                 }
-                staging::remove_checkout(&dir).map(|()| true)
+                let removed = staging::remove_checkout(&dir).map(|()| true);
+                if removed.is_ok() {
+                    // The overlay is gone: its base tree may be evicted now.
+                    leases.lock().expect("leases").remove(&key);
+                }
+                removed
             })
             .await
             .expect("checkout removal does not panic")
@@ -193,10 +266,58 @@ impl Workspaces for HostBind {
     }
 }
 
+impl HostBind {
+    /// Stages an overlay checkout of a cached tree, or says why this job stages in full.
+    fn stage_warm(
+        &self,
+        req: &StageRequest,
+        checkouts: &Arc<crate::beneath::Root>,
+    ) -> Result<(staging::Checkout, Lookup, staging::cache::CacheStatus), String> {
+        if !matches!(req.fs, CheckoutFs::Loop { .. }) {
+            return Err("checkout_filesystem = \"directory\" has no overlay".into());
+        }
+        let cache = self.tree_cache()?;
+        let (lease, lookup) = cache
+            .lease(&req.repo, &req.commit, (req.uid, req.gid), &|| {
+                crate::engine::crash::point(crate::engine::crash::CrashPoint::TreeCacheFilled)
+            })
+            .map_err(|e| {
+                tracing::warn!(error = %e, "tree cache: this job stages its whole tree");
+                format!("tree cache: {e}")
+            })?;
+        match req
+            .repo
+            .stage_overlay(&req.commit, checkouts, &req.key, req.fs, &lease)
+        {
+            Ok(checkout) => {
+                self.leases
+                    .lock()
+                    .expect("leases")
+                    .insert(req.key.clone(), lease);
+                Ok((checkout, lookup, cache.status()))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "overlay checkout failed: this job stages its whole tree");
+                staging::remove_checkout(&checkouts.path().join(&req.key))
+                    .map_err(|e| format!("overlay checkout failed and was not removed: {e}"))?;
+                Err(format!("overlay checkout: {e}"))
+            }
+        }
+    }
+
+    /// Unmounts the tree cache if it is open and no job holds it (a clean shutdown).
+    pub fn close(&self) {
+        if let Some(Ok(cache)) = self.cache.get() {
+            cache.close();
+        }
+    }
+}
+
 /// A checkout on this host.
 struct HostCheckout {
     repo: Repo,
     checkout: staging::Checkout,
+    warmth: Option<Warmth>,
 }
 
 impl JobWorkspace for HostCheckout {
@@ -232,6 +353,10 @@ impl JobWorkspace for HostCheckout {
                 .await
                 .expect("the source check does not panic")
         })
+    }
+
+    fn warmth(&self) -> Option<Warmth> {
+        self.warmth.clone()
     }
 }
 

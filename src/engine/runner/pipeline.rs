@@ -293,6 +293,7 @@ impl Runner {
             engine: None,
             queued: None,
             queued_reason: None,
+            phases: None,
         };
         let t_insert = Instant::now();
         let store = &self.data.store;
@@ -351,6 +352,10 @@ impl Runner {
         if v.duration_ms.is_none() {
             v.duration_ms = Some(started.elapsed().as_millis() as u64);
         }
+        // A run that reached an engine says where its time went.
+        if placed.is_some() {
+            v.phases = Some(timings.phases(&v));
+        }
         v.finished_at = Some(ids::rfc3339(self.clock.now()));
 
         // Durability before acknowledgement: the artifact, then the row.
@@ -370,13 +375,16 @@ impl Runner {
         let t_settle = Instant::now();
         self.data
             .store
-            .settle_with_phases(&v, Some(timings.phases(&v)))
+            .settle_with_phases(&v, v.phases)
             .await
             .map_err(|source| RunError::Settle {
                 verification_id: verification_id.clone(),
                 source,
             })?;
         let settle_us = t_settle.elapsed().as_micros() as u64;
+        if placed.is_some() {
+            timings.observe(&self.metrics, &v, artifact_us, settle_us);
+        }
         // Counted once the row is settled (a reader may see the row a moment before these).
         self.count_settled(&p, &v);
         crash::point(crash::CrashPoint::AfterSettle);
@@ -394,6 +402,9 @@ impl Runner {
             artifact_us,
             settle_us,
             stage_us = timings.stage_us,
+            create_us = timings.create_us,
+            start_us = timings.start_us,
+            destroy_us = timings.destroy_us,
             check_us = timings.check_us,
             durability_us = insert_us + artifact_us + settle_us,
             "verification settled"
@@ -510,10 +521,17 @@ impl Runner {
         // Live containers: counted from `Created` until `Destroyed` (or the run's end).
         let live = self.metrics.live_containers.clone();
         let mut counted = false;
+        // When each phase began: creating, created, started, destroyed.
+        let marks: std::sync::Mutex<[Option<Instant>; 4]> = Default::default();
+        let mark = |i: usize| marks.lock().expect("phase marks")[i] = Some(Instant::now());
         let mut on_phase = |ph: Phase| -> Result<(), String> {
             match ph {
-                Phase::Creating => held = admit(Step::CreateContainer)?,
+                Phase::Creating => {
+                    held = admit(Step::CreateContainer)?;
+                    mark(0);
+                }
                 Phase::Created { .. } => {
+                    mark(1);
                     held = None;
                     live.inc();
                     counted = true;
@@ -521,10 +539,12 @@ impl Runner {
                 }
                 Phase::Starting => held = admit(Step::StartContainer)?,
                 Phase::Started => {
+                    mark(2);
                     held = None;
                     crash::point(crash::CrashPoint::AfterStart)
                 }
                 Phase::Destroyed => {
+                    mark(3);
                     if std::mem::take(&mut counted) {
                         live.dec();
                     }
@@ -542,6 +562,17 @@ impl Runner {
         if counted {
             // The runtime gave up after creating the container; its removal guard removes it.
             self.metrics.live_containers.dec();
+        }
+        let marks = marks.into_inner().expect("phase marks");
+        let between = |a: usize, b: usize| match (marks[a], marks[b]) {
+            (Some(a), Some(b)) => b.saturating_duration_since(a).as_micros() as u64,
+            _ => 0,
+        };
+        timings.create_us = between(0, 1);
+        timings.start_us = between(1, 2);
+        if let Ok(o) = &ran {
+            let ran_for = o.duration.as_micros() as u64;
+            timings.destroy_us = between(2, 3).saturating_sub(ran_for);
         }
         let outcome = match ran {
             Ok(o) => o,
@@ -604,23 +635,56 @@ impl Runner {
     }
 }
 
-/// Where staging time goes, for the log line (the benchmark reads it).
+/// Where a run's time goes, for the record, `/metrics` and the log line (the benchmark
+/// reads it).
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct StageTimings {
     pub(super) wait_us: u64,
     pub(super) stage_us: u64,
+    pub(super) create_us: u64,
+    pub(super) start_us: u64,
+    pub(super) destroy_us: u64,
     pub(super) check_us: u64,
 }
 
 impl StageTimings {
-    /// Where a run's time went, as a job shows it.
-    fn phases(&self, v: &Verification) -> crate::wire::jobs::JobPhases {
+    /// Where a run's time went, as its record shows it.
+    fn phases(&self, v: &Verification) -> crate::verification::JobPhases {
         let ms = |us: u64| us / 1000;
-        crate::wire::jobs::JobPhases {
+        crate::verification::JobPhases {
             wait_for_engine_ms: ms(self.wait_us),
             stage_ms: ms(self.stage_us),
+            create_ms: ms(self.create_us),
+            start_ms: ms(self.start_us),
             run_ms: v.duration_ms.unwrap_or(0),
+            destroy_ms: ms(self.destroy_us),
             check_ms: ms(self.check_us),
+        }
+    }
+
+    /// Every phase into `airlock_verification_phase_seconds`, in
+    /// [`crate::metrics::VERIFICATION_PHASES`]' order.
+    fn observe(
+        &self,
+        m: &crate::metrics::Metrics,
+        v: &Verification,
+        artifact_us: u64,
+        settle_us: u64,
+    ) {
+        let run_us = v.duration_ms.unwrap_or(0) * 1000;
+        let all = [
+            self.wait_us,
+            self.stage_us,
+            self.create_us,
+            self.start_us,
+            run_us,
+            self.destroy_us,
+            self.check_us,
+            artifact_us,
+            settle_us,
+        ];
+        for (phase, us) in crate::metrics::VERIFICATION_PHASES.iter().zip(all) {
+            m.observe_phase(phase, us);
         }
     }
 }

@@ -105,6 +105,9 @@ impl Runner {
             }
         };
         timings.stage_us = t_stage.elapsed().as_micros() as u64;
+        if let Some(w) = workspace.warmth() {
+            self.metrics.record_warmth(&w);
+        }
         let timings = self
             .run_in(engine, workspace.as_ref(), p, v, cancel, timings)
             .await;

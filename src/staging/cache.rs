@@ -1,0 +1,655 @@
+//! The warm tree cache: every base tree an overlay checkout stands on, staged once per
+//! (tree id, sandbox user) by the same rules as a full checkout (modes, symlinks, no filters,
+//! the nanosecond stat snapshot) and never written again.
+//!
+//! It lives on its own sparse ext4 image, `<data_dir>/tree-cache/cache.img`, loop-mounted
+//! `nosuid,nodev` at `tree-cache/mnt` (file creation there costs what it costs in a job's own
+//! filesystem, not the data dir's): `mnt/entries/<key>/` is an entry (`tree/` and its
+//! `manifest`), `mnt/incoming/` holds entries being filled and entries being deleted. An entry
+//! is published by one rename once it is complete, so a process killed while filling leaves
+//! only `incoming/`, which the next open empties.
+//!
+//! **Trust across restarts.** An entry found at open is used only after it is verified: its
+//! manifest's checksum must hold and every path must `lstat` exactly as recorded when it was
+//! filled (inode, size, mode, mtime and ctime to the nanosecond; nobody can set a ctime back).
+//! That costs one `lstat` per path once per process, where re-hashing every byte would cost
+//! as much as staging the tree again. Nothing is fsynced while filling, so an image left by an
+//! earlier boot (its `boot_id` differs) is discarded whole and made anew.
+//!
+//! **Bound.** Entries are kept while their bytes stay within `tree_cache_bytes`; past it, the
+//! least recently used entry no job holds a [`Lease`] on is evicted. A tree that does not fit
+//! (`ENOSPC` even after evicting every unheld entry) is refused, and its job stages in full.
+//!
+//! One process owns a cache at a time (an exclusive `flock` on `tree-cache/lock`); another
+//! process on the same data dir runs without it.
+
+use super::{Repo, Snapshot, Staged, StagingError, StatKey};
+use crate::domain::git::FileMode;
+use crate::limits;
+use sha2::Digest;
+use std::collections::{HashMap, HashSet};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The cache's directory beneath the data dir.
+pub const CACHE_DIR: &str = "tree-cache";
+const IMAGE: &str = "cache.img";
+const MOUNT: &str = "mnt";
+const LOCK: &str = "lock";
+const BOOT_ID: &str = "boot_id";
+const ENTRIES: &str = "entries";
+const INCOMING: &str = "incoming";
+const MANIFEST: &str = "manifest";
+const MANIFEST_HEADER: &str = "airlock-tree-cache 1";
+
+/// Largest manifest read back at verification (a 500,000-path tree's is about 60 MiB).
+pub const MAX_MANIFEST_BYTES: u64 = 512 << 20;
+
+/// How a job's base tree was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// Cached (and verified, if it was found at start-up).
+    Hit,
+    /// Staged into the cache for this job.
+    Miss,
+}
+
+impl Lookup {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lookup::Hit => "hit",
+            Lookup::Miss => "miss",
+        }
+    }
+}
+
+/// The cache's figures, for `/metrics` and `airlock doctor`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStatus {
+    pub entries: u64,
+    pub bytes: u64,
+    pub bound: u64,
+    /// Entries evicted and entries discarded (corrupt, partial, unverifiable) since open.
+    pub evicted: u64,
+    pub discarded: u64,
+}
+
+struct Entry {
+    key: String,
+    dir: PathBuf,
+    bytes: u64,
+    owner: (u32, u32),
+    empty_tree: String,
+    snapshot: Snapshot,
+    last_used: AtomicU64,
+}
+
+/// A job's hold on a cached tree: an entry with a lease is never evicted.
+#[derive(Clone)]
+pub struct Lease(Arc<Entry>);
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Lease").field(&self.0.key).finish()
+    }
+}
+
+impl Lease {
+    /// The cached tree (the overlay's lower layer).
+    pub fn tree(&self) -> PathBuf {
+        self.0.dir.join("tree")
+    }
+    pub fn owner(&self) -> (u32, u32) {
+        self.0.owner
+    }
+    pub fn empty_tree(&self) -> &str {
+        &self.0.empty_tree
+    }
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        self.0.snapshot.clone()
+    }
+}
+
+#[derive(Default)]
+struct State {
+    entries: HashMap<String, Arc<Entry>>,
+    /// Entries found at open, used only once verified.
+    unverified: HashSet<String>,
+    bytes: u64,
+    tick: u64,
+    evicted: u64,
+    discarded: u64,
+}
+
+/// The warm tree cache of one data dir.
+pub struct TreeCache {
+    dir: PathBuf,
+    mnt: PathBuf,
+    bound: u64,
+    _lock: nix::fcntl::Flock<std::fs::File>,
+    state: Mutex<State>,
+    /// One filler per key: a second job on a tree being filled waits for it.
+    filling: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+}
+
+fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StagingError + 'a {
+    move |source| StagingError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn nonce() -> String {
+    crate::ids::new_creation_key()
+}
+
+/// Why overlay checkouts cannot work on this host, or `None` when they can.
+pub fn overlay_support_problem() -> Option<String> {
+    if let Some(p) = super::space::loop_support_problem() {
+        return Some(p);
+    }
+    match std::fs::read_to_string("/proc/filesystems") {
+        Ok(s) if s.lines().any(|l| l.split_whitespace().last() == Some("overlay")) => None,
+        Ok(_) => Some(
+            "the kernel has no overlay filesystem (modprobe overlay): every job stages its whole tree"
+                .into(),
+        ),
+        Err(e) => Some(format!("cannot read /proc/filesystems: {e}")),
+    }
+}
+
+impl TreeCache {
+    /// Opens (mounting, or making anew) the cache beneath `data_root`, bounded by `bound`
+    /// bytes. `Err` says why there is no cache (jobs then stage in full).
+    pub fn open(data_root: &Path, bound: u64) -> Result<TreeCache, String> {
+        if let Some(p) = overlay_support_problem() {
+            return Err(p);
+        }
+        let dir = data_root.join(CACHE_DIR);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        let lock_path = dir.join(LOCK);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| format!("open {}: {e}", lock_path.display()))?;
+        let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+            .map_err(|(_, e)| {
+                format!(
+                    "another process holds {} ({e}): this one runs without the tree cache",
+                    lock_path.display()
+                )
+            })?;
+        let mnt = dir.join(MOUNT);
+        let cache = TreeCache {
+            dir,
+            mnt,
+            bound,
+            _lock: lock,
+            state: Mutex::default(),
+            filling: Mutex::default(),
+        };
+        cache.mount().map_err(|e| e.to_string())?;
+        cache.load().map_err(|e| e.to_string())?;
+        Ok(cache)
+    }
+
+    /// Mounts the cache's image, making it first when there is none or it is an earlier
+    /// boot's.
+    fn mount(&self) -> Result<(), StagingError> {
+        let boot = boot_id();
+        let boot_file = self.dir.join(BOOT_ID);
+        let same_boot = std::fs::read_to_string(&boot_file).is_ok_and(|b| b.trim() == boot);
+        if super::space::is_mounted(&self.mnt) {
+            if same_boot {
+                return Ok(());
+            }
+            super::space::unmount_at(&self.mnt)?;
+        }
+        let img = self.dir.join(IMAGE);
+        if !same_boot || !img.exists() {
+            let _ = std::fs::remove_file(&img);
+            let _ = std::fs::remove_file(&boot_file);
+            let size = self.bound.saturating_add(self.bound / 8);
+            let f = std::fs::OpenOptions::new()
+                .create_new(true)
+                .write(true)
+                .open(&img)
+                .map_err(io("create tree cache image", &img))?;
+            f.set_len(size).map_err(io("size tree cache image", &img))?;
+            drop(f);
+            let inodes = (size / limits::TREE_CACHE_BYTES_PER_INODE).max(limits::MIN_INODES);
+            let mut mkfs = crate::process::command("mkfs.ext4");
+            mkfs.args(["-q", "-F", "-O", "^has_journal", "-m", "0", "-b", "4096"])
+                .arg("-N")
+                .arg(inodes.to_string())
+                .args(["-E", "nodiscard,lazy_itable_init=1,root_owner=0:0"])
+                .arg(&img);
+            super::space::run_tool(mkfs, "mkfs.ext4")?;
+            std::fs::write(&boot_file, &boot).map_err(io("write boot id", &boot_file))?;
+        }
+        std::fs::create_dir_all(&self.mnt).map_err(io("create mount point", &self.mnt))?;
+        let mut mount = crate::process::command("mount");
+        mount
+            .args(["-t", "ext4", "-o", "loop,nosuid,nodev,noatime,discard"])
+            .arg(&img)
+            .arg(&self.mnt);
+        super::space::run_tool(mount, "mount")?;
+        if !super::space::is_mounted(&self.mnt) {
+            return Err(StagingError::Space(format!(
+                "{} is not the tree cache's filesystem after mount",
+                self.mnt.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Empties `incoming/` (what a killed filler left) and lists the entries to verify.
+    fn load(&self) -> Result<(), StagingError> {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&self.mnt, std::fs::Permissions::from_mode(0o700))
+            .map_err(io("chmod", &self.mnt))?;
+        let entries = self.mnt.join(ENTRIES);
+        let incoming = self.mnt.join(INCOMING);
+        for d in [&entries, &incoming] {
+            std::fs::create_dir_all(d).map_err(io("create", d))?;
+        }
+        let mut st = self.state.lock().expect("tree cache state");
+        for e in std::fs::read_dir(&incoming)
+            .map_err(io("read", &incoming))?
+            .flatten()
+        {
+            remove_all(&e.path())?;
+            st.discarded += 1;
+        }
+        for e in std::fs::read_dir(&entries)
+            .map_err(io("read", &entries))?
+            .flatten()
+        {
+            st.unverified
+                .insert(e.file_name().to_string_lossy().into_owned());
+        }
+        Ok(())
+    }
+
+    /// The cache's figures now.
+    pub fn status(&self) -> CacheStatus {
+        let st = self.state.lock().expect("tree cache state");
+        CacheStatus {
+            entries: st.entries.len() as u64,
+            bytes: st.bytes,
+            bound: self.bound,
+            evicted: st.evicted,
+            discarded: st.discarded,
+        }
+    }
+
+    /// Where the cache is.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A lease on `commit`'s tree for `owner`, filling the cache with it first when it is not
+    /// there. `filled` is called once a fill is complete and before it is published.
+    pub fn lease(
+        &self,
+        repo: &Repo,
+        commit: &str,
+        owner: (u32, u32),
+        filled: &dyn Fn(),
+    ) -> Result<(Lease, Lookup), StagingError> {
+        let tree = repo.tree_of(commit)?;
+        let key = format!("{tree}-{}-{}", owner.0, owner.1);
+        let filler = self
+            .filling
+            .lock()
+            .expect("tree cache fillers")
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        let _filling = filler.lock().expect("tree cache filler");
+        let found = {
+            let mut st = self.state.lock().expect("tree cache state");
+            st.tick += 1;
+            let tick = st.tick;
+            match st.entries.get(&key) {
+                Some(e) => {
+                    e.last_used.store(tick, Ordering::Relaxed);
+                    Some(Lease(e.clone()))
+                }
+                None => None,
+            }
+        };
+        let result = match found {
+            Some(lease) => Ok((lease, Lookup::Hit)),
+            None => self.verify_or_fill(repo, &tree, &key, owner, filled),
+        };
+        self.filling
+            .lock()
+            .expect("tree cache fillers")
+            .remove(&key);
+        result
+    }
+
+    fn verify_or_fill(
+        &self,
+        repo: &Repo,
+        tree: &str,
+        key: &str,
+        owner: (u32, u32),
+        filled: &dyn Fn(),
+    ) -> Result<(Lease, Lookup), StagingError> {
+        let dir = self.mnt.join(ENTRIES).join(key);
+        let unverified = self
+            .state
+            .lock()
+            .expect("tree cache state")
+            .unverified
+            .remove(key);
+        if unverified {
+            match read_entry(&dir, key, owner) {
+                Ok(entry) => return Ok((self.insert(entry), Lookup::Hit)),
+                Err(why) => {
+                    tracing::warn!(entry = %dir.display(), %why, "tree cache entry discarded");
+                    self.discard(&dir)?;
+                }
+            }
+        } else if dir.exists() {
+            // Neither known nor found at open: not ours to trust.
+            self.discard(&dir)?;
+        }
+        let entry = match self.fill(repo, tree, key, owner, filled) {
+            Ok(entry) => entry,
+            Err(e) if is_no_space(&e) => {
+                // Make room by evicting every entry no job holds, then try once more.
+                self.evict(0);
+                self.fill(repo, tree, key, owner, filled)?
+            }
+            Err(e) => return Err(e),
+        };
+        let lease = self.insert(entry);
+        self.evict(self.bound);
+        Ok((lease, Lookup::Miss))
+    }
+
+    fn insert(&self, entry: Entry) -> Lease {
+        let mut st = self.state.lock().expect("tree cache state");
+        st.tick += 1;
+        entry.last_used.store(st.tick, Ordering::Relaxed);
+        st.bytes = st.bytes.saturating_add(entry.bytes);
+        let entry = Arc::new(entry);
+        st.entries.insert(entry.key.clone(), entry.clone());
+        Lease(entry)
+    }
+
+    /// Moves an entry out of `entries/` in one rename, then deletes it.
+    fn discard(&self, dir: &Path) -> Result<(), StagingError> {
+        let doomed = self.mnt.join(INCOMING).join(format!("discard-{}", nonce()));
+        std::fs::rename(dir, &doomed).map_err(io("discard tree cache entry", dir))?;
+        self.state.lock().expect("tree cache state").discarded += 1;
+        remove_all(&doomed)
+    }
+
+    /// Evicts least recently used entries no job holds until the cache holds at most
+    /// `within` bytes.
+    fn evict(&self, within: u64) {
+        let mut doomed = Vec::new();
+        {
+            let mut st = self.state.lock().expect("tree cache state");
+            while st.bytes > within {
+                let Some(victim) = st
+                    .entries
+                    .values()
+                    .filter(|e| Arc::strong_count(e) == 1)
+                    .min_by_key(|e| e.last_used.load(Ordering::Relaxed))
+                    .map(|e| e.key.clone())
+                else {
+                    break;
+                };
+                let e = st.entries.remove(&victim).expect("the victim is cached");
+                st.bytes = st.bytes.saturating_sub(e.bytes);
+                st.evicted += 1;
+                let to = self.mnt.join(INCOMING).join(format!("evicted-{}", nonce()));
+                match std::fs::rename(&e.dir, &to) {
+                    Ok(()) => doomed.push(to),
+                    Err(err) => tracing::warn!(entry = %e.dir.display(), error = %err, "evicting"),
+                }
+            }
+        }
+        for d in doomed {
+            if let Err(e) = remove_all(&d) {
+                tracing::warn!(error = %e, "removing an evicted tree cache entry");
+            }
+        }
+    }
+
+    /// Stages `tree` into `incoming/`, writes its manifest, and publishes it by one rename.
+    fn fill(
+        &self,
+        repo: &Repo,
+        tree: &str,
+        key: &str,
+        owner: (u32, u32),
+        filled: &dyn Fn(),
+    ) -> Result<Entry, StagingError> {
+        let tmp = self.mnt.join(INCOMING).join(format!("{key}.{}", nonce()));
+        let result = (|| {
+            std::fs::create_dir(&tmp).map_err(io("create", &tmp))?;
+            let work = tmp.join("tree");
+            std::fs::create_dir(&work).map_err(io("create", &work))?;
+            let empty_tree = repo.empty_tree()?;
+            let index = tmp.join("index");
+            let (snapshot, bytes) = repo.materialize(&work, &index, &empty_tree, tree, owner)?;
+            std::fs::remove_file(&index).map_err(io("remove", &index))?;
+            write_manifest(&tmp.join(MANIFEST), &empty_tree, bytes, &snapshot)?;
+            filled();
+            let dir = self.mnt.join(ENTRIES).join(key);
+            std::fs::rename(&tmp, &dir).map_err(io("publish tree cache entry", &dir))?;
+            Ok(Entry {
+                key: key.to_string(),
+                dir,
+                bytes,
+                owner,
+                empty_tree,
+                snapshot,
+                last_used: AtomicU64::new(0),
+            })
+        })();
+        if result.is_err() {
+            let _ = remove_all(&tmp);
+        }
+        result
+    }
+
+    /// Unmounts the cache when no job holds an entry (a clean shutdown); the next open mounts
+    /// the image again and verifies its entries.
+    pub fn close(&self) {
+        let st = self.state.lock().expect("tree cache state");
+        if st.entries.values().any(|e| Arc::strong_count(e) > 1) {
+            return;
+        }
+        if let Err(e) = super::space::unmount_at(&self.mnt) {
+            tracing::warn!(error = %e, "the tree cache stays mounted");
+        }
+    }
+}
+
+fn is_no_space(e: &StagingError) -> bool {
+    match e {
+        StagingError::Io { source, .. } => source.kind() == std::io::ErrorKind::StorageFull,
+        StagingError::Git { stderr, .. } => stderr.contains("No space left"),
+        _ => false,
+    }
+}
+
+fn remove_all(dir: &Path) -> Result<(), StagingError> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StagingError::Io {
+            op: "remove",
+            path: dir.to_path_buf(),
+            source: e,
+        }),
+    }
+}
+
+fn stat_text(s: &Option<StatKey>) -> String {
+    match s {
+        Some(s) => format!(
+            "{} {} {} {} {}",
+            s.ino, s.size, s.mtime_ns, s.ctime_ns, s.mode
+        ),
+        None => "- - - - -".into(),
+    }
+}
+
+/// `header`, `empty <oid>`, `bytes <n>`, then per path `<mode> <oid> <stat> <len>\t<path>`,
+/// then `sha256 <hex of everything before>`.
+fn write_manifest(
+    path: &Path,
+    empty_tree: &str,
+    bytes: u64,
+    snapshot: &Snapshot,
+) -> Result<(), StagingError> {
+    let mut body = format!("{MANIFEST_HEADER}\nempty {empty_tree}\nbytes {bytes}\n").into_bytes();
+    for (p, s) in snapshot.iter() {
+        body.extend_from_slice(
+            format!(
+                "{} {} {} {}\t",
+                s.mode.as_str(),
+                s.oid,
+                stat_text(&s.stat),
+                p.len()
+            )
+            .as_bytes(),
+        );
+        body.extend_from_slice(p);
+        body.push(b'\n');
+    }
+    let digest = hex::encode(sha2::Sha256::digest(&body));
+    body.extend_from_slice(format!("sha256 {digest}\n").as_bytes());
+    std::fs::write(path, body).map_err(io("write tree cache manifest", path))
+}
+
+/// Reads and verifies an entry found at open: its manifest's checksum and every path's stat.
+fn read_entry(dir: &Path, key: &str, owner: (u32, u32)) -> Result<Entry, String> {
+    use std::io::Read;
+    let path = dir.join(MANIFEST);
+    let mut body = Vec::new();
+    std::fs::File::open(&path)
+        .map_err(|e| format!("manifest: {e}"))?
+        .take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut body)
+        .map_err(|e| format!("manifest: {e}"))?;
+    if body.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(format!("manifest is over {MAX_MANIFEST_BYTES} bytes"));
+    }
+    let trailer_at = body[..body.len().saturating_sub(1)]
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map(|i| i + 1)
+        .ok_or("manifest has no checksum")?;
+    let (content, trailer) = body.split_at(trailer_at);
+    let want = format!("sha256 {}\n", hex::encode(sha2::Sha256::digest(content)));
+    if trailer != want.as_bytes() {
+        return Err("manifest checksum does not match".into());
+    }
+    let bad = |what: &str| format!("manifest: {what}");
+    let mut rest = content;
+    let mut line = || -> Result<&[u8], String> {
+        let nl = rest.iter().position(|b| *b == b'\n').ok_or(bad("short"))?;
+        let (l, r) = rest.split_at(nl);
+        rest = &r[1..];
+        Ok(l)
+    };
+    if line()? != MANIFEST_HEADER.as_bytes() {
+        return Err(bad("unknown header"));
+    }
+    let field = |l: &[u8], name: &str| -> Result<String, String> {
+        std::str::from_utf8(l)
+            .ok()
+            .and_then(|s| s.strip_prefix(name))
+            .map(str::to_string)
+            .ok_or(bad(name))
+    };
+    let empty_tree = field(line()?, "empty ")?;
+    let bytes: u64 = field(line()?, "bytes ")?
+        .parse()
+        .map_err(|_| bad("bytes"))?;
+    let tree = dir.join("tree");
+    let mut snapshot = Vec::new();
+    while !rest.is_empty() {
+        let tab = rest
+            .iter()
+            .position(|b| *b == b'\t')
+            .ok_or(bad("no tab"))?;
+        let meta = std::str::from_utf8(&rest[..tab]).map_err(|_| bad("meta"))?;
+        let f: Vec<&str> = meta.split(' ').collect();
+        let [mode, oid, ino, size, mtime, ctime, stmode, len] = f[..] else {
+            return Err(bad("fields"));
+        };
+        let len: usize = len.parse().map_err(|_| bad("length"))?;
+        let start = tab + 1;
+        if rest.len() < start + len + 1 || rest[start + len] != b'\n' {
+            return Err(bad("path"));
+        }
+        let p = rest[start..start + len].to_vec();
+        rest = &rest[start + len + 1..];
+        let mode = FileMode::parse(mode).ok_or(bad("mode"))?;
+        let stat = if ino == "-" {
+            None
+        } else {
+            let n = |s: &str| s.parse::<i128>().map_err(|_| bad("stat"));
+            Some(StatKey {
+                ino: n(ino)? as u64,
+                size: n(size)? as u64,
+                mtime_ns: n(mtime)?,
+                ctime_ns: n(ctime)?,
+                mode: n(stmode)? as u32,
+            })
+        };
+        match &stat {
+            None if mode != FileMode::Gitlink => {
+                return Err(format!("{:?} has no recorded stat", String::from_utf8_lossy(&p)));
+            }
+            None => {}
+            Some(want) => {
+                let now = super::stat_key(&tree.join(std::ffi::OsStr::from_bytes(&p)));
+                if now.as_ref() != Some(want) {
+                    return Err(format!(
+                        "{:?} is not as it was cached",
+                        String::from_utf8_lossy(&p)
+                    ));
+                }
+            }
+        }
+        snapshot.push((
+            p,
+            Staged {
+                mode,
+                oid: oid.to_string(),
+                stat,
+            },
+        ));
+    }
+    Ok(Entry {
+        key: key.to_string(),
+        dir: dir.to_path_buf(),
+        bytes,
+        owner,
+        empty_tree,
+        snapshot: Arc::new(snapshot),
+        last_used: AtomicU64::new(0),
+    })
+}
