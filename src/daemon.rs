@@ -288,6 +288,7 @@ impl Daemon {
             Ok(false) => tracing::warn!("the WAL checkpoint at shutdown was held off by a reader"),
             Err(e) => tracing::error!(error = %e, "the WAL checkpoint at shutdown failed"),
         }
+        self.service.ctx.pool.close();
         match self.service.persistence_failure() {
             Some(failure) => {
                 tracing::error!(%failure, "an asynchronous result could not be made durable");

@@ -561,7 +561,11 @@ async fn run(common: &Common, follow: bool, req: RunRequest) -> ExitCode {
         tracing::warn!("signal received; cancelling the verification");
         let _ = cancel_tx.send(true);
     });
-    match engine.execute(prepared, cancel_rx).await {
+    let executed = engine.execute(prepared, cancel_rx).await;
+    // A one-shot run leaves no mount behind: the next one mounts the cache again and
+    // verifies the entries it uses.
+    ctx.pool.close();
+    match executed {
         Ok(v) => {
             print_json(&v);
             if v.status == Status::Passed {

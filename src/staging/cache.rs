@@ -590,10 +590,7 @@ fn read_entry(dir: &Path, key: &str, owner: (u32, u32)) -> Result<Entry, String>
     let tree = dir.join("tree");
     let mut snapshot = Vec::new();
     while !rest.is_empty() {
-        let tab = rest
-            .iter()
-            .position(|b| *b == b'\t')
-            .ok_or(bad("no tab"))?;
+        let tab = rest.iter().position(|b| *b == b'\t').ok_or(bad("no tab"))?;
         let meta = std::str::from_utf8(&rest[..tab]).map_err(|_| bad("meta"))?;
         let f: Vec<&str> = meta.split(' ').collect();
         let [mode, oid, ino, size, mtime, ctime, stmode, len] = f[..] else {
@@ -621,7 +618,10 @@ fn read_entry(dir: &Path, key: &str, owner: (u32, u32)) -> Result<Entry, String>
         };
         match &stat {
             None if mode != FileMode::Gitlink => {
-                return Err(format!("{:?} has no recorded stat", String::from_utf8_lossy(&p)));
+                return Err(format!(
+                    "{:?} has no recorded stat",
+                    String::from_utf8_lossy(&p)
+                ));
             }
             None => {}
             Some(want) => {

@@ -32,7 +32,7 @@ pub(crate) fn sample(id: &str, key: &str, created: &str) -> Verification {
         engine: None,
         queued: None,
         queued_reason: None,
-            phases: None,
+        phases: None,
     }
 }
 

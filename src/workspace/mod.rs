@@ -68,6 +68,9 @@ pub trait Workspaces: Send + Sync {
 
     /// Where job `key`'s workspace is, for reports and logs.
     fn describe(&self, key: &str) -> String;
+
+    /// Lets go of what the backend keeps between jobs (at a clean exit).
+    fn close(&self) {}
 }
 
 /// One job's staged workspace.
@@ -264,6 +267,13 @@ impl Workspaces for HostBind {
     fn describe(&self, key: &str) -> String {
         self.checkouts().join(key).display().to_string()
     }
+
+    /// Unmounts the tree cache if it is open and no job holds it.
+    fn close(&self) {
+        if let Some(Ok(cache)) = self.cache.get() {
+            cache.close();
+        }
+    }
 }
 
 impl HostBind {
@@ -302,13 +312,6 @@ impl HostBind {
                     .map_err(|e| format!("overlay checkout failed and was not removed: {e}"))?;
                 Err(format!("overlay checkout: {e}"))
             }
-        }
-    }
-
-    /// Unmounts the tree cache if it is open and no job holds it (a clean shutdown).
-    pub fn close(&self) {
-        if let Some(Ok(cache)) = self.cache.get() {
-            cache.close();
         }
     }
 }

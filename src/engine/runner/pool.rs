@@ -211,6 +211,14 @@ impl Pool {
         &self.engines[0]
     }
 
+    /// Lets go of what each engine's workspaces keep between jobs (the tree cache's mount),
+    /// at a clean exit.
+    pub fn close(&self) {
+        for e in &self.engines {
+            e.workspaces.close();
+        }
+    }
+
     /// Every engine's runtime and workspaces, for recovery.
     pub fn job_engines(&self) -> Vec<crate::workspace::JobEngine> {
         self.engines
