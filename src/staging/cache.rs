@@ -220,7 +220,12 @@ impl TreeCache {
         if !same_boot || !img.exists() {
             let _ = std::fs::remove_file(&img);
             let _ = std::fs::remove_file(&boot_file);
-            let size = self.bound.saturating_add(self.bound / 8);
+            // Room for the bound plus metadata; never smaller than the smallest configurable
+            // cache (a smaller bound is only ever a test's, to make eviction cheap to reach).
+            let size = self
+                .bound
+                .saturating_add(self.bound / 8)
+                .max(limits::MIN_TREE_CACHE_BYTES);
             let f = std::fs::OpenOptions::new()
                 .create_new(true)
                 .write(true)

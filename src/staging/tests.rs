@@ -100,7 +100,7 @@ fn a_rewrite_keeping_size_and_mtime_within_the_second_is_still_a_change() {
     // trusts their stat from now on, at one-second precision.
     set_old_mtime(&a);
     set_old_mtime(&b);
-    let mut cmd = repo.git_worktree(&co, &co.empty_tree);
+    let mut cmd = repo.git_worktree(&co.tree, &co.index, &co.empty_tree);
     cmd.args(["update-index", "-q", "--refresh"]);
     run_git(cmd, &[0, 1]).unwrap();
     // Rewrite a.txt with other bytes of the same size and put its mtime back; rewrite b.txt
@@ -162,4 +162,324 @@ fn untouched_checkout_has_no_changes_and_a_new_file_is_not_one() {
     assert_eq!(repo.changed_paths(&co, 20).unwrap(), (vec![], 0));
     std::fs::remove_file(co.tree.join("a.txt")).unwrap();
     assert_eq!(repo.changed_paths(&co, 20).unwrap().1, 1);
+}
+
+/// Unmounts everything beneath a test's directory when the test ends, passed or not.
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+            return;
+        };
+        let mut points: Vec<&str> = info
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .filter(|p| Path::new(p).starts_with(&self.0))
+            .collect();
+        points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        for p in points {
+            let _ = Command::new("umount").arg("-l").arg(p).status();
+        }
+    }
+}
+
+/// A repository of every kind of tracked path, and a tree cache beside it (root and loop
+/// devices needed, as for every warm checkout).
+struct Warm {
+    _unmount: Unmount,
+    d: tempfile::TempDir,
+    repo: Repo,
+    head: String,
+    root: std::sync::Arc<crate::beneath::Root>,
+}
+
+const JOB_FS: CheckoutFs = CheckoutFs::Loop {
+    disk_bytes: 32 << 20,
+    inodes: 4096,
+};
+
+fn warm_repo() -> Warm {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "warm checkouts are tested as root (the CI machine runs as root)"
+    );
+    assert_eq!(cache::overlay_support_problem(), None);
+    let (d, _repo, _) = committed_repo(&[
+        ("a.txt", "hello\n"),
+        ("b.txt", "same\n"),
+        ("ignored.log", "tracked although ignored\n"),
+        (".gitignore", "*.log\n"),
+    ]);
+    let src = d.path().join("src");
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .current_dir(&src)
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {:?}", out);
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    for (p, c) in [
+        ("dir/x.txt", "x\n"),
+        ("dir/sub/y.txt", "y\n"),
+        ("other/z.txt", "z\n"),
+        ("run.sh", "#!/bin/sh\n"),
+        ("private.txt", "p\n"),
+    ] {
+        let path = src.join(p);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, c).unwrap();
+    }
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(src.join("run.sh"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+    }
+    std::os::unix::fs::symlink("a.txt", src.join("link")).unwrap();
+    git(&["add", "-A"]);
+    git(&["add", "-f", "ignored.log"]);
+    let some_commit = git(&["rev-parse", "HEAD"]);
+    git(&[
+        "update-index",
+        "--add",
+        "--cacheinfo",
+        &format!("160000,{some_commit},module"),
+    ]);
+    git(&["commit", "-qm", "every kind"]);
+    let head = git(&["rev-parse", "HEAD"]);
+    let repo = Repo::open(&src).unwrap();
+    let checkouts = d.path().join("checkouts");
+    std::fs::create_dir(&checkouts).unwrap();
+    let root = std::sync::Arc::new(crate::beneath::Root::open(&checkouts).unwrap());
+    Warm {
+        _unmount: Unmount(d.path().to_path_buf()),
+        d,
+        repo,
+        head,
+        root,
+    }
+}
+
+fn sh(dir: &Path, script: &str) {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{script}: {out:?}");
+}
+
+#[test]
+fn the_upper_dir_check_agrees_with_the_full_walk_on_every_kind_of_tamper() {
+    let w = warm_repo();
+    let cache = cache::TreeCache::open(&w.d.path().join("data"), 64 << 20).unwrap();
+    let (lease, first) = cache.lease(&w.repo, &w.head, (1000, 1000), &|| {}).unwrap();
+    assert_eq!(first, cache::Lookup::Miss);
+    // (what the job does in its tree, the tracked paths that changed)
+    let cases: &[(&str, &[&str])] = &[
+        ("true", &[]),
+        ("printf HELLO > a.txt", &["a.txt"]),
+        // Other bytes of the same size, the mtime put back to the nanosecond.
+        (
+            "m=$(stat -c %y a.txt); printf 'HELLO\\n' > a.txt; touch -d \"$m\" a.txt",
+            &["a.txt"],
+        ),
+        ("printf 'same\\n' > b.txt", &[]),
+        ("chmod +x a.txt", &["a.txt"]),
+        ("chmod -x run.sh", &["run.sh"]),
+        ("chmod 600 private.txt", &[]),
+        ("rm a.txt", &["a.txt"]),
+        ("rm -r dir/sub", &["dir/sub/y.txt"]),
+        ("rm -r dir", &["dir/sub/y.txt", "dir/x.txt"]),
+        // Removed and made again: an opaque directory hides what it does not hold again.
+        (
+            "rm -r dir && mkdir dir && printf 'x\\n' > dir/x.txt",
+            &["dir/sub/y.txt"],
+        ),
+        ("rm a.txt && mkdir a.txt", &["a.txt"]),
+        ("rm -r other && printf z > other", &["other/z.txt"]),
+        ("rm b.txt && ln -s a.txt b.txt", &["b.txt"]),
+        ("rm link && ln -s b.txt link", &["link"]),
+        ("rm link && ln -s a.txt link", &[]),
+        ("rm link && printf a.txt > link", &["link"]),
+        ("mv a.txt c.txt", &["a.txt"]),
+        ("mv dir moved", &["dir/sub/y.txt", "dir/x.txt"]),
+        ("ln a.txt hard.txt", &[]),
+        (
+            "mkdir -p new/deep && echo n > new/deep/f && echo u > untracked.txt",
+            &[],
+        ),
+        ("touch a.txt run.sh dir/x.txt", &[]),
+        (
+            "python3 -c \"import os; os.setxattr('a.txt', 'user.note', b'1')\"",
+            &[],
+        ),
+        (": > a.txt", &["a.txt"]),
+        ("echo more >> ignored.log", &["ignored.log"]),
+        ("echo inside > module/f", &[]),
+        ("rm -r module", &[]),
+    ];
+    for (i, (script, want)) in cases.iter().enumerate() {
+        let key = format!("job{i}");
+        let co = w
+            .repo
+            .stage_overlay(&w.head, &w.root, &key, JOB_FS, &lease)
+            .unwrap();
+        // The job's view is the revision, exactly.
+        assert_eq!(
+            w.repo.changed_in_tree(&co, 50).unwrap(),
+            (vec![], 0),
+            "{script}"
+        );
+        sh(&co.tree, script);
+        let upper = co.upper.as_ref().unwrap();
+        let by_upper = overlay::changed_in_upper(&w.repo, upper, &co.snapshot, 50).unwrap();
+        let by_walk = w.repo.changed_in_tree(&co, 50).unwrap();
+        let want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+        assert_eq!(by_walk.0, want, "full walk after {script:?}");
+        assert_eq!(by_upper, by_walk, "upper dir vs full walk after {script:?}");
+        assert_eq!(w.repo.changed_paths(&co, 50).unwrap(), by_walk);
+        remove_checkout(&co.dir).unwrap();
+    }
+    // Nothing any job did reached the cached tree.
+    let again = w
+        .repo
+        .stage_overlay(&w.head, &w.root, "last", JOB_FS, &lease)
+        .unwrap();
+    assert_eq!(w.repo.changed_in_tree(&again, 50).unwrap(), (vec![], 0));
+    remove_checkout(&again.dir).unwrap();
+    drop(lease);
+    cache.close();
+}
+
+#[test]
+fn cached_entries_survive_a_reopen_and_a_tampered_or_torn_one_is_discarded() {
+    let w = warm_repo();
+    let data = w.d.path().join("data");
+    let owner = (1000, 1000);
+    let cache = cache::TreeCache::open(&data, 64 << 20).unwrap();
+    let (lease, _) = cache.lease(&w.repo, &w.head, owner, &|| {}).unwrap();
+    let snapshot = lease.snapshot();
+    let entry = lease.tree().parent().unwrap().to_path_buf();
+    drop(lease);
+    // A second process on the same data dir runs without the cache rather than sharing it.
+    assert!(cache::TreeCache::open(&data, 64 << 20).is_err());
+    cache.close();
+    drop(cache);
+
+    // Reopened (mounted again): the entry is verified against its manifest and used as it was.
+    let cache = cache::TreeCache::open(&data, 64 << 20).unwrap();
+    let (lease, lookup) = cache.lease(&w.repo, &w.head, owner, &|| {}).unwrap();
+    assert_eq!(lookup, cache::Lookup::Hit);
+    assert_eq!(lease.snapshot(), snapshot);
+    assert_eq!(cache.status().discarded, 0);
+    drop(lease);
+    // Someone writes into a cached file between two runs: the stat no longer matches.
+    std::fs::write(entry.join("tree/a.txt"), "tampered\n").unwrap();
+    drop(cache);
+    let cache = cache::TreeCache::open(&data, 64 << 20).unwrap();
+    let (lease, lookup) = cache.lease(&w.repo, &w.head, owner, &|| {}).unwrap();
+    assert_eq!(
+        lookup,
+        cache::Lookup::Miss,
+        "a tampered entry is filled anew"
+    );
+    assert_eq!(cache.status().discarded, 1);
+    assert_eq!(
+        std::fs::read(lease.tree().join("a.txt")).unwrap(),
+        b"hello\n"
+    );
+    drop(lease);
+    // One byte of the manifest flipped: its checksum refuses it.
+    let manifest = entry.join("manifest");
+    let mut bytes = std::fs::read(&manifest).unwrap();
+    bytes[20] ^= 1;
+    std::fs::write(&manifest, bytes).unwrap();
+    drop(cache);
+    let cache = cache::TreeCache::open(&data, 64 << 20).unwrap();
+    let (lease, lookup) = cache.lease(&w.repo, &w.head, owner, &|| {}).unwrap();
+    assert_eq!(lookup, cache::Lookup::Miss);
+    assert_eq!(cache.status().discarded, 1);
+    drop(lease);
+    // A fill cut off before its publishing rename leaves only `incoming/`, emptied at open.
+    let torn = entry
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("incoming/torn.x");
+    std::fs::create_dir_all(torn.join("tree")).unwrap();
+    std::fs::write(torn.join("tree/a.txt"), "half").unwrap();
+    drop(cache);
+    let cache = cache::TreeCache::open(&data, 64 << 20).unwrap();
+    assert_eq!(cache.status().discarded, 1);
+    assert!(!torn.exists());
+    let (_lease, lookup) = cache.lease(&w.repo, &w.head, owner, &|| {}).unwrap();
+    assert_eq!(lookup, cache::Lookup::Hit);
+}
+
+#[test]
+fn eviction_takes_the_least_recently_used_tree_no_job_holds() {
+    let w = warm_repo();
+    let src = w.d.path().join("src");
+    let mut commits = vec![w.head.clone()];
+    for i in 0..3 {
+        std::fs::write(src.join("big.bin"), vec![b'a' + i; 400 << 10]).unwrap();
+        sh(
+            &src,
+            "git add -A && git -c user.name=t -c user.email=t@example.com commit -qm big",
+        );
+        let out = Command::new("git")
+            .current_dir(&src)
+            .args(["rev-parse", "HEAD"])
+            .output();
+        commits.push(
+            String::from_utf8(out.unwrap().stdout)
+                .unwrap()
+                .trim()
+                .to_string(),
+        );
+    }
+    // Room for two of the big trees (about 460 KiB each), not three.
+    let bound = 1000 << 10;
+    let cache = cache::TreeCache::open(&w.d.path().join("data"), bound).unwrap();
+    let owner = (1000, 1000);
+    let lease = |c: &str| cache.lease(&w.repo, c, owner, &|| {}).unwrap();
+    let (held, _) = lease(&commits[1]);
+    let (two, _) = lease(&commits[2]);
+    let (tree1, tree2) = (held.tree(), two.tree());
+    drop(two);
+    // The third fill goes over the bound: tree 2 is the one no job holds, so it goes, although
+    // tree 1 was used first.
+    let (three, _) = lease(&commits[3]);
+    let tree3 = three.tree();
+    drop(three);
+    let st = cache.status();
+    assert_eq!((st.entries, st.evicted), (2, 1), "{st:?}");
+    assert!(st.bytes <= bound, "{st:?}");
+    assert!(!tree2.exists() && tree1.exists() && tree3.exists());
+    assert_eq!(lease(&commits[1]).1, cache::Lookup::Hit);
+    assert_eq!(lease(&commits[3]).1, cache::Lookup::Hit);
+    // With every tree held, nothing can make room: the cache runs over its bound rather than
+    // pull a tree from under a running job.
+    let held3 = lease(&commits[3]).0;
+    let (held2, lookup) = lease(&commits[2]);
+    assert_eq!(lookup, cache::Lookup::Miss);
+    let st = cache.status();
+    assert!(st.bytes > bound && st.evicted == 1, "{st:?}");
+    for t in [&tree1, &tree2, &tree3] {
+        assert!(t.join("big.bin").exists(), "{}", t.display());
+    }
+    // Released, the least recently used go first: tree 1 (last used before trees 3 and 2).
+    drop((held, held2, held3));
+    drop(lease(&commits[0]));
+    let st = cache.status();
+    assert!(st.bytes <= bound, "{st:?}");
+    assert!(!tree1.exists(), "the least recently used tree is evicted");
+    assert!(tree2.exists(), "the most recently used tree stays");
+    cache.close();
 }

@@ -322,6 +322,7 @@ impl Drop for Server {
             let _ = c.kill();
             let _ = c.wait();
         }
+        super::unmount_under(self.dir.path());
     }
 }
 

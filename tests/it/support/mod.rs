@@ -200,3 +200,44 @@ pub fn python_json(
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
+
+/// Unmounts every mount at or beneath `dir`, deepest first (lazily, so a busy one still goes).
+/// A daemon killed with SIGKILL leaves its tree cache and job filesystems mounted; a fixture
+/// calls this before its directory is removed so no loop device outlives the test.
+pub fn unmount_under(dir: &Path) {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let mut points: Vec<std::path::PathBuf> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|p| std::path::PathBuf::from(unescape_mountinfo(p)))
+        .filter(|p| p.starts_with(&dir))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    points.dedup();
+    for p in points {
+        let _ = Command::new("umount").arg("-l").arg(&p).status();
+    }
+}
+
+/// mountinfo writes space, tab, newline and backslash as `\ooo` octal escapes.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}

@@ -36,6 +36,12 @@ pub struct Fixture {
     pub config: Option<PathBuf>,
 }
 
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        super::unmount_under(self.dir.path());
+    }
+}
+
 impl Fixture {
     /// A repository with one commit holding `files` (path, content, executable).
     pub fn new(files: &[(&str, &str, bool)]) -> Fixture {
