@@ -150,7 +150,7 @@ impl RevisionJobs {
             .begin(
                 prepared,
                 Some(Link::Job {
-                    row,
+                    row: Box::new(row),
                     binding: keyed.binding(&ws.id, actor, &job_id),
                 }),
             )

@@ -93,7 +93,7 @@ pub enum Link {
     Candidate(CandidateLink),
     /// A submitted job: its row (the verification id is filled in here) and its binding.
     Job {
-        row: crate::store::jobs::JobRow,
+        row: Box<crate::store::jobs::JobRow>,
         binding: crate::store::Binding,
     },
 }
@@ -307,7 +307,7 @@ impl Runner {
             }
             Some(Link::Job { mut row, binding }) => {
                 row.verification_id = verification_id.clone();
-                store.insert_job(&v, spec, row, binding).await
+                store.insert_job(&v, spec, *row, binding).await
             }
         }
         .map_err(|e| match e {
