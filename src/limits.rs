@@ -138,6 +138,13 @@ pub const BYTES_PER_INODE_MIN: u64 = 4096;
 pub const DEFAULT_TREE_CACHE_BYTES: u64 = 8 << 30;
 /// Smallest non-zero `tree_cache_bytes` (0 turns the cache, and overlay checkouts, off).
 pub const MIN_TREE_CACHE_BYTES: u64 = 64 << 20;
+/// How many times the tree cache's image is mounted before the cache is reported unavailable:
+/// the previous mount's loop device stays attached until every mount namespace that saw it
+/// (a container's, torn down after the container) lets go, and the kernel refuses a second
+/// mount meanwhile.
+pub const TREE_CACHE_MOUNT_ATTEMPTS: u32 = 20;
+/// Pause between tree cache mount attempts.
+pub const TREE_CACHE_MOUNT_RETRY_DELAY: Duration = Duration::from_millis(250);
 /// Largest `tree_cache_bytes` (1 TiB).
 pub const MAX_TREE_CACHE_BYTES: u64 = 1 << 40;
 /// Bytes of the tree cache's filesystem per inode: a cached tree of small files needs an

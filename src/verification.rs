@@ -77,6 +77,22 @@ pub struct JobPhases {
     pub destroy_ms: u64,
     /// Reading the tree back and checking the sources.
     pub check_ms: u64,
+    /// How the job's tree was made (absent in records from before warm checkouts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkout: Option<CheckoutKind>,
+}
+
+/// How a job's tree was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckoutKind {
+    /// An overlay over a tree already in the cache: staging cost a mount.
+    Warm,
+    /// An overlay over a tree this job put into the cache (its first job).
+    Filled,
+    /// The whole tree staged for this job alone (no cache: turned off, unsupported here,
+    /// or a remote engine).
+    Full,
 }
 
 /// Why a request was refused before anything ran.

@@ -394,7 +394,13 @@ async fn dispatch(cmd: Command) -> ExitCode {
                     }],
                     Err(e) => return fail(e),
                 };
-            let report = recovery::recover(&data, &engines, retention).await;
+            let mut report = recovery::recover(&data, &engines, retention).await;
+            // The tree cache a killed process left mounted, once no checkout stands on it.
+            match crate::staging::cache::release_orphan(&data.root) {
+                Ok(true) => tracing::info!("unmounted the tree cache a killed process left"),
+                Ok(false) => {}
+                Err(e) => report.failures.push(format!("tree cache: {e}")),
+            }
             let mut failures = report.failures.len();
             let mut out = serde_json::to_value(&report).expect("a report serializes");
             // Governed workspaces: interrupted applies, judged from the files, as at start-up.

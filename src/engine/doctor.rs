@@ -177,11 +177,12 @@ pub async fn run(config: &Config, data_dir: &Path, opts: &Options) -> Report {
             Ok(()) => pass(
                 "checkouts",
                 match config.checkout_filesystem {
-                    crate::config::CheckoutFilesystem::Loop => {
-                        "loop devices and mkfs.ext4 for per-job filesystems"
-                    }
+                    crate::config::CheckoutFilesystem::Loop => format!(
+                        "loop devices and mkfs.ext4 for per-job filesystems; {}",
+                        warm_checkouts(config, data_dir)
+                    ),
                     crate::config::CheckoutFilesystem::Directory => {
-                        "checkout_filesystem = \"directory\" (no per-job disk quota)"
+                        "checkout_filesystem = \"directory\" (no per-job disk quota, no warm checkouts: every job stages its whole tree)".to_string()
                     }
                 },
             ),
@@ -201,6 +202,28 @@ pub async fn run(config: &Config, data_dir: &Path, opts: &Options) -> Report {
     Report {
         ok: checks.iter().all(|c| c.ok),
         checks,
+    }
+}
+
+/// Whether jobs get warm overlay checkouts here, and if not why not (a fallback, not a
+/// failure: jobs then stage their whole tree, as before warm checkouts).
+fn warm_checkouts(config: &crate::config::Config, data_dir: &Path) -> String {
+    let cache = data_dir.join(crate::staging::cache::CACHE_DIR);
+    if config.tree_cache_bytes == 0 {
+        "warm checkouts off (tree_cache_bytes = 0): every job stages its whole tree".into()
+    } else if let Some(why) = crate::staging::cache::overlay_support_problem() {
+        format!("no warm checkouts: {why}")
+    } else if crate::sandbox::pool_workspace_kind(config)
+        == crate::sandbox::spec::WorkspaceKind::Volume
+    {
+        "no warm checkouts: the engines share no filesystem with this host (trees are uploaded)"
+            .into()
+    } else {
+        format!(
+            "warm overlay checkouts over a tree cache of up to {} bytes in {}",
+            config.tree_cache_bytes,
+            cache.display()
+        )
     }
 }
 

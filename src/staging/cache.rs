@@ -220,10 +220,14 @@ impl TreeCache {
         if !same_boot || !img.exists() {
             let _ = std::fs::remove_file(&img);
             let _ = std::fs::remove_file(&boot_file);
-            // Room for the bound plus metadata; never smaller than the smallest configurable
-            // cache (a smaller bound is only ever a test's, to make eviction cheap to reach).
+            // Room for the bound plus one more tree of up to the bound and metadata: a tree is
+            // filled before eviction brings the cache back within its bound. The file is
+            // sparse (and mounted with discard), so the disk holds only what the cache holds.
+            // Never smaller than the smallest configurable cache (a smaller bound is only
+            // ever a test's, to make eviction cheap to reach).
             let size = self
                 .bound
+                .saturating_mul(2)
                 .saturating_add(self.bound / 8)
                 .max(limits::MIN_TREE_CACHE_BYTES);
             let f = std::fs::OpenOptions::new()
@@ -244,12 +248,23 @@ impl TreeCache {
             std::fs::write(&boot_file, &boot).map_err(io("write boot id", &boot_file))?;
         }
         std::fs::create_dir_all(&self.mnt).map_err(io("create mount point", &self.mnt))?;
-        let mut mount = crate::process::command("mount");
-        mount
-            .args(["-t", "ext4", "-o", "loop,nosuid,nodev,noatime,discard"])
-            .arg(&img)
-            .arg(&self.mnt);
-        super::space::run_tool(mount, "mount")?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut mount = crate::process::command("mount");
+            mount
+                .args(["-t", "ext4", "-o", "loop,nosuid,nodev,noatime,discard"])
+                .arg(&img)
+                .arg(&self.mnt);
+            match super::space::run_tool(mount, "mount") {
+                Ok(()) => break,
+                Err(e) if attempt < limits::TREE_CACHE_MOUNT_ATTEMPTS => {
+                    tracing::debug!(attempt, error = %e, "tree cache image not mountable yet");
+                    std::thread::sleep(limits::TREE_CACHE_MOUNT_RETRY_DELAY);
+                }
+                Err(e) => return Err(e),
+            }
+        }
         if !super::space::is_mounted(&self.mnt) {
             return Err(StagingError::Space(format!(
                 "{} is not the tree cache's filesystem after mount",
@@ -339,10 +354,12 @@ impl TreeCache {
             Some(lease) => Ok((lease, Lookup::Hit)),
             None => self.verify_or_fill(repo, &tree, &key, owner, filled),
         };
-        self.filling
-            .lock()
-            .expect("tree cache fillers")
-            .remove(&key);
+        // The filler goes from the map only with its last user: a waiter that already holds it
+        // and a caller that arrives now must never fill the same key side by side.
+        let mut fillers = self.filling.lock().expect("tree cache fillers");
+        if Arc::strong_count(&filler) <= 2 {
+            fillers.remove(&key);
+        }
         result
     }
 
@@ -489,10 +506,44 @@ impl TreeCache {
     }
 }
 
+/// Unmounts a cache that a killed process left mounted, when no process holds it now
+/// (`airlock recover`'s tidy-up). `Ok(true)` when it was unmounted; a mount still in use (an
+/// overlay checkout recovery could not remove yet) stays, for the next recovery or opener. The
+/// next opener mounts the image again and verifies its entries, as after any restart.
+pub fn release_orphan(data_root: &Path) -> Result<bool, String> {
+    let dir = data_root.join(CACHE_DIR);
+    let mnt = dir.join(MOUNT);
+    if !super::space::is_mounted(&mnt) {
+        return Ok(false);
+    }
+    let lock_path = dir.join(LOCK);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| format!("open {}: {e}", lock_path.display()))?;
+    let Ok(_lock) = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+    else {
+        // A live process uses it.
+        return Ok(false);
+    };
+    match nix::mount::umount2(&mnt, nix::mount::MntFlags::empty()) {
+        Ok(()) => Ok(true),
+        Err(nix::errno::Errno::EBUSY) => Ok(false),
+        Err(e) => Err(format!("unmount the tree cache at {}: {e}", mnt.display())),
+    }
+}
+
 fn is_no_space(e: &StagingError) -> bool {
     match e {
         StagingError::Io { source, .. } => source.kind() == std::io::ErrorKind::StorageFull,
-        StagingError::Git { stderr, .. } => stderr.contains("No space left"),
+        // checkout-index says "unable to write file" (or "create") without the errno; on the
+        // cache's own filesystem that is a full disk or inode table, and the retry after
+        // eviction is harmless when it is not.
+        StagingError::Git { stderr, .. } => {
+            stderr.contains("No space left")
+                || stderr.contains("unable to write")
+                || stderr.contains("unable to create")
+        }
         _ => false,
     }
 }
@@ -548,6 +599,25 @@ fn write_manifest(
 }
 
 /// Reads and verifies an entry found at open: its manifest's checksum and every path's stat.
+/// The non-directories and directories beneath `root` (not counting `root`), from the
+/// directory entries' types: no `lstat` per path.
+fn count_tree(root: &Path) -> std::io::Result<(u64, u64)> {
+    let (mut files, mut dirs) = (0u64, 0u64);
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d)? {
+            let e = e?;
+            if e.file_type()?.is_dir() {
+                dirs += 1;
+                todo.push(e.path());
+            } else {
+                files += 1;
+            }
+        }
+    }
+    Ok((files, dirs))
+}
+
 fn read_entry(dir: &Path, key: &str, owner: (u32, u32)) -> Result<Entry, String> {
     use std::io::Read;
     let path = dir.join(MANIFEST);
@@ -646,6 +716,32 @@ fn read_entry(dir: &Path, key: &str, owner: (u32, u32)) -> Result<Entry, String>
                 oid: oid.to_string(),
                 stat,
             },
+        ));
+    }
+    // Nothing was added either: exactly the recorded paths and the directories they (and the
+    // gitlinks, staged as empty directories) need. A stray file in the lower layer would show
+    // in every job as if the revision had it.
+    let mut want_dirs: HashSet<&[u8]> = HashSet::new();
+    let mut want_files = 0u64;
+    for (p, s) in &snapshot {
+        if s.mode == FileMode::Gitlink {
+            want_dirs.insert(p);
+        } else {
+            want_files += 1;
+        }
+        let mut at = p.len();
+        while let Some(i) = p[..at].iter().rposition(|b| *b == b'/') {
+            if !want_dirs.insert(&p[..i]) {
+                break;
+            }
+            at = i;
+        }
+    }
+    let (files, dirs) = count_tree(&tree).map_err(|e| format!("walking the tree: {e}"))?;
+    if (files, dirs) != (want_files, want_dirs.len() as u64) {
+        return Err(format!(
+            "the tree holds {files} file(s) and {dirs} directories, the manifest {want_files} and {}",
+            want_dirs.len()
         ));
     }
     Ok(Entry {

@@ -400,11 +400,29 @@ fn cached_entries_survive_a_reopen_and_a_tampered_or_torn_one_is_discarded() {
     bytes[20] ^= 1;
     std::fs::write(&manifest, bytes).unwrap();
     drop(cache);
-    let cache = cache::TreeCache::open(&data, 64 << 20).unwrap();
+    let mut cache = cache::TreeCache::open(&data, 64 << 20).unwrap();
     let (lease, lookup) = cache.lease(&w.repo, &w.head, owner, &|| {}).unwrap();
     assert_eq!(lookup, cache::Lookup::Miss);
     assert_eq!(cache.status().discarded, 1);
     drop(lease);
+    // Something added to a cached tree (every recorded path still as it was) would show in
+    // every job as if the revision had it: a stray file, a stray empty directory.
+    for stray in ["tree/stray.txt", "tree/dir/sub/stray/"] {
+        let at = entry.join(stray);
+        if stray.ends_with('/') {
+            std::fs::create_dir_all(&at).unwrap();
+        } else {
+            std::fs::write(&at, "stray\n").unwrap();
+        }
+        drop(cache);
+        cache = cache::TreeCache::open(&data, 64 << 20).unwrap();
+        let (lease, lookup) = cache.lease(&w.repo, &w.head, owner, &|| {}).unwrap();
+        assert_eq!(lookup, cache::Lookup::Miss, "{stray}");
+        assert_eq!(cache.status().discarded, 1, "{stray}");
+        assert!(!lease.tree().join("stray.txt").exists());
+        assert!(!lease.tree().join("dir/sub/stray").exists());
+        drop(lease);
+    }
     // A fill cut off before its publishing rename leaves only `incoming/`, emptied at open.
     let torn = entry
         .parent()

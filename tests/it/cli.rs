@@ -277,11 +277,48 @@ fn doctor_passes_here_and_names_each_failing_check_with_its_fix() {
             .unwrap()
             .contains("read a file bind-mounted")
     );
+    // Which checkouts jobs get: a directory has no overlay; per-job filesystems get warm
+    // overlay checkouts by default here (root, loop devices, overlayfs); with the cache off,
+    // jobs stage in full. Each says so, and passes.
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let detail_of = |name: &str, body: String| {
+        let path = d.path().join(name);
+        std::fs::write(&path, body).unwrap();
+        let (code, report) = doctor(&path, &[]);
+        assert_eq!(code, Some(0), "{report}");
+        check(&report, "checkouts")["detail"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let loop_fs = text.replace(
+        "checkout_filesystem = \"directory\"",
+        "checkout_filesystem = \"loop\"",
+    );
+    for (name, body, want) in [
+        (
+            "directory.toml",
+            text.clone(),
+            "no warm checkouts: every job stages its whole tree",
+        ),
+        (
+            "warm.toml",
+            loop_fs.clone(),
+            "warm overlay checkouts over a tree cache of up to 8589934592 bytes",
+        ),
+        (
+            "cold.toml",
+            format!("tree_cache_bytes = 0\n{loop_fs}"),
+            "warm checkouts off (tree_cache_bytes = 0): every job stages its whole tree",
+        ),
+    ] {
+        let detail = detail_of(name, body);
+        assert!(detail.contains(want), "{name}: {detail}");
+    }
 
     // The listen address is taken.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
-    let text = std::fs::read_to_string(&cfg).unwrap();
     let busy = d.path().join("busy.toml");
     std::fs::write(
         &busy,

@@ -84,6 +84,9 @@ fn a_job_that_fills_its_disk_gets_enospc_on_its_own_filesystem() {
         .unwrap();
     assert!(df_total <= 64 * 1024, "df shows {df_total} KiB: {out}");
     assert_eq!(v["status"], "passed", "the job itself exited 0: {v}");
+    // The job wrote into the upper directory of an overlay of the cached tree: that upper
+    // directory, on the job's own filesystem, is what ran out.
+    assert_eq!(v["phases"]["checkout"], "filled", "{v}");
     f.assert_clean(&v);
     assert_no_job_filesystems(&f);
 }

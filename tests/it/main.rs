@@ -43,4 +43,5 @@ mod serve_ui_pages;
 mod serve_ui_review;
 mod support;
 mod toolchain;
+mod warm;
 mod workspace_seam;

@@ -3,7 +3,7 @@
 use crate::support::*;
 use serde_json::Value;
 
-const FIELDS: [&str; 26] = [
+const FIELDS: [&str; 27] = [
     "verification_id",
     "candidate_revision",
     "argv",
@@ -30,6 +30,7 @@ const FIELDS: [&str; 26] = [
     "creation_key",
     "container_id",
     "engine",
+    "phases",
 ];
 
 fn basic() -> Fixture {

@@ -645,6 +645,7 @@ pub(super) struct StageTimings {
     pub(super) start_us: u64,
     pub(super) destroy_us: u64,
     pub(super) check_us: u64,
+    pub(super) checkout: Option<crate::verification::CheckoutKind>,
 }
 
 impl StageTimings {
@@ -659,6 +660,7 @@ impl StageTimings {
             run_ms: v.duration_ms.unwrap_or(0),
             destroy_ms: ms(self.destroy_us),
             check_ms: ms(self.check_us),
+            checkout: self.checkout,
         }
     }
 

@@ -6,7 +6,7 @@ use super::{Prepared, StageTimings, unfinished};
 use crate::domain::verification::Unfinished;
 use crate::engine::runner::Runner;
 use crate::engine::runner::pool::{Needs, Placed, Unplaced};
-use crate::verification::Verification;
+use crate::verification::{CheckoutKind, Verification};
 use crate::workspace::StageRequest;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -105,9 +105,20 @@ impl Runner {
             }
         };
         timings.stage_us = t_stage.elapsed().as_micros() as u64;
-        if let Some(w) = workspace.warmth() {
-            self.metrics.record_warmth(&w);
-        }
+        timings.checkout = Some(match workspace.warmth() {
+            Some(w) => {
+                self.metrics.record_warmth(&w);
+                match &w.lookup {
+                    Ok(crate::staging::cache::Lookup::Hit) => CheckoutKind::Warm,
+                    Ok(crate::staging::cache::Lookup::Miss) => CheckoutKind::Filled,
+                    Err(why) => {
+                        tracing::debug!(key = %v.creation_key, %why, "tree cache bypassed: staged in full");
+                        CheckoutKind::Full
+                    }
+                }
+            }
+            None => CheckoutKind::Full,
+        });
         let timings = self
             .run_in(engine, workspace.as_ref(), p, v, cancel, timings)
             .await;
