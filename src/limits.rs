@@ -115,6 +115,8 @@ pub const MAX_GIT_OUTPUT_BYTES: usize = 64 * 1024 * 1024;
 pub const UNMOUNT_ATTEMPTS: u32 = 10;
 /// Pause between unmount attempts (multiplied by the attempt number).
 pub const UNMOUNT_RETRY_DELAY: Duration = Duration::from_millis(50);
+/// Most threads that hand a staged tree to the sandbox user (one per core up to this).
+pub const MAX_STAGING_WALKERS: usize = 8;
 /// How many times removal of a checkout directory is tried.
 pub const CHECKOUT_REMOVE_ATTEMPTS: u32 = 5;
 /// Pause between checkout removal attempts (multiplied by the attempt number).

@@ -96,7 +96,7 @@ impl Server {
         std::fs::write(
             &config,
             format!(
-                "listen = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\n{extra}\n\
+                "listen = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\n{cache}{extra}\n\
                  [workspaces.ws1]\n{repo_key} = \"{repo}\"\n\
                  members = {{ alice = [\"view\", \"integrate\", \"verify\", \"decide\", \"push\"{alice_extra}], bob = [\"view\"{bob_extra}], dave = [\"view\", \"decide\"{dave_extra}]{more_members} }}\n\
                  [workspaces.ws2]\nrepo = \"{repo2}\"\nmembers = {{ carol = [\"view\", \"integrate\"] }}\n\
@@ -108,6 +108,7 @@ impl Server {
                  [[tokens]]\nsha256 = \"{e}\"\nmember_id = \"erin\"\n\
                  [[tokens]]\nsha256 = \"{f}\"\nmember_id = \"sam\"\n",
                 data = dir.path().join("data").display(),
+                cache = super::tree_cache_override(),
                 repo_key = if governed { "worktree" } else { "repo" },
                 alice_extra = if governed { ", \"propose\", \"admin\", \"apply\"" } else { "" },
                 bob_extra = if governed { ", \"review\"" } else { "" },

@@ -24,6 +24,27 @@ pub const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 pub const SKIPPED_LIST: &str =
     concat!(env!("CARGO_TARGET_TMPDIR"), "/airlock-skipped-docker-tests");
 
+/// The config line that turns the tree cache off when `AIRLOCK_TEST_TREE_CACHE=off`: the test
+/// script runs the runner, hardening and recovery tests a second time so, every job staging its
+/// whole tree (as on a host without overlay support). Empty otherwise.
+pub fn tree_cache_override() -> &'static str {
+    match std::env::var("AIRLOCK_TEST_TREE_CACHE").as_deref() {
+        Ok("off") => "tree_cache_bytes = 0\n",
+        Ok("on") | Err(_) => "",
+        Ok(other) => panic!("AIRLOCK_TEST_TREE_CACHE={other}: expected on or off"),
+    }
+}
+
+/// How the first job on a revision gets its tree: `filled` (into the cache), or `full` with
+/// the cache off.
+pub fn first_checkout() -> &'static str {
+    if tree_cache_override().is_empty() {
+        "filled"
+    } else {
+        "full"
+    }
+}
+
 /// True when Docker tests should run. Fails loudly when the engine is unreachable, unless
 /// AIRLOCK_SKIP_DOCKER=1 is set explicitly; a skipped test is listed in [`SKIPPED_LIST`].
 pub fn docker() -> bool {

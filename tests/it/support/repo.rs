@@ -49,13 +49,16 @@ impl Fixture {
         let repo = dir.path().join("repo");
         std::fs::create_dir(&repo).unwrap();
         git(&repo, &["init", "-q", "-b", "main"]);
-        let f = Fixture {
+        let mut f = Fixture {
             data: dir.path().join("data"),
             repo,
             dir,
             config: None,
         };
         f.commit(files, "initial");
+        if !super::tree_cache_override().is_empty() {
+            f = f.with_config("");
+        }
         f
     }
 
@@ -77,7 +80,7 @@ impl Fixture {
     /// Uses a config file with this TOML.
     pub fn with_config(mut self, toml: &str) -> Fixture {
         let p = self.dir.path().join("airlock.toml");
-        std::fs::write(&p, toml).unwrap();
+        std::fs::write(&p, format!("{}{toml}", super::tree_cache_override())).unwrap();
         self.config = Some(p);
         self
     }
