@@ -464,7 +464,7 @@ impl Sandbox {
                 "AIRLOCK_RUST_SYSROOT",
                 rust.as_ref().map(|r| r.0.as_os_str()).unwrap_or_default(),
             )
-            .stdin(std::process::Stdio::null())
+            .stdin(crate::process::Stdio::Null)
             .stdout(std::io::stderr())
             .stderr(std::io::stderr());
         let status = tokio::task::spawn_blocking(move || cmd.status())

@@ -6,10 +6,10 @@
 
 use crate::domain::git::FileMode;
 use crate::limits;
+use crate::process::{Command, Stdio};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 /// Longest revision expression accepted.
 pub const MAX_REV_BYTES: usize = 1024;

@@ -4,8 +4,8 @@
 
 use super::{Repo, StagingError, is_oid, run_git};
 use crate::domain::git::{FileMode, ObjectKind};
-use std::io::{Read, Write};
-use std::process::Stdio;
+use crate::process::Stdio;
+use std::io::Read;
 
 /// One ref change inside an atomic `update-ref --stdin` transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,7 +92,7 @@ impl Repo {
 
     pub(super) fn run_with_input(
         &self,
-        mut cmd: std::process::Command,
+        mut cmd: crate::process::Command,
         input: &[u8],
         ok: &[i32],
     ) -> Result<(i32, Vec<u8>), StagingError> {
@@ -107,11 +107,8 @@ impl Repo {
                 code: None,
                 stderr: format!("cannot run git: {e}"),
             })?;
-        let mut stdin = child.stdin.take().expect("stdin is piped");
-        let input = input.to_vec();
-        let writer = std::thread::spawn(move || {
-            let _ = stdin.write_all(&input);
-        });
+        let stdin = child.stdin.take().expect("stdin is piped");
+        let writer = crate::process::feed(stdin, input.to_vec());
         let out = child.wait_with_output().map_err(|e| StagingError::Git {
             args: args.clone(),
             code: None,
@@ -461,14 +458,12 @@ impl Repo {
         let mut child = cmd
             .spawn()
             .map_err(|e| fail(format!("cannot run git: {e}")))?;
-        let mut stdin = child.stdin.take().expect("stdin is piped");
+        let stdin = child.stdin.take().expect("stdin is piped");
         let input: Vec<u8> = oids
             .iter()
             .flat_map(|o| [o.as_bytes(), b"\n"].concat())
             .collect();
-        let writer = std::thread::spawn(move || {
-            let _ = stdin.write_all(&input);
-        });
+        let writer = crate::process::feed(stdin, input);
         let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout is piped"));
         let mut read = || -> Result<(), StagingError> {
             let mut header = String::new();

@@ -64,7 +64,7 @@ fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> St
     }
 }
 
-pub(super) fn run_tool(mut cmd: std::process::Command, what: &str) -> Result<(), StagingError> {
+pub(super) fn run_tool(mut cmd: crate::process::Command, what: &str) -> Result<(), StagingError> {
     let out = cmd.output().map_err(|e| StagingError::Io {
         op: "run",
         path: PathBuf::from(what),
