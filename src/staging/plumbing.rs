@@ -152,6 +152,29 @@ impl Repo {
         &self,
         names: &[String],
     ) -> Result<std::collections::HashMap<String, String>, StagingError> {
+        self.refs_named_filtered(names, None)
+    }
+
+    /// [`Repo::refs_named`], only those whose value is `commit` or descends from it
+    /// (`for-each-ref --contains`).
+    pub fn refs_named_containing(
+        &self,
+        names: &[String],
+        commit: &str,
+    ) -> Result<std::collections::HashMap<String, String>, StagingError> {
+        if !is_oid(commit) {
+            return Err(StagingError::InvalidRevision(format!(
+                "{commit:?} is not a full object id"
+            )));
+        }
+        self.refs_named_filtered(names, Some(commit))
+    }
+
+    fn refs_named_filtered(
+        &self,
+        names: &[String],
+        containing: Option<&str>,
+    ) -> Result<std::collections::HashMap<String, String>, StagingError> {
         if names.is_empty() {
             return Ok(Default::default());
         }
@@ -164,12 +187,11 @@ impl Repo {
             }
         }
         let mut cmd = self.git();
-        cmd.args([
-            "for-each-ref",
-            "--format=%(refname)%00%(objectname)",
-            "--end-of-options",
-        ])
-        .args(names);
+        cmd.args(["for-each-ref", "--format=%(refname)%00%(objectname)"]);
+        if let Some(commit) = containing {
+            cmd.arg(format!("--contains={commit}"));
+        }
+        cmd.arg("--end-of-options").args(names);
         let (_, out) = run_git(cmd, &[0])?;
         let wanted: std::collections::HashSet<&str> = names.iter().map(String::as_str).collect();
         Ok(String::from_utf8_lossy(&out)

@@ -503,3 +503,187 @@ fn a_conflicted_path_is_shown_as_the_merge_left_it_bounded_and_only_to_members()
         "{e}"
     );
 }
+
+/// What git's own step-by-step merge makes of `inputs` (base, revision) onto `target`: each
+/// merged into the accumulated commit with git's merge bases when its base is in the
+/// accumulated history, with its declared base otherwise, and committed. Returns the tree, or
+/// the first conflicted input's index with its conflicted paths.
+fn git_step_by_step(
+    repo: &std::path::Path,
+    target: &str,
+    inputs: &[(&str, &str)],
+) -> Result<String, (usize, Vec<String>)> {
+    let mut acc = target.to_string();
+    let mut tree = git(repo, &["rev-parse", &format!("{target}^{{tree}}")]);
+    for (i, (base, rev)) in inputs.iter().enumerate() {
+        let in_history = std::process::Command::new("git")
+            .current_dir(repo)
+            .args(["merge-base", "--is-ancestor", base, &acc])
+            .status()
+            .unwrap()
+            .success();
+        let mut args = vec![
+            "merge-tree".to_string(),
+            "--write-tree".into(),
+            "--name-only".into(),
+            "--no-messages".into(),
+        ];
+        if !in_history {
+            args.push(format!("--merge-base={base}"));
+        }
+        args.extend([acc.clone(), rev.to_string()]);
+        let out = std::process::Command::new("git")
+            .current_dir(repo)
+            .args(&args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        let mut lines = text.lines();
+        tree = lines.next().unwrap().to_string();
+        if out.status.code() == Some(1) {
+            return Err((i, lines.map(str::to_string).collect()));
+        }
+        assert!(out.status.success(), "{args:?}");
+        acc = git(repo, &["commit-tree", &tree, "-p", &acc, "-m", "step"]);
+    }
+    Ok(tree)
+}
+
+#[test]
+fn inputs_of_every_kind_assemble_to_the_tree_of_gits_own_step_by_step_merge() {
+    // Inputs on the target (merged onto the accumulated tree, one git process each), one on an
+    // older commit (git's own merge bases, from a commit), one whose evidence names the target
+    // as its base although it does not descend from it (its declared base, from a commit),
+    // and two that change different lines of one file.
+    let s = Server::fake();
+    let old = s.head();
+    let lines = |a: &str, z: &str| format!("{a}\nb\nc\nd\ne\nf\ng\nh\n{z}\n");
+    let target = s.agent_commit(
+        "target",
+        &old,
+        &[("shared.txt", &lines("a", "z")), ("x.txt", "x\n")],
+    );
+    git(&s.repo, &["reset", "-q", "--hard", &target]);
+    let a = s.agent_commit("a", &target, &[("a.txt", "from a\n")]);
+    let b = s.agent_commit("b", &target, &[("shared.txt", &lines("B", "z"))]);
+    let c = s.agent_commit("c", &old, &[("c.txt", "from c\n")]);
+    let d = s.agent_commit("d", &target, &[("shared.txt", &lines("a", "D"))]);
+    let e = s.agent_commit("e", &old, &[("e.txt", "from e\n")]);
+    let f = s.agent_commit("f", &target, &[("dir/f.txt", "from f\n")]);
+    let inputs = [
+        (target.as_str(), a.as_str()),
+        (target.as_str(), b.as_str()),
+        (old.as_str(), c.as_str()),
+        (target.as_str(), d.as_str()),
+        (target.as_str(), e.as_str()),
+        (target.as_str(), f.as_str()),
+    ];
+    let expected = git_step_by_step(&s.repo, &target, &inputs).expect("a clean merge");
+    let subs = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, (base, rev))| s.evidence(&format!("run_{i}"), base, rev, None))
+        .collect();
+    let v = s.ok(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(subs, &target, "mixed"),
+    );
+    let cd = cand(&v);
+    assert_eq!(cd["state"], "frozen", "{v}");
+    let rev = cd["candidate_revision"].as_str().unwrap();
+    assert_eq!(
+        git(&s.repo, &["rev-parse", &format!("{rev}^{{tree}}")]),
+        expected
+    );
+    assert_eq!(
+        file_at(&s.repo, rev, "shared.txt"),
+        lines("B", "D").trim_end()
+    );
+    // Every input ref was made, in the outcome's transaction.
+    let cid = cd["candidate_id"].as_str().unwrap();
+    // a and b went onto the tree and were committed once, before c; c and e each needed a
+    // commit of their own (d, on the tree, was committed before e); f, the last, none: four
+    // Airlock commits where the step-by-step merge makes five.
+    let work = format!("refs/airlock/candidates/{cid}/work");
+    let steps = git(
+        &s.repo,
+        &[
+            "log",
+            "--first-parent",
+            "--format=%s",
+            &work,
+            &format!("^{target}"),
+        ],
+    );
+    assert_eq!(
+        steps.lines().rev().collect::<Vec<_>>(),
+        [
+            format!("airlock: apply inputs 0..=1 of {cid}"),
+            format!("airlock: apply input 2 of {cid}"),
+            format!("airlock: apply input 3 of {cid}"),
+            format!("airlock: apply input 4 of {cid}"),
+        ]
+    );
+    for (i, (_, r)) in inputs.iter().enumerate() {
+        assert_eq!(
+            git(
+                &s.repo,
+                &[
+                    "rev-parse",
+                    &format!("refs/airlock/candidates/{cid}/inputs/{i}")
+                ]
+            ),
+            *r
+        );
+    }
+
+    // A conflict after inputs merged onto the tree: the same paths as git's step-by-step
+    // merge, and the conflicted file's markers name a commit (the accumulated one), as a
+    // resolver always saw them.
+    let g = s.agent_commit("g", &target, &[("a.txt", "from g\n")]);
+    let with_conflict = [
+        (target.as_str(), b.as_str()),
+        (target.as_str(), a.as_str()),
+        (target.as_str(), f.as_str()),
+        (target.as_str(), g.as_str()),
+        (target.as_str(), d.as_str()),
+    ];
+    let (at, paths) = git_step_by_step(&s.repo, &target, &with_conflict).unwrap_err();
+    let subs = with_conflict
+        .iter()
+        .enumerate()
+        .map(|(i, (base, rev))| s.evidence(&format!("run_k{i}"), base, rev, None))
+        .collect();
+    let v = s.ok(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(subs, &target, "conflicting"),
+    );
+    let cd = cand(&v);
+    assert_eq!(cd["state"], "conflicted", "{v}");
+    assert_eq!(cd["applied_inputs"], at);
+    assert_eq!(cd["conflicts"], json!(paths));
+    let cid = cd["candidate_id"].as_str().unwrap();
+    let (status, text) = s.call(
+        BOB,
+        "integration.conflict",
+        json!({"workspace_id": "ws1", "candidate_id": cid, "path": "a.txt"}),
+    );
+    assert_eq!(status, 200, "{text}");
+    let content = text["content"].as_str().unwrap_or_default().to_string();
+    let label = content
+        .lines()
+        .find_map(|l| l.strip_prefix("<<<<<<< "))
+        .unwrap_or_else(|| panic!("no conflict marker in {text}"));
+    assert_eq!(
+        git(&s.repo, &["cat-file", "-t", label]),
+        "commit",
+        "{content}"
+    );
+    // The accumulated commit holds exactly the inputs before the conflict.
+    assert_eq!(
+        git(&s.repo, &["rev-parse", &format!("{label}^{{tree}}")]),
+        git_step_by_step(&s.repo, &target, &with_conflict[..at]).unwrap()
+    );
+}

@@ -3,36 +3,91 @@
 use super::*;
 
 impl Integration {
-    /// Applies inputs from `next_input` until a conflict or the end (then freezes). `owned` is
-    /// the current value of every candidate-owned ref ([`owned_ref_names`]), when the caller
-    /// just read or wrote them; otherwise they are read here. Each outcome ends in one ref
-    /// transaction whose old values are checked against that view.
+    /// Applies inputs from `next_input` until a conflict or the end (then freezes). `retained`
+    /// is what prepare's retention found (the value of every candidate-owned ref
+    /// ([`owned_ref_names`]) and the input refs still to create), when the caller just read
+    /// them; otherwise the refs are read here. Each outcome ends in one ref transaction whose
+    /// old values are checked against that view, and which makes those creations.
+    ///
+    /// An input based on the target itself, whose revision descends from the target, is merged
+    /// onto the accumulated *tree* with the target as the explicit base: the merge bases git
+    /// would compute for it from the accumulated commit (the target and Airlock's own commits
+    /// on top of it, each with one parent) are exactly the target, so the tree is the same,
+    /// and a run of such inputs needs one git process each instead of a merge and a step
+    /// commit. A commit is made when an input needs git's own merge bases, before a conflict
+    /// (which is then merged again from the commit, so a resolver sees the same conflict), and
+    /// never for the last input, whose tree the frozen commit carries.
     pub(super) fn assemble(
         &self,
         repo: &Repo,
         l: &mut Loaded,
-        owned: Option<std::collections::HashMap<String, String>>,
+        retained: Option<super::prepare::Retained>,
     ) -> Result<(), ServiceError> {
         let cid = l.c.candidate_id.clone();
         let time = self.stamp_time(&l.c);
-        let owned = match owned {
-            Some(owned) => owned,
-            None => repo.refs_named(&owned_ref_names(&l.c))?,
+        let (owned, creates) = match retained {
+            Some(r) => (r.refs, r.creates),
+            None => (repo.refs_named(&owned_ref_names(&l.c))?, Vec::new()),
         };
         let start_commit = l.a.acc_commit.clone();
         // The merged tree of all inputs, when this call merged the last one.
         let mut acc_tree: Option<String> = None;
+        // Inputs merged onto a tree past `acc_commit` (which covers `next_input` inputs): the
+        // tree and how many.
+        let mut on_tree: Option<(String, usize)> = None;
+        // The input revisions known to descend from the target, asked once when needed.
+        let mut descends: Option<std::collections::HashSet<String>> = None;
         // Whether each distinct input base is in the target's history, asked once per base: the
         // accumulated commit always descends from expected_target_revision, so a base in the
         // target's history is in the accumulated history too.
         let mut base_in_target: std::collections::HashMap<String, bool> =
             std::collections::HashMap::new();
-        while l.a.next_input < l.c.inputs.len() {
-            let i = l.a.next_input;
+        let len = l.c.inputs.len();
+        loop {
+            let merged_on_tree = on_tree.as_ref().map_or(0, |t| t.1);
+            let i = l.a.next_input + merged_on_tree;
+            if i >= len {
+                break;
+            }
             let input = &l.c.inputs[i];
             let theirs = owned
                 .get(&input_ref(&cid, i))
                 .ok_or_else(|| ServiceError::internal(format!("owned input ref {i} vanished")))?;
+            if input.base_revision == l.c.expected_target_revision
+                && (on_tree.is_some() || i + 1 < len)
+            {
+                let descends = match &mut descends {
+                    Some(d) => d,
+                    None => descends.insert(descending_from_target(repo, &l.c, &owned)?),
+                };
+                if descends.contains(theirs) {
+                    let ours = on_tree
+                        .as_ref()
+                        .map_or(l.a.acc_commit.as_str(), |t| t.0.as_str());
+                    let merged = repo.merge_tree(Some(&input.base_revision), ours, theirs)?;
+                    if merged.conflicts.is_empty() {
+                        on_tree = Some((merged.tree, merged_on_tree + 1));
+                        continue;
+                    }
+                }
+            }
+            if let Some((tree, n)) = on_tree.take() {
+                let message = match n {
+                    1 => format!("airlock: apply input {} of {cid}", l.a.next_input),
+                    _ => format!(
+                        "airlock: apply inputs {}..={} of {cid}",
+                        l.a.next_input,
+                        l.a.next_input + n - 1
+                    ),
+                };
+                let stamp = CommitStamp {
+                    message: &message,
+                    time,
+                };
+                l.a.acc_commit = repo.commit_tree(&tree, &[&l.a.acc_commit], &stamp)?;
+                l.a.next_input += n;
+                l.c.applied_inputs = l.a.next_input;
+            }
             // When the input's base is already part of the accumulated history, git picks the
             // merge bases itself, exactly as `git merge` would: in a criss-cross history an
             // explicit base that is only one of several merge bases reports conflicts git's
@@ -61,7 +116,7 @@ impl Integration {
                 // The last input needs no step commit of its own: the frozen commit carries its
                 // tree. The journal keeps `acc_commit` covering exactly `next_input` inputs, so
                 // the last one counts as applied only once the candidate is frozen.
-                if i + 1 == l.c.inputs.len() {
+                if i + 1 == len {
                     acc_tree = Some(merged.tree);
                     break;
                 }
@@ -79,7 +134,7 @@ impl Integration {
                 };
                 let held = repo.commit_tree(&merged.tree, &[&l.a.acc_commit], &stamp)?;
                 // Intermediate commits stay reachable (safe from gc) through the work ref.
-                let mut ops = Vec::new();
+                let mut ops = creates;
                 if l.a.acc_commit != start_commit {
                     ops.extend(set_op(&owned, &work_ref(&cid), &l.a.acc_commit));
                 }
@@ -91,7 +146,10 @@ impl Integration {
                 return Ok(());
             }
         }
-        let mut ops = Vec::new();
+        if let Some((tree, _)) = on_tree {
+            acc_tree = Some(tree);
+        }
+        let mut ops = creates;
         if l.a.acc_commit != start_commit {
             ops.extend(set_op(&owned, &work_ref(&cid), &l.a.acc_commit));
         }
@@ -120,7 +178,7 @@ impl Integration {
             });
         }
         repo.update_refs(&ops)?;
-        l.a.next_input = l.c.inputs.len();
+        l.a.next_input = len;
         l.c.applied_inputs = l.a.next_input;
         l.c.candidate_revision = Some(frozen);
         l.c.state = l.c.state.on(CandidateEvent::Freeze)?;
@@ -165,4 +223,29 @@ fn set_op(
             new: new.into(),
         }),
     }
+}
+
+/// The input revisions of `c` that descend from its target (or are it), in one
+/// `for-each-ref --contains` over the refs that hold them: the evidence refs, and the
+/// candidate's input refs that already exist. An input whose refs were both gone is simply
+/// not in the set (it is merged the step-by-step way).
+fn descending_from_target(
+    repo: &Repo,
+    c: &Candidate,
+    owned: &std::collections::HashMap<String, String>,
+) -> Result<std::collections::HashSet<String>, ServiceError> {
+    let mut names: Vec<String> = c
+        .inputs
+        .iter()
+        .map(|i| evidence_ref_name(&i.evidence.evidence_ref))
+        .collect();
+    names.extend(
+        (0..c.inputs.len())
+            .map(|i| input_ref(&c.candidate_id, i))
+            .filter(|n| owned.contains_key(n)),
+    );
+    Ok(repo
+        .refs_named_containing(&names, &c.expected_target_revision)?
+        .into_values()
+        .collect())
 }

@@ -366,14 +366,16 @@ impl Integration {
         Ok(l.c)
     }
 
-    /// Copies every input into candidate-owned refs and transcript files (idempotent), in one
-    /// ref transaction; returns the value of every owned ref ([`owned_ref_names`]) afterwards.
+    /// Copies every input's transcript into the candidate (idempotent) and checks that each
+    /// input's revision is still there; returns the value every owned ref
+    /// ([`owned_ref_names`]) will have, with the creations of the input refs that do not exist
+    /// yet, for assembly to make in the ref transaction of its outcome.
     pub(super) fn retain_inputs(
         &self,
         repo: &Repo,
         c: &Candidate,
         known: KnownRefs,
-    ) -> Result<std::collections::HashMap<String, String>, String> {
+    ) -> Result<Retained, String> {
         let (mut owned, evidence) = match known {
             KnownRefs::Fresh { evidence } => (std::collections::HashMap::new(), evidence),
             KnownRefs::Unknown => {
@@ -421,10 +423,12 @@ impl Integration {
                 }
             }
         }
-        repo.update_refs(&creates).map_err(|e| e.to_string())?;
-        for op in creates {
+        // The input refs are created in assembly's own ref transaction (one git process fewer):
+        // until then the inputs are held by their evidence refs, and a crash before it leaves a
+        // `preparing` candidate whose retry retains them again.
+        for op in &creates {
             if let RefOp::Create { name, new } = op {
-                owned.insert(name, new);
+                owned.insert(name.clone(), new.clone());
             }
         }
         let dir = self.ctx.data.layout.candidate_transcripts(&c.candidate_id);
@@ -444,8 +448,19 @@ impl Integration {
             std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
             write_atomic(&dir, tid, &bytes).map_err(|e| e.to_string())?;
         }
-        Ok(owned)
+        Ok(Retained {
+            refs: owned,
+            creates,
+        })
     }
+}
+
+/// What [`Integration::retain_inputs`] found and what it leaves to assembly.
+pub(super) struct Retained {
+    /// Every owned ref's value once `creates` are made.
+    pub(super) refs: std::collections::HashMap<String, String>,
+    /// The input refs to create, in the same transaction as assembly's outcome.
+    pub(super) creates: Vec<RefOp>,
 }
 
 /// What `continue_preparing` already knows about the refs it will use.
