@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// Most submissions in one candidate.
-pub const MAX_SUBMISSIONS: usize = 64;
+pub const MAX_SUBMISSIONS: usize = 256;
 /// Most files in one resolve batch.
 pub const MAX_RESOLVE_FILES: usize = 32;
 /// Largest serialized candidate aggregate.

@@ -687,3 +687,43 @@ fn inputs_of_every_kind_assemble_to_the_tree_of_gits_own_step_by_step_merge() {
         git_step_by_step(&s.repo, &target, &with_conflict[..at]).unwrap()
     );
 }
+
+#[test]
+fn a_prepare_with_no_or_too_many_submissions_is_refused_naming_the_bound() {
+    let s = Server::fake();
+    let base = s.head();
+    let sub = |i: usize| {
+        json!({"workspace_id": "ws1", "run_id": format!("run_{i}"),
+               "evidence_ref": format!("evidence_{i}"), "retained_revision": base})
+    };
+    let too_many: Vec<Value> = (0..=airlock::candidate::MAX_SUBMISSIONS).map(sub).collect();
+    let m = s.err(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(too_many, &base, "too-many"),
+        "invalid_argument",
+    );
+    assert!(
+        m.contains("submissions has 257 entries") && m.contains("1..=256"),
+        "{m}"
+    );
+    let m = s.err(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(vec![], &base, "none"),
+        "invalid_argument",
+    );
+    assert!(m.contains("submissions has 0 entries"), "{m}");
+    // At the bound the count is accepted: the refusal is about the (missing) evidence.
+    let at_bound: Vec<Value> = (0..airlock::candidate::MAX_SUBMISSIONS).map(sub).collect();
+    let m = s.err(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(at_bound, &base, "at-bound"),
+        "failed_precondition",
+    );
+    assert!(m.contains("submissions[0].evidence_ref"), "{m}");
+    // Nothing was created by any of them.
+    let listed = s.ok(ALICE, "integration.list", json!({"workspace_id": "ws1"}));
+    assert_eq!(listed["candidates"], json!([]));
+}
