@@ -110,6 +110,9 @@ pub const DEFAULT_LIST_LIMIT: u32 = 50;
 
 /// Most bytes of git output Airlock reads into memory for one plumbing call.
 pub const MAX_GIT_OUTPUT_BYTES: usize = 64 * 1024 * 1024;
+/// Most commit summaries (author, subject) a repository handle remembers; past it the memory
+/// starts over. A summary never changes, so remembering only saves git processes.
+pub const MAX_REMEMBERED_SUMMARIES: usize = 4096;
 
 /// How many times a busy job filesystem is unmounted before the attempt is reported as failed.
 pub const UNMOUNT_ATTEMPTS: u32 = 10;

@@ -71,6 +71,11 @@ pub struct Repo {
     git_dir: PathBuf,
     /// Remembered ref answers for hot read paths (see [`refcache`]).
     ref_cache: std::sync::Arc<refcache::RefCache>,
+    /// Commit summaries already read, by commit id (a commit id names its content, so an
+    /// answer never goes stale); bounded by [`limits::MAX_REMEMBERED_SUMMARIES`].
+    summaries: std::sync::Arc<
+        std::sync::Mutex<std::collections::HashMap<String, plumbing::CommitSummary>>,
+    >,
 }
 
 /// Settings forced on every git call Airlock makes: no hooks, no fsmonitor, no filters or
@@ -225,6 +230,7 @@ impl Repo {
             ref_cache: std::sync::Arc::new(refcache::RefCache::new(
                 files.then(|| PathBuf::from(common_dir)),
             )),
+            summaries: Default::default(),
         })
     }
 

@@ -501,3 +501,54 @@ fn eviction_takes_the_least_recently_used_tree_no_job_holds() {
     assert!(tree2.exists(), "the most recently used tree stays");
     cache.close();
 }
+
+#[test]
+fn a_commit_check_reads_the_summaries_it_is_given_and_they_are_remembered() {
+    let (d, repo, head) = committed_repo(&[("f", "x\n")]);
+    let src = d.path().join("src");
+    let tree = repo.commit_tree_of(&head).unwrap();
+    let tag = {
+        let out = Command::new("git")
+            .current_dir(&src)
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(["tag", "-a", "-m", "t", "t1", &head])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        repo.ref_value("refs/tags/t1").unwrap().unwrap()
+    };
+    let missing = "0".repeat(40);
+    // Exactly a commit, whatever else is asked alongside (a bad id there changes nothing).
+    assert!(repo.is_commit_reading(&head, &[]));
+    assert!(repo.is_commit_reading(&head, &[&missing, "not-an-id", &tree]));
+    // Not exactly a commit: a tree, an annotated tag of one, a missing id, not an id.
+    for bad in [
+        tree.as_str(),
+        tag.as_str(),
+        missing.as_str(),
+        "HEAD",
+        "--all",
+    ] {
+        assert!(!repo.is_commit_reading(bad, &[&head]), "{bad}");
+    }
+    // The summary read with the check is answered from memory: git cannot read it any more.
+    let other = {
+        let (_d2, repo2, head2) = committed_repo(&[("g", "y\n")]);
+        assert!(repo2.is_commit_reading(&head2, &[]));
+        std::fs::rename(
+            repo2.git_dir().join("objects"),
+            repo2.git_dir().join("objects-gone"),
+        )
+        .unwrap();
+        let s = repo2.commit_summaries(&[&head2]).unwrap();
+        assert_eq!(s[0].oid, head2);
+        assert_eq!(s[0].author, "t <t@example.com>");
+        assert_eq!(s[0].subject, "c");
+        assert!(!repo2.is_commit(&head2), "git itself no longer finds it");
+        head2
+    };
+    assert!(
+        repo.commit_summaries(&[&other]).is_err(),
+        "another repository's commit"
+    );
+}

@@ -73,7 +73,14 @@ impl Integration {
             ));
         }
         let repo = self.ctx.repo(&p.workspace_id);
-        if !blocking(|| repo.is_commit(&p.expected_target_revision)) {
+        // The inputs' summaries (for the frozen commit's message) are read in the same git
+        // process.
+        let claimed: Vec<&str> = p
+            .submissions
+            .iter()
+            .map(|s| s.retained_revision.as_str())
+            .collect();
+        if !blocking(|| repo.is_commit_reading(&p.expected_target_revision, &claimed)) {
             return Err(ServiceError::precondition_field(
                 "expected_target_revision",
                 format!(

@@ -401,11 +401,14 @@ impl Runner {
             insert_us,
             artifact_us,
             settle_us,
+            wait_us = timings.wait_us,
             stage_us = timings.stage_us,
             create_us = timings.create_us,
             start_us = timings.start_us,
+            run_us = v.duration_ms.unwrap_or(0) * 1000,
             destroy_us = timings.destroy_us,
             check_us = timings.check_us,
+            checkout = ?timings.checkout,
             durability_us = insert_us + artifact_us + settle_us,
             "verification settled"
         );
