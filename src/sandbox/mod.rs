@@ -402,14 +402,6 @@ impl Sandbox {
         let _ = phase(Phase::Created {
             container_id: id.clone(),
         });
-        let observed_image = self
-            .docker
-            .inspect_container(&id, None)
-            .await
-            .map_err(docker_err("inspect container"))?
-            .image
-            .unwrap_or_default();
-
         let attached = self
             .docker
             .attach_container(
@@ -520,26 +512,37 @@ impl Sandbox {
         }
         let duration = started.elapsed();
         wait_task.abort();
-        let end = match end {
+        // The image the container used comes from the inspection after its end, which the exit
+        // code needs anyway: one round trip fewer than asking at creation.
+        let (end, observed_image) = match end {
             Some(e) => {
                 self.kill(&id).await?;
-                e
-            }
-            None => {
-                let st = self
+                let image = self
                     .docker
                     .inspect_container(&id, None)
                     .await
                     .map_err(docker_err("inspect container"))?
-                    .state
+                    .image
                     .unwrap_or_default();
+                (e, image)
+            }
+            None => {
+                let info = self
+                    .docker
+                    .inspect_container(&id, None)
+                    .await
+                    .map_err(docker_err("inspect container"))?;
+                let st = info.state.unwrap_or_default();
                 let code = exit_code.or(st.exit_code).unwrap_or(-1);
                 // Give the event stream a moment: the engine emits "oom" around the exit.
                 if !st.oom_killed.unwrap_or(false) && code != 0 {
                     tokio::time::sleep(limits::OOM_EVENT_GRACE).await;
                 }
                 let oom_killed = st.oom_killed.unwrap_or(false) || oom_seen.load(Ordering::SeqCst);
-                JobEnd::Exited { code, oom_killed }
+                (
+                    JobEnd::Exited { code, oom_killed },
+                    info.image.unwrap_or_default(),
+                )
             }
         };
         oom_task.abort();
@@ -625,20 +628,19 @@ impl Sandbox {
 
     /// Force-removes every container labelled with `creation_key` (and the one named `name`),
     /// then confirms by listing that none remains. Returns how many were removed.
+    ///
+    /// The named container is removed first and the listing then confirms and finds any other
+    /// (two engine calls when there is just the one, the common case); containers the listing
+    /// finds that were not tried yet are removed at once, ones already tried after a delay.
     pub async fn destroy(&self, name: &str, creation_key: &str) -> Result<usize, SandboxError> {
         let mut removed = 0;
         let mut last_error = String::new();
-        for attempt in 1..=limits::CONTAINER_REMOVE_ATTEMPTS {
-            let mut targets: Vec<String> = self
-                .list_by_creation_key(creation_key)
-                .await?
-                .into_iter()
-                .map(|c| c.id)
-                .collect();
-            if attempt == 1 {
-                targets.push(name.to_string());
-            }
+        let mut tried: std::collections::HashSet<String> = Default::default();
+        let mut targets: Vec<String> = vec![name.to_string()];
+        let mut attempt = 0;
+        while attempt < limits::CONTAINER_REMOVE_ATTEMPTS {
             for t in &targets {
+                tried.insert(t.clone());
                 match self
                     .docker
                     .remove_container(
@@ -659,10 +661,19 @@ impl Sandbox {
                     Err(e) => last_error = e.to_string(),
                 }
             }
-            if self.list_by_creation_key(creation_key).await?.is_empty() {
+            targets = self
+                .list_by_creation_key(creation_key)
+                .await?
+                .into_iter()
+                .map(|c| c.id)
+                .collect();
+            if targets.is_empty() {
                 return Ok(removed);
             }
-            tokio::time::sleep(limits::CONTAINER_REMOVE_RETRY_DELAY * attempt).await;
+            if targets.iter().all(|t| tried.contains(t)) {
+                attempt += 1;
+                tokio::time::sleep(limits::CONTAINER_REMOVE_RETRY_DELAY * attempt).await;
+            }
         }
         Err(SandboxError::NotRemoved {
             name: name.to_string(),
