@@ -113,6 +113,10 @@ pub const MAX_GIT_OUTPUT_BYTES: usize = 64 * 1024 * 1024;
 /// Most commit summaries (author, subject) a repository handle remembers; past it the memory
 /// starts over. A summary never changes, so remembering only saves git processes.
 pub const MAX_REMEMBERED_SUMMARIES: usize = 4096;
+/// Most commit -> tree answers a repository handle remembers (likewise never stale).
+pub const MAX_REMEMBERED_TREES: usize = 4096;
+/// Most bytes of headers read from the engine's `/_ping` answer (a few hundred in practice).
+pub const DOCKER_PING_HEAD_BYTES: usize = 16 * 1024;
 
 /// How many times a busy job filesystem is unmounted before the attempt is reported as failed.
 pub const UNMOUNT_ATTEMPTS: u32 = 10;

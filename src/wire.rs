@@ -45,7 +45,8 @@ pub struct ShowParams {
 #[serde(deny_unknown_fields)]
 pub struct PrepareParams {
     pub workspace_id: String,
-    #[schema(min_items = 1, max_items = 64)]
+    /// At most `candidate::MAX_SUBMISSIONS`.
+    #[schema(min_items = 1, max_items = 256)]
     pub submissions: Vec<SubmissionRef>,
     #[schema(pattern = r"^refs/heads/[A-Za-z0-9_][A-Za-z0-9_-]{0,99}$")]
     pub target_ref: String,

@@ -7,6 +7,7 @@
 pub mod capture;
 pub mod fake;
 pub mod images;
+mod ping;
 pub mod runtime;
 pub mod seccomp;
 pub mod spec;
@@ -193,15 +194,33 @@ impl Sandbox {
             endpoint: endpoint.clone(),
             message,
         };
-        let docker = match &host {
-            Some(_) => Docker::connect_with_defaults(),
-            None => Docker::connect_with_socket(
-                DEFAULT_DOCKER_SOCKET,
-                limits::DOCKER_REQUEST_TIMEOUT_SECS,
-                bollard::API_DEFAULT_VERSION,
-            ),
+        let socket = match &host {
+            None => Some(DEFAULT_DOCKER_SOCKET),
+            Some(h) => h.strip_prefix("unix://"),
+        };
+        if let Some(socket) = socket {
+            // A local socket: the API version from `/_ping`'s header (under a millisecond),
+            // where bollard's negotiation asks `/version` (10-16 ms here: the engine asks
+            // containerd and runc for theirs), which every one-shot `airlock run` paid.
+            let version =
+                tokio::time::timeout(limits::DOCKER_NEGOTIATE_TIMEOUT, ping::api_version(socket))
+                    .await
+                    .map_err(|_| {
+                        unreachable(format!(
+                            "no answer within {} s",
+                            limits::DOCKER_NEGOTIATE_TIMEOUT.as_secs()
+                        ))
+                    })?
+                    .map_err(unreachable)?;
+            let docker =
+                Docker::connect_with_socket(socket, limits::DOCKER_REQUEST_TIMEOUT_SECS, &version)
+                    .map_err(|e| unreachable(e.to_string()))?;
+            return Ok(Sandbox {
+                docker,
+                workspace_kind: spec::WorkspaceKind::HostBind,
+            });
         }
-        .map_err(|e| unreachable(e.to_string()))?;
+        let docker = Docker::connect_with_defaults().map_err(|e| unreachable(e.to_string()))?;
         Self::negotiated(docker, spec::WorkspaceKind::HostBind, &endpoint).await
     }
 
@@ -492,16 +511,19 @@ impl Sandbox {
         // Output closed: wait for the exit itself. The wait request may have reached the engine
         // after a very fast exit, so the state is also polled.
         let mut exit_code: Option<i64> = None;
+        // An inspection that found the container exited is its final state: kept for below.
+        let mut exited: Option<bollard::models::ContainerInspectResponse> = None;
         if end.is_none() {
             let mut tick = tokio::time::interval(limits::EXIT_POLL_INTERVAL);
             loop {
                 tokio::select! {
                     code = &mut wait_rx => { exit_code = code.ok().flatten(); break; }
                     _ = tick.tick() => {
-                        let st = self.docker.inspect_container(&id, None).await
-                            .map_err(docker_err("inspect container"))?.state;
-                        if let Some(st) = st.filter(has_exited) {
+                        let info = self.docker.inspect_container(&id, None).await
+                            .map_err(docker_err("inspect container"))?;
+                        if let Some(st) = info.state.as_ref().filter(|st| has_exited(st)) {
                             exit_code = st.exit_code;
+                            exited = Some(info);
                             break;
                         }
                     }
@@ -527,11 +549,14 @@ impl Sandbox {
                 (e, image)
             }
             None => {
-                let info = self
-                    .docker
-                    .inspect_container(&id, None)
-                    .await
-                    .map_err(docker_err("inspect container"))?;
+                let info = match exited {
+                    Some(info) => info,
+                    None => self
+                        .docker
+                        .inspect_container(&id, None)
+                        .await
+                        .map_err(docker_err("inspect container"))?,
+                };
                 let st = info.state.unwrap_or_default();
                 let code = exit_code.or(st.exit_code).unwrap_or(-1);
                 // Give the event stream a moment: the engine emits "oom" around the exit.

@@ -76,6 +76,18 @@ pub struct Repo {
     summaries: std::sync::Arc<
         std::sync::Mutex<std::collections::HashMap<String, plumbing::CommitSummary>>,
     >,
+    /// The tree of each commit already asked (by full commit id, so never stale); bounded by
+    /// [`limits::MAX_REMEMBERED_TREES`]. Every job on a revision asks it once.
+    trees: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
+}
+
+/// A job's empty checkout filesystem: the tree directory on it and that directory's identity.
+pub struct Allocated((PathBuf, crate::beneath::Identity));
+
+impl From<(PathBuf, crate::beneath::Identity)> for Allocated {
+    fn from(a: (PathBuf, crate::beneath::Identity)) -> Allocated {
+        Allocated(a)
+    }
 }
 
 /// Settings forced on every git call Airlock makes: no hooks, no fsmonitor, no filters or
@@ -231,6 +243,7 @@ impl Repo {
                 files.then(|| PathBuf::from(common_dir)),
             )),
             summaries: Default::default(),
+            trees: Default::default(),
         })
     }
 
@@ -357,6 +370,9 @@ impl Repo {
 
     /// The tree id of a commit.
     pub fn tree_of(&self, commit: &str) -> Result<String, StagingError> {
+        if let Some(tree) = self.trees.lock().expect("trees").get(commit) {
+            return Ok(tree.clone());
+        }
         let mut cmd = self.git();
         cmd.args(["rev-parse", "--verify", "--end-of-options"])
             .arg(format!("{commit}^{{tree}}"));
@@ -368,6 +384,13 @@ impl Repo {
                 code: None,
                 stderr: format!("not a tree id: {tree:?}"),
             });
+        }
+        if is_oid(commit) {
+            let mut known = self.trees.lock().expect("trees");
+            if known.len() >= limits::MAX_REMEMBERED_TREES {
+                known.clear();
+            }
+            known.insert(commit.to_string(), tree.clone());
         }
         Ok(tree)
     }
@@ -426,8 +449,32 @@ impl Repo {
         fs: CheckoutFs,
         lease: &cache::Lease,
     ) -> Result<Checkout, StagingError> {
+        let allocated = space::allocate(checkouts, key, fs)?;
+        self.stage_overlay_on(commit, checkouts, key, fs, lease, allocated)
+    }
+
+    /// Job `key`'s empty checkout filesystem, on its own (see [`Repo::stage_overlay_on`]).
+    pub fn allocate_checkout(
+        checkouts: &crate::beneath::Root,
+        key: &str,
+        fs: CheckoutFs,
+    ) -> Result<Allocated, StagingError> {
+        space::allocate(checkouts, key, fs).map(Allocated)
+    }
+
+    /// [`Repo::stage_overlay`] on a filesystem [`Repo::allocate_checkout`] made (while the
+    /// base tree was being leased, say).
+    pub fn stage_overlay_on(
+        &self,
+        commit: &str,
+        checkouts: &std::sync::Arc<crate::beneath::Root>,
+        key: &str,
+        fs: CheckoutFs,
+        lease: &cache::Lease,
+        allocated: impl Into<Allocated>,
+    ) -> Result<Checkout, StagingError> {
         let dir = checkouts.path().join(key);
-        let (tree, _) = space::allocate(checkouts, key, fs)?;
+        let Allocated((tree, _)) = allocated.into();
         let tree_rel = Path::new(key).join(space::tree_rel(fs));
         let upper = overlay::mount(&tree, &lease.tree(), lease.owner())?;
         let tree_identity = checkouts

@@ -287,18 +287,42 @@ impl HostBind {
             return Err("checkout_filesystem = \"directory\" has no overlay".into());
         }
         let cache = self.tree_cache()?;
-        let (lease, lookup) = cache
-            .lease(&req.repo, &req.commit, (req.uid, req.gid), &|| {
+        // The job's own filesystem (mkfs, loop mount) is made while the base tree is leased
+        // (at most a lookup, or mounting and verifying the cache in a new process, or a fill):
+        // neither needs the other.
+        let (allocated, leased) = std::thread::scope(|scope| {
+            let allocating = scope.spawn(|| Repo::allocate_checkout(checkouts, &req.key, req.fs));
+            let leased = cache.lease(&req.repo, &req.commit, (req.uid, req.gid), &|| {
                 crate::engine::crash::point(crate::engine::crash::CrashPoint::TreeCacheFilled)
-            })
-            .map_err(|e| {
+            });
+            (
+                allocating
+                    .join()
+                    .expect("allocating a checkout does not panic"),
+                leased,
+            )
+        });
+        let undo = |why: String| -> String {
+            match staging::remove_checkout(&checkouts.path().join(&req.key)) {
+                Ok(()) => why,
+                Err(e) => format!("{why}; the checkout was not removed: {e}"),
+            }
+        };
+        let (lease, lookup) = match leased {
+            Ok(l) => l,
+            Err(e) => {
                 tracing::warn!(error = %e, "tree cache: this job stages its whole tree");
-                format!("tree cache: {e}")
-            })?;
-        match req
-            .repo
-            .stage_overlay(&req.commit, checkouts, &req.key, req.fs, &lease)
-        {
+                let why = format!("tree cache: {e}");
+                // What allocating made, whole or in part, goes: the full staging that follows
+                // makes its own.
+                return Err(undo(why));
+            }
+        };
+        let staged = allocated.and_then(|a| {
+            req.repo
+                .stage_overlay_on(&req.commit, checkouts, &req.key, req.fs, &lease, a)
+        });
+        match staged {
             Ok(checkout) => {
                 self.leases
                     .lock()
