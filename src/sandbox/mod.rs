@@ -202,16 +202,7 @@ impl Sandbox {
             // A local socket: the API version from `/_ping`'s header (under a millisecond),
             // where bollard's negotiation asks `/version` (10-16 ms here: the engine asks
             // containerd and runc for theirs), which every one-shot `airlock run` paid.
-            let version =
-                tokio::time::timeout(limits::DOCKER_NEGOTIATE_TIMEOUT, ping::api_version(socket))
-                    .await
-                    .map_err(|_| {
-                        unreachable(format!(
-                            "no answer within {} s",
-                            limits::DOCKER_NEGOTIATE_TIMEOUT.as_secs()
-                        ))
-                    })?
-                    .map_err(unreachable)?;
+            let version = negotiation(&endpoint, ping::api_version(socket)).await?;
             let docker =
                 Docker::connect_with_socket(socket, limits::DOCKER_REQUEST_TIMEOUT_SECS, &version)
                     .map_err(|e| unreachable(e.to_string()))?;
@@ -302,20 +293,7 @@ impl Sandbox {
         workspace_kind: spec::WorkspaceKind,
         endpoint: &str,
     ) -> Result<Sandbox, SandboxError> {
-        let unreachable = |message: String| SandboxError::Unreachable {
-            endpoint: endpoint.to_string(),
-            message,
-        };
-        let docker =
-            tokio::time::timeout(limits::DOCKER_NEGOTIATE_TIMEOUT, docker.negotiate_version())
-                .await
-                .map_err(|_| {
-                    unreachable(format!(
-                        "no answer within {} s",
-                        limits::DOCKER_NEGOTIATE_TIMEOUT.as_secs()
-                    ))
-                })?
-                .map_err(|e| unreachable(e.to_string()))?;
+        let docker = negotiation(endpoint, docker.negotiate_version()).await?;
         Ok(Sandbox {
             docker,
             workspace_kind,
@@ -706,6 +684,27 @@ impl Sandbox {
             message: last_error,
         })
     }
+}
+
+/// The engine's API version as `asked` finds it, within [`limits::DOCKER_NEGOTIATE_TIMEOUT`];
+/// either failure is [`SandboxError::Unreachable`] naming `endpoint`.
+async fn negotiation<T, E: std::fmt::Display>(
+    endpoint: &str,
+    asked: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, SandboxError> {
+    let unreachable = |message: String| SandboxError::Unreachable {
+        endpoint: endpoint.to_string(),
+        message,
+    };
+    tokio::time::timeout(limits::DOCKER_NEGOTIATE_TIMEOUT, asked)
+        .await
+        .map_err(|_| {
+            unreachable(format!(
+                "no answer within {} s",
+                limits::DOCKER_NEGOTIATE_TIMEOUT.as_secs()
+            ))
+        })?
+        .map_err(|e| unreachable(e.to_string()))
 }
 
 /// Resolves once `rx` says "cancel" (or its sender is gone), holding no borrow across awaits.
