@@ -477,3 +477,42 @@ fn a_tree_a_running_job_holds_is_never_evicted() {
     );
     assert!(metric(&s, "airlock_tree_cache_bytes") <= (64u64 << 20) as f64);
 }
+
+#[test]
+fn a_tree_larger_than_the_cache_is_staged_in_full_and_leaves_nothing_behind() {
+    if !docker() {
+        return;
+    }
+    // The smallest cache (its image holds twice the bound): a 140 MB tree cannot go in even
+    // after evicting everything. The job's own filesystem is made while the lease is tried, so
+    // what that made must be gone before the job stages in full.
+    let s = Server::start_with(&format!("tree_cache_bytes = {}\n", 64 << 20));
+    let big: Vec<u8> = (0..140u32 << 20).map(|j| (j % 253) as u8).collect();
+    std::fs::write(s.repo.join("big.bin"), &big).unwrap();
+    git(&s.repo, &["add", "-A"]);
+    git(&s.repo, &["commit", "-q", "-m", "too big for the cache"]);
+    let rev = git(&s.repo, &["rev-parse", "HEAD"]);
+    let j = settled(
+        &s,
+        &submit(&s, &["sh", "-c", "wc -c < big.bin"], &rev, "big"),
+    );
+    assert_eq!(j["verification"]["status"], "passed", "{j}");
+    assert_eq!(checkout_kind(&j["verification"]), "full", "{j}");
+    assert_eq!(
+        j["verification"]["output"].as_str().unwrap().trim(),
+        (140u32 << 20).to_string()
+    );
+    // The cache still serves a tree that fits.
+    std::fs::remove_file(s.repo.join("big.bin")).unwrap();
+    git(&s.repo, &["commit", "-q", "-am", "small again"]);
+    let small = git(&s.repo, &["rev-parse", "HEAD"]);
+    let j = settled(&s, &submit(&s, &["true"], &small, "small"));
+    assert_eq!(j["verification"]["status"], "passed", "{j}");
+    assert_eq!(checkout_kind(&j["verification"]), "filled", "{j}");
+    // No checkout is left once the jobs settled.
+    let checkouts = s.dir.path().join("data/checkouts");
+    wait_for(
+        || std::fs::read_dir(&checkouts).unwrap().next().is_none(),
+        "every checkout removed",
+    );
+}
