@@ -117,6 +117,7 @@ const FORCED_CONFIG: &[&str] = &[
 mod check;
 use check::{Verdict, listing};
 pub mod cache;
+mod commits;
 pub mod overlay;
 pub mod plumbing;
 pub mod refcache;
@@ -263,35 +264,6 @@ impl Repo {
         cmd
     }
 
-    /// Resolves a branch, tag, short or full id to the full commit id, once.
-    pub fn resolve_commit(&self, rev: &str) -> Result<String, StagingError> {
-        if rev.is_empty() || rev.len() > MAX_REV_BYTES {
-            return Err(StagingError::InvalidRevision(format!(
-                "must be 1..={MAX_REV_BYTES} bytes, got {}",
-                rev.len()
-            )));
-        }
-        if rev.contains('\0') || rev.starts_with('-') || rev.chars().any(char::is_control) {
-            return Err(StagingError::InvalidRevision(format!(
-                "{rev:?} must not start with '-' or contain control characters"
-            )));
-        }
-        let mut cmd = self.git();
-        cmd.args(["rev-parse", "--verify", "--quiet", "--end-of-options"])
-            .arg(format!("{rev}^{{commit}}"));
-        let unknown = || StagingError::UnknownRevision {
-            rev: rev.to_string(),
-            repo: self.git_dir.clone(),
-        };
-        let (_, out) = run_git(cmd, &[0]).map_err(|_| unknown())?;
-        let oid = String::from_utf8(out).map_err(|_| unknown())?;
-        let oid = oid.trim_end();
-        if !is_oid(oid) {
-            return Err(unknown());
-        }
-        Ok(oid.to_string())
-    }
-
     /// The empty tree's id in this repository's hash format.
     pub fn empty_tree(&self) -> Result<String, StagingError> {
         let mut cmd = self.git();
@@ -366,33 +338,6 @@ impl Repo {
             "tree materialized"
         );
         Ok((std::sync::Arc::new(snapshot), bytes))
-    }
-
-    /// The tree id of a commit.
-    pub fn tree_of(&self, commit: &str) -> Result<String, StagingError> {
-        if let Some(tree) = self.trees.lock().expect("trees").get(commit) {
-            return Ok(tree.clone());
-        }
-        let mut cmd = self.git();
-        cmd.args(["rev-parse", "--verify", "--end-of-options"])
-            .arg(format!("{commit}^{{tree}}"));
-        let (_, out) = run_git(cmd, &[0])?;
-        let tree = String::from_utf8_lossy(&out).trim().to_string();
-        if !is_oid(&tree) {
-            return Err(StagingError::Git {
-                args: "rev-parse ^{tree}".into(),
-                code: None,
-                stderr: format!("not a tree id: {tree:?}"),
-            });
-        }
-        if is_oid(commit) {
-            let mut known = self.trees.lock().expect("trees");
-            if known.len() >= limits::MAX_REMEMBERED_TREES {
-                known.clear();
-            }
-            known.insert(commit.to_string(), tree.clone());
-        }
-        Ok(tree)
     }
 
     /// Stages a disposable checkout of `commit` into `checkouts/<key>/` (which must not exist),

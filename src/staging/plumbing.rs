@@ -126,11 +126,6 @@ impl Repo {
         Ok((code, out.stdout))
     }
 
-    /// True when `oid` names an existing commit (exactly that id).
-    pub fn is_commit(&self, oid: &str) -> bool {
-        is_oid(oid) && self.resolve_commit(oid).is_ok_and(|c| c == oid)
-    }
-
     /// The object a ref points at, if the ref exists.
     pub fn ref_value(&self, name: &str) -> Result<Option<String>, StagingError> {
         let mut cmd = self.git();
@@ -268,109 +263,6 @@ impl Repo {
         cmd.args(["pack-refs", "--include", "refs/airlock/*"]);
         run_git(cmd, &[0])?;
         Ok(true)
-    }
-
-    /// Each commit's author (`Name <email>`) and subject line, in the order given (one git
-    /// process for those not read before). Commits that are not in the repository are an
-    /// error.
-    pub fn commit_summaries(&self, commits: &[&str]) -> Result<Vec<CommitSummary>, StagingError> {
-        let missing: Vec<&str> = {
-            let known = self.summaries.lock().expect("summaries");
-            commits
-                .iter()
-                .copied()
-                .filter(|c| !known.contains_key(*c))
-                .collect()
-        };
-        if !missing.is_empty() {
-            let read = self.read_summaries(&missing)?;
-            self.remember_summaries(read);
-        }
-        let known = self.summaries.lock().expect("summaries");
-        commits
-            .iter()
-            .map(|c| {
-                known.get(*c).cloned().ok_or_else(|| StagingError::Git {
-                    args: "log --no-walk".into(),
-                    code: Some(0),
-                    stderr: format!("no summary for {c}"),
-                })
-            })
-            .collect()
-    }
-
-    /// Whether `oid` is exactly a commit ([`Repo::is_commit`]), asked in the same git process
-    /// that reads the summaries of `also` (commit ids a later step will want, such as a
-    /// candidate's inputs): one process instead of two. When that read fails for any reason
-    /// the answer is asked on its own, so one bad id in `also` never changes it.
-    pub fn is_commit_reading(&self, oid: &str, also: &[&str]) -> bool {
-        if !is_oid(oid) {
-            return false;
-        }
-        let mut all = vec![oid];
-        all.extend(also.iter().copied().filter(|c| is_oid(c) && *c != oid));
-        match self.read_summaries(&all) {
-            Ok(read) => {
-                self.remember_summaries(read);
-                true
-            }
-            Err(_) => self.is_commit(oid),
-        }
-    }
-
-    fn remember_summaries(&self, read: Vec<CommitSummary>) {
-        let mut known = self.summaries.lock().expect("summaries");
-        if known.len() + read.len() > crate::limits::MAX_REMEMBERED_SUMMARIES {
-            known.clear();
-        }
-        for s in read {
-            known.insert(s.oid.clone(), s);
-        }
-    }
-
-    /// `git log --no-walk` of exactly these commits, in the order given; an id that is not
-    /// exactly a commit (missing, a tree, a tag naming a commit) is an error.
-    fn read_summaries(&self, commits: &[&str]) -> Result<Vec<CommitSummary>, StagingError> {
-        if commits.is_empty() {
-            return Ok(vec![]);
-        }
-        let mut cmd = self.git();
-        cmd.args([
-            "log",
-            "--no-walk=unsorted",
-            "-z",
-            "--format=%H%x1f%an <%ae>%x1f%s",
-            "--end-of-options",
-        ]);
-        cmd.args(commits);
-        let (_, out) = run_git(cmd, &[0])?;
-        let text = String::from_utf8_lossy(&out);
-        let all: Vec<CommitSummary> = text
-            .split('\0')
-            .filter(|e| !e.trim().is_empty())
-            .filter_map(|e| {
-                let mut f = e.trim_start_matches('\n').splitn(3, '\u{1f}');
-                Some(CommitSummary {
-                    oid: f.next()?.to_string(),
-                    author: f.next()?.to_string(),
-                    subject: f.next()?.to_string(),
-                })
-            })
-            .collect();
-        // `--no-walk` shows each commit once: map the answer back onto the order asked.
-        commits
-            .iter()
-            .map(|c| {
-                all.iter()
-                    .find(|s| s.oid == *c)
-                    .cloned()
-                    .ok_or_else(|| StagingError::Git {
-                        args: "log --no-walk".into(),
-                        code: Some(0),
-                        stderr: format!("no summary for {c}"),
-                    })
-            })
-            .collect()
     }
 
     /// True when `ancestor` is an ancestor of (or equal to) `descendant`.
