@@ -532,12 +532,7 @@ fn free_space(data_dir: &Path, min_free: u64) -> Check {
     }
 }
 
-/// `git version 2.47.3` -> (2, 47).
-pub fn parse_git_version(s: &str) -> Option<(u32, u32)> {
-    let v = s.trim().strip_prefix("git version ")?;
-    let mut parts = v.split(|c: char| !c.is_ascii_digit());
-    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
-}
+use crate::staging::parse_git_version;
 
 fn git() -> Check {
     let text = match crate::staging::git_version() {

@@ -204,6 +204,28 @@ pub(crate) fn run_git(mut cmd: Command, ok_codes: &[i32]) -> Result<(i32, Vec<u8
     Ok((code, out.stdout))
 }
 
+/// `git version 2.47.3` -> (2, 47).
+pub fn parse_git_version(s: &str) -> Option<(u32, u32)> {
+    let v = s.trim().strip_prefix("git version ")?;
+    let mut parts = v.split(|c: char| !c.is_ascii_digit());
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// The first git that merges trees, not only commits, given an explicit merge base
+/// (`merge-tree --merge-base=<base> <tree> <tree>`).
+pub const GIT_MERGES_TREES: (u32, u32) = (2, 45);
+
+/// Whether the installed git merges trees given a base ([`GIT_MERGES_TREES`]), asked once.
+pub fn git_merges_trees() -> bool {
+    static ANSWER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ANSWER.get_or_init(|| {
+        git_version()
+            .ok()
+            .and_then(|v| parse_git_version(&v))
+            .is_some_and(|v| v >= GIT_MERGES_TREES)
+    })
+}
+
 pub(crate) fn is_oid(s: &str) -> bool {
     (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }

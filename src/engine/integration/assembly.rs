@@ -16,7 +16,9 @@ impl Integration {
     /// and a run of such inputs needs one git process each instead of a merge and a step
     /// commit. A commit is made when an input needs git's own merge bases, before a conflict
     /// (which is then merged again from the commit, so a resolver sees the same conflict), and
-    /// never for the last input, whose tree the frozen commit carries.
+    /// never for the last input, whose tree the frozen commit carries. A git older than
+    /// [`crate::staging::GIT_MERGES_TREES`] merges only commits: then every input is merged
+    /// the step-by-step way.
     pub(super) fn assemble(
         &self,
         repo: &Repo,
@@ -55,6 +57,7 @@ impl Integration {
                 .ok_or_else(|| ServiceError::internal(format!("owned input ref {i} vanished")))?;
             if input.base_revision == l.c.expected_target_revision
                 && (on_tree.is_some() || i + 1 < len)
+                && crate::staging::git_merges_trees()
             {
                 let descends = match &mut descends {
                     Some(d) => d,
