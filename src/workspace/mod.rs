@@ -332,9 +332,7 @@ impl HostBind {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "overlay checkout failed: this job stages its whole tree");
-                staging::remove_checkout(&checkouts.path().join(&req.key))
-                    .map_err(|e| format!("overlay checkout failed and was not removed: {e}"))?;
-                Err(format!("overlay checkout: {e}"))
+                Err(undo(format!("overlay checkout: {e}")))
             }
         }
     }
