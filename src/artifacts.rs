@@ -319,6 +319,9 @@ mod tests {
             queued: None,
             queued_reason: None,
             phases: None,
+            candidate_tree: None,
+            repository: None,
+            attestation: None,
         }
     }
 

@@ -7,6 +7,7 @@
 pub mod api;
 pub mod apply;
 pub mod artifacts;
+pub mod attest;
 pub mod backup;
 pub mod beneath;
 pub mod candidate;

@@ -99,8 +99,24 @@ pub const DOCKER_REQUEST_TIMEOUT_SECS: u64 = 120;
 /// How long removal of a container is retried before Airlock reports it as left behind.
 pub const CONTAINER_REMOVE_ATTEMPTS: u32 = 5;
 
-/// Largest recovery artifact Airlock will read back (the output cap keeps real ones far smaller).
-pub const MAX_ARTIFACT_BYTES: u64 = 1024 * 1024;
+/// Largest recovery artifact Airlock will read back. A record's argv may hold up to 1 MiB
+/// (64 entries of 16 KiB), and its attestation carries the argv again, base64-encoded.
+pub const MAX_ARTIFACT_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Largest key file (`signing_key`, `verification_keys`, `--public-key`) Airlock reads; a PEM
+/// Ed25519 key is about 120 bytes.
+pub const MAX_KEY_FILE_BYTES: u64 = 16 * 1024;
+/// Most `verification_keys` a config may list.
+pub const MAX_VERIFICATION_KEYS: usize = 64;
+/// Longest `verifier_id`.
+pub const MAX_VERIFIER_ID_BYTES: usize = 512;
+/// Largest attestation `airlock attestation verify` reads.
+pub const MAX_ATTESTATION_BYTES: usize = 4 * 1024 * 1024;
+/// Most signatures one envelope may carry before it is refused unread.
+pub const MAX_ENVELOPE_SIGNATURES: usize = 16;
+/// Attempts at adding a delivery's note when another delivery moves `refs/notes/airlock`
+/// between reading it and the ref transaction.
+pub const NOTES_ATTEMPTS: u32 = 8;
 /// Most rows `verification list` returns.
 pub const MAX_VERIFICATION_LIST_LIMIT: u32 = 1000;
 /// Most candidates `integration.list` returns.

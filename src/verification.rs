@@ -52,6 +52,17 @@ pub struct Verification {
     /// before phases were kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phases: Option<JobPhases>,
+    /// The tree of `candidate_revision` (absent in records from before attestations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate_tree: Option<String>,
+    /// The git directory the revision was staged from (absent in records from before
+    /// attestations); the attestation's `resourceUri` names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<String>,
+    /// Once settled, when a signing key is configured: the signed in-toto statement of this
+    /// result (a DSSE envelope; see `airlock attestation verify`). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attestation: Option<crate::attest::Envelope>,
 }
 
 /// Where a settled job's time went, in milliseconds. Writing the recovery artifact and

@@ -165,6 +165,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi_json))
+        .route("/api/v1/keys", get(keys))
         .route("/api/v1/{method}", post(call))
         .route("/api/v1/jobs/{job_id}/log", get(job_log::job_log))
         .route("/api/v1/events", get(event_stream::events))
@@ -238,6 +239,27 @@ async fn openapi_json(State(st): State<AppState>) -> Response {
     json_body(body.clone())
 }
 
+/// `GET /api/v1/keys`: the public keys attestations are checked with (the signing key's
+/// first), its id and the verifier id. Unauthenticated: public keys are public, and a
+/// consumer checking an attestation offline needs nothing else.
+async fn keys(State(st): State<AppState>) -> Response {
+    axum::Json(keys_document(&st.service.ctx.attest)).into_response()
+}
+
+/// The body of `GET /api/v1/keys` (also `airlock doctor --json`'s `attestation_keys`).
+pub fn keys_document(a: &crate::attest::Attestor) -> Value {
+    let signing = a.signing_key_id();
+    json!({
+        "verifier_id": a.verifier.id,
+        "signing_key_id": signing,
+        "keys": a.keys().iter().map(|k| json!({
+            "key_id": k.key_id,
+            "public_key_pem": k.pem,
+            "signing": Some(k.key_id.as_str()) == signing,
+        })).collect::<Vec<_>>(),
+    })
+}
+
 /// The label of a request in the HTTP metrics: the API method when it is one we route (a
 /// bounded set), the probe's name, or `unknown`.
 fn metric_label(path: &str, config: &crate::config::Config) -> String {
@@ -248,6 +270,7 @@ fn metric_label(path: &str, config: &crate::config::Config) -> String {
         "/openapi.json" => "openapi".into(),
         "/mcp" => "mcp".into(),
         "/api/v1/events" => "events".into(),
+        "/api/v1/keys" => "keys".into(),
         p if p == "/ui" || p.starts_with("/ui/") => "ui".into(),
         p => match p.strip_prefix("/api/v1/") {
             Some(m) if body_limit(m, config).is_some() => m.to_string(),

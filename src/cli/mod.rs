@@ -1,5 +1,6 @@
 //! Command-line interface. One exit-code table ([`EXIT_CODES`]) covers every command.
 
+mod attestation;
 mod call;
 mod images;
 
@@ -151,6 +152,16 @@ pub enum Command {
         /// The daemon's address.
         #[arg(long, value_name = "URL", env = "AIRLOCK_URL", default_value = crate::client::DEFAULT_URL)]
         url: String,
+    },
+    /// Attestation signing keys (Ed25519).
+    Keys {
+        #[command(subcommand)]
+        command: attestation::KeysCommand,
+    },
+    /// Check signed attestations (in-toto statements in DSSE envelopes).
+    Attestation {
+        #[command(subcommand)]
+        command: attestation::AttestationCommand,
     },
     /// Check whether this machine can run Airlock: Docker and its API version, cgroup v2
     /// controllers, the seccomp profile, a probe container reading a bind-mounted file, loop
@@ -360,6 +371,10 @@ async fn dispatch(cmd: Command) -> ExitCode {
                 Ok(x) => x,
                 Err(code) => return code,
             };
+            let attest = match crate::attest::Attestor::load(&config) {
+                Ok(a) => a,
+                Err(e) => return fail(e),
+            };
             let data = match open_data(&dir).await {
                 Ok(d) => d,
                 Err(e) => return fail(e),
@@ -394,7 +409,7 @@ async fn dispatch(cmd: Command) -> ExitCode {
                     }],
                     Err(e) => return fail(e),
                 };
-            let mut report = recovery::recover(&data, &engines, retention).await;
+            let mut report = recovery::recover(&data, &engines, &attest, retention).await;
             // The tree cache a killed process left mounted, once no checkout stands on it.
             match crate::staging::cache::release_orphan(&data.root) {
                 Ok(true) => tracing::info!("unmounted the tree cache a killed process left"),
@@ -424,6 +439,8 @@ async fn dispatch(cmd: Command) -> ExitCode {
             }
         }
         Command::Verification { command } => verification(command).await,
+        Command::Keys { command } => attestation::keys(command),
+        Command::Attestation { command } => attestation::attestation(command),
         Command::Backup { dest, common } => {
             let (_, dir) = match load_existing(&common) {
                 Ok(x) => x,
@@ -535,12 +552,15 @@ async fn run(common: &Common, follow: bool, req: RunRequest) -> ExitCode {
         Ok(d) => d,
         Err(e) => return refuse(e),
     };
-    let ctx = Context::for_run(
+    let ctx = match Context::for_run(
         std::sync::Arc::new(config),
         data,
         std::sync::Arc::new(sandbox),
         seccomp,
-    );
+    ) {
+        Ok(c) => c,
+        Err(e) => return refuse(e),
+    };
     let ctx =
         match crate::engine::context::configured_pool(&ctx.config, &ctx.data, &ctx.seccomp).await {
             Ok(Some(pool)) => ctx.with_pool(std::sync::Arc::new(pool)),

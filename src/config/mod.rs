@@ -78,6 +78,9 @@ pub const DEFAULT_RUN_RETENTION_DAYS: u64 = 30;
 pub use governance::DEFAULT_CLAIM_RETENTION_DAYS;
 /// Concurrent HTTP connections `airlock serve` keeps when the config names none.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+/// The verifier id attestations name when the config names none.
+pub const DEFAULT_VERIFIER_ID: &str = "urn:airlock:verifier";
+
 /// Seconds between periodic recovery and expiry passes of the daemon.
 pub const DEFAULT_MAINTENANCE_INTERVAL_SECONDS: u64 = 60;
 
@@ -104,6 +107,10 @@ struct RawConfig {
     body_read_timeout_seconds: Option<u64>,
     keep_alive_idle_seconds: Option<u64>,
     max_patch_bytes: Option<usize>,
+    signing_key: Option<PathBuf>,
+    #[serde(default)]
+    verification_keys: Vec<PathBuf>,
+    verifier_id: Option<String>,
     #[serde(default)]
     profiles: BTreeMap<String, RawProfile>,
     #[serde(default)]
@@ -302,6 +309,13 @@ pub struct Config {
     pub tokens: Vec<Token>,
     /// `[[engines]]`; empty: the local socket (or `DOCKER_HOST`) is the one engine.
     pub engines: Vec<engines::EngineConfig>,
+    /// The Ed25519 private key (PKCS#8 PEM, mode 0600) attestations are signed with; none:
+    /// nothing is signed (see [`crate::attest`]).
+    pub signing_key: Option<PathBuf>,
+    /// Public keys (PEM) whose attestations still verify: the keys of earlier rotations.
+    pub verification_keys: Vec<PathBuf>,
+    /// The verifier id attestations name (`verifier_id`; default [`DEFAULT_VERIFIER_ID`]).
+    pub verifier_id: String,
 }
 
 impl Config {
@@ -593,8 +607,53 @@ impl Config {
         let public_url = raw.public_url.map(check_public_url).transpose()?;
         let engines = engines::parse(raw.engines, raw.checkout_filesystem.unwrap_or_default())?;
         engines::check_profile_labels(&engines, &profiles)?;
+        let absolute = |field: String, p: &Path| {
+            if p.is_absolute() {
+                Ok(())
+            } else {
+                Err(ConfigError::Invalid {
+                    field,
+                    message: format!("{} must be an absolute path", p.display()),
+                })
+            }
+        };
+        if let Some(k) = &raw.signing_key {
+            absolute("signing_key".into(), k)?;
+        }
+        if raw.verification_keys.len() > limits::MAX_VERIFICATION_KEYS {
+            return Err(ConfigError::Invalid {
+                field: "verification_keys".into(),
+                message: format!(
+                    "{} keys; the limit is {}",
+                    raw.verification_keys.len(),
+                    limits::MAX_VERIFICATION_KEYS
+                ),
+            });
+        }
+        for (i, k) in raw.verification_keys.iter().enumerate() {
+            absolute(format!("verification_keys[{i}]"), k)?;
+        }
+        let verifier_id = raw
+            .verifier_id
+            .unwrap_or_else(|| DEFAULT_VERIFIER_ID.to_string());
+        if verifier_id.is_empty()
+            || verifier_id.len() > limits::MAX_VERIFIER_ID_BYTES
+            || !verifier_id.contains(':')
+            || verifier_id.chars().any(|c| c.is_control() || c.is_whitespace())
+        {
+            return Err(ConfigError::Invalid {
+                field: "verifier_id".into(),
+                message: format!(
+                    "must be a URI (scheme:rest) of 1..={} bytes without spaces or control characters",
+                    limits::MAX_VERIFIER_ID_BYTES
+                ),
+            });
+        }
         Ok(Config {
             engines,
+            signing_key: raw.signing_key,
+            verification_keys: raw.verification_keys,
+            verifier_id,
             public_url,
             max_patch_bytes: governed.max_patch_bytes,
             header_read_timeout,

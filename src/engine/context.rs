@@ -27,6 +27,8 @@ pub struct Context {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Every configured workspace's repository, by workspace id.
     repos: Arc<HashMap<String, Repo>>,
+    /// The signing key and the public keys of attestations.
+    pub attest: Arc<crate::attest::Attestor>,
 }
 
 impl Context {
@@ -56,8 +58,10 @@ impl Context {
             let repo = Repo::open(&ws.repo).map_err(|e| format!("workspaces.{id}.repo: {e}"))?;
             repos.insert(id.clone(), repo);
         }
+        let attest = Arc::new(crate::attest::Attestor::load(&config)?);
         Ok(Context {
             pool: Arc::new(local_pool(&config, runtime, &data, &seccomp)),
+            attest,
             config,
             data,
             seccomp,
@@ -74,16 +78,17 @@ impl Context {
         data: DataDir,
         runtime: Runtime,
         seccomp: SeccompProfile,
-    ) -> Context {
-        Context {
+    ) -> Result<Context, String> {
+        Ok(Context {
             pool: Arc::new(local_pool(&config, runtime, &data, &seccomp)),
+            attest: Arc::new(crate::attest::Attestor::load(&config)?),
             config,
             data,
             seccomp,
             clock: Clock::System,
             metrics: Arc::default(),
             repos: Arc::default(),
-        }
+        })
     }
 
     /// A configured workspace's repository.

@@ -16,6 +16,8 @@ pub enum CrashPoint {
     AfterStart,
     /// After the container was destroyed, before the source check.
     AfterDestroy,
+    /// After the result is complete, before it is signed (and before its artifact).
+    BeforeSign,
     /// After the artifact is durable, before the row is settled.
     AfterArtifact,
     /// After the row is settled, before cleanup.
@@ -41,11 +43,12 @@ pub enum CrashPoint {
 
 impl CrashPoint {
     /// Every crash point: the verification pipeline's in order, then the daemon's.
-    pub const ALL: [CrashPoint; 14] = [
+    pub const ALL: [CrashPoint; 15] = [
         CrashPoint::AfterInsert,
         CrashPoint::AfterCreate,
         CrashPoint::AfterStart,
         CrashPoint::AfterDestroy,
+        CrashPoint::BeforeSign,
         CrashPoint::AfterArtifact,
         CrashPoint::AfterSettle,
         CrashPoint::PrepareAfterInsert,
@@ -65,6 +68,7 @@ impl CrashPoint {
             CrashPoint::AfterCreate => "after_create",
             CrashPoint::AfterStart => "after_start",
             CrashPoint::AfterDestroy => "after_destroy",
+            CrashPoint::BeforeSign => "before_sign",
             CrashPoint::AfterArtifact => "after_artifact",
             CrashPoint::AfterSettle => "after_settle",
             CrashPoint::PrepareAfterInsert => "prepare_after_insert",
@@ -85,6 +89,7 @@ impl CrashPoint {
             | CrashPoint::AfterCreate
             | CrashPoint::AfterStart
             | CrashPoint::AfterDestroy
+            | CrashPoint::BeforeSign
             | CrashPoint::AfterArtifact
             | CrashPoint::AfterSettle => true,
             CrashPoint::PrepareAfterInsert

@@ -193,6 +193,7 @@ pub async fn run(config: &Config, data_dir: &Path, opts: &Options) -> Report {
             ),
         },
     );
+    checks.push(attestation_keys(config));
     checks.push(data_dir_check(data_dir));
     checks.push(free_space(data_dir, config.min_free_bytes));
     checks.push(git());
@@ -202,6 +203,42 @@ pub async fn run(config: &Config, data_dir: &Path, opts: &Options) -> Report {
     Report {
         ok: checks.iter().all(|c| c.ok),
         checks,
+    }
+}
+
+/// The signing key and the public keys attestations verify with, each by id and its public
+/// key (the base64 of its SubjectPublicKeyInfo, the body of its PEM).
+fn attestation_keys(config: &Config) -> Check {
+    match crate::attest::Attestor::load(config) {
+        Ok(a) if !a.signs() && a.keys().is_empty() => pass(
+            "attestations",
+            "not signed (no signing_key configured; see `airlock keys generate`)",
+        ),
+        Ok(a) => {
+            let keys: Vec<String> = a
+                .keys()
+                .iter()
+                .map(|k| {
+                    let body: String = k.pem.lines().filter(|l| !l.starts_with("-----")).collect();
+                    let role = if Some(k.key_id.as_str()) == a.signing_key_id() {
+                        "signing"
+                    } else {
+                        "verifies"
+                    };
+                    format!("{role} key {} ({body})", k.key_id)
+                })
+                .collect();
+            let signing = if a.signs() { "signed" } else { "not signed (no signing_key)" };
+            pass(
+                "attestations",
+                format!("{signing} as {}; {}", a.verifier.id, keys.join("; ")),
+            )
+        }
+        Err(e) => fail(
+            "attestations",
+            e,
+            "generate a key with `airlock keys generate PATH` (mode 0600) and name it as signing_key",
+        ),
     }
 }
 

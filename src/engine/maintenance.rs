@@ -16,7 +16,13 @@ pub async fn pass(service: &Service) {
         engine_lost_after: service.ctx.config.engine_lost_after,
         now: service.ctx.clock.now(),
     };
-    let report = recovery::recover(&service.ctx.data, &service.ctx.engines(), retention).await;
+    let report = recovery::recover(
+        &service.ctx.data,
+        &service.ctx.engines(),
+        &service.ctx.attest,
+        retention,
+    )
+    .await;
     let m = &service.ctx.metrics;
     m.recovered(
         "restored_from_artifact",

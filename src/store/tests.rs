@@ -33,6 +33,9 @@ pub(crate) fn sample(id: &str, key: &str, created: &str) -> Verification {
         queued: None,
         queued_reason: None,
         phases: None,
+        candidate_tree: None,
+        repository: None,
+        attestation: None,
     }
 }
 

@@ -15,6 +15,7 @@ fn covered_by(p: CrashPoint) -> &'static str {
         | CrashPoint::AfterCreate
         | CrashPoint::AfterStart
         | CrashPoint::AfterDestroy
+        | CrashPoint::BeforeSign
         | CrashPoint::AfterArtifact
         | CrashPoint::AfterSettle => {
             "recovery::every_crash_point_recovers_without_rerun_or_invention"

@@ -28,6 +28,8 @@ pub struct Runner {
     pub seccomp: SeccompProfile,
     pub clock: Clock,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Signs each settled result (when a signing key is configured).
+    pub attest: Arc<crate::attest::Attestor>,
 }
 
 impl Runner {
@@ -40,6 +42,7 @@ impl Runner {
             seccomp: ctx.seccomp.clone(),
             clock: ctx.clock.clone(),
             metrics: ctx.metrics.clone(),
+            attest: ctx.attest.clone(),
         }
     }
 }

@@ -57,6 +57,8 @@ pub struct Prepared {
     gate: Option<StepGate>,
     repo: Repo,
     commit: String,
+    /// The commit's tree (its attestation's second subject).
+    tree: String,
     profile: Profile,
     spec: EnvironmentSpec,
     argv: Vec<String>,
@@ -197,10 +199,12 @@ impl Runner {
             self.config.checkout_filesystem,
         );
         self.check_free_space(&spec)?;
+        let tree = repo.tree_of(&commit).map_err(RunError::from_git)?;
         Ok(Prepared {
             gate: None,
             repo,
             commit,
+            tree,
             profile,
             spec,
             argv,
@@ -294,6 +298,9 @@ impl Runner {
             queued: None,
             queued_reason: None,
             phases: None,
+            candidate_tree: Some(p.tree.clone()),
+            repository: Some(p.repo.git_dir().display().to_string()),
+            attestation: None,
         };
         let t_insert = Instant::now();
         let store = &self.data.store;
@@ -358,11 +365,22 @@ impl Runner {
         }
         v.finished_at = Some(ids::rfc3339(self.clock.now()));
 
+        // The result is complete: it is signed, and the signature goes into the artifact with
+        // it. A crash before the artifact leaves recovery to settle (and sign) the run.
+        crash::point(crash::CrashPoint::BeforeSign);
+        let t_sign = Instant::now();
+        self.attest.attest_verification(&mut v);
+        let sign_us = t_sign.elapsed().as_micros() as u64;
+
         // Durability before acknowledgement: the artifact, then the row.
         let t_artifact = Instant::now();
         match crate::engine::context::blocking(|| self.data.artifacts.write_timed(&v)) {
             Ok((_, fsyncs)) => self.metrics.fsync_seconds.observe(fsyncs.as_secs_f64()),
-            Err(e) => unfinished(&mut v, Unfinished::ArtifactWrite(e.to_string())),
+            Err(e) => {
+                // What is settled is not what was signed: the settled record is signed anew.
+                unfinished(&mut v, Unfinished::ArtifactWrite(e.to_string()));
+                self.attest.attest_verification(&mut v);
+            }
         }
         let artifact_us = t_artifact.elapsed().as_micros() as u64;
         self.metrics
@@ -399,6 +417,7 @@ impl Runner {
             %verification_id,
             status = v.status.as_str(),
             insert_us,
+            sign_us,
             artifact_us,
             settle_us,
             wait_us = timings.wait_us,
@@ -409,7 +428,7 @@ impl Runner {
             destroy_us = timings.destroy_us,
             check_us = timings.check_us,
             checkout = ?timings.checkout,
-            durability_us = insert_us + artifact_us + settle_us,
+            durability_us = insert_us + sign_us + artifact_us + settle_us,
             "verification settled"
         );
         Ok(v)

@@ -4,6 +4,7 @@
 //! Recovery never creates a container.
 
 use super::WorkerLock;
+use crate::attest::Attestor;
 use crate::engine::DataDir;
 use crate::ids;
 use crate::sandbox::container_name;
@@ -117,7 +118,13 @@ async fn reach(data: &DataDir, engines: &[JobEngine], now: time::OffsetDateTime)
 
 /// Runs one recovery pass over `data` and every engine in `engines` (a job's container and
 /// workspace may be on any of them), then removes one-shot results older than the retention.
-pub async fn recover(data: &DataDir, engines: &[JobEngine], bounds: Bounds) -> Report {
+/// What it settles, it signs with `attest` (when a signing key is configured).
+pub async fn recover(
+    data: &DataDir,
+    engines: &[JobEngine],
+    attest: &Attestor,
+    bounds: Bounds,
+) -> Report {
     let mut report = Report::default();
     let reach = reach(data, engines, bounds.now).await;
     let running = match data.store.running().await {
@@ -147,7 +154,7 @@ pub async fn recover(data: &DataDir, engines: &[JobEngine], bounds: Bounds) -> R
             }
         };
         report.interrupted.push(v.verification_id.clone());
-        recover_one(data, engines, &reach, v, bounds, &mut report).await;
+        recover_one(data, engines, attest, &reach, v, bounds, &mut report).await;
         drop(lock);
     }
     for (engine, reach) in engines.iter().zip(&reach) {
@@ -198,6 +205,7 @@ async fn expire_results(data: &DataDir, retention: Bounds, report: &mut Report) 
 async fn recover_one(
     data: &DataDir,
     engines: &[JobEngine],
+    attest: &Attestor,
     reach: &[Reach],
     v: Verification,
     bounds: Bounds,
@@ -255,7 +263,11 @@ async fn recover_one(
     }
     let settled = match blocking(|| data.artifacts.read(&id, &v.creation_key)) {
         Ok(Some(body)) => {
-            let result = body.result;
+            let mut result = body.result;
+            // Written unsigned (no key then): what recovery settles, it signs.
+            if result.attestation.is_none() {
+                attest.attest_verification(&mut result);
+            }
             match data.store.settle(&result).await {
                 Ok(()) => {
                     report.restored_from_artifact.push(Settled {
@@ -275,13 +287,14 @@ async fn recover_one(
         }
         Ok(None) => {
             let why = lost.unwrap_or(Unfinished::Interrupted);
-            mark_error(data, &v, why, now, report).await
+            mark_error(data, attest, &v, why, now, report).await
         }
         Err(rejected) => match blocking(|| data.artifacts.quarantine(&id)) {
             Ok(path) => {
                 report.quarantined.push(path.display().to_string());
                 mark_error(
                     data,
+                    attest,
                     &v,
                     Unfinished::ArtifactRejected(rejected.to_string()),
                     now,
@@ -308,6 +321,7 @@ async fn recover_one(
 
 async fn mark_error(
     data: &DataDir,
+    attest: &Attestor,
     v: &Verification,
     why: Unfinished,
     now: time::OffsetDateTime,
@@ -318,6 +332,8 @@ async fn mark_error(
     e.status = status;
     e.error = Some(error.clone());
     e.finished_at = Some(ids::rfc3339(now));
+    e.attestation = None;
+    attest.attest_verification(&mut e);
     match data.store.settle(&e).await {
         Ok(()) => {
             report.marked_error.push(Settled {
@@ -469,7 +485,7 @@ mod tests {
             engine_lost_after: Duration::from_secs(600),
             now: created + after,
         };
-        let report = recover(&data, &engines, bounds(Duration::from_secs(5))).await;
+        let report = recover(&data, &engines, &Attestor::disabled(), bounds(Duration::from_secs(5))).await;
         assert_eq!(report.failures, Vec::<String>::new(), "{report:?}");
         let settled: Vec<&str> = report
             .marked_error
@@ -488,7 +504,7 @@ mod tests {
             "{report:?}"
         );
         // Past the bound both are lost: error, never passed.
-        let report = recover(&data, &engines, bounds(Duration::from_secs(601))).await;
+        let report = recover(&data, &engines, &Attestor::disabled(), bounds(Duration::from_secs(601))).await;
         let mut lost: Vec<(&str, &str)> = report
             .marked_error
             .iter()
@@ -505,7 +521,7 @@ mod tests {
         assert!(data.store.running().await.unwrap().is_empty());
         // An engine seen by a pass is measured from then, not from the job's creation.
         away.set_away(false);
-        let _ = recover(&data, &engines, bounds(Duration::from_secs(700))).await;
+        let _ = recover(&data, &engines, &Attestor::disabled(), bounds(Duration::from_secs(700))).await;
         let seen = data.store.engine_seen("away").await.unwrap().unwrap();
         assert_eq!(seen, ids::rfc3339(created + Duration::from_secs(700)));
     }
