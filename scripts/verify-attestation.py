@@ -49,6 +49,11 @@ def main(envelope_path, key_path):
         verifier = dict(predicate["verifier"])
         verifier.pop("version", None)  # in the VSA v1 spec, not in this schema's message
         predicate["verifier"] = verifier
+        # The spec makes verifiedLevels an array of strings; this schema's message has one
+        # string. Checked here by hand, the rest by the schema.
+        levels = predicate.pop("verifiedLevels")
+        if not levels or not all(isinstance(x, str) for x in levels):
+            raise ValueError(f"verifiedLevels {levels!r} is not a non-empty list of strings")
         vsa = json_format.Parse(json.dumps(predicate), vsa_pb2.VerificationSummary())
         result = vsa.verification_result
         if result not in ("PASSED", "FAILED") or not vsa.verifier.id or not vsa.policy.uri:

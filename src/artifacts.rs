@@ -284,7 +284,7 @@ impl Artifacts {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::verification::Status;
 

@@ -201,6 +201,11 @@ pub struct DeliveryReceipt {
     pub result: ReceiptResult,
     pub proposal_ref: Option<String>,
     pub created_at: String,
+    /// The delivery's signed statement (when a signing key is configured): the landed
+    /// commit as subject, the request, approver, this receipt (without this field) and the
+    /// verifications it relied on by attestation digest. Also in `refs/notes/airlock`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attestation: Option<crate::attest::Envelope>,
 }
 
 impl Candidate {

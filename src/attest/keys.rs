@@ -140,10 +140,7 @@ impl SigningKey {
             .map_err(io)?;
         let key = SigningKey::from_dalek(ed25519_dalek::SigningKey::from_bytes(&seed));
         seed.fill(0);
-        let pem = key
-            .key
-            .to_pkcs8_pem(LineEnding::LF)
-            .expect("an Ed25519 key encodes as PKCS#8 PEM");
+        let pem = key.to_pem();
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -182,12 +179,17 @@ impl SigningKey {
         SigningKey::from_dalek(ed25519_dalek::SigningKey::from_bytes(&seed))
     }
 
-    /// The PKCS#8 PEM of this key (for tests that hand a key to another verifier).
+    /// The PKCS#8 PEM of this key: version 1 (the private key alone, as `openssl genpkey
+    /// -algorithm ed25519` writes it), which OpenSSL 3.0 reads; it cannot read the version 2
+    /// form that also embeds the public key.
     pub fn to_pem(&self) -> String {
-        self.key
-            .to_pkcs8_pem(LineEnding::LF)
-            .expect("an Ed25519 key encodes as PKCS#8 PEM")
-            .to_string()
+        ed25519_dalek::pkcs8::KeypairBytes {
+            secret_key: self.key.to_bytes(),
+            public_key: None,
+        }
+        .to_pkcs8_pem(LineEnding::LF)
+        .expect("an Ed25519 key encodes as PKCS#8 PEM")
+        .to_string()
     }
 }
 
@@ -209,4 +211,75 @@ fn read_bounded(path: &Path) -> Result<String, KeyError> {
         });
     }
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Written by `openssl genpkey -algorithm ed25519`; its public key and the SHA-256 of its
+    /// DER as `openssl pkey -pubout -outform DER | sha256sum` printed them.
+    const OPENSSL_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEIBjgoo03+uByD9jcwdJrQBiA1mCPhZHFke5cC4ImH3XL
+-----END PRIVATE KEY-----
+";
+    const OPENSSL_PUBLIC: &str = "MCowBQYDK2VwAyEAeTWw1QfRcRcnlWS+1dqYSMDusxFWMGvwezKPEBS/5wY=";
+    const OPENSSL_KEY_ID: &str = "27bedcec196f203f1c49255a7da3b6c99f4755171e6f20e996ab1fc2db314c41";
+
+    fn write(path: &Path, text: &str, mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(path, text).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn an_openssl_key_reads_with_openssls_public_key_and_key_id() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("k.pem");
+        write(&p, OPENSSL_KEY, 0o600);
+        let k = SigningKey::read(&p).unwrap();
+        assert_eq!(k.public.key_id, OPENSSL_KEY_ID);
+        assert!(k.public.pem.contains(OPENSSL_PUBLIC), "{}", k.public.pem);
+        // Written back in the same (version 1) form openssl wrote.
+        assert_eq!(k.to_pem(), OPENSSL_KEY);
+    }
+
+    #[test]
+    fn generate_writes_0600_refuses_an_existing_file_and_reads_back() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("k.pem");
+        let k = SigningKey::generate(&p).unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o600);
+        assert_eq!(SigningKey::read(&p).unwrap().public, k.public);
+        let before = std::fs::read(&p).unwrap();
+        assert!(matches!(SigningKey::generate(&p), Err(KeyError::Exists { .. })));
+        assert_eq!(std::fs::read(&p).unwrap(), before, "the old key is untouched");
+        // Two keys are never the same.
+        let other = SigningKey::generate(&d.path().join("k2.pem")).unwrap();
+        assert_ne!(other.public.key_id, k.public.key_id);
+    }
+
+    #[test]
+    fn exposed_malformed_oversized_and_missing_keys_are_refused_by_name() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("k.pem");
+        write(&p, OPENSSL_KEY, 0o644);
+        let e = SigningKey::read(&p).unwrap_err().to_string();
+        assert!(e.contains("mode 644") && e.contains("k.pem"), "{e}");
+        write(&p, "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n", 0o600);
+        let e = SigningKey::read(&p).unwrap_err().to_string();
+        assert!(e.contains("not an Ed25519 private key"), "{e}");
+        // A public key where a private one belongs.
+        let public = SigningKey::from_seed([3; 32]).public.pem;
+        write(&p, &public, 0o600);
+        assert!(matches!(SigningKey::read(&p), Err(KeyError::Malformed { .. })));
+        write(&p, &"x".repeat(limits::MAX_KEY_FILE_BYTES as usize + 1), 0o600);
+        assert!(matches!(SigningKey::read(&p), Err(KeyError::TooLarge { .. })));
+        assert!(matches!(PublicKey::read(&p), Err(KeyError::TooLarge { .. })));
+        assert!(matches!(
+            SigningKey::read(&d.path().join("missing.pem")),
+            Err(KeyError::Io { .. })
+        ));
+    }
 }

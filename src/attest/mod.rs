@@ -113,3 +113,6 @@ impl Attestor {
         verify::verify(envelope, &self.keys)
     }
 }
+
+#[cfg(test)]
+mod tests;

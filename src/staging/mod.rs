@@ -118,6 +118,7 @@ mod check;
 use check::{Verdict, listing};
 pub mod cache;
 mod commits;
+pub mod notes;
 pub mod overlay;
 pub mod plumbing;
 pub mod refcache;

@@ -244,6 +244,11 @@ pub struct TransactionView {
     pub retry_of: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+    /// Once applied, when a signing key is configured: the signed in-toto statement of the
+    /// apply (HEAD before and every post-image as subjects; the proposal revision, verdict,
+    /// claims, validation and its tests' attestations by digest).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attestation: Option<crate::attest::Envelope>,
 }
 
 /// One entry of a workspace's event log (`event.list`).

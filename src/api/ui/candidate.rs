@@ -225,7 +225,7 @@ pub(super) async fn candidate_page(
                 @if !request.is_null() && !selected.contains(&v["verification_id"].as_str().unwrap_or("")) {
                     p.missing { "Not part of the delivery request: " code { (value(&v["verification_id"])) } }
                 }
-                (verification(v, &c["candidate_revision"], may_verify.then_some(&act), &s))
+                (verification(v, &c["candidate_revision"], may_verify.then_some(&act), &s, &st.service.ctx.attest))
             }
             @if frozen && may_verify {
                 form method="post" action=(act) {
@@ -265,7 +265,11 @@ pub(super) async fn candidate_page(
                     button type="submit" { "Deliver" }
                 }
             }
-            h2 { "Receipt" } (value(&c["delivery_receipt"]))
+            h2 { "Receipt" }
+            @if !c["delivery_receipt"].is_null() {
+                p { "Attestation: " (attestation(&c["delivery_receipt"]["attestation"], &st.service.ctx.attest)) }
+            }
+            (value(&c["delivery_receipt"]))
             h2 { "Combined diff" }
             @match &patch {
                 None => p { span.badge { "no frozen revision yet" } },
@@ -413,7 +417,13 @@ pub(super) struct DiffQuery {
 
 /// One verification: what ran, in what, how it ended, and its output (the server's copy, which
 /// is capped: the marker says how much of it the run wrote).
-fn verification(v: &Value, current: &Value, act: Option<&String>, s: &UiSession) -> Markup {
+fn verification(
+    v: &Value,
+    current: &Value,
+    act: Option<&String>,
+    s: &UiSession,
+    keys: &crate::attest::Attestor,
+) -> Markup {
     let status = v["status"].as_str().unwrap_or("");
     let class = match status {
         "passed" => "satisfied",
@@ -440,6 +450,7 @@ fn verification(v: &Value, current: &Value, act: Option<&String>, s: &UiSession)
             tr { th { "revision" } td { code { (value(&v["candidate_revision"])) } } }
             tr { th { "started · finished" } td { (value(&v["created_at"])) " · " (value(&v["finished_at"])) } }
             @if !v["error"].is_null() { tr { th { "error" } td.blocked { (value(&v["error"])) } } }
+            @if v["status"] != "running" { tr { th { "attestation" } td { (attestation(&v["attestation"], keys)) } } }
         }
         @if v["output_truncated"] == true {
             p.missing { "output truncated: the command wrote " (value(&v["output_bytes_total"]))

@@ -498,6 +498,27 @@ async fn logout(
 
 /// Renders any JSON value as escaped HTML: objects as tables, arrays as lists, strings as text
 /// (multi-line ones as preformatted text). Nothing from a value is ever markup.
+/// An attestation (a DSSE envelope, or null): the key it is signed with, checked here
+/// against the daemon's keys, with a verified mark or the reason it does not verify.
+fn attestation(a: &Value, keys: &crate::attest::Attestor) -> Markup {
+    if a.is_null() {
+        return html! { span.badge { "not signed" } };
+    }
+    let checked = serde_json::from_value::<crate::attest::Envelope>(a.clone())
+        .map_err(|e| e.to_string())
+        .and_then(|env| keys.check(&env).map_err(|e| e.to_string()));
+    html! {
+        @match checked {
+            Ok(v) => span.satisfied.attestation data-verified="true" {
+                "✓ verified · key " code { (v.key_id) } " · " code { (v.digest) }
+            },
+            Err(why) => span.blocked.attestation data-verified="false" {
+                "✗ does not verify: " (why)
+            },
+        }
+    }
+}
+
 fn value(v: &Value) -> Markup {
     match v {
         Value::Null => html! { span.badge { "none" } },

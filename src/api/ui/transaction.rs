@@ -53,6 +53,9 @@ pub(super) async fn transaction_page(
                 @if !v["blocked_reason"].is_null() { p.blocked { "Blocked: " (value(&v["blocked_reason"])) } }
                 @if !v["artifact_error"].is_null() { p.blocked { "Rollback artifact: " (value(&v["artifact_error"])) } }
             }))
+            @if t["status"] == "applied" {
+                p { "Attestation: " (attestation(&t["attestation"], &st.service.ctx.attest)) }
+            }
             h2 { "The transaction" } (value(&t))
         },
     )

@@ -7,6 +7,8 @@
 //! `prepared` row is committed before anything is staged, `installing` before the first
 //! rename, `applied` (and the proposal `accepted`) after every path holds its post-image.
 
+mod attesting;
+
 use super::requests::{Keyed, next_cursor, page_limit, parse_cursor};
 use super::reviews::evidence_of;
 use super::validation::Record as ValidationRecord;
@@ -46,6 +48,9 @@ pub(super) struct TxRecord {
     pub(super) blocked_reason: Option<String>,
     created_at: String,
     updated_at: String,
+    /// Once applied, when a signing key is configured: the signed statement of the apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    attestation: Option<crate::attest::Envelope>,
 }
 
 impl Applies {
@@ -130,6 +135,7 @@ impl Applies {
             retry_of: r.retry_of,
             created_at: r.created_at,
             updated_at: r.updated_at,
+            attestation: r.attestation,
         })
     }
 
@@ -253,6 +259,7 @@ impl Applies {
             blocked_reason: None,
             created_at: at.clone(),
             updated_at: at.clone(),
+            attestation: None,
         };
         // The one decision: every gate is judged on the facts as committed, in the
         // transaction that commits `prepared` (and the fence that keeps them so).
@@ -585,6 +592,7 @@ impl Applies {
                 .await
                 .expect("rev-parse does not panic")
         };
+        r.attestation = self.attest_apply(&t, &r).await?;
         // The claims this apply landed under now describe the files as it left them.
         let mut rebase = vec![];
         for id in &r.claims {

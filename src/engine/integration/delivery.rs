@@ -371,6 +371,38 @@ impl Integration {
             result,
             proposal_ref: proposal.clone(),
             created_at: crate::ids::rfc3339(now),
+            attestation: None,
+        };
+        // Signed before anything moves: the receipt carries it into the ref transaction, and
+        // the note on the landed commit carries it with the verifications' own.
+        let landed_tree = blocking(|| repo.commit_tree_of(&landed))?;
+        let statement = crate::attest::statement::delivery(
+            &crate::attest::statement::Delivery {
+                landed_revision: &landed,
+                landed_tree: &landed_tree,
+                workspace_id: &l.c.workspace_id,
+                candidate_id: &l.c.candidate_id,
+                request: &req,
+                receipt: &receipt,
+                verifications: &chosen,
+            },
+            &self.ctx.attest.verifier,
+        );
+        let mut receipt = receipt;
+        receipt.attestation = self.ctx.attest.sign(&statement);
+        let note = match &receipt.attestation {
+            Some(a) => {
+                let mut text = crate::canonical::to_string(a);
+                text.push('\n');
+                for v in &chosen {
+                    if let Some(va) = &v.attestation {
+                        text.push_str(&crate::canonical::to_string(va));
+                        text.push('\n');
+                    }
+                }
+                Some(blocking(|| repo.write_blob(text.as_bytes()))?)
+            }
+            None => None,
         };
         let receipt_json = serde_json::to_string(&receipt).expect("a receipt serializes");
         let blob = blocking(|| repo.write_blob(receipt_json.as_bytes()))?;
@@ -391,7 +423,38 @@ impl Integration {
             name: receipt_ref(&req.request_id),
             new: blob,
         });
-        if let Err(e) = blocking(|| repo.update_refs(&ops)) {
+        let mut attempt = 0;
+        let updated = loop {
+            attempt += 1;
+            let mut all = ops.clone();
+            let note_op = match &note {
+                Some(blob) => {
+                    let op = blocking(|| repo.note_op(&landed, blob, now.unix_timestamp()))?;
+                    all.push(op.clone());
+                    Some(op)
+                }
+                None => None,
+            };
+            match blocking(|| repo.update_refs(&all)) {
+                Ok(()) => break Ok(()),
+                // Another delivery moved the notes ref between its read and this transaction
+                // (nothing of this one moved): made again on the notes as they are now.
+                Err(_)
+                    if attempt < limits::NOTES_ATTEMPTS
+                        && note_op.as_ref().is_some_and(|op| {
+                            let seen = match op {
+                                RefOp::Update { old, .. } => Some(old.clone()),
+                                _ => None,
+                            };
+                            repo.ref_value(crate::staging::notes::NOTES_REF).ok() != Some(seen)
+                        }) =>
+                {
+                    continue;
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        if let Err(e) = updated {
             // Nothing moved (the transaction is atomic). Say why.
             if let Some(r) = blocking(|| self.read_receipt(&repo, &req.request_id))? {
                 self.settle_delivery(&mut l, r, actor).await?;

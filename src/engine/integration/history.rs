@@ -133,12 +133,16 @@ pub fn landed_commit(
     }
     for v in verifications {
         message.push_str(&format!(
-            "Verified-by: {} {} on {} environment_sha256={}\n",
+            "Verified-by: {} {} on {} environment_sha256={}",
             v.verification_id,
             v.status.as_str(),
             v.candidate_revision,
             v.environment_sha256
         ));
+        if let Some(a) = &v.attestation {
+            message.push_str(&format!(" attestation={}", a.digest()));
+        }
+        message.push('\n');
     }
     let parents: Vec<&str> = match history {
         History::Merge => vec![req.expected_target_revision.as_str(), rev.as_str()],
