@@ -6,6 +6,7 @@ mod apply_corpus;
 mod apply_hostile;
 mod apply_kill;
 mod apply_races;
+mod attestation;
 mod cli;
 mod clients;
 mod delivery;

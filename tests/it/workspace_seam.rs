@@ -98,7 +98,8 @@ async fn run_through(refuse_staging: bool, argv: &[&str]) -> (Vec<String>, Strin
         data.clone(),
         Arc::new(FakeRuntime::new()),
         airlock::sandbox::seccomp::load().unwrap(),
-    );
+    )
+    .unwrap();
     let recording = Arc::new(Recording {
         inner: HostBind::new(&data.root),
         log: log.clone(),
@@ -277,7 +278,8 @@ async fn run_uploaded(
         data,
         fake.clone(),
         airlock::sandbox::seccomp::load().unwrap(),
-    );
+    )
+    .unwrap();
     let ctx = ctx.with_pool(Arc::new(Pool::single(
         "remote",
         fake.clone(),
@@ -398,6 +400,7 @@ async fn recovery_sweeps_a_volume_no_live_worker_owns() {
     let report = airlock::engine::runner::recovery::recover(
         &data,
         &[engine],
+        &airlock::attest::Attestor::disabled(),
         airlock::engine::runner::recovery::Bounds {
             keep: std::time::Duration::from_secs(3600),
             engine_lost_after: std::time::Duration::from_secs(3600),
