@@ -158,28 +158,43 @@ mod tests {
 
         let mut t = env.clone();
         t.payload = STANDARD.encode(br#"{"a":2}"#);
-        assert!(matches!(t.verify(&keys), Err(SignatureRefused::Invalid { .. })));
+        assert!(matches!(
+            t.verify(&keys),
+            Err(SignatureRefused::Invalid { .. })
+        ));
         let mut t = env.clone();
         t.payload_type = "application/json".into();
-        assert!(matches!(t.verify(&keys), Err(SignatureRefused::Invalid { .. })));
+        assert!(matches!(
+            t.verify(&keys),
+            Err(SignatureRefused::Invalid { .. })
+        ));
         let mut t = env.clone();
         let mut sig = STANDARD.decode(&t.signatures[0].sig).unwrap();
         sig[10] ^= 1;
         t.signatures[0].sig = STANDARD.encode(sig);
-        assert!(matches!(t.verify(&keys), Err(SignatureRefused::Invalid { .. })));
+        assert!(matches!(
+            t.verify(&keys),
+            Err(SignatureRefused::Invalid { .. })
+        ));
         let mut t = env.clone();
         t.signatures[0].keyid = other.public.key_id.clone();
-        assert!(matches!(t.verify(&keys), Err(SignatureRefused::UnknownKey { .. })));
+        assert!(matches!(
+            t.verify(&keys),
+            Err(SignatureRefused::UnknownKey { .. })
+        ));
         let mut t = env.clone();
         t.signatures.clear();
         assert_eq!(t.verify(&keys), Err(SignatureRefused::Unsigned));
         // The other key's own signature, under our key's id, is refused too.
         let mut t = Envelope::sign(br#"{"a":1}"#, &other);
         t.signatures[0].keyid = key.public.key_id.clone();
-        assert!(matches!(t.verify(&keys), Err(SignatureRefused::Invalid { .. })));
+        assert!(matches!(
+            t.verify(&keys),
+            Err(SignatureRefused::Invalid { .. })
+        ));
         // A key that is not known verifies nothing.
         assert!(matches!(
-            env.verify(&[other.public.clone()]),
+            env.verify(std::slice::from_ref(&other.public)),
             Err(SignatureRefused::UnknownKey { .. })
         ));
     }
@@ -195,6 +210,9 @@ mod tests {
         let mut der = hex::decode("302a300506032b6570032100").unwrap();
         der.extend_from_slice(&key.public.key.to_bytes());
         assert_eq!(key.public.key_id, hex::encode(Sha256::digest(&der)));
-        assert!(PublicKey::from_pem("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----").is_err());
+        assert!(
+            PublicKey::from_pem("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----")
+                .is_err()
+        );
     }
 }

@@ -253,8 +253,15 @@ MC4CAQAwBQYDK2VwBCIEIBjgoo03+uByD9jcwdJrQBiA1mCPhZHFke5cC4ImH3XL
         assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o600);
         assert_eq!(SigningKey::read(&p).unwrap().public, k.public);
         let before = std::fs::read(&p).unwrap();
-        assert!(matches!(SigningKey::generate(&p), Err(KeyError::Exists { .. })));
-        assert_eq!(std::fs::read(&p).unwrap(), before, "the old key is untouched");
+        assert!(matches!(
+            SigningKey::generate(&p),
+            Err(KeyError::Exists { .. })
+        ));
+        assert_eq!(
+            std::fs::read(&p).unwrap(),
+            before,
+            "the old key is untouched"
+        );
         // Two keys are never the same.
         let other = SigningKey::generate(&d.path().join("k2.pem")).unwrap();
         assert_ne!(other.public.key_id, k.public.key_id);
@@ -267,16 +274,33 @@ MC4CAQAwBQYDK2VwBCIEIBjgoo03+uByD9jcwdJrQBiA1mCPhZHFke5cC4ImH3XL
         write(&p, OPENSSL_KEY, 0o644);
         let e = SigningKey::read(&p).unwrap_err().to_string();
         assert!(e.contains("mode 644") && e.contains("k.pem"), "{e}");
-        write(&p, "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n", 0o600);
+        write(
+            &p,
+            "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+            0o600,
+        );
         let e = SigningKey::read(&p).unwrap_err().to_string();
         assert!(e.contains("not an Ed25519 private key"), "{e}");
         // A public key where a private one belongs.
         let public = SigningKey::from_seed([3; 32]).public.pem;
         write(&p, &public, 0o600);
-        assert!(matches!(SigningKey::read(&p), Err(KeyError::Malformed { .. })));
-        write(&p, &"x".repeat(limits::MAX_KEY_FILE_BYTES as usize + 1), 0o600);
-        assert!(matches!(SigningKey::read(&p), Err(KeyError::TooLarge { .. })));
-        assert!(matches!(PublicKey::read(&p), Err(KeyError::TooLarge { .. })));
+        assert!(matches!(
+            SigningKey::read(&p),
+            Err(KeyError::Malformed { .. })
+        ));
+        write(
+            &p,
+            &"x".repeat(limits::MAX_KEY_FILE_BYTES as usize + 1),
+            0o600,
+        );
+        assert!(matches!(
+            SigningKey::read(&p),
+            Err(KeyError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            PublicKey::read(&p),
+            Err(KeyError::TooLarge { .. })
+        ));
         assert!(matches!(
             SigningKey::read(&d.path().join("missing.pem")),
             Err(KeyError::Io { .. })

@@ -243,7 +243,11 @@ pub fn transaction(t: &Transaction<'_>, verifier: &Verifier) -> Statement {
     use crate::apply::Fingerprint;
     let mut subject = Vec::new();
     if let Some(head) = t.head_before {
-        subject.push(Subject::one(format!("head-before:{head}"), "gitCommit", head));
+        subject.push(Subject::one(
+            format!("head-before:{head}"),
+            "gitCommit",
+            head,
+        ));
     }
     for h in t.hashes {
         match &h.after {

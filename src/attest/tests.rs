@@ -57,7 +57,10 @@ fn a_verification_statement_names_what_ran_where_and_how_it_ended() {
     a.attest_verification(&mut v);
     let st = statement_of(v.attestation.as_ref().unwrap());
     assert_eq!(st.type_, statement::STATEMENT_TYPE);
-    assert_eq!(st.commits().collect::<Vec<_>>(), [v.candidate_revision.as_str()]);
+    assert_eq!(
+        st.commits().collect::<Vec<_>>(),
+        [v.candidate_revision.as_str()]
+    );
     assert_eq!(st.trees().collect::<Vec<_>>(), ["b".repeat(40)]);
     let p = &st.predicate;
     assert_eq!(p["verifier"]["id"], "urn:airlock:test");
@@ -149,13 +152,22 @@ fn statements_airlock_never_signs_are_refused_even_when_signed() {
     ));
     let mut t = st.clone();
     t.type_ = "https://in-toto.io/Statement/v0.1".into();
-    assert!(matches!(verify(&resign(&t, &key), &keys), Err(Refused::StatementType(_))));
+    assert!(matches!(
+        verify(&resign(&t, &key), &keys),
+        Err(Refused::StatementType(_))
+    ));
     let mut t = st.clone();
     t.predicate_type = "https://slsa.dev/provenance/v1".into();
-    assert!(matches!(verify(&resign(&t, &key), &keys), Err(Refused::PredicateType(_))));
+    assert!(matches!(
+        verify(&resign(&t, &key), &keys),
+        Err(Refused::PredicateType(_))
+    ));
     let mut t = st.clone();
     t.subject.clear();
-    assert!(matches!(verify(&resign(&t, &key), &keys), Err(Refused::NoSubject)));
+    assert!(matches!(
+        verify(&resign(&t, &key), &keys),
+        Err(Refused::NoSubject)
+    ));
     let mut t = st.clone();
     t.subject[0].digest.insert("gitCommit".into(), "XYZ".into());
     assert!(matches!(
@@ -163,16 +175,28 @@ fn statements_airlock_never_signs_are_refused_even_when_signed() {
         Err(Refused::SubjectDigest { .. })
     ));
     // Not an envelope, wrong payload type, oversized, too many signatures, no keys.
-    assert!(matches!(verify_bytes(b"{", &keys), Err(Refused::NotAnEnvelope(_))));
+    assert!(matches!(
+        verify_bytes(b"{", &keys),
+        Err(Refused::NotAnEnvelope(_))
+    ));
     let mut e = resign(&st, &key);
     e.payload_type = "application/json".into();
     assert!(matches!(verify(&e, &keys), Err(Refused::PayloadType(_))));
     let big = vec![b' '; crate::limits::MAX_ATTESTATION_BYTES + 1];
-    assert!(matches!(verify_bytes(&big, &keys), Err(Refused::TooLarge { .. })));
+    assert!(matches!(
+        verify_bytes(&big, &keys),
+        Err(Refused::TooLarge { .. })
+    ));
     let mut e = resign(&st, &key);
     e.signatures = vec![e.signatures[0].clone(); crate::limits::MAX_ENVELOPE_SIGNATURES + 1];
-    assert!(matches!(verify(&e, &keys), Err(Refused::TooManySignatures { .. })));
-    assert!(matches!(verify(&resign(&st, &key), &[]), Err(Refused::NoKeys)));
+    assert!(matches!(
+        verify(&e, &keys),
+        Err(Refused::TooManySignatures { .. })
+    ));
+    assert!(matches!(
+        verify(&resign(&st, &key), &[]),
+        Err(Refused::NoKeys)
+    ));
     // A payload that is not a statement at all.
     let e = Envelope::sign(b"[1,2,3]", &key);
     assert!(matches!(verify(&e, &keys), Err(Refused::NotAStatement(_))));
@@ -220,5 +244,8 @@ fn key_config_errors_name_the_field() {
         &crate::config::Config::parse("signing_key = \"/nonexistent/airlock.pem\"").unwrap(),
     )
     .unwrap_err();
-    assert!(e.starts_with("signing_key: /nonexistent/airlock.pem"), "{e}");
+    assert!(
+        e.starts_with("signing_key: /nonexistent/airlock.pem"),
+        "{e}"
+    );
 }

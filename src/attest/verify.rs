@@ -28,7 +28,9 @@ pub enum Refused {
     PayloadType(String),
     #[error("the envelope has {n} signatures; the limit is {max}", max = limits::MAX_ENVELOPE_SIGNATURES)]
     TooManySignatures { n: usize },
-    #[error("no public key to verify with (configure signing_key or verification_keys, or pass --public-key)")]
+    #[error(
+        "no public key to verify with (configure signing_key or verification_keys, or pass --public-key)"
+    )]
     NoKeys,
     #[error("signature: {0}")]
     Signature(#[from] SignatureRefused),
@@ -101,7 +103,10 @@ pub fn verify(envelope: &Envelope, keys: &[PublicKey]) -> Result<Verified, Refus
                 "sha256" => value.len() == 64,
                 _ => false,
             };
-            if !len_ok || !value.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            if !len_ok
+                || !value
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
             {
                 return Err(Refused::SubjectDigest {
                     name: s.name.clone(),
@@ -118,8 +123,7 @@ pub fn verify(envelope: &Envelope, keys: &[PublicKey]) -> Result<Verified, Refus
         let status = statement.predicate["airlock"]["status"]
             .as_str()
             .unwrap_or_default();
-        if (result == "PASSED") != (status == "passed") || !matches!(result, "PASSED" | "FAILED")
-        {
+        if (result == "PASSED") != (status == "passed") || !matches!(result, "PASSED" | "FAILED") {
             return Err(Refused::ResultDisagrees {
                 result: result.into(),
                 status: status.into(),

@@ -150,7 +150,10 @@ fn envelopes(bytes: &[u8]) -> Result<Vec<serde_json::Value>, String> {
     let one = |v: serde_json::Value| match v.get("attestation") {
         Some(a) if v.get("payload").is_none() => {
             if a.is_null() {
-                Err("the record has no attestation (was a signing key configured when it settled?)".to_string())
+                Err(
+                    "the record has no attestation (was a signing key configured when it settled?)"
+                        .to_string(),
+                )
             } else {
                 Ok(a.clone())
             }
@@ -160,9 +163,14 @@ fn envelopes(bytes: &[u8]) -> Result<Vec<serde_json::Value>, String> {
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(bytes) {
         return Ok(vec![one(v)?]);
     }
-    let text = std::str::from_utf8(bytes).map_err(|_| "not a DSSE envelope: not UTF-8 text".to_string())?;
+    let text = std::str::from_utf8(bytes)
+        .map_err(|_| "not a DSSE envelope: not UTF-8 text".to_string())?;
     let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
         let v = serde_json::from_str(line)
             .map_err(|e| format!("not a DSSE envelope (line {}): {e}", i + 1))?;
         out.push(one(v)?);
@@ -183,7 +191,11 @@ fn check_all(
     let all = envelopes(bytes)?;
     let n = all.len();
     for (i, value) in all.into_iter().enumerate() {
-        let which = if n > 1 { format!("envelope {}: ", i + 1) } else { String::new() };
+        let which = if n > 1 {
+            format!("envelope {}: ", i + 1)
+        } else {
+            String::new()
+        };
         let raw = serde_json::to_vec(&value).expect("a JSON value serializes");
         let v = verify::verify_bytes(&raw, keys).map_err(|e| format!("{which}{e}"))?;
         // A note carries the delivery and the verifications it relied on: the subject check

@@ -639,7 +639,9 @@ impl Config {
         if verifier_id.is_empty()
             || verifier_id.len() > limits::MAX_VERIFIER_ID_BYTES
             || !verifier_id.contains(':')
-            || verifier_id.chars().any(|c| c.is_control() || c.is_whitespace())
+            || verifier_id
+                .chars()
+                .any(|c| c.is_control() || c.is_whitespace())
         {
             return Err(ConfigError::Invalid {
                 field: "verifier_id".into(),

@@ -228,7 +228,11 @@ fn attestation_keys(config: &Config) -> Check {
                     format!("{role} key {} ({body})", k.key_id)
                 })
                 .collect();
-            let signing = if a.signs() { "signed" } else { "not signed (no signing_key)" };
+            let signing = if a.signs() {
+                "signed"
+            } else {
+                "not signed (no signing_key)"
+            };
             pass(
                 "attestations",
                 format!("{signing} as {}; {}", a.verifier.id, keys.join("; ")),

@@ -25,7 +25,10 @@ impl Repo {
         };
         let tree = self.edit_tree(
             &base,
-            &[(object.to_string(), Some((blob.to_string(), FileMode::Regular)))],
+            &[(
+                object.to_string(),
+                Some((blob.to_string(), FileMode::Regular)),
+            )],
         )?;
         let parents: Vec<&str> = old.iter().map(String::as_str).collect();
         let message = format!("Airlock: attestations of {object}\n");
@@ -78,17 +81,37 @@ mod tests {
                 .args(args)
                 .output()
                 .unwrap();
-            assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             String::from_utf8(out.stdout).unwrap()
         };
         std::fs::create_dir(&path).unwrap();
         git(&["init", "-q", "-b", "main"]);
         std::fs::write(path.join("f"), "1").unwrap();
         git(&["add", "-A"]);
-        git(&["-c", "user.name=a", "-c", "user.email=a@x", "commit", "-qm", "one"]);
+        git(&[
+            "-c",
+            "user.name=a",
+            "-c",
+            "user.email=a@x",
+            "commit",
+            "-qm",
+            "one",
+        ]);
         let first = git(&["rev-parse", "HEAD"]).trim().to_string();
         std::fs::write(path.join("f"), "2").unwrap();
-        git(&["-c", "user.name=a", "-c", "user.email=a@x", "commit", "-qam", "two"]);
+        git(&[
+            "-c",
+            "user.name=a",
+            "-c",
+            "user.email=a@x",
+            "commit",
+            "-qam",
+            "two",
+        ]);
         let second = git(&["rev-parse", "HEAD"]).trim().to_string();
 
         let repo = Repo::open(&path).unwrap();
@@ -97,8 +120,14 @@ mod tests {
             let op = repo.note_op(commit, &blob, 1_700_000_000).unwrap();
             repo.update_refs(&[op]).unwrap();
         }
-        assert_eq!(git(&["notes", "--ref=airlock", "show", &first]), "note one\n");
-        assert_eq!(git(&["notes", "--ref=airlock", "show", &second]), "note two\n");
+        assert_eq!(
+            git(&["notes", "--ref=airlock", "show", &first]),
+            "note one\n"
+        );
+        assert_eq!(
+            git(&["notes", "--ref=airlock", "show", &second]),
+            "note two\n"
+        );
         assert_eq!(repo.note(&first).unwrap().unwrap(), b"note one\n");
         // An op made on a notes ref that moved since fails the transaction: nothing changes.
         let blob = repo.write_blob(b"late\n").unwrap();
@@ -107,6 +136,9 @@ mod tests {
         repo.update_refs(&[fresh]).unwrap();
         assert!(repo.update_refs(&[stale]).is_err());
         assert_eq!(git(&["notes", "--ref=airlock", "show", &first]), "late\n");
-        assert_eq!(git(&["notes", "--ref=airlock", "show", &second]), "note two\n");
+        assert_eq!(
+            git(&["notes", "--ref=airlock", "show", &second]),
+            "note two\n"
+        );
     }
 }

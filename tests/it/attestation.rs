@@ -22,7 +22,11 @@ fn keys(dir: &Path, name: &str) -> (PathBuf, PathBuf, String) {
         .arg(&key)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     let (pem, id) = text.split_once("key id: ").expect("the key id is printed");
     assert!(pem.starts_with("-----BEGIN PUBLIC KEY-----\n"), "{text}");
@@ -108,7 +112,10 @@ fn both_refuse(envelope: &Value, public: &Path, why: &str, what: &str) {
     assert_eq!(err.lines().count(), 1, "{what}: one line: {err}");
     assert!(err.contains(why), "{what}: {err}");
     let v = in_toto(envelope, public);
-    assert_eq!(v["ok"], false, "{what}: the in-toto verifier accepted it: {v}");
+    assert_eq!(
+        v["ok"], false,
+        "{what}: the in-toto verifier accepted it: {v}"
+    );
 }
 
 fn signing_fixture(dir: &Path) -> (Fixture, PathBuf, String) {
@@ -128,7 +135,11 @@ fn signed_runs_verify_with_airlock_and_in_toto_and_every_tampered_part_is_refuse
     // A second `keys generate` onto the same file is refused and changes nothing.
     let key = keydir.path().join("signing.pem");
     let before = std::fs::read(&key).unwrap();
-    let out = Command::new(BIN).args(["keys", "generate"]).arg(&key).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["keys", "generate"])
+        .arg(&key)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("exists"));
     assert_eq!(std::fs::read(&key).unwrap(), before);
@@ -140,7 +151,11 @@ fn signed_runs_verify_with_airlock_and_in_toto_and_every_tampered_part_is_refuse
     assert_eq!(env["signatures"][0]["keyid"], key_id.as_str());
     // The stored record carries the same attestation.
     let shown = f
-        .base(&["verification", "show", v["verification_id"].as_str().unwrap()])
+        .base(&[
+            "verification",
+            "show",
+            v["verification_id"].as_str().unwrap(),
+        ])
         .output()
         .unwrap();
     let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
@@ -150,7 +165,10 @@ fn signed_runs_verify_with_airlock_and_in_toto_and_every_tampered_part_is_refuse
     assert_eq!(py["verificationResult"], "PASSED");
     assert_eq!(py["keyid"], key_id.as_str());
     let st = payload(&env);
-    assert_eq!(st["subject"][0]["digest"]["gitCommit"], v["candidate_revision"]);
+    assert_eq!(
+        st["subject"][0]["digest"]["gitCommit"],
+        v["candidate_revision"]
+    );
     let tree = git(&f.repo, &["rev-parse", "HEAD^{tree}"]);
     assert_eq!(st["subject"][1]["digest"]["gitTree"], tree.as_str());
     assert_eq!(st["predicate"]["airlock"]["image_id"], v["observed_image"]);
@@ -173,16 +191,26 @@ fn signed_runs_verify_with_airlock_and_in_toto_and_every_tampered_part_is_refuse
         &env.to_string(),
     );
     assert_eq!(code, 1);
-    assert!(err.contains(&format!("subject does not name commit {other}")), "{err}");
+    assert!(
+        err.contains(&format!("subject does not name commit {other}")),
+        "{err}"
+    );
 
     // Every part tampered with.
     let bytes = STANDARD.decode(env["payload"].as_str().unwrap()).unwrap();
     let at = bytes.windows(6).position(|w| w == b"PASSED").unwrap();
     let mut flipped = bytes.clone();
     flipped[at] = b'F';
-    both_refuse(&with_payload(&env, &flipped), &public, "does not verify", "payload byte");
+    both_refuse(
+        &with_payload(&env, &flipped),
+        &public,
+        "does not verify",
+        "payload byte",
+    );
     let mut t = env.clone();
-    let mut sig = STANDARD.decode(t["signatures"][0]["sig"].as_str().unwrap()).unwrap();
+    let mut sig = STANDARD
+        .decode(t["signatures"][0]["sig"].as_str().unwrap())
+        .unwrap();
     sig[5] ^= 0x04;
     t["signatures"][0]["sig"] = json!(STANDARD.encode(sig));
     both_refuse(&t, &public, "does not verify", "signature");
@@ -192,19 +220,26 @@ fn signed_runs_verify_with_airlock_and_in_toto_and_every_tampered_part_is_refuse
     let mut st2 = st.clone();
     st2["subject"][0]["digest"]["gitCommit"] = json!(other);
     let text = airlock::canonical::to_string(&st2);
-    both_refuse(&with_payload(&env, text.as_bytes()), &public, "does not verify", "subject");
+    both_refuse(
+        &with_payload(&env, text.as_bytes()),
+        &public,
+        "does not verify",
+        "subject",
+    );
     // A statement re-signed by a key that is not Airlock's: its own key id is unknown, and
     // under Airlock's key id the signature does not verify.
     let forger = airlock::attest::SigningKey::from_seed([42; 32]);
-    let forged: Value = serde_json::to_value(airlock::attest::Envelope::sign(
-        text.as_bytes(),
-        &forger,
-    ))
-    .unwrap();
+    let forged: Value =
+        serde_json::to_value(airlock::attest::Envelope::sign(text.as_bytes(), &forger)).unwrap();
     both_refuse(&forged, &public, "no signature is by a known key", "forged");
     let mut under_ours = forged.clone();
     under_ours["signatures"][0]["keyid"] = json!(key_id);
-    both_refuse(&under_ours, &public, "does not verify", "forged under our key id");
+    both_refuse(
+        &under_ours,
+        &public,
+        "does not verify",
+        "forged under our key id",
+    );
     // Garbage and an unsigned record are refused with a reason, not a crash.
     let (code, _, err) = airlock_verify(&["--public-key", public.to_str().unwrap()], "{nope");
     assert_eq!(code, 1);
@@ -268,7 +303,10 @@ fn a_kill_before_signing_leaves_recovery_to_sign_an_error_never_a_pass() {
     let (f, public, key_id) = signing_fixture(keydir.path());
     let (after, report) = crash_then_recover(&f, "before_sign");
     assert_eq!(after["status"], "error", "{after} {report}");
-    assert_eq!(report["marked_error"][0]["verification_id"], after["verification_id"]);
+    assert_eq!(
+        report["marked_error"][0]["verification_id"],
+        after["verification_id"]
+    );
     let py = both_accept(&after["attestation"], &public);
     assert_eq!(py["verificationResult"], "FAILED");
     assert_eq!(py["keyid"], key_id.as_str());
@@ -288,7 +326,10 @@ fn a_kill_before_signing_leaves_recovery_to_sign_an_error_never_a_pass() {
     assert_eq!(after["status"], "passed", "{report}");
     let py = both_accept(&after["attestation"], &public);
     assert_eq!(py["verificationResult"], "PASSED");
-    assert_eq!(payload(&after["attestation"])["predicate"]["airlock"]["verification_id"], after["verification_id"]);
+    assert_eq!(
+        payload(&after["attestation"])["predicate"]["airlock"]["verification_id"],
+        after["verification_id"]
+    );
 }
 
 #[test]
@@ -342,7 +383,10 @@ fn deliveries_are_attested_in_the_receipt_the_trailer_and_git_notes_and_the_page
     assert_eq!(p["receipt"]["landed_revision"], landed.as_str());
     let digest = airlock::attest::Envelope::digest(&serde_json::from_value(v_env.clone()).unwrap());
     assert_eq!(p["verifications"][0]["attestation"], digest.as_str());
-    assert_eq!(p["verifications"][0]["verification_id"], verification["verification_id"]);
+    assert_eq!(
+        p["verifications"][0]["verification_id"],
+        verification["verification_id"]
+    );
 
     // The landed commit names the verification's attestation by digest...
     let message = git(&s.repo, &["log", "-1", "--format=%B", &landed]);
@@ -359,14 +403,28 @@ fn deliveries_are_attested_in_the_receipt_the_trailer_and_git_notes_and_the_page
     assert_eq!(lines, [d_env.clone(), v_env.clone()]);
     let repo = s.repo.to_str().unwrap().to_string();
     let (code, out, err) = airlock_verify(
-        &["--public-key", public.to_str().unwrap(), "--repo", &repo, "--rev", &landed],
+        &[
+            "--public-key",
+            public.to_str().unwrap(),
+            "--repo",
+            &repo,
+            "--rev",
+            &landed,
+        ],
         &note,
     );
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.lines().count(), 2, "{out}");
     // The delivery's subject is the landed commit, not the target it was built on.
     let (code, _, err) = airlock_verify(
-        &["--public-key", public.to_str().unwrap(), "--repo", &repo, "--rev", &base],
+        &[
+            "--public-key",
+            public.to_str().unwrap(),
+            "--repo",
+            &repo,
+            "--rev",
+            &base,
+        ],
         &d_env.to_string(),
     );
     assert_eq!(code, 1, "{err}");
@@ -382,7 +440,11 @@ fn deliveries_are_attested_in_the_receipt_the_trailer_and_git_notes_and_the_page
     // attestations are shown as not verifying, with the reason.
     let (key2, _, _) = keys(keydir.path(), "rotated");
     let text = std::fs::read_to_string(&s.config).unwrap();
-    std::fs::write(&s.config, text.replace(key.to_str().unwrap(), key2.to_str().unwrap())).unwrap();
+    std::fs::write(
+        &s.config,
+        text.replace(key.to_str().unwrap(), key2.to_str().unwrap()),
+    )
+    .unwrap();
     s.restart(None);
     let bob = crate::serve_ui::sign_in(&s, BOB);
     let (_, _, page) = crate::serve_ui::get(&s, &bob, &path);
@@ -392,7 +454,10 @@ fn deliveries_are_attested_in_the_receipt_the_trailer_and_git_notes_and_the_page
     let text = std::fs::read_to_string(&s.config).unwrap();
     std::fs::write(
         &s.config,
-        format!("verification_keys = [{:?}]\n{text}", public.display().to_string()),
+        format!(
+            "verification_keys = [{:?}]\n{text}",
+            public.display().to_string()
+        ),
     )
     .unwrap();
     s.restart(None);
@@ -404,4 +469,196 @@ fn deliveries_are_attested_in_the_receipt_the_trailer_and_git_notes_and_the_page
     let bob = crate::serve_ui::sign_in(&s, BOB);
     let (_, _, page) = crate::serve_ui::get(&s, &bob, &path);
     assert_eq!(page.matches("data-verified=\"true\"").count(), 2, "{page}");
+}
+
+#[test]
+fn an_applied_transaction_is_attested_with_head_before_post_images_and_its_tests() {
+    let keydir = tempfile::tempdir().unwrap();
+    let (key, public, key_id) = keys(keydir.path(), "signing");
+    let Some(s) = crate::serve_apply::server_with(&format!(
+        "signing_key = {:?}\n",
+        key.display().to_string()
+    )) else {
+        return;
+    };
+    let head_before = s.head();
+    let (id, rev) =
+        crate::serve_apply::approved(&s, json!([["sh", "-c", "grep -q more README"]]), "a");
+    let v = crate::support::governed::validated(&s, &id, &rev, "a");
+    assert_eq!(v["valid"], true, "{v}");
+    let a = s.ok(
+        ALICE,
+        "patch.apply",
+        json!({"workspace_id": "ws1", "proposal_id": id, "validation_id": v["validation_id"],
+               "idempotency_key": "apply-1"}),
+    );
+    let t = &a["transaction"];
+    assert_eq!(t["status"], "applied", "{a}");
+    let env = &t["attestation"];
+    let py = both_accept(env, &public);
+    assert_eq!(
+        py["predicateType"],
+        "urn:airlock:attestation:transaction:v1"
+    );
+    assert_eq!(py["keyid"], key_id.as_str());
+    // transaction.show returns the same attestation.
+    let shown = s.ok(
+        ALICE,
+        "transaction.show",
+        json!({"workspace_id": "ws1", "transaction_id": t["transaction_id"]}),
+    );
+    assert_eq!(&shown["transaction"]["attestation"], env);
+
+    let st = payload(env);
+    assert_eq!(
+        st["subject"][0]["digest"]["gitCommit"],
+        head_before.as_str()
+    );
+    // Every path with a post-image is a subject, with the SHA-256 of the installed bytes.
+    let installed = |p: &str| {
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
+            std::fs::read(s.repo.join(p)).unwrap(),
+        ))
+    };
+    for path in ["README", "docs/new.md", "run.sh"] {
+        let subject = st["subject"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == path)
+            .unwrap_or_else(|| panic!("{path} is not a subject: {st}"));
+        assert_eq!(
+            subject["digest"]["sha256"],
+            installed(path).as_str(),
+            "{path}"
+        );
+    }
+    assert!(
+        !st["subject"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["name"] == "old.txt"),
+        "a removed path has no post-image to name"
+    );
+    let p = &st["predicate"];
+    assert_eq!(p["proposal_revision"]["sha256"], rev.as_str());
+    assert_eq!(p["transaction_id"], t["transaction_id"]);
+    assert_eq!(p["head_before"], head_before.as_str());
+    assert_eq!(p["verdict"]["claims"], t["claims"]);
+    assert_eq!(p["validation"]["validation_id"], v["validation_id"]);
+    // The dry run and the expected test, each by its own attestation's digest.
+    let runs = p["validation"]["verifications"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{p}");
+    for r in runs {
+        let vid = r["verification_id"].as_str().unwrap();
+        let out = Command::new(BIN)
+            .args(["verification", "show", vid, "--config"])
+            .arg(&s.config)
+            .output()
+            .unwrap();
+        let rec: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+        let digest = airlock::attest::Envelope::digest(
+            &serde_json::from_value(rec["attestation"].clone()).unwrap(),
+        );
+        assert_eq!(r["attestation"], digest.as_str());
+        assert_eq!(
+            payload(&rec["attestation"])["predicate"]["verificationResult"],
+            "PASSED"
+        );
+    }
+    // Its subject check: HEAD before the apply, not after.
+    let repo = s.repo.to_str().unwrap().to_string();
+    let (code, _, err) = airlock_verify(
+        &[
+            "--public-key",
+            public.to_str().unwrap(),
+            "--repo",
+            &repo,
+            "--rev",
+            &head_before,
+        ],
+        &env.to_string(),
+    );
+    assert_eq!(code, 0, "{err}");
+}
+
+/// Deliveries of two candidates in one repository released together: each adds its note to
+/// `refs/notes/airlock` by compare-and-swap in its own ref transaction, so one of them finds
+/// the notes moved and makes its note again on top; neither note is ever lost.
+#[test]
+fn concurrent_deliveries_in_one_repository_each_keep_their_note() {
+    let keydir = tempfile::tempdir().unwrap();
+    let (key, public, _) = keys(keydir.path(), "signing");
+    let mut s = Server::fake_with(&format!("signing_key = {:?}\n", key.display().to_string()));
+    let log = keydir.path().join("daemon.log");
+    s.log = Some(log.clone());
+    s.env.push(("AIRLOCK_LOG".into(), "airlock=info".into()));
+    s.restart(None);
+    for round in 0..6 {
+        let base = s.head();
+        let mut ready = vec![];
+        for i in 0..2 {
+            let a = s.agent_commit(
+                &format!("r{round}i{i}"),
+                &base,
+                &[(&format!("f{round}-{i}.txt") as &str, "x\n")],
+            );
+            let sub = s.evidence("run_a", &base, &a, None);
+            let c = s.ok(
+                ALICE,
+                "integration.prepare",
+                s.prepare_body(vec![sub], &base, &format!("p{round}-{i}")),
+            );
+            let cid = cand(&c)["candidate_id"].as_str().unwrap().to_string();
+            let rev = cand(&c)["candidate_revision"].as_str().unwrap().to_string();
+            let (id, version) = crate::delivery::approved_request(&s, &cid, &rev, "proposal");
+            ready.push((cid, id, version));
+        }
+        let barrier = std::sync::Barrier::new(2);
+        let results: Vec<Value> = std::thread::scope(|scope| {
+            let handles: Vec<_> = ready
+                .iter()
+                .enumerate()
+                .map(|(i, (cid, id, version))| {
+                    let (s, barrier) = (&s, &barrier);
+                    scope.spawn(move || {
+                        barrier.wait();
+                        std::thread::sleep(std::time::Duration::from_micros(
+                            (i as u64 * 700 + round * 300) % 2000,
+                        ));
+                        s.ok(
+                            ALICE,
+                            "integration.deliver",
+                            crate::delivery::deliver_body(cid, id, *version),
+                        )
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for r in &results {
+            let receipt = &cand(r)["delivery_receipt"];
+            assert_eq!(receipt["result"], "proposed", "{r}");
+            let landed = receipt["landed_revision"].as_str().unwrap();
+            let note = git(&s.repo, &["notes", "--ref=airlock", "show", landed]);
+            let first: Value = serde_json::from_str(note.lines().next().unwrap()).unwrap();
+            assert_eq!(
+                first, receipt["attestation"],
+                "round {round}: the note is this delivery's"
+            );
+            let (code, _, err) = airlock_verify(&["--public-key", public.to_str().unwrap()], &note);
+            assert_eq!(code, 0, "round {round}: {err}");
+        }
+    }
+    // Twelve deliveries, twelve notes.
+    let listed = git(&s.repo, &["notes", "--ref=airlock", "list"]);
+    assert_eq!(listed.lines().count(), 12, "{listed}");
+    // How often the compare-and-swap lost (timing decides; the invariant above holds either way).
+    let retries = std::fs::read_to_string(&log)
+        .unwrap()
+        .matches("its note is made again")
+        .count();
+    eprintln!("notes made again after a lost compare-and-swap: {retries}");
 }

@@ -20,7 +20,7 @@ mod refusals;
 mod remote_engine;
 mod runner;
 mod serve_access;
-mod serve_apply;
+pub(crate) mod serve_apply;
 mod serve_assembly;
 mod serve_backup;
 mod serve_claim_ends;

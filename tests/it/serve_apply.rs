@@ -14,11 +14,16 @@ const EXTRA: &str = "[workspaces.ws1.roles]\nbob = [\"reviewer\"]\n\
                      [workspaces.ws1.policy]\nsecurity_review = \"never\"\nhuman_approval = \"never\"\n";
 
 fn server() -> Option<Server> {
+    server_with("")
+}
+
+/// [`server`] with `top` (top-level config) before the policy.
+pub(crate) fn server_with(top: &str) -> Option<Server> {
     // The dry run runs git in the git image; the expected tests in the workspace's profile.
     if !crate::toolchain::built("git") {
         return None;
     }
-    let s = Server::governed_with(EXTRA);
+    let s = Server::governed_with(&format!("{top}{EXTRA}"));
     std::fs::write(s.repo.join("old.txt"), "old\n").unwrap();
     std::fs::write(s.repo.join("run.sh"), "#!/bin/sh\necho run\n").unwrap();
     git(&s.repo, &["add", "-A"]);
@@ -51,7 +56,7 @@ fn patch(s: &Server) -> String {
 }
 
 /// Claim, propose (with `tests`), review and approve; returns (proposal id, revision).
-fn approved(s: &Server, tests: Value, key: &str) -> (Value, String) {
+pub(crate) fn approved(s: &Server, tests: Value, key: &str) -> (Value, String) {
     s.ok(
         ALICE,
         "claim.acquire",

@@ -449,6 +449,11 @@ impl Integration {
                             repo.ref_value(crate::staging::notes::NOTES_REF).ok() != Some(seen)
                         }) =>
                 {
+                    tracing::info!(
+                        request_id = %req.request_id,
+                        attempt,
+                        "refs/notes/airlock moved under this delivery; its note is made again"
+                    );
                     continue;
                 }
                 Err(e) => break Err(e),

@@ -485,7 +485,13 @@ mod tests {
             engine_lost_after: Duration::from_secs(600),
             now: created + after,
         };
-        let report = recover(&data, &engines, &Attestor::disabled(), bounds(Duration::from_secs(5))).await;
+        let report = recover(
+            &data,
+            &engines,
+            &Attestor::disabled(),
+            bounds(Duration::from_secs(5)),
+        )
+        .await;
         assert_eq!(report.failures, Vec::<String>::new(), "{report:?}");
         let settled: Vec<&str> = report
             .marked_error
@@ -504,7 +510,13 @@ mod tests {
             "{report:?}"
         );
         // Past the bound both are lost: error, never passed.
-        let report = recover(&data, &engines, &Attestor::disabled(), bounds(Duration::from_secs(601))).await;
+        let report = recover(
+            &data,
+            &engines,
+            &Attestor::disabled(),
+            bounds(Duration::from_secs(601)),
+        )
+        .await;
         let mut lost: Vec<(&str, &str)> = report
             .marked_error
             .iter()
@@ -521,7 +533,13 @@ mod tests {
         assert!(data.store.running().await.unwrap().is_empty());
         // An engine seen by a pass is measured from then, not from the job's creation.
         away.set_away(false);
-        let _ = recover(&data, &engines, &Attestor::disabled(), bounds(Duration::from_secs(700))).await;
+        let _ = recover(
+            &data,
+            &engines,
+            &Attestor::disabled(),
+            bounds(Duration::from_secs(700)),
+        )
+        .await;
         let seen = data.store.engine_seen("away").await.unwrap().unwrap();
         assert_eq!(seen, ids::rfc3339(created + Duration::from_secs(700)));
     }

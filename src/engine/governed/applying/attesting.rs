@@ -22,7 +22,11 @@ impl Applies {
             .validation_in(&t.workspace_id, &t.validation_id)
             .await?;
         let mut verifications = Vec::new();
-        for id in vrec.dry_run_verification.iter().chain(&r.test_verifications) {
+        for id in vrec
+            .dry_run_verification
+            .iter()
+            .chain(&r.test_verifications)
+        {
             let digest = self
                 .ctx
                 .data
