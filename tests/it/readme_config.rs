@@ -45,6 +45,9 @@ fn the_readmes_config_blocks_paste_into_one_file_that_loads() {
     assert!(c.profiles.contains_key("web"));
     assert_eq!(c.engines.len(), 2);
     assert_eq!(c.tokens.len(), 6);
+    assert!(c.signing_key.is_some());
+    assert_eq!(c.verification_keys.len(), 1);
+    assert_eq!(c.verifier_id, "https://airlock.example");
     // The one shown with the governed example names every policy key.
     let policy_keys = [
         "required_approvals",
