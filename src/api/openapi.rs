@@ -207,6 +207,32 @@ pub fn document(config: &crate::config::Config) -> Value {
             &[],
         ),
     );
+    paths.insert(
+        "/api/v1/keys".into(),
+        probe(
+            "The public keys attestations are checked with (the signing key's first)",
+            json!({"description": "the verifier id, the signing key's id (null when nothing is signed) and every public key", "content": json_content(json!({
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["verifier_id", "signing_key_id", "keys"],
+                "properties": {
+                    "verifier_id": {"type": "string"},
+                    "signing_key_id": {"type": ["string", "null"], "pattern": "^[0-9a-f]{64}$"},
+                    "keys": {"type": "array", "items": {
+                        "type": "object",
+                        "additionalProperties": false,
+                        "required": ["key_id", "public_key_pem", "signing"],
+                        "properties": {
+                            "key_id": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                            "public_key_pem": {"type": "string"},
+                            "signing": {"type": "boolean"},
+                        },
+                    }},
+                },
+            }))}),
+            &[],
+        ),
+    );
     if config.metrics_listen.is_none() {
         paths.insert(
             "/metrics".into(),
