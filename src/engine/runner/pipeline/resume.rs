@@ -35,8 +35,8 @@ impl Runner {
         }))
     }
 
-    /// Settles a recorded job that never ran as `error` with `why` (artifact first, then
-    /// the row), when it cannot be resumed.
+    /// Settles a recorded job that never ran as `error` with `why` (signed, then the
+    /// artifact, then the row), when it cannot be resumed.
     pub async fn settle_unrun(
         &self,
         mut v: Verification,
@@ -45,6 +45,7 @@ impl Runner {
         v.status = Status::Error;
         v.error = Some(why);
         v.finished_at = Some(ids::rfc3339(self.clock.now()));
+        self.attest.attest_verification(&mut v);
         if let Err(e) = crate::engine::context::blocking(|| self.data.artifacts.write_timed(&v)) {
             tracing::warn!(error = %e, "artifact of an unrun job not written; the row is settled");
         }
