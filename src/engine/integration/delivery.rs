@@ -360,7 +360,7 @@ impl Integration {
         let landed = blocking(|| {
             super::history::landed_commit(&repo, &l.c, &req, &chosen, history, decided_at)
         })?;
-        let receipt = DeliveryReceipt {
+        let mut receipt = DeliveryReceipt {
             receipt_id: format!("rcpt_{}", crate::ids::new_creation_key()),
             request_id: req.request_id.clone(),
             candidate_revision: rev.clone(),
@@ -388,7 +388,6 @@ impl Integration {
             },
             &self.ctx.attest.verifier,
         );
-        let mut receipt = receipt;
         receipt.attestation = self.ctx.attest.sign(&statement);
         let note = match &receipt.attestation {
             Some(a) => {
@@ -427,28 +426,26 @@ impl Integration {
         let updated = loop {
             attempt += 1;
             let mut all = ops.clone();
-            let note_op = match &note {
-                Some(blob) => {
-                    let op = blocking(|| repo.note_op(&landed, blob, now.unix_timestamp()))?;
-                    all.push(op.clone());
-                    Some(op)
-                }
-                None => None,
+            // The notes ref as this attempt found it (None: no notes yet).
+            let mut notes_seen = None;
+            if let Some(blob) = &note {
+                let op = blocking(|| repo.note_op(&landed, blob, now.unix_timestamp()))?;
+                notes_seen = Some(match &op {
+                    RefOp::Update { old, .. } => Some(old.clone()),
+                    _ => None,
+                });
+                all.push(op);
+            }
+            let result = blocking(|| repo.update_refs(&all));
+            let notes_moved = || -> Result<bool, ServiceError> {
+                let now = blocking(|| repo.ref_value(crate::staging::notes::NOTES_REF))?;
+                Ok(notes_seen.as_ref().is_some_and(|seen| *seen != now))
             };
-            match blocking(|| repo.update_refs(&all)) {
+            match result {
                 Ok(()) => break Ok(()),
                 // Another delivery moved the notes ref between its read and this transaction
                 // (nothing of this one moved): made again on the notes as they are now.
-                Err(_)
-                    if attempt < limits::NOTES_ATTEMPTS
-                        && note_op.as_ref().is_some_and(|op| {
-                            let seen = match op {
-                                RefOp::Update { old, .. } => Some(old.clone()),
-                                _ => None,
-                            };
-                            repo.ref_value(crate::staging::notes::NOTES_REF).ok() != Some(seen)
-                        }) =>
-                {
+                Err(_) if attempt < limits::NOTES_ATTEMPTS && notes_moved()? => {
                     tracing::info!(
                         request_id = %req.request_id,
                         attempt,
