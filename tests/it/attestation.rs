@@ -78,6 +78,15 @@ fn airlock_verify(args: &[&str], input: &str) -> (i32, String, String) {
     )
 }
 
+/// [`airlock_verify`] with `public`, whose subject must be `rev` of `repo`.
+fn airlock_verify_at(public: &Path, repo: &Path, rev: &str, input: &str) -> (i32, String, String) {
+    let (public, repo) = (public.to_str().unwrap(), repo.to_str().unwrap());
+    airlock_verify(
+        &["--public-key", public, "--repo", repo, "--rev", rev],
+        input,
+    )
+}
+
 fn payload(envelope: &Value) -> Value {
     serde_json::from_slice(
         &STANDARD
@@ -401,32 +410,11 @@ fn deliveries_are_attested_in_the_receipt_the_trailer_and_git_notes_and_the_page
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(lines, [d_env.clone(), v_env.clone()]);
-    let repo = s.repo.to_str().unwrap().to_string();
-    let (code, out, err) = airlock_verify(
-        &[
-            "--public-key",
-            public.to_str().unwrap(),
-            "--repo",
-            &repo,
-            "--rev",
-            &landed,
-        ],
-        &note,
-    );
+    let (code, out, err) = airlock_verify_at(&public, &s.repo, &landed, &note);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.lines().count(), 2, "{out}");
     // The delivery's subject is the landed commit, not the target it was built on.
-    let (code, _, err) = airlock_verify(
-        &[
-            "--public-key",
-            public.to_str().unwrap(),
-            "--repo",
-            &repo,
-            "--rev",
-            &base,
-        ],
-        &d_env.to_string(),
-    );
+    let (code, _, err) = airlock_verify_at(&public, &s.repo, &base, &d_env.to_string());
     assert_eq!(code, 1, "{err}");
 
     // The page checks each attestation against the daemon's keys and says so.
@@ -569,18 +557,7 @@ fn an_applied_transaction_is_attested_with_head_before_post_images_and_its_tests
         );
     }
     // Its subject check: HEAD before the apply, not after.
-    let repo = s.repo.to_str().unwrap().to_string();
-    let (code, _, err) = airlock_verify(
-        &[
-            "--public-key",
-            public.to_str().unwrap(),
-            "--repo",
-            &repo,
-            "--rev",
-            &head_before,
-        ],
-        &env.to_string(),
-    );
+    let (code, _, err) = airlock_verify_at(&public, &s.repo, &head_before, &env.to_string());
     assert_eq!(code, 0, "{err}");
 }
 
