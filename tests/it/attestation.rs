@@ -534,6 +534,9 @@ fn an_applied_transaction_is_attested_with_head_before_post_images_and_its_tests
     assert_eq!(p["transaction_id"], t["transaction_id"]);
     assert_eq!(p["head_before"], head_before.as_str());
     assert_eq!(p["verdict"]["claims"], t["claims"]);
+    // The ids of the evidence that satisfied the verdict: bob's approving vote among them.
+    assert_eq!(p["verdict"]["approvals"], t["approvals"]);
+    assert!(!t["approvals"].as_array().unwrap().is_empty(), "{t}");
     assert_eq!(p["validation"]["validation_id"], v["validation_id"]);
     // The dry run and the expected test, each by its own attestation's digest.
     let runs = p["validation"]["verifications"].as_array().unwrap();
@@ -559,6 +562,15 @@ fn an_applied_transaction_is_attested_with_head_before_post_images_and_its_tests
     // Its subject check: HEAD before the apply, not after.
     let (code, _, err) = airlock_verify_at(&public, &s.repo, &head_before, &env.to_string());
     assert_eq!(code, 0, "{err}");
+    // The transaction's page checks it and shows the key.
+    let alice = crate::serve_ui::sign_in(&s, ALICE);
+    let path = format!(
+        "/ui/w/ws1/transactions/{}",
+        t["transaction_id"].as_str().unwrap()
+    );
+    let (_, _, page) = crate::serve_ui::get(&s, &alice, &path);
+    assert_eq!(page.matches("data-verified=\"true\"").count(), 1, "{page}");
+    assert!(page.contains(&key_id), "{page}");
 }
 
 /// Deliveries of two candidates in one repository released together: each adds its note to
