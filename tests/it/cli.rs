@@ -264,6 +264,7 @@ fn doctor_passes_here_and_names_each_failing_check_with_its_fix() {
             "images",
             "probe",
             "checkouts",
+            "attestations",
             "data_dir",
             "free_space",
             "git",
@@ -315,6 +316,57 @@ fn doctor_passes_here_and_names_each_failing_check_with_its_fix() {
         let detail = detail_of(name, body);
         assert!(detail.contains(want), "{name}: {detail}");
     }
+
+    // Attestations: not signed without a key; the key by id and public key with one; a key
+    // others can read is a failing check that names the field, the file and the fix.
+    assert!(
+        check(&report, "attestations")["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("not signed")
+    );
+    let key = d.path().join("signing.pem");
+    let out = Command::new(BIN)
+        .args(["keys", "generate"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let key_id = printed.split("key id: ").nth(1).unwrap().trim().to_string();
+    let signed = d.path().join("signed.toml");
+    std::fs::write(
+        &signed,
+        format!("signing_key = {:?}\n{text}", key.display().to_string()),
+    )
+    .unwrap();
+    let (code, report) = doctor(&signed, &[]);
+    assert_eq!(code, Some(0), "{report}");
+    let detail = check(&report, "attestations")["detail"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        detail.contains(&format!("signing key {key_id}")),
+        "{detail}"
+    );
+    let public_body = printed.lines().nth(1).unwrap();
+    assert!(
+        detail.contains(public_body),
+        "the public key itself: {detail}"
+    );
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (code, report) = doctor(&signed, &[]);
+    assert_eq!(code, Some(1), "{report}");
+    let c = check(&report, "attestations");
+    assert_eq!(c["ok"], false);
+    assert!(
+        c["detail"].as_str().unwrap().starts_with("signing_key: "),
+        "{c}"
+    );
+    assert!(
+        c["fix"].as_str().unwrap().contains("airlock keys generate"),
+        "{c}"
+    );
 
     // The listen address is taken.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
