@@ -166,6 +166,8 @@ fn help_describes_every_flag() {
         vec!["call", "--help"],
         vec!["doctor", "--help"],
         vec!["backup", "--help"],
+        vec!["keys", "generate", "--help"],
+        vec!["attestation", "verify", "--help"],
     ] {
         let o = airlock(&args);
         assert!(o.status.success(), "{args:?}");
