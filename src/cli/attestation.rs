@@ -1,6 +1,6 @@
 //! `airlock keys generate` and `airlock attestation verify`.
 
-use super::{Common, fail, refuse};
+use super::{fail, refuse};
 use crate::attest::{PublicKey, SigningKey, verify};
 use crate::config::Config;
 use crate::limits;
@@ -40,8 +40,10 @@ pub enum AttestationCommand {
         /// With --repo: the revision the subject must name (its commit, and its tree).
         #[arg(long, value_name = "REV", requires = "repo")]
         rev: Option<String>,
-        #[command(flatten)]
-        common: Common,
+        /// Server configuration file naming signing_key and verification_keys (used when no
+        /// --public-key is given).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
 }
 
@@ -66,9 +68,9 @@ pub fn attestation(cmd: AttestationCommand) -> ExitCode {
             public_key,
             repo,
             rev,
-            common,
+            config,
         } => {
-            let keys = match keys_of(&public_key, &common) {
+            let keys = match keys_of(&public_key, config.as_deref()) {
                 Ok(k) => k,
                 Err(e) => return refuse(e),
             };
@@ -100,14 +102,14 @@ pub fn attestation(cmd: AttestationCommand) -> ExitCode {
 }
 
 /// The keys to check with: `--public-key` files, else the configured ones.
-fn keys_of(files: &[PathBuf], common: &Common) -> Result<Vec<PublicKey>, String> {
+fn keys_of(files: &[PathBuf], config: Option<&std::path::Path>) -> Result<Vec<PublicKey>, String> {
     if !files.is_empty() {
         return files
             .iter()
             .map(|p| PublicKey::read(p).map_err(|e| format!("--public-key: {e}")))
             .collect();
     }
-    let config = Config::load(common.config.as_deref()).map_err(|e| e.to_string())?;
+    let config = Config::load(config).map_err(|e| e.to_string())?;
     let a = crate::attest::Attestor::load(&config)?;
     if a.keys().is_empty() {
         return Err(
