@@ -3,7 +3,7 @@
 use crate::support::*;
 use serde_json::Value;
 
-const FIELDS: [&str; 27] = [
+const FIELDS: [&str; 29] = [
     "verification_id",
     "candidate_revision",
     "argv",
@@ -31,6 +31,9 @@ const FIELDS: [&str; 27] = [
     "container_id",
     "engine",
     "phases",
+    "candidate_tree",
+    "repository",
+    // `attestation` only with a signing key (tests/it/attestation.rs).
 ];
 
 fn basic() -> Fixture {
