@@ -149,16 +149,18 @@ fn resolve(repo: &std::path::Path, rev: &str) -> Result<(String, String), String
 /// The envelopes in `bytes`: one JSON document (an envelope, or a record whose `attestation`
 /// is one), or one envelope per line.
 fn envelopes(bytes: &[u8]) -> Result<Vec<serde_json::Value>, String> {
+    let unsigned = "the record has no attestation (was a signing key configured when it settled?)";
     let one = |v: serde_json::Value| match v.get("attestation") {
         Some(a) if v.get("payload").is_none() => {
             if a.is_null() {
-                Err(
-                    "the record has no attestation (was a signing key configured when it settled?)"
-                        .to_string(),
-                )
+                Err(unsigned.to_string())
             } else {
                 Ok(a.clone())
             }
+        }
+        // A record without the field: settled unsigned.
+        None if v.get("payload").is_none() && v.get("verification_id").is_some() => {
+            Err(unsigned.to_string())
         }
         _ => Ok(v),
     };

@@ -250,6 +250,11 @@ fn signed_runs_verify_with_airlock_and_in_toto_and_every_tampered_part_is_refuse
         "forged under our key id",
     );
     // Garbage and an unsigned record are refused with a reason, not a crash.
+    let mut unsigned = v.clone();
+    unsigned.as_object_mut().unwrap().remove("attestation");
+    let (code, _, err) = airlock_verify(&["--config", &cfg], &unsigned.to_string());
+    assert_eq!(code, 1);
+    assert!(err.contains("the record has no attestation"), "{err}");
     let (code, _, err) = airlock_verify(&["--public-key", public.to_str().unwrap()], "{nope");
     assert_eq!(code, 1);
     assert!(err.contains("not a DSSE envelope"), "{err}");
