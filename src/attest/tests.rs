@@ -249,3 +249,41 @@ fn key_config_errors_name_the_field() {
         "{e}"
     );
 }
+
+#[test]
+fn a_note_holds_a_delivery_and_only_the_verifications_it_names() {
+    let a = attestor();
+    let mut relied = record(Status::Passed);
+    a.attest_verification(&mut relied);
+    let mut other = record(Status::Passed);
+    other.verification_id = "ver_2".into();
+    a.attest_verification(&mut other);
+    let relied_env = relied.attestation.clone().unwrap();
+    let delivery = Statement {
+        type_: statement::STATEMENT_TYPE.into(),
+        subject: statement_of(&relied_env).subject,
+        predicate_type: statement::DELIVERY_PREDICATE.into(),
+        predicate: serde_json::json!({"verifications": [
+            {"verification_id": "ver_1", "attestation": relied_env.digest()},
+        ]}),
+    };
+    let delivery_env = a.sign(&delivery).unwrap();
+    let check = |envs: &[&Envelope]| {
+        let all: Vec<_> = envs.iter().map(|e| a.check(e).unwrap()).collect();
+        super::verify::check_note(&all)
+    };
+    check(&[&delivery_env, &relied_env]).unwrap();
+    check(&[&delivery_env]).unwrap();
+    assert!(matches!(
+        check(&[
+            &delivery_env,
+            &relied_env,
+            other.attestation.as_ref().unwrap()
+        ]),
+        Err(Refused::NotReliedOn { index: 3, .. })
+    ));
+    assert!(matches!(
+        check(&[&relied_env, &delivery_env]),
+        Err(Refused::NoteWithoutDelivery(_))
+    ));
+}

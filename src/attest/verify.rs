@@ -4,7 +4,9 @@
 
 use super::dsse::{Envelope, PAYLOAD_TYPE, SignatureRefused};
 use super::keys::PublicKey;
-use super::statement::{PREDICATE_TYPES, STATEMENT_TYPE, Statement, VERIFICATION_PREDICATE};
+use super::statement::{
+    DELIVERY_PREDICATE, PREDICATE_TYPES, STATEMENT_TYPE, Statement, VERIFICATION_PREDICATE,
+};
 use crate::limits;
 
 /// An attestation that holds.
@@ -52,6 +54,16 @@ pub enum Refused {
     ResultDisagrees { result: String, status: String },
     #[error("subject does not name commit {expected} (it names {found})")]
     SubjectCommit { expected: String, found: String },
+    #[error("a note's first envelope must be a delivery's (it is {0:?})")]
+    NoteWithoutDelivery(String),
+    #[error(
+        "envelope {index} ({digest}) is not a verification the delivery relied on (it names {listed})"
+    )]
+    NotReliedOn {
+        index: usize,
+        digest: String,
+        listed: String,
+    },
     #[error("subject names tree {found}, but {commit} has tree {expected}")]
     SubjectTree {
         commit: String,
@@ -151,6 +163,42 @@ pub fn check_subject(statement: &Statement, commit: &str, tree: &str) -> Result<
             expected: tree.into(),
             found: found.into(),
         });
+    }
+    Ok(())
+}
+
+/// Checks a note (`refs/notes/airlock`): its first envelope is a delivery's, and every other
+/// one is a verification that delivery names by digest, so nothing unrelated rides along.
+pub fn check_note(all: &[Verified]) -> Result<(), Refused> {
+    let Some((delivery, rest)) = all.split_first() else {
+        return Ok(());
+    };
+    if rest.is_empty() {
+        return Ok(());
+    }
+    if delivery.statement.predicate_type != DELIVERY_PREDICATE {
+        return Err(Refused::NoteWithoutDelivery(
+            delivery.statement.predicate_type.clone(),
+        ));
+    }
+    let listed: Vec<&str> = delivery.statement.predicate["verifications"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v["attestation"].as_str()).collect())
+        .unwrap_or_default();
+    for (i, v) in rest.iter().enumerate() {
+        if v.statement.predicate_type != VERIFICATION_PREDICATE
+            || !listed.contains(&v.digest.as_str())
+        {
+            return Err(Refused::NotReliedOn {
+                index: i + 2,
+                digest: v.digest.clone(),
+                listed: if listed.is_empty() {
+                    "none".into()
+                } else {
+                    listed.join(", ")
+                },
+            });
+        }
     }
     Ok(())
 }

@@ -192,6 +192,7 @@ fn check_all(
     subject: Option<&(String, String)>,
 ) -> Result<Vec<String>, String> {
     let mut lines = Vec::new();
+    let mut checked = Vec::new();
     let all = envelopes(bytes)?;
     let n = all.len();
     for (i, value) in all.into_iter().enumerate() {
@@ -221,6 +222,8 @@ fn check_all(
             v.digest,
             subjects.join(", ")
         ));
+        checked.push(v);
     }
+    verify::check_note(&checked).map_err(|e| e.to_string())?;
     Ok(lines)
 }

@@ -418,6 +418,23 @@ fn deliveries_are_attested_in_the_receipt_the_trailer_and_git_notes_and_the_page
     let (code, out, err) = airlock_verify_at(&public, &s.repo, &landed, &note);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.lines().count(), 2, "{out}");
+    // A validly signed verification the delivery did not rely on does not ride along.
+    let signer = airlock::attest::SigningKey::read(&key).unwrap();
+    let mut stranger = payload(v_env);
+    stranger["predicate"]["airlock"]["verification_id"] = json!("ver_stranger");
+    let stranger = serde_json::to_value(airlock::attest::Envelope::sign(
+        airlock::canonical::to_string(&stranger).as_bytes(),
+        &signer,
+    ))
+    .unwrap();
+    both_accept(&stranger, &public);
+    let padded = format!("{}\n{stranger}\n", note.trim_end());
+    let (code, _, err) = airlock_verify_at(&public, &s.repo, &landed, &padded);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("envelope 3") && err.contains("is not a verification the delivery relied on"),
+        "{err}"
+    );
     // The delivery's subject is the landed commit, not the target it was built on.
     let (code, _, err) = airlock_verify_at(&public, &s.repo, &base, &d_env.to_string());
     assert_eq!(code, 1, "{err}");
