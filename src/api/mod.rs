@@ -247,7 +247,7 @@ async fn keys(State(st): State<AppState>) -> Response {
 }
 
 /// The body of `GET /api/v1/keys` (also `airlock doctor --json`'s `attestation_keys`).
-pub fn keys_document(a: &crate::attest::Attestor) -> Value {
+pub fn keys_document(a: &crate::engine::attesting::Attestor) -> Value {
     let signing = a.signing_key_id();
     json!({
         "verifier_id": a.verifier.id,

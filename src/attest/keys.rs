@@ -167,10 +167,12 @@ impl SigningKey {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
-        crate::artifacts::fsync_dir(dir).map_err(|e| KeyError::Io {
-            path: dir.to_path_buf(),
-            source: e.source,
-        })?;
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|source| KeyError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
         Ok(key)
     }
 

@@ -110,7 +110,7 @@ fn keys_of(files: &[PathBuf], config: Option<&std::path::Path>) -> Result<Vec<Pu
             .collect();
     }
     let config = Config::load(config).map_err(|e| e.to_string())?;
-    let a = crate::attest::Attestor::load(&config)?;
+    let a = crate::engine::attesting::Attestor::load(&config)?;
     if a.keys().is_empty() {
         return Err(
             "no public key: pass --public-key PEM, or --config naming signing_key or verification_keys"

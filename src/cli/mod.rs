@@ -371,7 +371,7 @@ async fn dispatch(cmd: Command) -> ExitCode {
                 Ok(x) => x,
                 Err(code) => return code,
             };
-            let attest = match crate::attest::Attestor::load(&config) {
+            let attest = match crate::engine::attesting::Attestor::load(&config) {
                 Ok(a) => a,
                 Err(e) => return fail(e),
             };

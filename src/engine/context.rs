@@ -28,7 +28,7 @@ pub struct Context {
     /// Every configured workspace's repository, by workspace id.
     repos: Arc<HashMap<String, Repo>>,
     /// The signing key and the public keys of attestations.
-    pub attest: Arc<crate::attest::Attestor>,
+    pub attest: Arc<crate::engine::attesting::Attestor>,
 }
 
 impl Context {
@@ -58,7 +58,7 @@ impl Context {
             let repo = Repo::open(&ws.repo).map_err(|e| format!("workspaces.{id}.repo: {e}"))?;
             repos.insert(id.clone(), repo);
         }
-        let attest = Arc::new(crate::attest::Attestor::load(&config)?);
+        let attest = Arc::new(crate::engine::attesting::Attestor::load(&config)?);
         Ok(Context {
             pool: Arc::new(local_pool(&config, runtime, &data, &seccomp)),
             attest,
@@ -81,7 +81,7 @@ impl Context {
     ) -> Result<Context, String> {
         Ok(Context {
             pool: Arc::new(local_pool(&config, runtime, &data, &seccomp)),
-            attest: Arc::new(crate::attest::Attestor::load(&config)?),
+            attest: Arc::new(crate::engine::attesting::Attestor::load(&config)?),
             config,
             data,
             seccomp,

@@ -209,7 +209,7 @@ pub async fn run(config: &Config, data_dir: &Path, opts: &Options) -> Report {
 /// The signing key and the public keys attestations verify with, each by id and its public
 /// key (the base64 of its SubjectPublicKeyInfo, the body of its PEM).
 fn attestation_keys(config: &Config) -> Check {
-    match crate::attest::Attestor::load(config) {
+    match crate::engine::attesting::Attestor::load(config) {
         Ok(a) if !a.signs() && a.keys().is_empty() => pass(
             "attestations",
             "not signed (no signing_key configured; see `airlock keys generate`)",

@@ -2,6 +2,7 @@
 
 pub mod actor;
 pub mod admission;
+pub mod attesting;
 pub mod context;
 pub mod crash;
 pub mod doctor;

@@ -400,7 +400,7 @@ async fn recovery_sweeps_a_volume_no_live_worker_owns() {
     let report = airlock::engine::runner::recovery::recover(
         &data,
         &[engine],
-        &airlock::attest::Attestor::disabled(),
+        &airlock::engine::attesting::Attestor::disabled(),
         airlock::engine::runner::recovery::Bounds {
             keep: std::time::Duration::from_secs(3600),
             engine_lost_after: std::time::Duration::from_secs(3600),

@@ -422,7 +422,7 @@ fn verification(
     current: &Value,
     act: Option<&String>,
     s: &UiSession,
-    keys: &crate::attest::Attestor,
+    keys: &crate::engine::attesting::Attestor,
 ) -> Markup {
     let status = v["status"].as_str().unwrap_or("");
     let class = match status {

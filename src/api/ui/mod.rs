@@ -500,7 +500,7 @@ async fn logout(
 /// (multi-line ones as preformatted text). Nothing from a value is ever markup.
 /// An attestation (a DSSE envelope, or null): the key it is signed with, checked here
 /// against the daemon's keys, with a verified mark or the reason it does not verify.
-fn attestation(a: &Value, keys: &crate::attest::Attestor) -> Markup {
+fn attestation(a: &Value, keys: &crate::engine::attesting::Attestor) -> Markup {
     if a.is_null() {
         return html! { span.badge { "not signed" } };
     }

@@ -376,8 +376,8 @@ impl Integration {
         // Signed before anything moves: the receipt carries it into the ref transaction, and
         // the note on the landed commit carries it with the verifications' own.
         let landed_tree = blocking(|| repo.commit_tree_of(&landed))?;
-        let statement = crate::attest::statement::delivery(
-            &crate::attest::statement::Delivery {
+        let statement = crate::engine::attesting::delivery(
+            &crate::engine::attesting::Delivery {
                 landed_revision: &landed,
                 landed_tree: &landed_tree,
                 workspace_id: &l.c.workspace_id,

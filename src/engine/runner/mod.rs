@@ -29,7 +29,7 @@ pub struct Runner {
     pub clock: Clock,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Signs each settled result (when a signing key is configured).
-    pub attest: Arc<crate::attest::Attestor>,
+    pub attest: Arc<crate::engine::attesting::Attestor>,
 }
 
 impl Runner {

@@ -4,8 +4,8 @@
 //! Recovery never creates a container.
 
 use super::WorkerLock;
-use crate::attest::Attestor;
 use crate::engine::DataDir;
+use crate::engine::attesting::Attestor;
 use crate::ids;
 use crate::sandbox::container_name;
 use crate::verification::{Status, Verification};

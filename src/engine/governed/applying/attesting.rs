@@ -38,8 +38,8 @@ impl Applies {
             verifications.push((id.clone(), digest));
         }
         let applied_at = self.ctx.now_rfc3339();
-        let statement = crate::attest::statement::transaction(
-            &crate::attest::statement::Transaction {
+        let statement = crate::engine::attesting::transaction(
+            &crate::engine::attesting::Transaction {
                 transaction_id: &t.transaction_id,
                 workspace_id: &t.workspace_id,
                 proposal_id: &t.proposal_id,

@@ -1,8 +1,8 @@
 //! Statements and their checks, on records built here (the integration suite signs real runs).
 
-use super::statement::{self, Statement, VERIFICATION_PREDICATE};
-use super::verify::{Refused, check_subject, verify, verify_bytes};
 use super::*;
+use crate::attest::statement;
+use crate::attest::verify::{Refused, check_subject, verify, verify_bytes};
 use crate::verification::Status;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -270,7 +270,7 @@ fn a_note_holds_a_delivery_and_only_the_verifications_it_names() {
     let delivery_env = a.sign(&delivery).unwrap();
     let check = |envs: &[&Envelope]| {
         let all: Vec<_> = envs.iter().map(|e| a.check(e).unwrap()).collect();
-        super::verify::check_note(&all)
+        crate::attest::verify::check_note(&all)
     };
     check(&[&delivery_env, &relied_env]).unwrap();
     check(&[&delivery_env]).unwrap();
