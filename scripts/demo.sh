@@ -47,9 +47,12 @@ g checkout -q main
 token() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 sha() { printf %s "$1" | sha256sum | cut -d' ' -f1; }
 alice=$(token); dana=$(token); run_a=$(token); run_b=$(token)
+# Results, deliveries and applies are signed with this key (in-toto statements in DSSE envelopes).
+$AIRLOCK keys generate "$work/signing.pem" > "$work/signing.pub.txt"
 cat > "$work/airlock.toml" <<TOML
 listen = "127.0.0.1:0"
 data_dir = "$work/data"
+signing_key = "$work/signing.pem"
 [workspaces.demo]
 repo = "$repo"
 # dana approves deliveries: the member who requests one may not decide it (distinct_approver).
@@ -170,5 +173,8 @@ echo "== refs/heads/main is now $landed; receipt at $(g for-each-ref --format='%
 echo "== the history git alone tells (the agents' commits are merged, the landed commit carries the story):"
 g log --graph --format='%h %an: %s' -6 main
 g log -1 --format=%B main | g interpret-trailers --parse
+echo "== the signed attestations git carries (refs/notes/airlock on the landed commit), checked offline with the public key:"
+g notes --ref=airlock show main > "$work/note.jsonl"
+$AIRLOCK attestation verify --config "$work/airlock.toml" --repo "$repo" --rev main "$work/note.jsonl"
 kill -TERM "$pid"; wait "$pid"; pid=""
 echo "== airlock serve stopped; demo finished"
