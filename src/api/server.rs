@@ -6,7 +6,9 @@
 //! - request headers must arrive within `header_read_timeout_seconds` (hyper's header timer,
 //!   which also runs on a fresh connection before its first byte);
 //! - a keep-alive connection with no request in progress is closed after
-//!   `keep_alive_idle_seconds`;
+//!   `keep_alive_idle_seconds`; a request is in progress until its response body has ended
+//!   (or was dropped), so a streamed response (a followed log, the event stream) is never cut
+//!   by this timer however long it lasts;
 //! - the body must arrive within `body_read_timeout_seconds` of the headers (enforced by the
 //!   handler, which then has the control call budget for the work), so one request takes at
 //!   most header + body + budget;
@@ -92,6 +94,33 @@ impl Drop for RequestGuard {
                 .idle_since_ms
                 .store(self.epoch.elapsed().as_millis() as u64, Ordering::SeqCst);
         }
+    }
+}
+
+/// A response body that holds its request's guard until the body ends or is dropped, so the
+/// idle judgement sees a streamed response as the request in progress it is.
+struct Guarded {
+    body: axum::body::Body,
+    _request: RequestGuard,
+}
+
+impl axum::body::HttpBody for Guarded {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -210,8 +239,17 @@ pub async fn serve(
                     req.extensions_mut().insert(ConnHandle(conn.clone()));
                     let app = app.clone();
                     async move {
-                        let _request = request;
-                        app.oneshot(req.map(axum::body::Body::new)).await
+                        let resp = app.oneshot(req.map(axum::body::Body::new)).await;
+                        // The request stays in progress until its body has ended: the guard
+                        // travels with the body, not with the handler's future.
+                        resp.map(|r| {
+                            r.map(|body| {
+                                axum::body::Body::new(Guarded {
+                                    body,
+                                    _request: request,
+                                })
+                            })
+                        })
                     }
                 })
             };

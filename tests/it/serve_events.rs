@@ -115,7 +115,9 @@ fn kinds(events: &[Value]) -> Vec<String> {
 
 #[test]
 fn the_candidate_flow_is_in_the_event_log_and_pushed_over_sse() {
-    let s = Server::fake();
+    // The keep-alive idle timer at its shortest: the idle stream below outlives it many times
+    // over before its heartbeat and keeps delivering events after it.
+    let s = Server::fake_with("keep_alive_idle_seconds = 1\n");
     // A stream opened before anything happened, from the end of the (empty) log.
     let mut live = Sse::open(&s.addr, ALICE, "workspace_id=ws1", None);
     let (cid, rev, _) = frozen(&s);
@@ -206,11 +208,29 @@ fn the_candidate_flow_is_in_the_event_log_and_pushed_over_sse() {
     let d = only.event().unwrap();
     assert_eq!(d.1, "candidate.decided");
 
-    // An idle stream sends heartbeats.
+    // An idle stream sends heartbeats, and is not cut by the idle timer while it waits for
+    // them: the heartbeat comes ~15 s after the last event, 15 times the idle timer.
     let started = Instant::now();
-    let beat = live.next().expect("a heartbeat");
+    let beat = live.next().expect("a heartbeat, not the end of the stream");
     assert_eq!(beat.1, ":", "{beat:?}");
     assert!(started.elapsed() < Duration::from_secs(25));
+    // The stream still delivers what happens after the heartbeat.
+    let base = s.head();
+    let b = s.agent_commit("later", &base, &[("later.txt", "later\n")]);
+    let sub = s.evidence("run_a", &base, &b, None);
+    let prepared = s.ok(
+        ALICE,
+        "integration.prepare",
+        s.prepare_body(vec![sub], &base, "p-later"),
+    );
+    let later = crate::support::cand(&prepared)["candidate_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let created = std::iter::from_fn(|| live.event())
+        .find(|(_, kind, _)| kind == "candidate.created")
+        .expect("the stream is still open and pushes the new candidate");
+    assert!(created.2.contains(&later), "{created:?}");
 }
 
 #[test]

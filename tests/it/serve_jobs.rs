@@ -363,12 +363,18 @@ fn a_follower_sees_output_while_the_job_runs_and_one_that_never_reads_does_not_s
     if !docker() {
         return;
     }
-    let s = Server::start();
+    // The keep-alive idle timer at its shortest: every follow below outlives it several times
+    // over, so a stream cut by it (rather than ended by its job) fails here.
+    let s = Server::start_with("keep_alive_idle_seconds = 1\n");
     let j = submit(
         &s,
         ALICE,
         "ws1",
-        &["sh", "-c", "echo start; sleep 5; echo end"],
+        &[
+            "sh",
+            "-c",
+            "echo start; for i in 1 2 3 4 5; do sleep 1; echo tick $i; done; sleep 2; echo end",
+        ],
         "f1",
     );
     wait_for(
@@ -394,7 +400,16 @@ fn a_follower_sees_output_while_the_job_runs_and_one_that_never_reads_does_not_s
         "[airlock: job settled: passed]"
     ));
     let text = String::from_utf8_lossy(&seen).into_owned();
-    assert!(chunked_body(&seen).contains("start\nend\n"), "{text}");
+    assert!(
+        chunked_body(&seen).contains(
+            "start\ntick 1\ntick 2\ntick 3\ntick 4\ntick 5\nend\n\n[airlock: job settled: passed]\n"
+        ),
+        "every line and the settle line, past the idle timer: {text}"
+    );
+    assert!(
+        seen.ends_with(b"\r\n0\r\n\r\n"),
+        "the chunked body ends with its terminating chunk: {text}"
+    );
     assert!(
         text.contains("200 OK") && text.contains("text/plain"),
         "{text}"
@@ -418,6 +433,8 @@ fn a_follower_sees_output_while_the_job_runs_and_one_that_never_reads_does_not_s
     );
     let mut stalled = follow(&s, ALICE, &id(&big));
     let done = settled(&s, ALICE, "ws1", &id(&big));
+    // Idle well past the keep-alive timer before reading anything.
+    std::thread::sleep(Duration::from_secs(3));
     assert_eq!(done["state"], "passed", "{done}");
     assert_eq!(done["verification"]["output_bytes_total"], 100_000_006);
     assert_eq!(done["verification"]["output_truncated"], true);
