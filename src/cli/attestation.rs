@@ -25,8 +25,10 @@ pub enum AttestationCommand {
     /// Check an attestation: the DSSE envelope, its signature by a known key, the in-toto
     /// statement and its predicate type, and with --repo and --rev that its subject is that
     /// revision. Exit 0 when all hold (one summary line on stdout), 1 with one line saying
-    /// why otherwise. FILE may be an envelope, a record holding one as `attestation`, or
-    /// envelopes one per line (a `refs/notes/airlock` note): each must hold.
+    /// why otherwise. FILE may be an envelope, a record holding one as `attestation` (a
+    /// verification, a delivery receipt or a transaction: every field the statement covers
+    /// must then say what the statement says, and a second line names the fields it does not
+    /// cover), or envelopes one per line (a `refs/notes/airlock` note): each must hold.
     Verify {
         /// The attestation file, or - for stdin.
         file: String,
@@ -146,23 +148,35 @@ fn resolve(repo: &std::path::Path, rev: &str) -> Result<(String, String), String
     Ok((commit, tree))
 }
 
+/// One envelope to check, and the record that carried it (when it came in one).
+struct Input {
+    envelope: serde_json::Value,
+    record: Option<serde_json::Value>,
+}
+
 /// The envelopes in `bytes`: one JSON document (an envelope, or a record whose `attestation`
 /// is one), or one envelope per line.
-fn envelopes(bytes: &[u8]) -> Result<Vec<serde_json::Value>, String> {
+fn envelopes(bytes: &[u8]) -> Result<Vec<Input>, String> {
     let unsigned = "the record has no attestation (was a signing key configured when it settled?)";
     let one = |v: serde_json::Value| match v.get("attestation") {
         Some(a) if v.get("payload").is_none() => {
             if a.is_null() {
                 Err(unsigned.to_string())
             } else {
-                Ok(a.clone())
+                Ok(Input {
+                    envelope: a.clone(),
+                    record: Some(v),
+                })
             }
         }
         // A record without the field: settled unsigned.
         None if v.get("payload").is_none() && v.get("verification_id").is_some() => {
             Err(unsigned.to_string())
         }
-        _ => Ok(v),
+        _ => Ok(Input {
+            envelope: v,
+            record: None,
+        }),
     };
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(bytes) {
         return Ok(vec![one(v)?]);
@@ -195,14 +209,21 @@ fn check_all(
     let mut checked = Vec::new();
     let all = envelopes(bytes)?;
     let n = all.len();
-    for (i, value) in all.into_iter().enumerate() {
+    for (i, input) in all.into_iter().enumerate() {
         let which = if n > 1 {
             format!("envelope {}: ", i + 1)
         } else {
             String::new()
         };
-        let raw = serde_json::to_vec(&value).expect("a JSON value serializes");
+        let raw = serde_json::to_vec(&input.envelope).expect("a JSON value serializes");
         let v = verify::verify_bytes(&raw, keys).map_err(|e| format!("{which}{e}"))?;
+        // The signature proves the statement; the record around it must say the same.
+        let record = input
+            .record
+            .as_ref()
+            .map(|r| crate::engine::attesting::check_record(r, &v.statement))
+            .transpose()
+            .map_err(|e| format!("{which}{e}"))?;
         // A note carries the delivery and the verifications it relied on: the subject check
         // applies to the first (the delivery's, on the landed commit) only.
         if let Some((commit, tree)) = subject
@@ -222,6 +243,17 @@ fn check_all(
             v.digest,
             subjects.join(", ")
         ));
+        if let Some(r) = record {
+            lines.push(format!(
+                "record: every attested field of the {} record matches its attestation{}",
+                r.kind,
+                if r.not_attested.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (not attested: {})", r.not_attested.join(", "))
+                }
+            ));
+        }
         checked.push(v);
     }
     verify::check_note(&checked).map_err(|e| e.to_string())?;

@@ -314,5 +314,8 @@ pub fn transaction(t: &Transaction<'_>, verifier: &Verifier) -> Statement {
     }
 }
 
+mod records;
+pub use records::{RecordChecked, RecordRefused, check_record};
+
 #[cfg(test)]
 mod tests;

@@ -288,6 +288,38 @@ fn source_changed_and_timed_out_runs_are_signed_as_failed_never_passed() {
         );
         assert!(out.contains("FAILED") && !out.contains("PASSED"), "{out}");
     }
+    // The record around a valid envelope must say what the envelope says: the failed run's
+    // record holds as it is, and every edit that would make it read as another result is
+    // refused, naming the field.
+    let key = ["--public-key", public.to_str().unwrap()];
+    let (code, out, err) = airlock_verify(&key, &failed.to_string());
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("record: every attested field of the verification record matches")
+            && out.contains("not attested: container_id, creation_key, expires_at, phases"),
+        "{out}"
+    );
+    let other_commit = "0".repeat(40);
+    for (field, value) in [
+        ("status", json!("passed")),
+        ("exit_code", json!(0)),
+        ("output", json!("all tests passed\n")),
+        ("candidate_revision", json!(other_commit)),
+        ("candidate_tree", json!(other_commit)),
+        ("environment_sha256", json!("0".repeat(64))),
+        ("argv", json!(["true"])),
+        ("observed_image", json!("sha256:0")),
+        ("output_bytes_total", json!(7)),
+    ] {
+        let mut edited = failed.clone();
+        edited[field] = value;
+        let (code, out, err) = airlock_verify(&key, &edited.to_string());
+        assert_eq!(code, 1, "{field}: {out}");
+        assert!(
+            err.contains(&format!("the record's {field} is")),
+            "{field}: {err}"
+        );
+    }
 }
 
 /// `airlock run` killed at `point` with a signing key; returns the one record after
@@ -438,6 +470,15 @@ fn deliveries_are_attested_in_the_receipt_the_trailer_and_git_notes_and_the_page
     // The delivery's subject is the landed commit, not the target it was built on.
     let (code, _, err) = airlock_verify_at(&public, &s.repo, &base, &d_env.to_string());
     assert_eq!(code, 1, "{err}");
+    // The receipt as a record: it holds as the daemon wrote it, and an edited one does not.
+    let (code, out, err) = airlock_verify_at(&public, &s.repo, &landed, &receipt.to_string());
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("delivery receipt record matches"), "{out}");
+    let mut edited = receipt.clone();
+    edited["target_ref"] = json!("refs/heads/elsewhere");
+    let (code, _, err) = airlock_verify_at(&public, &s.repo, &landed, &edited.to_string());
+    assert_eq!(code, 1);
+    assert!(err.contains("the record's target_ref is"), "{err}");
 
     // The page checks each attestation against the daemon's keys and says so.
     let bob = crate::serve_ui::sign_in(&s, BOB);
@@ -584,6 +625,24 @@ fn an_applied_transaction_is_attested_with_head_before_post_images_and_its_tests
     // Its subject check: HEAD before the apply, not after.
     let (code, _, err) = airlock_verify_at(&public, &s.repo, &head_before, &env.to_string());
     assert_eq!(code, 0, "{err}");
+    // The transaction as a record holds; one whose hashes or applier were edited does not.
+    let (code, out, err) = airlock_verify_at(&public, &s.repo, &head_before, &t.to_string());
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("transaction record matches"), "{out}");
+    for (field, value) in [
+        ("applied_by", json!("member:mallory")),
+        ("hashes", json!([])),
+        ("head_after", json!("0".repeat(40))),
+    ] {
+        let mut edited = t.clone();
+        edited[field] = value;
+        let (code, _, err) = airlock_verify_at(&public, &s.repo, &head_before, &edited.to_string());
+        assert_eq!(code, 1, "{field}");
+        assert!(
+            err.contains(&format!("the record's {field} is")),
+            "{field}: {err}"
+        );
+    }
     // The transaction's page checks it and shows the key.
     let alice = crate::serve_ui::sign_in(&s, ALICE);
     let path = format!(
