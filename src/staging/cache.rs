@@ -9,12 +9,19 @@
 //! is published by one rename once it is complete, so a process killed while filling leaves
 //! only `incoming/`, which the next open empties.
 //!
+//! **Read-only.** `mnt/entries` is a read-only bind of itself: nothing beneath it can be
+//! written through the filesystem, by root either (`EROFS`). The fill publishes and removes
+//! entries by renames relative to a handle on the directory opened before the bind went over
+//! it, and writes only in `incoming/`.
+//!
 //! **Trust across restarts.** An entry found at open is used only after it is verified: its
-//! manifest's checksum must hold and every path must `lstat` exactly as recorded when it was
-//! filled (inode, size, mode, mtime and ctime to the nanosecond; nobody can set a ctime back).
-//! That costs one `lstat` per path once per process, where re-hashing every byte would cost
-//! as much as staging the tree again. Nothing is fsynced while filling, so an image left by an
-//! earlier boot (its `boot_id` differs) is discarded whole and made anew.
+//! manifest's checksum must hold, every path must `lstat` exactly as recorded when it was
+//! filled (inode, size, mode, mtime and ctime to the nanosecond; nobody can set a ctime back),
+//! and its content must be the revision's ([`content`]: the manifest's paths and ids are the
+//! tree's per git, and every byte hashes to its blob id, so a raw write to the image while no
+//! daemon ran is caught). That costs reading the tree once per entry per process. Nothing is
+//! fsynced while filling, so an image left by an earlier boot (its `boot_id` differs) is
+//! discarded whole and made anew.
 //!
 //! **Bound.** Entries are kept while their bytes stay within `tree_cache_bytes`; past it, the
 //! least recently used entry no job holds a [`Lease`] on is evicted. A tree that does not fit
@@ -22,6 +29,8 @@
 //!
 //! One process owns a cache at a time (an exclusive `flock` on `tree-cache/lock`); another
 //! process on the same data dir runs without it.
+
+mod content;
 
 use super::{Repo, Snapshot, Staged, StagingError, StatKey};
 use crate::domain::git::FileMode;
@@ -129,6 +138,12 @@ pub struct TreeCache {
     mnt: PathBuf,
     bound: u64,
     _lock: nix::fcntl::Flock<std::fs::File>,
+    /// `entries/` as the fill writes it (opened before the read-only bind went over it, so
+    /// publishing and removing an entry are renames relative to this directory, while every
+    /// path beneath `mnt/entries` is read-only: `EROFS`, for root too), and `incoming/`, for
+    /// renames into and out of it. Let go at [`TreeCache::close`] (an open directory keeps
+    /// the filesystem busy).
+    handles: Mutex<Option<Handles>>,
     state: Mutex<State>,
     /// One filler per key: a second job on a tree being filled waits for it.
     filling: Mutex<HashMap<String, Arc<Mutex<()>>>>,
@@ -196,6 +211,7 @@ impl TreeCache {
             mnt,
             bound,
             _lock: lock,
+            handles: Mutex::default(),
             state: Mutex::default(),
             filling: Mutex::default(),
         };
@@ -281,9 +297,21 @@ impl TreeCache {
             .map_err(io("chmod", &self.mnt))?;
         let entries = self.mnt.join(ENTRIES);
         let incoming = self.mnt.join(INCOMING);
+        // A killed process left its read-only bind over entries/: lift it (detached: overlays
+        // still standing on it keep it) to reach the directory beneath.
+        if read_only(&entries) && !read_only(&self.mnt) {
+            nix::mount::umount2(&entries, nix::mount::MntFlags::MNT_DETACH)
+                .map_err(|e| StagingError::Space(format!("unmount {}: {e}", entries.display())))?;
+        }
         for d in [&entries, &incoming] {
             std::fs::create_dir_all(d).map_err(io("create", d))?;
         }
+        let open_dir = |d: &Path| std::fs::File::open(d).map_err(io("open", d));
+        *self.handles.lock().expect("tree cache handles") = Some(Handles {
+            entries: open_dir(&entries)?,
+            incoming: open_dir(&incoming)?,
+        });
+        bind_read_only(&entries)?;
         let mut st = self.state.lock().expect("tree cache state");
         for e in std::fs::read_dir(&incoming)
             .map_err(io("read", &incoming))?
@@ -379,7 +407,12 @@ impl TreeCache {
             .unverified
             .remove(key);
         if unverified {
-            match read_entry(&dir, key, owner) {
+            // Found at open: its stats, then its bytes against the revision's blob ids (what
+            // a raw write to the image's blocks would change unseen by any stat).
+            let checked = read_entry(&dir, key, owner).and_then(|entry| {
+                content::verify(repo, tree, &dir.join("tree"), &entry.snapshot).map(|()| entry)
+            });
+            match checked {
                 Ok(entry) => return Ok((self.insert(entry), Lookup::Hit)),
                 Err(why) => {
                     tracing::warn!(entry = %dir.display(), %why, "tree cache entry discarded");
@@ -416,8 +449,10 @@ impl TreeCache {
 
     /// Moves an entry out of `entries/` in one rename, then deletes it.
     fn discard(&self, dir: &Path) -> Result<(), StagingError> {
-        let doomed = self.mnt.join(INCOMING).join(format!("discard-{}", nonce()));
-        std::fs::rename(dir, &doomed).map_err(io("discard tree cache entry", dir))?;
+        let name = format!("discard-{}", nonce());
+        let doomed = self.mnt.join(INCOMING).join(&name);
+        self.withdraw_entry(dir, &name)
+            .map_err(io("discard tree cache entry", dir))?;
         self.state.lock().expect("tree cache state").discarded += 1;
         remove_all(&doomed)
     }
@@ -441,8 +476,9 @@ impl TreeCache {
                 let e = st.entries.remove(&victim).expect("the victim is cached");
                 st.bytes = st.bytes.saturating_sub(e.bytes);
                 st.evicted += 1;
-                let to = self.mnt.join(INCOMING).join(format!("evicted-{}", nonce()));
-                match std::fs::rename(&e.dir, &to) {
+                let name = format!("evicted-{}", nonce());
+                let to = self.mnt.join(INCOMING).join(&name);
+                match self.withdraw_entry(&e.dir, &name) {
                     Ok(()) => doomed.push(to),
                     Err(err) => tracing::warn!(entry = %e.dir.display(), error = %err, "evicting"),
                 }
@@ -476,7 +512,8 @@ impl TreeCache {
             write_manifest(&tmp.join(MANIFEST), &empty_tree, bytes, &snapshot)?;
             filled();
             let dir = self.mnt.join(ENTRIES).join(key);
-            std::fs::rename(&tmp, &dir).map_err(io("publish tree cache entry", &dir))?;
+            self.publish_entry(&tmp, key)
+                .map_err(io("publish tree cache entry", &dir))?;
             Ok(Entry {
                 key: key.to_string(),
                 dir,
@@ -500,10 +537,75 @@ impl TreeCache {
         if st.entries.values().any(|e| Arc::strong_count(e) > 1) {
             return;
         }
+        self.handles.lock().expect("tree cache handles").take();
+        let entries = self.mnt.join(ENTRIES);
+        if read_only(&entries)
+            && let Err(e) = nix::mount::umount2(&entries, nix::mount::MntFlags::empty())
+        {
+            tracing::warn!(error = %e, "the tree cache's read-only entries stay mounted");
+            return;
+        }
         if let Err(e) = super::space::unmount_at(&self.mnt) {
             tracing::warn!(error = %e, "the tree cache stays mounted");
         }
     }
+
+    /// Renames `incoming/<name of from>` to `entries/<key>` through the writable handle.
+    fn publish_entry(&self, from: &Path, key: &str) -> std::io::Result<()> {
+        let name = from.file_name().ok_or(std::io::ErrorKind::InvalidInput)?;
+        self.with_handles(|h| nix::fcntl::renameat(&h.incoming, name, &h.entries, key))
+    }
+
+    /// Renames the entry at `dir` (`entries/<key>`) to `incoming/<name>` through the writable
+    /// handle.
+    fn withdraw_entry(&self, dir: &Path, name: &str) -> std::io::Result<()> {
+        let key = dir.file_name().ok_or(std::io::ErrorKind::InvalidInput)?;
+        self.with_handles(|h| nix::fcntl::renameat(&h.entries, key, &h.incoming, name))
+    }
+
+    fn with_handles(&self, f: impl FnOnce(&Handles) -> nix::Result<()>) -> std::io::Result<()> {
+        match &*self.handles.lock().expect("tree cache handles") {
+            Some(h) => f(h).map_err(std::io::Error::from),
+            None => Err(std::io::Error::other("the tree cache is closed")),
+        }
+    }
+}
+
+/// The writable handles of an open cache (see [`TreeCache`]'s `handles`).
+struct Handles {
+    entries: std::fs::File,
+    incoming: std::fs::File,
+}
+
+/// Whether `path`'s filesystem is mounted read-only there.
+fn read_only(path: &Path) -> bool {
+    nix::sys::statvfs::statvfs(path)
+        .is_ok_and(|s| s.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
+}
+
+/// Mounts `dir` over itself read-only (`nosuid,nodev`): beneath it nothing can be written,
+/// by root either, except through a handle opened before.
+fn bind_read_only(dir: &Path) -> Result<(), StagingError> {
+    use nix::mount::{MsFlags, mount};
+    let failed = |e: nix::errno::Errno| {
+        StagingError::Space(format!("bind {} read-only: {e}", dir.display()))
+    };
+    mount(Some(dir), dir, None::<&str>, MsFlags::MS_BIND, None::<&str>).map_err(failed)?;
+    mount(
+        None::<&str>,
+        dir,
+        None::<&str>,
+        MsFlags::MS_REMOUNT
+            | MsFlags::MS_BIND
+            | MsFlags::MS_RDONLY
+            | MsFlags::MS_NOSUID
+            | MsFlags::MS_NODEV,
+        None::<&str>,
+    )
+    .map_err(|e| {
+        let _ = nix::mount::umount2(dir, nix::mount::MntFlags::MNT_DETACH);
+        failed(e)
+    })
 }
 
 /// Unmounts a cache that a killed process left mounted, when no process holds it now
@@ -526,6 +628,14 @@ pub fn release_orphan(data_root: &Path) -> Result<bool, String> {
         // A live process uses it.
         return Ok(false);
     };
+    let entries = mnt.join(ENTRIES);
+    if read_only(&entries) && !read_only(&mnt) {
+        match nix::mount::umount2(&entries, nix::mount::MntFlags::empty()) {
+            Ok(()) => {}
+            Err(nix::errno::Errno::EBUSY) => return Ok(false),
+            Err(e) => return Err(format!("unmount {}: {e}", entries.display())),
+        }
+    }
     match nix::mount::umount2(&mnt, nix::mount::MntFlags::empty()) {
         Ok(()) => Ok(true),
         Err(nix::errno::Errno::EBUSY) => Ok(false),

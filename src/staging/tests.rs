@@ -356,6 +356,37 @@ fn the_upper_dir_check_agrees_with_the_full_walk_on_every_kind_of_tamper() {
     cache.close();
 }
 
+/// Mounts the cache image of `data` read-write at a temporary directory while no cache is
+/// open, runs `f` on that mount's root, and unmounts it: root tampering with the image.
+fn with_cache_image(data: &Path, f: impl FnOnce(&Path)) {
+    let at = tempfile::tempdir().unwrap();
+    let img = data.join("tree-cache/cache.img");
+    // The loop device of the last mount detaches a moment after its unmount.
+    let mounted = (0..40).any(|_| {
+        let ok = Command::new("mount")
+            .args(["-t", "ext4", "-o", "loop"])
+            .arg(&img)
+            .arg(at.path())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success();
+        if !ok {
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+        ok
+    });
+    assert!(mounted, "mounting the cache image");
+    f(at.path());
+    assert!(
+        Command::new("umount")
+            .arg(at.path())
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
 #[test]
 fn cached_entries_survive_a_reopen_and_a_tampered_or_torn_one_is_discarded() {
     let w = warm_repo();
@@ -365,28 +396,122 @@ fn cached_entries_survive_a_reopen_and_a_tampered_or_torn_one_is_discarded() {
     let (lease, _) = cache.lease(&w.repo, &w.head, owner, &|| {}).unwrap();
     let snapshot = lease.snapshot();
     let entry = lease.tree().parent().unwrap().to_path_buf();
+    let key = entry.file_name().unwrap().to_owned();
+    let in_image = |root: &Path| root.join("entries").join(&key);
+    // While it is open, nothing beneath entries/ can be written, by root either.
+    let e = std::fs::write(entry.join("tree/a.txt"), "tampered\n").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(nix::libc::EROFS), "{e}");
     drop(lease);
     // A second process on the same data dir runs without the cache rather than sharing it.
     assert!(cache::TreeCache::open(&data, 64 << 20).is_err());
     cache.close();
     drop(cache);
 
-    // Reopened (mounted again): the entry is verified against its manifest and used as it was.
-    let cache = cache::TreeCache::open(&data, 64 << 20).unwrap();
-    let (lease, lookup) = cache.lease(&w.repo, &w.head, owner, &|| {}).unwrap();
+    // Reopened (mounted again): the entry is verified and used as it was.
+    let reopen = || {
+        let cache = cache::TreeCache::open(&data, 64 << 20).unwrap();
+        let (lease, lookup) = cache.lease(&w.repo, &w.head, owner, &|| {}).unwrap();
+        (cache, lease, lookup)
+    };
+    let (cache, lease, lookup) = reopen();
     assert_eq!(lookup, cache::Lookup::Hit);
     assert_eq!(lease.snapshot(), snapshot);
     assert_eq!(cache.status().discarded, 0);
     drop(lease);
-    // Someone writes into a cached file between two runs: the stat no longer matches.
-    std::fs::write(entry.join("tree/a.txt"), "tampered\n").unwrap();
+    cache.close();
     drop(cache);
-    let cache = cache::TreeCache::open(&data, 64 << 20).unwrap();
-    let (lease, lookup) = cache.lease(&w.repo, &w.head, owner, &|| {}).unwrap();
+    // Each way of tampering with the image while no cache is open: the entry is discarded
+    // (only that one) and filled anew with the revision's bytes.
+    type Tamper = Box<dyn Fn(&Path)>;
+    let tampers: Vec<(&str, Tamper)> = vec![
+        (
+            "a file written (its stat moves)",
+            Box::new(|e: &Path| std::fs::write(e.join("tree/a.txt"), "tampered\n").unwrap()),
+        ),
+        (
+            "one byte of the manifest flipped (its checksum refuses it)",
+            Box::new(|e: &Path| {
+                let manifest = e.join("manifest");
+                let mut bytes = std::fs::read(&manifest).unwrap();
+                bytes[20] ^= 1;
+                std::fs::write(&manifest, bytes).unwrap();
+            }),
+        ),
+        (
+            "a stray file added (it would show in every job)",
+            Box::new(|e: &Path| std::fs::write(e.join("tree/stray.txt"), "stray\n").unwrap()),
+        ),
+        (
+            "a stray empty directory added",
+            Box::new(|e: &Path| std::fs::create_dir_all(e.join("tree/dir/sub/stray")).unwrap()),
+        ),
+    ];
+    for (what, tamper) in &tampers {
+        with_cache_image(&data, |root| tamper(&in_image(root)));
+        let (cache, lease, lookup) = reopen();
+        assert_eq!(lookup, cache::Lookup::Miss, "{what}");
+        assert_eq!(cache.status().discarded, 1, "{what}");
+        assert_eq!(
+            std::fs::read(lease.tree().join("a.txt")).unwrap(),
+            b"hello\n",
+            "{what}"
+        );
+        assert!(!lease.tree().join("stray.txt").exists(), "{what}");
+        assert!(!lease.tree().join("dir/sub/stray").exists(), "{what}");
+        drop(lease);
+        cache.close();
+    }
+    // The content check: a file's bytes changed with its stat put back exactly as it was
+    // (what a raw write into the image's blocks amounts to) and a manifest rewritten to
+    // match a forged file, its checksum recomputed, are both refused.
+    with_cache_image(&data, |root| {
+        let file = in_image(root).join("tree/a.txt");
+        std::fs::write(&file, "HELLO\n").unwrap();
+    });
+    let forged_stat = {
+        // Rewrite the manifest's line for a.txt with the file's new stat, checksum and all:
+        // every stat now matches, only the bytes (and git's blob id) say otherwise.
+        let mut fixed = None;
+        with_cache_image(&data, |root| {
+            let e = in_image(root);
+            let manifest = std::fs::read_to_string(e.join("manifest")).unwrap();
+            let meta = std::fs::symlink_metadata(e.join("tree/a.txt")).unwrap();
+            use std::os::unix::fs::MetadataExt;
+            let stat = format!(
+                "{} {} {} {} {}",
+                meta.ino(),
+                meta.size(),
+                meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
+                meta.ctime() as i128 * 1_000_000_000 + meta.ctime_nsec() as i128,
+                meta.mode()
+            );
+            let body: Vec<String> = manifest
+                .lines()
+                .filter(|l| !l.starts_with("sha256 "))
+                .map(|l| {
+                    if l.ends_with("\ta.txt") {
+                        let (head, tail) = l.split_once('\t').unwrap();
+                        let f: Vec<&str> = head.split(' ').collect();
+                        format!("{} {} {stat} {}\t{tail}", f[0], f[1], f[7])
+                    } else {
+                        l.to_string()
+                    }
+                })
+                .collect();
+            let mut text = body.join("\n") + "\n";
+            let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(text.as_bytes()));
+            text.push_str(&format!("sha256 {digest}\n"));
+            std::fs::write(e.join("manifest"), text).unwrap();
+            fixed = Some(stat);
+        });
+        fixed.unwrap()
+    };
+    assert!(!forged_stat.is_empty());
+    let (cache, lease, lookup) = reopen();
     assert_eq!(
         lookup,
         cache::Lookup::Miss,
-        "a tampered entry is filled anew"
+        "the bytes are not the revision's"
     );
     assert_eq!(cache.status().discarded, 1);
     assert_eq!(
@@ -394,48 +519,25 @@ fn cached_entries_survive_a_reopen_and_a_tampered_or_torn_one_is_discarded() {
         b"hello\n"
     );
     drop(lease);
-    // One byte of the manifest flipped: its checksum refuses it.
-    let manifest = entry.join("manifest");
-    let mut bytes = std::fs::read(&manifest).unwrap();
-    bytes[20] ^= 1;
-    std::fs::write(&manifest, bytes).unwrap();
+    cache.close();
     drop(cache);
-    let mut cache = cache::TreeCache::open(&data, 64 << 20).unwrap();
-    let (lease, lookup) = cache.lease(&w.repo, &w.head, owner, &|| {}).unwrap();
-    assert_eq!(lookup, cache::Lookup::Miss);
-    assert_eq!(cache.status().discarded, 1);
-    drop(lease);
-    // Something added to a cached tree (every recorded path still as it was) would show in
-    // every job as if the revision had it: a stray file, a stray empty directory.
-    for stray in ["tree/stray.txt", "tree/dir/sub/stray/"] {
-        let at = entry.join(stray);
-        if stray.ends_with('/') {
-            std::fs::create_dir_all(&at).unwrap();
-        } else {
-            std::fs::write(&at, "stray\n").unwrap();
-        }
-        drop(cache);
-        cache = cache::TreeCache::open(&data, 64 << 20).unwrap();
-        let (lease, lookup) = cache.lease(&w.repo, &w.head, owner, &|| {}).unwrap();
-        assert_eq!(lookup, cache::Lookup::Miss, "{stray}");
-        assert_eq!(cache.status().discarded, 1, "{stray}");
-        assert!(!lease.tree().join("stray.txt").exists());
-        assert!(!lease.tree().join("dir/sub/stray").exists());
-        drop(lease);
-    }
     // A fill cut off before its publishing rename leaves only `incoming/`, emptied at open.
-    let torn = entry
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("incoming/torn.x");
-    std::fs::create_dir_all(torn.join("tree")).unwrap();
-    std::fs::write(torn.join("tree/a.txt"), "half").unwrap();
-    drop(cache);
+    with_cache_image(&data, |root| {
+        let torn = root.join("incoming/torn.x");
+        std::fs::create_dir_all(torn.join("tree")).unwrap();
+        std::fs::write(torn.join("tree/a.txt"), "half").unwrap();
+    });
     let cache = cache::TreeCache::open(&data, 64 << 20).unwrap();
     assert_eq!(cache.status().discarded, 1);
-    assert!(!torn.exists());
+    assert!(
+        !entry
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join("incoming/torn.x")
+            .exists()
+    );
     let (_lease, lookup) = cache.lease(&w.repo, &w.head, owner, &|| {}).unwrap();
     assert_eq!(lookup, cache::Lookup::Hit);
 }

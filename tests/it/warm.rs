@@ -516,3 +516,130 @@ fn a_tree_larger_than_the_cache_is_staged_in_full_and_leaves_nothing_behind() {
         "every checkout removed",
     );
 }
+
+/// While its daemon runs, a cached entry cannot be changed through the filesystem, by root
+/// either: every path beneath `tree-cache/mnt/entries` is read-only. The next job still sees
+/// the revision, from the same entry.
+#[test]
+fn a_cached_entry_is_read_only_to_root_while_its_daemon_runs() {
+    if !docker() {
+        return;
+    }
+    let s = Server::start();
+    let a = submit(&s, &["cat", "README"], "main", "ro-a");
+    let first = settled(&s, &a);
+    assert_eq!(first["verification"]["status"], "passed", "{first}");
+    assert_eq!(checkout_kind(&first["verification"]), "filled");
+    let entries = s.dir.path().join("data/tree-cache/mnt/entries");
+    let entry: Vec<PathBuf> = std::fs::read_dir(&entries)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(entry.len(), 1, "{entry:?}");
+    let readme = entry[0].join("tree/README");
+    let erofs = |r: std::io::Result<()>, what: &str| {
+        let e = r.expect_err(what);
+        assert_eq!(e.raw_os_error(), Some(30), "{what}: {e}"); // EROFS
+    };
+    erofs(
+        std::fs::write(&readme, "tampered\n"),
+        "writing a cached file",
+    );
+    erofs(
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&readme)
+            .map(drop),
+        "opening a cached file for append",
+    );
+    erofs(std::fs::remove_file(&readme), "removing a cached file");
+    erofs(
+        std::fs::create_dir(entries.join("planted")),
+        "planting an entry",
+    );
+    erofs(
+        std::fs::rename(&entry[0], entries.join("moved")),
+        "moving an entry",
+    );
+    let b = submit(&s, &["cat", "README"], "main", "ro-b");
+    let again = settled(&s, &b);
+    assert_eq!(again["verification"]["output"], "base\n", "{again}");
+    assert_eq!(checkout_kind(&again["verification"]), "warm");
+}
+
+/// Raw bytes written into the cache image's blocks while no daemon runs change no inode (the
+/// stat check cannot see them): the content check at the next use finds the file's bytes no
+/// longer hash to its blob id, discards the entry and fills it again. The job sees the
+/// revision, never the planted bytes.
+#[test]
+fn raw_writes_into_the_cache_image_are_caught_by_the_content_check() {
+    if !docker() {
+        return;
+    }
+    const REAL: &str = "a distinctive line the raw write will find\n";
+    const FAKE: &str = "A DISTINCTIVE LINE THE RAW WRITE WILL FIND\n";
+    let mut files = files();
+    files.push(("raw.txt", REAL, false));
+    let f = Fixture::new(&files);
+    let v = f.sh("cat raw.txt");
+    assert_eq!(
+        (v["output"].as_str(), checkout_kind(&v)),
+        (Some(REAL), "filled")
+    );
+    let img = f.data.join("tree-cache/cache.img");
+    let debugfs = |req: &str| -> String {
+        let out = Command::new("debugfs")
+            .args(["-R", req])
+            .arg(&img)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let key = debugfs("ls -p /entries")
+        .lines()
+        .filter_map(|l| l.split('/').nth(5))
+        .find(|n| !n.is_empty() && *n != "." && *n != "..")
+        .expect("one cached entry")
+        .to_string();
+    let block: u64 = debugfs(&format!("blocks /entries/{key}/tree/raw.txt"))
+        .split_whitespace()
+        .next()
+        .expect("raw.txt has a block")
+        .parse()
+        .unwrap();
+    // Root writes the planted bytes over the file's block, past every filesystem check.
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut image = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+        image.seek(SeekFrom::Start(block * 4096)).unwrap();
+        image.write_all(FAKE.as_bytes()).unwrap();
+        image.sync_all().unwrap();
+    }
+    assert!(
+        debugfs(&format!("cat /entries/{key}/tree/raw.txt")).starts_with(FAKE),
+        "the raw write reached the file's block"
+    );
+    let v = f.sh("cat raw.txt");
+    assert_eq!(v["status"], "passed", "{v}");
+    assert_eq!(
+        v["output"], REAL,
+        "the job sees the revision, not the raw bytes"
+    );
+    assert_eq!(
+        checkout_kind(&v),
+        "filled",
+        "the tampered entry was discarded: {v}"
+    );
+    // The entry made anew holds the revision's bytes again, for the next job too.
+    let v = f.sh("cat raw.txt");
+    assert_eq!(
+        (v["output"].as_str(), checkout_kind(&v)),
+        (Some(REAL), "warm")
+    );
+}
