@@ -12,7 +12,10 @@
 //!
 //! Everything lands under a new directory (refused if DEST exists), each file and directory
 //! fsynced, the database last renamed into place: a DEST holding `airlock.db` is complete.
-//! Restoring is starting `airlock serve` with `data_dir` set to the copy.
+//! Restoring is starting `airlock serve` with `data_dir` set to the copy. The copy is marked as
+//! one: its first start takes a new instance id, so a restore started beside the live original
+//! never touches the original's containers (its recovery destroys only containers labelled
+//! with its own instance id).
 
 use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
@@ -99,18 +102,39 @@ pub fn backup(root: &Path, dest: &Path) -> Result<BackupReport, BackupError> {
         .map_err(sqlite)?;
     {
         let mut dst = Connection::open(&partial).map_err(sqlite)?;
-        let copy = rusqlite::backup::Backup::new(&src, &mut dst).map_err(sqlite)?;
-        // One step of every page: the copy is one read snapshot, never restarted by the
-        // daemon's writes between steps.
-        loop {
-            match copy.step(-1).map_err(sqlite)? {
-                rusqlite::backup::StepResult::Done => break,
-                rusqlite::backup::StepResult::More => {}
-                rusqlite::backup::StepResult::Busy | rusqlite::backup::StepResult::Locked => {
-                    std::thread::sleep(BUSY_RETRY);
+        {
+            let copy = rusqlite::backup::Backup::new(&src, &mut dst).map_err(sqlite)?;
+            // One step of every page: the copy is one read snapshot, never restarted by the
+            // daemon's writes between steps.
+            loop {
+                match copy.step(-1).map_err(sqlite)? {
+                    rusqlite::backup::StepResult::Done => break,
+                    rusqlite::backup::StepResult::More => {}
+                    rusqlite::backup::StepResult::Busy | rusqlite::backup::StepResult::Locked => {
+                        std::thread::sleep(BUSY_RETRY);
+                    }
+                    _ => {}
                 }
-                _ => {}
             }
+        }
+        // The copy is another data dir: its first start takes an instance id of its own, so
+        // that started beside the original it never takes the original's containers for its
+        // own (see `Store::instance`).
+        let has_meta: bool = dst
+            .query_row(
+                "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(sqlite)?;
+        if has_meta {
+            dst.execute(
+                "INSERT INTO meta (key, value) \
+                 SELECT ?1, value FROM meta WHERE key = 'instance_id' \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                [crate::store::COPIED_FROM_KEY],
+            )
+            .map_err(sqlite)?;
         }
     }
     drop(src);

@@ -153,6 +153,9 @@ impl Daemon {
                 None => ctx,
             },
         };
+        // The built images' ids (and each engine's) are known before the first submission, so
+        // no submission waits on an engine; one that does not answer costs start-up one bound.
+        ctx.pool.checked(crate::limits::ENGINE_CALL_TIMEOUT).await;
         ctx.metrics.initialize(
             config.profiles.keys().map(String::as_str),
             ctx.pool.engines().iter().map(|e| e.name.as_str()),

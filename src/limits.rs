@@ -94,8 +94,29 @@ pub const LIVE_LOG_FOLLOWER_CHUNKS: usize = 1024;
 pub const MAX_LOG_FOLLOWERS: usize = 32;
 pub const RUN_RETENTION_DAYS: std::ops::RangeInclusive<u64> = 1..=3650;
 
-/// Timeout for Docker API requests (until response headers arrive; streams are not timed).
-pub const DOCKER_REQUEST_TIMEOUT_SECS: u64 = 120;
+/// Bound on one Docker API call, until its response headers arrive (every call but a
+/// transfer: an engine that stops answering is given up on after this, and the call fails
+/// with [`crate::sandbox::SandboxError::Unresponsive`]). Streams are bounded where they are
+/// read: a job's output by its deadline, a read-back by [`ENGINE_STREAM_IDLE_TIMEOUT`].
+pub const ENGINE_CALL_TIMEOUT_SECS: u64 = 30;
+/// [`ENGINE_CALL_TIMEOUT_SECS`] as a duration.
+pub const ENGINE_CALL_TIMEOUT: Duration = Duration::from_secs(ENGINE_CALL_TIMEOUT_SECS);
+/// Bound on a transfer call (a workspace upload, an image build or load), whose whole body
+/// is sent before the engine answers.
+pub const DOCKER_TRANSFER_TIMEOUT_SECS: u64 = 120;
+/// How long a read-back stream from an engine may go without a byte before it is given up on.
+pub const ENGINE_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an engine has to confirm a job container's kill at its deadline (or cancel)
+/// before Airlock gives up on it: the job settles `error` (the engine stopped answering),
+/// the engine leaves placement, and the container is removed once the engine answers again.
+pub const ENGINE_KILL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Beyond a job's own timeout, how long its engine may take for everything else (staging,
+/// creating, destroying, reading back) before Airlock settles the job `error` on its own
+/// clock: no job stays running longer than `timeout_seconds` + this after its placement.
+pub const ENGINE_GRACE: Duration = Duration::from_secs(120);
+/// How often the pool checks each engine's image ids (and the ids Airlock built) while it
+/// answers; see `engine::runner::pool::images`.
+pub const IMAGE_RECHECK_INTERVAL: Duration = Duration::from_secs(5);
 /// How long removal of a container is retried before Airlock reports it as left behind.
 pub const CONTAINER_REMOVE_ATTEMPTS: u32 = 5;
 
@@ -188,7 +209,13 @@ pub const DEFAULT_HEADER_READ_TIMEOUT_SECONDS: u64 = 10;
 pub const DEFAULT_BODY_READ_TIMEOUT_SECONDS: u64 = 30;
 /// Default idle time after which a keep-alive connection is closed (`keep_alive_idle_seconds`).
 pub const DEFAULT_KEEP_ALIVE_IDLE_SECONDS: u64 = 30;
-/// Largest value of any of the three HTTP timeouts above.
+/// Default idle time after which an MCP session is closed (`mcp_session_idle_seconds`).
+pub const DEFAULT_MCP_SESSION_IDLE_SECONDS: u64 = 300;
+/// Most MCP sessions one token's identity may hold open.
+pub const MAX_MCP_SESSIONS_PER_TOKEN: usize = 16;
+/// Most MCP sessions open at once, over every token.
+pub const MAX_MCP_SESSIONS: usize = 256;
+/// Largest value of any of the HTTP timeouts above.
 pub const MAX_HTTP_TIMEOUT_SECONDS: u64 = 3600;
 
 /// Parsed candidates the daemon keeps for reads (by stored version; full means start over).

@@ -186,6 +186,7 @@ pub struct Metrics {
     pub engine_running: Family<EngineLabel, Gauge>,
     pub engine_up: Family<EngineLabel, Gauge>,
     pub engine_failures: Family<EngineLabel, Counter>,
+    pub engine_image_mismatches: Family<EngineLabel, Gauge>,
     pub engine_upload_bytes: Family<EngineLabel, Counter>,
     pub engine_upload_seconds: Hist<EngineLabel>,
     pub engine_readback_bytes: Family<EngineLabel, Counter>,
@@ -232,6 +233,7 @@ impl Metrics {
             engine_running: Family::default(),
             engine_up: Family::default(),
             engine_failures: Family::default(),
+            engine_image_mismatches: Family::default(),
             engine_upload_bytes: Family::default(),
             engine_upload_seconds: Family::new_with_constructor(seconds),
             engine_readback_bytes: Family::default(),
@@ -308,6 +310,11 @@ impl Metrics {
                 "engine_failures",
                 "Times an engine was taken out of placement (it stopped answering)",
                 m.engine_failures.clone(),
+            );
+            r.register(
+                "engine_image_mismatches",
+                "Images whose id on an engine is not the one Airlock built (the engine takes no job needing them)",
+                m.engine_image_mismatches.clone(),
             );
             r.register(
                 "engine_upload_bytes",
@@ -459,6 +466,10 @@ impl Metrics {
                 .set(i64::from(e.down_reason().is_none()));
             let failures = self.engine_failures.get_or_create(&label);
             failures.inc_by(e.failures().saturating_sub(failures.get()));
+            self.engine_image_mismatches.get_or_create(&label).set(
+                e.image_mismatches(pool.reference(), &pool.watched_images())
+                    .len() as i64,
+            );
         }
     }
 
@@ -524,6 +535,7 @@ impl Metrics {
             let _ = self.engine_running.get_or_create(&label);
             let _ = self.engine_up.get_or_create(&label);
             let _ = self.engine_failures.get_or_create(&label);
+            let _ = self.engine_image_mismatches.get_or_create(&label);
             let _ = self.engine_upload_bytes.get_or_create(&label);
             let _ = self.engine_upload_seconds.get_or_create(&label);
             let _ = self.engine_readback_bytes.get_or_create(&label);

@@ -567,6 +567,8 @@ async fn run(common: &Common, follow: bool, req: RunRequest) -> ExitCode {
             Ok(None) => ctx,
             Err(e) => return refuse(e),
         };
+    // Each engine's images checked once, so a job no engine can take is refused at once.
+    ctx.pool.checked(crate::limits::ENGINE_CALL_TIMEOUT).await;
     let engine = crate::engine::runner::Runner::new(&ctx);
     let prepared = match engine.prepare(req).await {
         Ok(p) if follow => p.streaming(crate::sandbox::OutputTap(std::sync::Arc::new(|chunk| {

@@ -118,6 +118,10 @@ pub enum Unfinished {
     EngineLost { engine: String, away_seconds: u64 },
     /// Recovery found an artifact it cannot trust (corrupt, truncated, mismatched).
     ArtifactRejected(String),
+    /// The job's engine stopped answering: at its deadline it did not confirm the kill, or it
+    /// did not finish the job within its timeout plus the engine's grace. Never `timed_out`,
+    /// which means Airlock saw the command overrun and killed it.
+    EngineUnresponsive { engine: String, what: String },
 }
 
 /// The error recorded when a run was interrupted before its result was durable.
@@ -151,6 +155,12 @@ impl Unfinished {
             Unfinished::ArtifactRejected(e) => {
                 (Status::Error, format!("recovery artifact rejected: {e}"))
             }
+            Unfinished::EngineUnresponsive { engine, what } => (
+                Status::Error,
+                format!(
+                    "engine {engine} stopped answering: {what}; the job's result is unknown and it is not rerun (its container is removed once the engine answers again)"
+                ),
+            ),
         }
     }
 }

@@ -153,7 +153,31 @@ pub async fn configured_pool(
         }
         engines.push(engine);
     }
-    Ok(Some(Pool::new(engines)))
+    // The ids jobs are resolved with are those of the images Airlock built, on this machine's
+    // engine (where `airlock images build` makes them and `airlock images push` copies them
+    // from), never whatever a configured engine says its tags are.
+    let reference = crate::engine::runner::pool::images::Reference::new(
+        "this machine's engine, where `airlock images build` makes the images",
+        crate::sandbox::Sandbox::connect()
+            .await
+            .map(|s| Arc::new(s) as Runtime)
+            .map_err(|e| e.to_string()),
+    );
+    let pool = Pool::new(engines, reference);
+    pool.watch_images(images_of(config).iter().map(String::as_str));
+    Ok(Some(pool))
+}
+
+/// Every image the configuration's jobs use: each profile's, and the workspace holder's on a
+/// pool whose engines hold uploaded workspaces.
+pub fn images_of(config: &Config) -> Vec<String> {
+    let mut images: Vec<String> = config.profiles.values().map(|p| p.image.clone()).collect();
+    if crate::sandbox::pool_workspace_kind(config) == crate::sandbox::spec::WorkspaceKind::Volume {
+        images.push(crate::sandbox::volumes::HOLDER_IMAGE.to_string());
+    }
+    images.sort();
+    images.dedup();
+    images
 }
 
 /// The one engine of a configuration without `[[engines]]`: `runtime`, named
@@ -165,12 +189,14 @@ fn local_pool(
     seccomp: &SeccompProfile,
 ) -> crate::engine::runner::pool::Pool {
     let workspaces = workspaces_of(runtime.as_ref(), data, seccomp, config.tree_cache_bytes);
-    crate::engine::runner::pool::Pool::single(
+    let pool = crate::engine::runner::pool::Pool::single(
         DEFAULT_ENGINE_NAME,
         runtime,
         workspaces,
         config.max_concurrent_verifications,
-    )
+    );
+    pool.watch_images(images_of(config).iter().map(String::as_str));
+    pool
 }
 
 /// The name results carry for the engine of a configuration without `[[engines]]`.

@@ -61,7 +61,11 @@ pub struct DataDir {
     pub layout: layout::DataLayout,
     pub store: Store,
     pub artifacts: Artifacts,
+    /// The id its containers are labelled with (`airlock.instance`).
     pub instance_id: String,
+    /// The ids this data dir had before it was copied (see [`crate::store::Store::instance`]):
+    /// their containers belong to the data dir it was copied from and are never touched.
+    pub previous_instances: Vec<String>,
 }
 
 impl DataDir {
@@ -93,13 +97,30 @@ impl DataDir {
         let layout = layout::DataLayout::new(&root);
         let store = Store::open(&layout.database())?;
         let artifacts = Artifacts::open(&layout.verification_artifacts(), &layout.quarantine())?;
-        let instance_id = store.instance_id().await?;
+        let home = {
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::metadata(&root).map_err(dd)?;
+            crate::store::Home {
+                dev: m.dev(),
+                ino: m.ino(),
+                path: root.display().to_string(),
+            }
+        };
+        let instance = store.instance(home).await?;
+        if instance.new_copy {
+            tracing::warn!(
+                instance_id = %instance.id,
+                previous = %instance.previous.join(", "),
+                "this data dir is a copy (a restored backup, or copied elsewhere): it takes a new instance id and never touches the containers of the one it was copied from"
+            );
+        }
         Ok(DataDir {
             root,
             layout,
             store,
             artifacts,
-            instance_id,
+            instance_id: instance.id,
+            previous_instances: instance.previous,
         })
     }
 

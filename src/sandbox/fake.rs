@@ -10,7 +10,8 @@
 //! - `fake-fail <message>`: the runtime itself fails;
 //! - anything else: exits 0 with no output.
 //!
-//! Every image exists (its id is `sha256:fake:<reference>`). The fake never touches Docker, so a
+//! Every image exists (its id is `sha256:fake:<reference>`, unless a test made the engine lie
+//! with [`FakeRuntime::set_image`]). The fake never touches Docker, so a
 //! test on it proves workflow logic, never a sandbox limit. Besides bind-mounted checkouts it
 //! mounts volumes of its own ([`FakeVolumes`], in memory): the engine side of an uploading
 //! workspace backend, as an engine on another machine would hold them.
@@ -33,6 +34,10 @@ pub struct FakeRuntime {
     volumes: FakeVolumes,
     /// While set, the engine does not answer: listing and destroying containers fail.
     away: std::sync::atomic::AtomicBool,
+    /// While set, the engine hangs: asked for an image id, it never answers.
+    hung: std::sync::atomic::AtomicBool,
+    /// Image ids this engine reports instead of the usual `sha256:fake:<reference>`.
+    images: Mutex<HashMap<String, String>>,
 }
 
 impl FakeRuntime {
@@ -43,6 +48,19 @@ impl FakeRuntime {
     /// Makes the engine stop (or start again) answering container listings and removals.
     pub fn set_away(&self, away: bool) {
         self.away.store(away, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Makes the engine hang (or answer again) when asked for an image id.
+    pub fn set_hung(&self, hung: bool) {
+        self.hung.store(hung, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Makes the engine report `id` for image `reference` (a tag that names another image).
+    pub fn set_image(&self, reference: &str, id: &str) {
+        self.images
+            .lock()
+            .expect("never poisoned")
+            .insert(reference.to_string(), id.to_string());
     }
 
     fn answer(&self) -> Result<(), SandboxError> {
@@ -169,7 +187,19 @@ impl ContainerRuntime for FakeRuntime {
     }
 
     fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, SandboxError>> {
-        Box::pin(async move { Ok(format!("sha256:fake:{image}")) })
+        Box::pin(async move {
+            if self.hung.load(std::sync::atomic::Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            self.answer()?;
+            let told = self
+                .images
+                .lock()
+                .expect("never poisoned")
+                .get(image)
+                .cloned();
+            Ok(told.unwrap_or_else(|| format!("sha256:fake:{image}")))
+        })
     }
 
     fn run<'a>(
@@ -260,10 +290,11 @@ impl ContainerRuntime for FakeRuntime {
         })
     }
 
+    /// The fake keeps no instances: every job it runs is taken as the caller's.
     fn destroy<'a>(
         &'a self,
-        _name: &'a str,
         creation_key: &'a str,
+        _instance_id: &'a str,
     ) -> BoxFuture<'a, Result<usize, SandboxError>> {
         Box::pin(async move {
             self.answer()?;

@@ -347,7 +347,8 @@ impl Sandbox {
             .networkmode("none")
             .labels(&labels)
             .build();
-        let mut stream = self.docker().build_image(
+        let transfers = self.transfers();
+        let mut stream = transfers.build_image(
             opts,
             None,
             Some(bollard::body_full(bytes::Bytes::from(context))),
@@ -731,7 +732,7 @@ impl Sandbox {
                 rx,
                 |mut rx| async move { rx.recv().await.map(|x| (x, rx)) },
             );
-        let mut load = to.docker().import_image_stream(
+        let mut load = to.transfers().import_image_stream(
             bollard::query_parameters::ImportImageOptionsBuilder::default()
                 .quiet(true)
                 .build(),

@@ -64,6 +64,10 @@ pub enum SandboxError {
         #[source]
         source: DockerError,
     },
+    /// The engine did not answer a call within its bound: it hangs (stopped, overloaded, cut
+    /// off). Nothing more is asked of it for this job.
+    #[error("the engine did not answer {op} within {seconds} s")]
+    Unresponsive { op: &'static str, seconds: u64 },
     #[error("container {name} is still present after {attempts} removal attempts: {message}")]
     NotRemoved {
         name: String,
@@ -114,7 +118,27 @@ fn matching_workspace(
 }
 
 fn docker_err(op: &'static str) -> impl FnOnce(DockerError) -> SandboxError {
-    move |source| SandboxError::Docker { op, source }
+    move |source| match source {
+        DockerError::RequestTimeoutError => SandboxError::Unresponsive {
+            op,
+            seconds: limits::ENGINE_CALL_TIMEOUT_SECS,
+        },
+        source => SandboxError::Docker { op, source },
+    }
+}
+
+impl SandboxError {
+    /// Whether the engine stopped answering (as opposed to answering with an error).
+    pub fn is_unresponsive(&self) -> bool {
+        matches!(self, SandboxError::Unresponsive { .. })
+            || matches!(
+                self,
+                SandboxError::Docker {
+                    source: DockerError::RequestTimeoutError,
+                    ..
+                }
+            )
+    }
 }
 
 fn is_status(e: &DockerError, codes: &[u16]) -> bool {
@@ -204,14 +228,16 @@ impl Sandbox {
             // containerd and runc for theirs), which every one-shot `airlock run` paid.
             let version = negotiation(&endpoint, ping::api_version(socket)).await?;
             let docker =
-                Docker::connect_with_socket(socket, limits::DOCKER_REQUEST_TIMEOUT_SECS, &version)
+                Docker::connect_with_socket(socket, limits::ENGINE_CALL_TIMEOUT_SECS, &version)
                     .map_err(|e| unreachable(e.to_string()))?;
             return Ok(Sandbox {
                 docker,
                 workspace_kind: spec::WorkspaceKind::HostBind,
             });
         }
-        let docker = Docker::connect_with_defaults().map_err(|e| unreachable(e.to_string()))?;
+        let docker = Docker::connect_with_defaults()
+            .map_err(|e| unreachable(e.to_string()))?
+            .with_timeout(limits::ENGINE_CALL_TIMEOUT);
         Self::negotiated(docker, spec::WorkspaceKind::HostBind, &endpoint).await
     }
 
@@ -256,7 +282,7 @@ impl Sandbox {
             endpoint: endpoint.clone(),
             message,
         };
-        let timeout = limits::DOCKER_REQUEST_TIMEOUT_SECS;
+        let timeout = limits::ENGINE_CALL_TIMEOUT_SECS;
         let version = bollard::API_DEFAULT_VERSION;
         let docker = match (&e.host, &e.tls) {
             (EngineHost::Unix(path), _) => {
@@ -307,6 +333,14 @@ impl Sandbox {
 
     pub(crate) fn docker(&self) -> &Docker {
         &self.docker
+    }
+
+    /// The client for a transfer (an upload, an image build or load), whose body is sent
+    /// before the engine answers: bounded by [`limits::DOCKER_TRANSFER_TIMEOUT_SECS`].
+    pub(crate) fn transfers(&self) -> Docker {
+        self.docker
+            .clone()
+            .with_timeout(Duration::from_secs(limits::DOCKER_TRANSFER_TIMEOUT_SECS))
     }
 
     /// What the engine says about itself: (version, API version, cgroup version, cgroup
@@ -367,7 +401,17 @@ impl Sandbox {
             armed: true,
         };
         let result = self.run_inner(spec, timeout, phase, cancel).await;
-        let removed = self.destroy(&name, &spec.run.creation_key).await;
+        // An engine that stopped answering is asked nothing more for this job: the guard's
+        // removal runs in the background, and recovery removes what it leaves once the engine
+        // answers again.
+        if let Err(e) = &result
+            && e.is_unresponsive()
+        {
+            return result;
+        }
+        let removed = self
+            .destroy(Some(&name), &spec.run.creation_key, None)
+            .await;
         guard.armed = false;
         let outcome = result?;
         removed?;
@@ -516,7 +560,14 @@ impl Sandbox {
         // code needs anyway: one round trip fewer than asking at creation.
         let (end, observed_image) = match end {
             Some(e) => {
-                self.kill(&id).await?;
+                // Airlock's clock: the engine has a short while to confirm the kill, however
+                // long its calls may otherwise take.
+                tokio::time::timeout(limits::ENGINE_KILL_TIMEOUT, self.kill(&id))
+                    .await
+                    .map_err(|_| SandboxError::Unresponsive {
+                        op: "kill container",
+                        seconds: limits::ENGINE_KILL_TIMEOUT.as_secs(),
+                    })??;
                 let image = self
                     .docker
                     .inspect_container(&id, None)
@@ -573,10 +624,7 @@ impl Sandbox {
         {
             Ok(()) => Ok(()),
             Err(e) if is_status(&e, &[404, 409]) => Ok(()),
-            Err(e) => Err(SandboxError::Docker {
-                op: "kill container",
-                source: e,
-            }),
+            Err(e) => Err(docker_err("kill container")(e)),
         }
     }
 
@@ -629,17 +677,37 @@ impl Sandbox {
             .await
     }
 
-    /// Force-removes every container labelled with `creation_key` (and the one named `name`),
-    /// then confirms by listing that none remains. Returns how many were removed.
+    /// Force-removes every container labelled with `creation_key` (and, given `owner`, also
+    /// labelled with that data dir instance), then confirms by listing that none remains.
+    /// Returns how many were removed.
     ///
-    /// The named container is removed first and the listing then confirms and finds any other
-    /// (two engine calls when there is just the one, the common case); containers the listing
-    /// finds that were not tried yet are removed at once, ones already tried after a delay.
-    pub async fn destroy(&self, name: &str, creation_key: &str) -> Result<usize, SandboxError> {
+    /// Given `name` (a job this process created), the named container is removed first and the
+    /// listing then confirms and finds any other (two engine calls when there is just the
+    /// one, the common case); containers the listing finds that were not tried yet are
+    /// removed at once, ones already tried after a delay. Recovery gives `owner` and no name:
+    /// a container is removed only when its labels say it is that instance's.
+    pub async fn destroy(
+        &self,
+        name: Option<&str>,
+        creation_key: &str,
+        owner: Option<&str>,
+    ) -> Result<usize, SandboxError> {
         let mut removed = 0;
         let mut last_error = String::new();
         let mut tried: std::collections::HashSet<String> = Default::default();
-        let mut targets: Vec<String> = vec![name.to_string()];
+        let mut labels = vec![format!("{LABEL_CREATION_KEY}={creation_key}")];
+        if let Some(owner) = owner {
+            labels.push(format!("{LABEL_INSTANCE}={owner}"));
+        }
+        let mut targets: Vec<String> = match name {
+            Some(name) => vec![name.to_string()],
+            None => self
+                .list_by_label(&labels)
+                .await?
+                .into_iter()
+                .map(|c| c.id)
+                .collect(),
+        };
         let mut attempt = 0;
         while attempt < limits::CONTAINER_REMOVE_ATTEMPTS {
             for t in &targets {
@@ -658,6 +726,11 @@ impl Sandbox {
                     .await
                 {
                     Ok(()) => removed += 1,
+                    Err(DockerError::RequestTimeoutError) => {
+                        return Err(docker_err("remove container")(
+                            DockerError::RequestTimeoutError,
+                        ));
+                    }
                     Err(e) if is_status(&e, &[404]) => {}
                     // 409: removal already in progress; confirmed by the listing below.
                     Err(e) if is_status(&e, &[409]) => last_error = e.to_string(),
@@ -665,7 +738,7 @@ impl Sandbox {
                 }
             }
             targets = self
-                .list_by_creation_key(creation_key)
+                .list_by_label(&labels)
                 .await?
                 .into_iter()
                 .map(|c| c.id)
@@ -679,7 +752,7 @@ impl Sandbox {
             }
         }
         Err(SandboxError::NotRemoved {
-            name: name.to_string(),
+            name: name.map_or_else(|| container_name(creation_key), str::to_string),
             attempts: limits::CONTAINER_REMOVE_ATTEMPTS,
             message: last_error,
         })

@@ -41,11 +41,14 @@ pub trait ContainerRuntime: Send + Sync {
         cancel: watch::Receiver<bool>,
     ) -> BoxFuture<'a, Result<JobOutcome, SandboxError>>;
 
-    /// Removes every container of a creation key and confirms none remains; returns how many.
+    /// Removes every container of a creation key that belongs to data dir instance
+    /// `instance_id` (its labels say so: another instance's container with the same key, the
+    /// original of a restored copy's, is never touched) and confirms none remains; returns how
+    /// many.
     fn destroy<'a>(
         &'a self,
-        name: &'a str,
         creation_key: &'a str,
+        instance_id: &'a str,
     ) -> BoxFuture<'a, Result<usize, SandboxError>>;
 
     /// The containers of one data dir's instance.
@@ -88,10 +91,15 @@ impl ContainerRuntime for super::Sandbox {
 
     fn destroy<'a>(
         &'a self,
-        name: &'a str,
         creation_key: &'a str,
+        instance_id: &'a str,
     ) -> BoxFuture<'a, Result<usize, SandboxError>> {
-        Box::pin(super::Sandbox::destroy(self, name, creation_key))
+        Box::pin(super::Sandbox::destroy(
+            self,
+            None,
+            creation_key,
+            Some(instance_id),
+        ))
     }
 
     fn list_managed<'a>(

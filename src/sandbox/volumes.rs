@@ -160,7 +160,8 @@ impl DockerVolumes {
         let tar = tokio::task::spawn_blocking(move || pack(&files, uid, gid))
             .await
             .expect("packing a tree does not panic")?;
-        docker
+        self.sandbox
+            .transfers()
             .upload_to_container(
                 &Self::holder(name),
                 Some(
@@ -194,7 +195,14 @@ impl DockerVolumes {
             ),
         );
         let mut tar = Vec::new();
-        while let Some(chunk) = stream.next().await {
+        loop {
+            let next = tokio::time::timeout(limits::ENGINE_STREAM_IDLE_TIMEOUT, stream.next())
+                .await
+                .map_err(|_| SandboxError::Unresponsive {
+                    op: "read back workspace",
+                    seconds: limits::ENGINE_STREAM_IDLE_TIMEOUT.as_secs(),
+                })?;
+            let Some(chunk) = next else { break };
             let chunk = chunk.map_err(docker_err("read back workspace"))?;
             if tar.len() as u64 + chunk.len() as u64 > max {
                 return Err(SandboxError::Runtime(format!(

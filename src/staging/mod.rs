@@ -36,6 +36,9 @@ pub enum StagingError {
     /// The engine holding a job's workspace volume failed or refused.
     #[error("workspace volume: {0}")]
     Volume(String),
+    /// The engine holding a job's workspace volume stopped answering.
+    #[error("workspace volume: {0}")]
+    EngineUnresponsive(String),
     #[error("checkout tree {path} is not the directory Airlock created for it")]
     TreeReplaced { path: PathBuf },
     #[error("{op} {path}: {source}")]

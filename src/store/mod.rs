@@ -146,6 +146,46 @@ impl StoreError {
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
+/// The meta key `airlock backup` sets in the copy it makes (to the instance id copied): the
+/// copy's first open takes a new instance id.
+pub const COPIED_FROM_KEY: &str = "instance_copied_from";
+
+/// Where a data dir's database is opened: the directory's device, inode and path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Home {
+    pub dev: u64,
+    pub ino: u64,
+    pub path: String,
+}
+
+impl std::fmt::Display for Home {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{} {}", self.dev, self.ino, self.path)
+    }
+}
+
+impl Home {
+    fn parse(text: &str) -> Option<Home> {
+        let (ids, path) = text.split_once(' ')?;
+        let (dev, ino) = ids.split_once(':')?;
+        Some(Home {
+            dev: dev.parse().ok()?,
+            ino: ino.parse().ok()?,
+            path: path.to_string(),
+        })
+    }
+}
+
+/// A data dir's instance (see [`Store::instance`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    pub id: String,
+    /// The ids this data dir had before it was copied, oldest first.
+    pub previous: Vec<String>,
+    /// This open gave a copy its new id.
+    pub new_copy: bool,
+}
+
 /// Async handle to the database thread. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -230,30 +270,60 @@ impl Store {
         .await
     }
 
-    /// This data dir's instance id (created on first open, then fixed).
-    pub async fn instance_id(&self) -> Result<String, StoreError> {
-        self.call(|c| {
+    /// This data dir's instance: its id (created on first open) and the ids it had before.
+    ///
+    /// `home` names the directory the database is opened in (its device, inode and path).
+    /// The id follows its directory: a data dir moved (same inode) or restored in place (same
+    /// path) keeps it; a copy elsewhere (another path and another inode), and any copy
+    /// `airlock backup` made ([`COPIED_FROM_KEY`]), takes a new one on its first open, so it
+    /// can never take the original's containers for its own while the original runs.
+    pub async fn instance(&self, home: Home) -> Result<Instance, StoreError> {
+        self.call(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let existing: Option<String> = tx
-                .query_row(
-                    "SELECT value FROM meta WHERE key = 'instance_id'",
-                    [],
-                    |r| r.get(0),
-                )
-                .optional()?;
+            let get = |key: &str| -> Result<Option<String>, rusqlite::Error> {
+                tx.query_row("SELECT value FROM meta WHERE key = ?1", params![key], |r| {
+                    r.get(0)
+                })
+                .optional()
+            };
+            let existing = get("instance_id")?;
+            let recorded = get("instance_home")?.and_then(|h| Home::parse(&h));
+            let copied_from = get(COPIED_FROM_KEY)?;
+            let mut previous: Vec<String> = get("previous_instance_ids")?
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or_default();
+            let is_copy = existing.is_some()
+                && (copied_from.is_some()
+                    || recorded.as_ref().is_some_and(|r| {
+                        r.path != home.path && (r.dev, r.ino) != (home.dev, home.ino)
+                    }));
             let id = match existing {
-                Some(id) => id,
-                None => {
-                    let id = crate::ids::new_creation_key();
-                    tx.execute(
-                        "INSERT INTO meta (key, value) VALUES ('instance_id', ?1)",
-                        params![id],
-                    )?;
-                    id
+                Some(id) if !is_copy => id,
+                old => {
+                    previous.extend(old);
+                    crate::ids::new_creation_key()
                 }
             };
+            let set = |key: &str, value: &str| {
+                tx.execute(
+                    "INSERT INTO meta (key, value) VALUES (?1, ?2) \
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    params![key, value],
+                )
+            };
+            set("instance_id", &id)?;
+            set("instance_home", &home.to_string())?;
+            set(
+                "previous_instance_ids",
+                &serde_json::to_string(&previous).expect("a list of strings serializes"),
+            )?;
+            tx.execute("DELETE FROM meta WHERE key = ?1", params![COPIED_FROM_KEY])?;
             tx.commit()?;
-            Ok(id)
+            Ok(Instance {
+                id,
+                previous,
+                new_copy: is_copy,
+            })
         })
         .await
     }

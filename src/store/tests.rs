@@ -164,8 +164,59 @@ async fn list_is_newest_first_filtered_and_bounded() {
         Some(Status::Failed)
     );
     assert_eq!(store.status_by_creation_key("nope").await.unwrap(), None);
-    let a = store.instance_id().await.unwrap();
-    assert_eq!(a, store.instance_id().await.unwrap());
+}
+
+/// The instance id follows its directory: kept when the data dir is reopened, moved (same
+/// inode) or restored in place (same path); new for a copy elsewhere or a copy `airlock
+/// backup` marked, which remembers the ids it had.
+#[tokio::test]
+async fn an_instance_id_stays_with_its_data_dir_and_a_copy_takes_a_new_one() {
+    use crate::store::{COPIED_FROM_KEY, Home};
+    let d = tempfile::tempdir().unwrap();
+    let store = Store::open(&d.path().join("airlock.db")).unwrap();
+    let home = |dev: u64, ino: u64, path: &str| Home {
+        dev,
+        ino,
+        path: path.into(),
+    };
+    let first = store.instance(home(1, 10, "/srv/data")).await.unwrap();
+    assert!(!first.new_copy && first.previous.is_empty());
+    for (h, why) in [
+        (home(1, 10, "/srv/data"), "reopened"),
+        (home(1, 10, "/srv/moved"), "moved: same inode"),
+        (home(1, 99, "/srv/moved"), "restored in place: same path"),
+    ] {
+        let again = store.instance(h).await.unwrap();
+        assert_eq!(again.id, first.id, "{why}");
+        assert!(!again.new_copy, "{why}");
+    }
+    let copy = store.instance(home(1, 11, "/srv/copy")).await.unwrap();
+    assert!(copy.new_copy);
+    assert_ne!(copy.id, first.id);
+    assert_eq!(copy.previous, std::slice::from_ref(&first.id));
+    // Opened again where it now lives, the copy keeps its own id.
+    let reopened = store.instance(home(1, 11, "/srv/copy")).await.unwrap();
+    assert_eq!(
+        (reopened.id.as_str(), reopened.new_copy),
+        (copy.id.as_str(), false)
+    );
+    // A backup's mark gives a new id even where the path and inode say nothing.
+    let key = COPIED_FROM_KEY.to_string();
+    store
+        .call(move |c| {
+            c.execute(
+                "INSERT INTO meta (key, value) VALUES (?1, 'x')",
+                rusqlite::params![key],
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let restored = store.instance(home(1, 11, "/srv/copy")).await.unwrap();
+    assert!(restored.new_copy);
+    assert_eq!(restored.previous, [first.id, copy.id]);
+    let after = store.instance(home(1, 11, "/srv/copy")).await.unwrap();
+    assert!(!after.new_copy, "the mark is used once");
 }
 
 /// A database written before the request_state column existed: the migration fills the column

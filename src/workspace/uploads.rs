@@ -38,7 +38,11 @@ impl Uploads {
 }
 
 fn engine(e: crate::sandbox::SandboxError) -> StagingError {
-    StagingError::Volume(e.to_string())
+    if e.is_unresponsive() {
+        StagingError::EngineUnresponsive(e.to_string())
+    } else {
+        StagingError::Volume(e.to_string())
+    }
 }
 
 /// The volume a request's tree goes into: the quota a loop-mounted checkout would have. A

@@ -184,17 +184,52 @@ fn two_engines_with_one_slot_each_run_two_jobs_at_once_and_results_name_them() {
     );
 }
 
+/// An engine that lies about an image, listed first: its `airlock/minimal:latest` is a
+/// lookalike (`FROM` the real one plus a label, so it inherits the content-hash label). Jobs
+/// are resolved with the id Airlock built, never that engine's, and it takes none of them;
+/// the reason is in the job, `/metrics`, the log and `airlock doctor`.
 #[test]
 fn an_engine_whose_image_id_differs_never_gets_a_job() {
     if !docker() {
         return;
     }
     let engine = SecondEngine::start(&[IMAGE]);
-    // The second engine's airlock/minimal:latest is another image (one more layer).
-    engine.out(&["run", "--name", "mutate", IMAGE, "touch", "/tmp/x"]);
-    engine.out(&["commit", "mutate", IMAGE]);
-    engine.out(&["rm", "mutate"]);
-    let s = Server::start_with(&pool_config(&engine, 2, 4));
+    let built = docker_out(&["image", "inspect", "--format", "{{.Id}}", IMAGE]);
+    let mut build = engine.docker(&["build", "-q", "-t", IMAGE, "-"]);
+    build
+        .env("DOCKER_BUILDKIT", "0")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = build.spawn().unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        writeln!(stdin, "FROM {IMAGE}\nLABEL airlock.test=lookalike").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lookalike = engine.out(&["image", "inspect", "--format", "{{.Id}}", IMAGE]);
+    assert_ne!(lookalike, built);
+    let content = "{{index .Config.Labels \"airlock.content_sha256\"}}";
+    assert_eq!(
+        engine.out(&["image", "inspect", "--format", content, IMAGE]),
+        docker_out(&["image", "inspect", "--format", content, IMAGE]),
+        "the lookalike carries the real image's content label"
+    );
+    // The lying engine is listed first.
+    let mut s = Server::start_with(&format!(
+        "max_concurrent_verifications = 4\n{}\
+         [[engines]]\nname = \"here\"\nhost = \"unix:///var/run/docker.sock\"\nmax_jobs = 2\n",
+        engine.config("there", 4)
+    ));
+    let log = s.dir.path().join("daemon.log");
+    s.log = Some(log.clone());
+    s.restart(None);
     let (cid, rev, _) = frozen(&s);
     let ids: Vec<String> = (0..3)
         .map(|i| verify(&s, &cid, &rev, &["true"], 60, &format!("k{i}")))
@@ -203,7 +238,21 @@ fn an_engine_whose_image_id_differs_never_gets_a_job() {
         let r = settled(&s, &cid, id);
         assert_eq!(r["status"], "passed", "{r}");
         assert_eq!(r["engine"], "here", "{r}");
+        assert_eq!(r["observed_image"], built.as_str(), "{r}");
     }
+    let (_, body) = request(&s.addr, "GET", "/metrics", None, b"").unwrap();
+    let metrics = String::from_utf8_lossy(&body).into_owned();
+    for line in [
+        "airlock_engine_image_mismatches{engine=\"there\"} 1",
+        "airlock_engine_image_mismatches{engine=\"here\"} 0",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("not the ones Airlock built") && text.contains(&lookalike),
+        "{text}"
+    );
     // With the machine's engine busy, a job waits out its timeout rather than run on the
     // other image, and settles error saying why.
     let busy = verify(&s, &cid, &rev, &["sleep", "60"], 120, "busy");
@@ -227,7 +276,9 @@ fn an_engine_whose_image_id_differs_never_gets_a_job() {
     assert!(why.starts_with("not placed on an engine:"), "{why}");
     assert!(why.contains("here: all 2 slots in use"), "{why}");
     assert!(
-        why.contains("there: image airlock/minimal:latest is sha256:"),
+        why.contains(&format!(
+            "there: image airlock/minimal:latest is {lookalike}, not the built {built}"
+        )),
         "{why}"
     );
     assert!(r["engine"].is_null(), "{r}");
@@ -244,6 +295,37 @@ fn an_engine_whose_image_id_differs_never_gets_a_job() {
         containers,
         Vec::<String>::new(),
         "no job container was ever made there"
+    );
+    // doctor names the engine, the image, both ids and what it means.
+    let out = std::process::Command::new(BIN)
+        .args(["doctor", "--json", "--config"])
+        .arg(&s.config)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let check = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "engines")
+        .cloned()
+        .unwrap();
+    assert_eq!(check["ok"], false, "{check}");
+    let detail = check["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("there: ")
+            && detail.contains(&format!("{IMAGE} is {lookalike}, built as {built}")),
+        "{detail}"
+    );
+    // Its tag names the built image again (loaded anew): it is back within a check.
+    engine.load(IMAGE);
+    wait_for(
+        || {
+            let (_, body) = request(&s.addr, "GET", "/metrics", None, b"").unwrap();
+            String::from_utf8_lossy(&body)
+                .contains("airlock_engine_image_mismatches{engine=\"there\"} 0")
+        },
+        "the engine's images match again",
     );
 }
 
@@ -337,4 +419,135 @@ fn a_job_submitted_over_http_runs_on_the_second_engine_and_its_log_streams_from_
     assert_eq!(done["verification"]["engine"], "there");
     assert_eq!(done["verification"]["status"], "passed");
     assert_eq!(remote_containers(&engine, key), 0);
+}
+
+/// A job's state and record once it is no longer queued or running (within `within`).
+fn job_settled(s: &Server, id: &str, within: std::time::Duration) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let j = s.ok(
+            ALICE,
+            "job.show",
+            serde_json::json!({"workspace_id": "ws1", "job_id": id}),
+        )["job"]
+            .clone();
+        if !matches!(j["state"].as_str(), Some("queued" | "running")) {
+            return j;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not settled within {within:?}: {j}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// The remote engine hangs (SIGSTOP) mid-job: the job still settles on Airlock's clock (its
+/// timeout, then the engine's short while to confirm the kill), as `error` naming the engine,
+/// never `timed_out` and never a pass; a submission meanwhile answers at once; and once the
+/// engine answers again its container is removed. Then the engine is stopped for good: a
+/// submission to a pool whose only engine is down queues and settles `error` saying why,
+/// never a 500.
+#[test]
+fn a_hung_engine_cannot_stretch_a_deadline_or_hold_up_a_submission() {
+    if !docker() {
+        return;
+    }
+    use serde_json::json;
+    use std::time::{Duration, Instant};
+    let mut engine = SecondEngine::start(&[IMAGE]);
+    let s = Server::start_with(&format!(
+        "maintenance_interval_seconds = 2\nmax_concurrent_verifications = 4\n{}",
+        engine.config("there", 2)
+    ));
+    let submit = |key: &str, argv: &[&str], timeout: u64| {
+        s.call(
+            ALICE,
+            "job.submit",
+            json!({"workspace_id": "ws1", "revision": "main", "argv": argv,
+                   "timeout_seconds": timeout, "idempotency_key": key}),
+        )
+    };
+    const TIMEOUT: u64 = 15;
+    let (status, j) = submit("h1", &["sh", "-c", "echo up; sleep 300"], TIMEOUT);
+    assert_eq!(status, 200, "{j}");
+    let id = j["job"]["job_id"].as_str().unwrap().to_string();
+    let key = j["job"]["verification"]["creation_key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_for(
+        || remote_containers(&engine, &key) == 1,
+        "the job's container running on the engine",
+    );
+    engine.hang();
+    let hung_at = Instant::now();
+    // A submission while the engine hangs is answered without asking it anything.
+    let asked = Instant::now();
+    let (status, v) = submit("h2", &["true"], 5);
+    assert_eq!(status, 200, "{v}");
+    assert!(
+        asked.elapsed() < airlock::limits::ENGINE_CALL_TIMEOUT,
+        "the submission waited on the engine: {:?}",
+        asked.elapsed()
+    );
+    let queued = v["job"]["job_id"].as_str().unwrap().to_string();
+    // The running job settles by its deadline plus the kill's bound, not when the engine
+    // comes back (generous slack for a loaded machine, far below the engine's call bounds).
+    let r = job_settled(&s, &id, Duration::from_secs(TIMEOUT + 60));
+    let settled_after = hung_at.elapsed();
+    assert_eq!(r["state"], "error", "{r}");
+    let why = r["verification"]["error"].as_str().unwrap();
+    assert!(why.contains("engine there stopped answering"), "{why}");
+    assert!(
+        settled_after < Duration::from_secs(TIMEOUT) + airlock::limits::ENGINE_KILL_TIMEOUT * 3,
+        "settled {settled_after:?} after the engine hung"
+    );
+    assert_eq!(r["verification"]["engine"], "there", "{r}");
+    // The submission made while it hung settles too, naming the engine, never passing.
+    let r2 = job_settled(&s, &queued, Duration::from_secs(120));
+    assert_eq!(r2["state"], "error", "{r2}");
+    assert!(
+        r2["verification"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("there"),
+        "{r2}"
+    );
+    let (_, body) = request(&s.addr, "GET", "/metrics", None, b"").unwrap();
+    let metrics = String::from_utf8_lossy(&body).into_owned();
+    assert!(
+        metrics.contains("airlock_engine_up{engine=\"there\"} 0"),
+        "{metrics}"
+    );
+    // Back: the job's container is removed by the next recovery pass that reaches it.
+    engine.unhang();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while remote_containers(&engine, &key) != 0 {
+        assert!(Instant::now() < deadline, "the container was left behind");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // Stopped for good: once the pool has seen it go, a submission queues and settles error
+    // naming the engine's state.
+    engine.kill();
+    wait_for(
+        || {
+            let (_, body) = request(&s.addr, "GET", "/metrics", None, b"").unwrap();
+            String::from_utf8_lossy(&body).contains("airlock_engine_up{engine=\"there\"} 0")
+        },
+        "the pool sees the engine gone",
+    );
+    let (status, v) = submit("h3", &["true"], 3);
+    assert_eq!(status, 200, "never a 500 for a down engine: {v}");
+    let r3 = job_settled(
+        &s,
+        v["job"]["job_id"].as_str().unwrap(),
+        Duration::from_secs(120),
+    );
+    assert_eq!(r3["state"], "error", "{r3}");
+    let why = r3["verification"]["error"].as_str().unwrap();
+    assert!(
+        why.starts_with("not placed on an engine:") && why.contains("there: unreachable"),
+        "{why}"
+    );
 }

@@ -152,3 +152,119 @@ fn a_backup_taken_under_writes_restores_into_a_daemon_that_serves_it() {
     assert!(log.to_string().contains("restored"), "{log}");
     assert_eq!(claims(&s) as i64, at_backup);
 }
+
+/// A restored backup started beside the live daemon it was taken from (both on this machine's
+/// engine): the copy takes an instance id of its own at its first start, so its recovery
+/// settles the job it copied as `running` without touching that job's container, which the
+/// original runs to its pass; `airlock recover` on the copy names the original's container as
+/// another instance's and leaves it.
+#[test]
+fn a_restored_backup_beside_the_live_daemon_never_touches_its_containers() {
+    if !crate::support::docker() {
+        return;
+    }
+    let s = Server::start_with("maintenance_interval_seconds = 1\n");
+    let job = s.ok(
+        ALICE,
+        "job.submit",
+        json!({"workspace_id": "ws1", "revision": "main",
+               "argv": ["sh", "-c", "echo started; sleep 20; echo finished"],
+               "idempotency_key": "long"}),
+    )["job"]
+        .clone();
+    let id = job["job_id"].as_str().unwrap().to_string();
+    let key = job["verification"]["creation_key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_for(
+        || !crate::support::containers_with_key(&key).is_empty(),
+        "the job's container runs",
+    );
+    let dest = s.dir.path().join("restored");
+    let out = Command::new(BIN)
+        .args(["backup", "--config"])
+        .arg(&s.config)
+        .arg(&dest)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta = |db: &std::path::Path, key: &str| -> Option<String> {
+        rusqlite::Connection::open(db)
+            .unwrap()
+            .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+            .ok()
+    };
+    let original = meta(&s.dir.path().join("data/airlock.db"), "instance_id").unwrap();
+    assert_eq!(
+        meta(&dest.join("airlock.db"), "instance_copied_from").as_deref(),
+        Some(original.as_str()),
+        "the backup marks its copy"
+    );
+    // The copy starts beside the original, recovers and sweeps every second.
+    let mut copy = s.beside(&dest);
+    let copied = meta(&dest.join("airlock.db"), "instance_id").unwrap();
+    assert_ne!(copied, original, "the copy took an instance id of its own");
+    let in_copy = || {
+        copy.ok(
+            ALICE,
+            "job.show",
+            json!({"workspace_id": "ws1", "job_id": id}),
+        )["job"]
+            .clone()
+    };
+    wait_for(
+        || in_copy()["state"] != "running",
+        "the copy's recovery settles the job it copied as running",
+    );
+    let settled = in_copy();
+    assert_eq!(settled["state"], "error", "{settled}");
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(
+        crate::support::containers_with_key(&key).len(),
+        1,
+        "the original's container is untouched by the copy's passes"
+    );
+    // `airlock recover` on the copy names it as the original's, and leaves it too.
+    assert_eq!(copy.stop(), Some(0));
+    let out = Command::new(BIN)
+        .args(["recover", "--config"])
+        .arg(&copy.config)
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let listed = report["previous_instance_containers"].to_string();
+    assert!(
+        listed.contains(&format!("(instance {original})")),
+        "{report}"
+    );
+    assert_eq!(crate::support::containers_with_key(&key).len(), 1);
+    // The original runs its job to the end.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let done = loop {
+        let j = s.ok(
+            ALICE,
+            "job.show",
+            json!({"workspace_id": "ws1", "job_id": id}),
+        )["job"]
+            .clone();
+        if j["state"] != "running" && j["state"] != "queued" {
+            break j;
+        }
+        assert!(std::time::Instant::now() < deadline, "{j}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(done["state"], "passed", "{done}");
+    assert!(
+        done["verification"]["output"]
+            .as_str()
+            .unwrap()
+            .contains("finished"),
+        "{done}"
+    );
+}

@@ -9,20 +9,32 @@ use crate::sandbox::seccomp::SeccompProfile;
 use crate::sandbox::spec::WorkspaceKind;
 use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity, Sandbox, WorkspaceSource};
 
-/// Every configured engine: reachable (over TLS where configured), its API version, every
-/// image the configuration needs present with the id this machine's engine built, and a probe
-/// job run there the way its jobs run (an uploaded workspace on an engine that holds them).
-pub(super) async fn check(
-    local: &Sandbox,
-    config: &Config,
-    seccomp: Option<&SeccompProfile>,
-) -> Check {
-    let mut images: Vec<String> = config.profiles.values().map(|p| p.image.clone()).collect();
+/// The images an engine's jobs use: those of the profiles whose `engine_labels` it carries,
+/// and the workspace holder's on a pool of uploaded workspaces.
+fn images_for(config: &Config, e: &crate::config::engines::EngineConfig) -> Vec<String> {
+    let mut images: Vec<String> = config
+        .profiles
+        .values()
+        .filter(|p| p.engine_labels.iter().all(|l| e.labels.contains(l)))
+        .map(|p| p.image.clone())
+        .collect();
     if crate::sandbox::pool_workspace_kind(config) == crate::sandbox::spec::WorkspaceKind::Volume {
         images.push(crate::sandbox::volumes::HOLDER_IMAGE.to_string());
     }
     images.sort();
     images.dedup();
+    images
+}
+
+/// Every configured engine: reachable (over TLS where configured), its API version, every
+/// image its jobs use (the profiles it carries the labels of) present with the id this
+/// machine's engine built, and a probe job run there the way its jobs run (an uploaded
+/// workspace on an engine that holds them).
+pub(super) async fn check(
+    local: &Sandbox,
+    config: &Config,
+    seccomp: Option<&SeccompProfile>,
+) -> Check {
     let mut ok_lines = vec![];
     let mut problems = vec![];
     let kind = crate::sandbox::pool_workspace_kind(config);
@@ -43,11 +55,14 @@ pub(super) async fn check(
         };
         let mut differ = vec![];
         let mut probe = None;
+        let images = images_for(config, e);
         for image in &images {
             let want = local.image_id(image).await.ok();
             match (s.image_id(image).await, want) {
                 (Ok(id), Some(want)) if id == want => {}
-                (Ok(id), Some(want)) => differ.push(format!("{image} is {id}, built as {want}")),
+                (Ok(id), Some(want)) => differ.push(format!(
+                    "{image} is {id}, built as {want} (it takes no job needing it)"
+                )),
                 (Ok(_), None) => {}
                 (Err(crate::sandbox::SandboxError::ImageMissing { .. }), _) => {
                     differ.push(format!("{image} is missing"))
@@ -55,21 +70,32 @@ pub(super) async fn check(
                 (Err(err), _) => differ.push(format!("{image}: {err}")),
             }
         }
-        // The probe needs the default profile's image; without it that image is the problem.
-        let default_image = config
+        // The probe runs as a profile this engine's jobs use (the default one when it may);
+        // without that profile's image the image is the problem, not the probe.
+        let runs_here =
+            |p: &&crate::config::Profile| p.engine_labels.iter().all(|l| e.labels.contains(l));
+        let probe_profile = config
             .profile(crate::config::DEFAULT_PROFILE)
-            .map(|p| p.image.clone())
-            .unwrap_or_default();
-        if !differ.iter().any(|d| d.starts_with(&default_image)) {
-            match seccomp {
-                Some(seccomp) => match probe_job(&s, config, seccomp).await {
+            .ok()
+            .filter(runs_here)
+            .or_else(|| config.profiles.values().find(runs_here));
+        match probe_profile {
+            Some(profile) if !differ.iter().any(|d| d.starts_with(&profile.image)) => match seccomp
+            {
+                Some(seccomp) => match probe_job(&s, profile, seccomp).await {
                     Ok(ms) => probe = Some(ms),
                     Err(why) => differ.push(format!("probe job: {why}")),
                 },
                 None => differ.push("probe job: no seccomp profile to run it with".into()),
-            }
+            },
+            Some(_) => {}
+            None => {}
         }
-        let probed = probe.map_or(String::new(), |ms| format!(", probe job {ms} ms"));
+        let probed = match (probe, probe_profile) {
+            (Some(ms), _) => format!(", probe job {ms} ms"),
+            (None, None) => ", no profile's jobs run here".to_string(),
+            (None, Some(_)) => String::new(),
+        };
         if differ.is_empty() {
             ok_lines.push(format!(
                 "{} ({}, Docker {}, API {}{}{probed})",
@@ -97,10 +123,11 @@ pub(super) async fn check(
 /// A job as the engine's jobs run (the default profile, hardened, no network) that reads back a
 /// token from its workspace: uploaded into a quota'd volume on an engine that holds its jobs'
 /// workspaces, bind-mounted from a temporary directory otherwise. Its milliseconds, or why not.
-async fn probe_job(s: &Sandbox, config: &Config, seccomp: &SeccompProfile) -> Result<u128, String> {
-    let profile = config
-        .profile(crate::config::DEFAULT_PROFILE)
-        .map_err(|e| e.to_string())?;
+async fn probe_job(
+    s: &Sandbox,
+    profile: &crate::config::Profile,
+    seccomp: &SeccompProfile,
+) -> Result<u128, String> {
     let image_id = s
         .image_id(&profile.image)
         .await

@@ -8,7 +8,7 @@ mod resume;
 pub use error::RunError;
 
 use super::environment::EnvironmentSpec;
-use super::pool::{Needs, Placed, PoolEngine};
+use super::pool::{BuiltImage, Needs, Placed, PoolEngine};
 use super::{Runner, WorkerLock};
 use crate::config::Profile;
 use crate::domain::verification::{self as outcome, SourceCheck, Unfinished, classify};
@@ -172,25 +172,30 @@ impl Runner {
             .profile(profile)
             .map_err(|e| RunError::refused("profile", format!("profile: {e}")))?
             .clone();
-        // The id is the first answering engine's; placement puts the job only on an engine
-        // whose image has exactly this id.
-        let mut resolved = None;
-        for e in self.pool.engines() {
-            match e.runtime.image_id(&profile.image).await {
-                Ok(id) => {
-                    resolved = Some(Ok(id));
-                    break;
+        // The id Airlock built the image as (from the engine images are built on, as last
+        // checked: no engine is asked here); placement puts the job only on an engine whose
+        // image has exactly this id.
+        let image_id = self
+            .pool
+            .built_image_id(&profile.image)
+            .await
+            .map_err(|why| match why {
+                BuiltImage::Missing => {
+                    RunError::from_image(crate::sandbox::SandboxError::ImageMissing {
+                        image: profile.image.clone(),
+                    })
                 }
-                Err(err) => {
-                    if resolved.is_none() {
-                        resolved = Some(Err(err));
-                    }
-                }
-            }
+                BuiltImage::Unknown(why) => RunError::Unavailable(why),
+            })?;
+        if let Some(why) = self
+            .pool
+            .unplaceable(&profile.image, &image_id, &profile.engine_labels)
+        {
+            return Err(RunError::refused(
+                "profile",
+                format!("profile {}: {why}", profile.name),
+            ));
         }
-        let image_id = resolved
-            .expect("a pool has at least one engine")
-            .map_err(RunError::from_image)?;
         let spec = EnvironmentSpec::resolve(
             self.pool.first().runtime.as_ref(),
             &profile,
@@ -477,9 +482,31 @@ impl Runner {
         v: &mut Verification,
         mut cancel: watch::Receiver<bool>,
     ) -> (StageTimings, Option<Placed>) {
+        let mut images = vec![(p.profile.image.clone(), p.spec.runtime.image_id.clone())];
+        // An engine holding uploaded workspaces also runs their holder's image: it must be
+        // the built one too (it reads the tree back for the source check).
+        if crate::sandbox::pool_workspace_kind(&self.config)
+            == crate::sandbox::spec::WorkspaceKind::Volume
+        {
+            let holder = crate::sandbox::volumes::HOLDER_IMAGE;
+            match self.pool.built_image_id(holder).await {
+                Ok(id) => images.push((holder.to_string(), id)),
+                Err(why) => {
+                    unfinished(
+                        v,
+                        Unfinished::NotPlaced(match why {
+                            BuiltImage::Missing => format!(
+                                "image {holder} (the workspace holder) is not built: run `airlock images build`"
+                            ),
+                            BuiltImage::Unknown(why) => why,
+                        }),
+                    );
+                    return (StageTimings::default(), None);
+                }
+            }
+        }
         let needs = Needs {
-            image: &p.profile.image,
-            image_id: &p.spec.runtime.image_id,
+            images: &images,
             labels: &p.profile.engine_labels,
         };
         let t_wait = Instant::now();
@@ -500,7 +527,30 @@ impl Runner {
         };
         let wait_us = t_wait.elapsed().as_micros() as u64;
         v.engine = Some(placed.engine.name.clone());
-        let mut timings = self.run_placed(&placed, p, v, cancel).await;
+        // Airlock's clock, whatever the engine does: the job's own timeout plus the engine's
+        // grace for everything around the command, then the job settles without it.
+        let bound = Duration::from_secs(p.timeout_seconds) + limits::ENGINE_GRACE;
+        let mut timings = match tokio::time::timeout(bound, self.run_placed(&placed, p, v, cancel))
+            .await
+        {
+            Ok(timings) => timings,
+            Err(_) => {
+                let what = format!(
+                    "the job did not finish within its timeout of {} s plus {} s for the engine",
+                    p.timeout_seconds,
+                    limits::ENGINE_GRACE.as_secs()
+                );
+                placed.engine.mark_down(&what);
+                unfinished(
+                    v,
+                    Unfinished::EngineUnresponsive {
+                        engine: placed.engine.name.clone(),
+                        what,
+                    },
+                );
+                StageTimings::default()
+            }
+        };
         timings.wait_us = wait_us;
         (timings, Some(placed))
     }
@@ -598,12 +648,35 @@ impl Runner {
         }
         let outcome = match ran {
             Ok(o) => o,
+            Err(e) if e.is_unresponsive() => {
+                // An engine that stopped answering takes no more jobs until a check finds it
+                // answering again; the job settles now, on Airlock's clock.
+                engine.mark_down(&e.to_string());
+                unfinished(
+                    v,
+                    Unfinished::EngineUnresponsive {
+                        engine: engine.name.clone(),
+                        what: e.to_string(),
+                    },
+                );
+                return timings;
+            }
             Err(e) => {
-                // An engine that no longer answers takes no more jobs until a probe finds it.
-                if let Err(down) = engine.runtime.image_id(&p.profile.image).await
-                    && !matches!(down, crate::sandbox::SandboxError::ImageMissing { .. })
-                {
-                    engine.mark_down(&down.to_string());
+                // An engine that no longer answers takes no more jobs until a check finds it;
+                // one bounded question tells a broken engine from a refused job.
+                let asked = tokio::time::timeout(
+                    limits::ENGINE_CALL_TIMEOUT,
+                    engine.runtime.image_id(&p.profile.image),
+                )
+                .await;
+                match asked {
+                    Ok(Err(down))
+                        if !matches!(down, crate::sandbox::SandboxError::ImageMissing { .. }) =>
+                    {
+                        engine.mark_down(&down.to_string())
+                    }
+                    Err(_) => engine.mark_down("no answer after a failed job"),
+                    Ok(_) => {}
                 }
                 unfinished(v, Unfinished::Sandbox(e.to_string()));
                 return timings;
@@ -637,7 +710,12 @@ impl Runner {
                     None => SourceCheck::Unchanged,
                 },
                 Ok((listed, total)) => SourceCheck::Changed { listed, total },
-                Err(e) => SourceCheck::Failed(e.to_string()),
+                Err(e) => {
+                    if matches!(e, staging::StagingError::EngineUnresponsive(_)) {
+                        engine.mark_down(&e.to_string());
+                    }
+                    SourceCheck::Failed(e.to_string())
+                }
             }
         } else {
             SourceCheck::NotRun

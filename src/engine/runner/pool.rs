@@ -1,13 +1,18 @@
 //! The engines jobs run on, and where each job goes. A job is placed on an engine that is
 //! healthy, has a free slot (`max_jobs`), carries the labels its profile requires and holds
-//! the profile's image with exactly the id the job's environment was resolved with; among
-//! those, the least loaded (by share of its slots in use, then by order of configuration).
-//! A job that fits nowhere waits, with the reason visible, until a slot frees, an engine comes
-//! back, or its own timeout passes. An engine that fails stops receiving jobs and is probed
-//! again with exponential backoff. Capacity is counted per Airlock process.
+//! every image the job needs with exactly the id Airlock built (see [`images`]); among those,
+//! the least loaded (by share of its slots in use, then by order of configuration). A job that
+//! fits nowhere waits, with the reason visible, until a slot frees, an engine comes back, or
+//! its own timeout passes. Placement reads only what background checks found: it never waits
+//! on an engine, so one that hangs delays no job placed elsewhere. An engine that fails stops
+//! receiving jobs and is checked again with exponential backoff. Capacity is counted per
+//! Airlock process.
+
+pub mod images;
 
 use crate::sandbox::Runtime;
 use crate::workspace::Workspaces;
+use images::{ImageSet, ImageView, Reference, Seen, Unknown};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -42,6 +47,10 @@ pub struct PoolEngine {
     /// Times the engine went out of placement.
     failures: AtomicU64,
     health: Mutex<Health>,
+    /// The engine's ids of the images jobs need, as last checked.
+    pub images: ImageView,
+    /// Its images whose id is not the one Airlock built, as last logged.
+    mismatched: Mutex<Vec<String>>,
 }
 
 impl PoolEngine {
@@ -61,7 +70,39 @@ impl PoolEngine {
             running: AtomicUsize::new(0),
             failures: AtomicU64::new(0),
             health: Mutex::new(Health::Up),
+            images: ImageView::default(),
+            mismatched: Mutex::default(),
         }
+    }
+
+    /// Each of `images` whose id on this engine is not the one Airlock built, as `"<image> is
+    /// <id>, not the built <id>"` (images either side has not answered about are left out).
+    pub fn image_mismatches(&self, reference: &Reference, images: &[String]) -> Vec<String> {
+        images
+            .iter()
+            .filter_map(
+                |image| match (self.images.seen(image), reference.built_id(image)) {
+                    (Some(Seen::Id(id)), Ok(built)) if id != built => {
+                        Some(format!("image {image} is {id}, not the built {built}"))
+                    }
+                    _ => None,
+                },
+            )
+            .collect()
+    }
+
+    /// Logs a change in which images mismatch (once per change, not per check).
+    fn note_mismatches(&self, now: Vec<String>) {
+        let mut last = self.mismatched.lock().expect("never poisoned");
+        if *last == now {
+            return;
+        }
+        if now.is_empty() {
+            tracing::info!(engine = %self.name, "engine's images are the built ones again");
+        } else {
+            tracing::warn!(engine = %self.name, mismatches = %now.join("; "), "engine's images are not the ones Airlock built: it takes no job needing them");
+        }
+        *last = now;
     }
 
     /// Jobs placed on this engine by this process and not yet finished.
@@ -100,10 +141,11 @@ impl PoolEngine {
         };
     }
 
-    fn probe_due(&self) -> bool {
+    /// How long until the engine is to be checked again.
+    fn next_check(&self) -> Duration {
         match &*self.health.lock().expect("health is never poisoned") {
-            Health::Up => false,
-            Health::Down { next_probe, .. } => Instant::now() >= *next_probe,
+            Health::Up => crate::limits::IMAGE_RECHECK_INTERVAL,
+            Health::Down { next_probe, .. } => next_probe.saturating_duration_since(Instant::now()),
         }
     }
 
@@ -118,7 +160,11 @@ impl PoolEngine {
             }
             Err(why) => {
                 let backoff = match &*h {
-                    Health::Up => PROBE_BACKOFF_MIN,
+                    Health::Up => {
+                        self.failures.fetch_add(1, Ordering::SeqCst);
+                        tracing::warn!(engine = %self.name, reason = %why, "engine taken out of placement");
+                        PROBE_BACKOFF_MIN
+                    }
                     Health::Down { backoff, .. } => (*backoff * 2).min(PROBE_BACKOFF_MAX),
                 };
                 *h = Health::Down {
@@ -144,6 +190,12 @@ impl PoolEngine {
 pub struct Pool {
     engines: Vec<Arc<PoolEngine>>,
     freed: Arc<Notify>,
+    /// The engine Airlock's images are built on: the ids jobs are resolved with.
+    reference: Arc<Reference>,
+    /// The images the background checks ask about.
+    wanted: Arc<ImageSet>,
+    /// Dropped with the pool: its background checks end.
+    _stop: watch::Sender<()>,
 }
 
 /// A job's slot on the engine it was placed on; dropping it frees the slot.
@@ -162,8 +214,8 @@ impl Drop for Placed {
 /// What a job asks of its engine.
 #[derive(Debug, Clone)]
 pub struct Needs<'a> {
-    pub image: &'a str,
-    pub image_id: &'a str,
+    /// Every image the job's containers use, each with the id Airlock built.
+    pub images: &'a [(String, String)],
     pub labels: &'a [String],
 }
 
@@ -177,28 +229,126 @@ pub enum Unplaced {
 }
 
 impl Pool {
-    pub fn new(engines: Vec<PoolEngine>) -> Pool {
+    /// A pool of `engines` whose images are checked against `reference`'s. Its background
+    /// checks start at once (on the current tokio runtime) and end when it is dropped.
+    pub fn new(engines: Vec<PoolEngine>, reference: Reference) -> Pool {
         assert!(!engines.is_empty(), "a pool has at least one engine");
-        Pool {
+        let (stop, _) = watch::channel(());
+        let pool = Pool {
             engines: engines.into_iter().map(Arc::new).collect(),
             freed: Arc::new(Notify::new()),
+            reference: Arc::new(reference),
+            wanted: Arc::default(),
+            _stop: stop,
+        };
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            if pool.reference.runtime().is_some() {
+                rt.spawn(watch_reference(
+                    pool.reference.clone(),
+                    pool.wanted.clone(),
+                    pool.freed.clone(),
+                    pool._stop.subscribe(),
+                ));
+            }
+            for e in &pool.engines {
+                rt.spawn(watch_engine(
+                    e.clone(),
+                    pool.reference.clone(),
+                    pool.wanted.clone(),
+                    pool.freed.clone(),
+                    pool._stop.subscribe(),
+                ));
+            }
         }
+        pool
     }
 
-    /// A pool of one engine.
+    /// A pool of one engine, which is also the engine its images are built on.
     pub fn single(
         name: &str,
         runtime: Runtime,
         workspaces: Arc<dyn Workspaces>,
         max_jobs: usize,
     ) -> Pool {
-        Pool::new(vec![PoolEngine::new(
-            name,
-            runtime,
-            workspaces,
-            max_jobs,
-            vec![],
-        )])
+        let reference = Reference::new(format!("engine {name:?}"), Ok(runtime.clone()));
+        Pool::new(
+            vec![PoolEngine::new(name, runtime, workspaces, max_jobs, vec![])],
+            reference,
+        )
+    }
+
+    /// The engine Airlock's images are built on.
+    pub fn reference(&self) -> &Reference {
+        &self.reference
+    }
+
+    /// Why no engine can ever take a job needing `image` as `built` with `labels`, when every
+    /// engine that carries the labels answered and none holds the image as built; `None`
+    /// while one might (it holds it, or has not answered: the job then waits for it).
+    pub fn unplaceable(&self, image: &str, built: &str, labels: &[String]) -> Option<String> {
+        let mut why = Vec::new();
+        for e in &self.engines {
+            if !labels.iter().all(|l| e.labels.contains(l)) {
+                continue;
+            }
+            match e.images.seen(image) {
+                Some(Seen::Id(id)) if id == built => return None,
+                Some(Seen::Id(id)) => why.push(format!("{}: it is {id}", e.name)),
+                Some(Seen::Missing) => why.push(format!("{}: missing", e.name)),
+                None => return None,
+            }
+        }
+        Some(format!(
+            "no engine holds image {image} as built ({built}): {}; `airlock images push` copies it to the configured engines",
+            if why.is_empty() {
+                "no engine carries the profile's engine_labels".to_string()
+            } else {
+                why.join("; ")
+            }
+        ))
+    }
+
+    /// The images the background checks ask about.
+    pub fn watched_images(&self) -> Vec<String> {
+        self.wanted.list()
+    }
+
+    /// Has the background checks ask about `images` (besides those asked about before).
+    pub fn watch_images<'a>(&self, images: impl IntoIterator<Item = &'a str>) {
+        self.wanted.add(images);
+    }
+
+    /// Waits (up to `bound`) until the reference and every engine answered or failed once
+    /// since the images they are asked about last grew: start-up calls it so that the first
+    /// submission finds the ids known.
+    pub async fn checked(&self, bound: Duration) {
+        let views =
+            std::iter::once(&self.reference.images).chain(self.engines.iter().map(|e| &e.images));
+        let waits = views.map(|v| v.checked_after(0, bound));
+        futures_util::future::join_all(waits).await;
+    }
+
+    /// The id Airlock built `image` as, from the last answer of the engine images are built
+    /// on: never an engine call unless this image was never asked about (then one bounded
+    /// wait for the first check).
+    pub async fn built_image_id(&self, image: &str) -> Result<String, BuiltImage> {
+        let view = &self.reference.images;
+        let before = view.checks();
+        let new = self.wanted.add([image]);
+        // Waited for only when nothing is known yet and no check has failed: an image asked
+        // about for the first time, or a first check still under way.
+        let unknown = view.seen(image).is_none() && view.error().is_none();
+        if (new || unknown) && self.reference.runtime().is_some() {
+            view.known(image, before, crate::limits::ENGINE_CALL_TIMEOUT)
+                .await;
+        }
+        self.reference.built_id(image).map_err(|why| match why {
+            Unknown::Missing => BuiltImage::Missing,
+            Unknown::NotAnswered(why) => BuiltImage::Unknown(format!(
+                "the id of image {image} is not known: the engine Airlock's images are built on ({}) has not answered: {why}",
+                self.reference.describe
+            )),
+        })
     }
 
     pub fn engines(&self) -> &[Arc<PoolEngine>] {
@@ -231,22 +381,15 @@ impl Pool {
             .collect()
     }
 
-    /// Why no engine takes `needs` now, or the engine whose slot was taken. Probes engines
-    /// that are due.
-    async fn try_place(&self, needs: &Needs<'_>) -> Result<Placed, String> {
+    /// Why no engine takes `needs` now, or the engine whose slot was taken. Reads only what
+    /// the background checks found: no engine is asked anything here.
+    fn try_place(&self, needs: &Needs<'_>) -> Result<Placed, String> {
         let mut reasons = Vec::new();
         let mut fits: Vec<&Arc<PoolEngine>> = Vec::new();
-        for e in &self.engines {
+        'engines: for e in &self.engines {
             if let Some(missing) = needs.labels.iter().find(|l| !e.labels.contains(l)) {
                 reasons.push(format!("{}: lacks label {missing:?}", e.name));
                 continue;
-            }
-            if e.probe_due() {
-                let probe = e.runtime.image_id(needs.image).await;
-                e.probed(match &probe {
-                    Err(crate::sandbox::SandboxError::ImageMissing { .. }) | Ok(_) => Ok(()),
-                    Err(err) => Err(err.to_string()),
-                });
             }
             if let Some(why) = e.down_reason() {
                 reasons.push(format!("{}: unreachable ({why})", e.name));
@@ -256,20 +399,27 @@ impl Pool {
                 reasons.push(format!("{}: all {} slots in use", e.name, e.max_jobs));
                 continue;
             }
-            match e.runtime.image_id(needs.image).await {
-                Ok(id) if id == needs.image_id => fits.push(e),
-                Ok(id) => reasons.push(format!(
-                    "{}: image {} is {id}, not {}",
-                    e.name, needs.image, needs.image_id
-                )),
-                Err(crate::sandbox::SandboxError::ImageMissing { .. }) => {
-                    reasons.push(format!("{}: has no image {}", e.name, needs.image))
-                }
-                Err(err) => {
-                    e.mark_down(&err.to_string());
-                    reasons.push(format!("{}: unreachable ({err})", e.name));
+            for (image, built) in needs.images {
+                match e.images.seen(image) {
+                    Some(Seen::Id(id)) if &id == built => {}
+                    Some(Seen::Id(id)) => {
+                        reasons.push(format!(
+                            "{}: image {image} is {id}, not the built {built}",
+                            e.name
+                        ));
+                        continue 'engines;
+                    }
+                    Some(Seen::Missing) => {
+                        reasons.push(format!("{}: has no image {image}", e.name));
+                        continue 'engines;
+                    }
+                    None => {
+                        reasons.push(format!("{}: image {image} not checked yet", e.name));
+                        continue 'engines;
+                    }
                 }
             }
+            fits.push(e);
         }
         // Least loaded by share of slots in use; configuration order breaks ties.
         fits.sort_by(|a, b| (a.running() * b.max_jobs).cmp(&(b.running() * a.max_jobs)));
@@ -303,7 +453,10 @@ impl Pool {
             let freed = self.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            match self.try_place(needs).await {
+            // Asked about from now on (a no-op once they are).
+            self.wanted
+                .add(needs.images.iter().map(|(i, _)| i.as_str()));
+            match self.try_place(needs) {
                 Ok(p) => return Ok(p),
                 Err(why) => {
                     if why != last {
@@ -329,11 +482,85 @@ impl Pool {
     }
 }
 
+/// Keeps `e`'s health and image view fresh until the pool is dropped: a check every
+/// [`crate::limits::IMAGE_RECHECK_INTERVAL`] while it answers, at its backoff while it does
+/// not, and at once when a new image is wanted.
+async fn watch_engine(
+    e: Arc<PoolEngine>,
+    reference: Arc<Reference>,
+    wanted: Arc<ImageSet>,
+    freed: Arc<Notify>,
+    mut stop: watch::Receiver<()>,
+) {
+    loop {
+        let added = wanted.added.notified();
+        tokio::pin!(added);
+        added.as_mut().enable();
+        let images = wanted.list();
+        let checked = images::check(&e.runtime, &images).await;
+        e.probed(checked.as_ref().map(|_| ()).map_err(Clone::clone));
+        e.images.record(checked);
+        e.note_mismatches(e.image_mismatches(&reference, &images));
+        freed.notify_waiters();
+        tokio::select! {
+            _ = tokio::time::sleep(e.next_check()) => {}
+            _ = added => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Keeps the reference's image view fresh until the pool is dropped.
+async fn watch_reference(
+    reference: Arc<Reference>,
+    wanted: Arc<ImageSet>,
+    freed: Arc<Notify>,
+    mut stop: watch::Receiver<()>,
+) {
+    let Some(runtime) = reference.runtime().cloned() else {
+        return;
+    };
+    let mut backoff = PROBE_BACKOFF_MIN;
+    loop {
+        let added = wanted.added.notified();
+        tokio::pin!(added);
+        added.as_mut().enable();
+        let checked = images::check(&runtime, &wanted.list()).await;
+        let wait = match &checked {
+            Ok(_) => {
+                backoff = PROBE_BACKOFF_MIN;
+                crate::limits::IMAGE_RECHECK_INTERVAL
+            }
+            Err(why) => {
+                tracing::warn!(engine = %reference.describe, reason = %why, "the engine images are built on does not answer; the ids it last gave are used");
+                let wait = backoff;
+                backoff = (backoff * 2).min(PROBE_BACKOFF_MAX);
+                wait
+            }
+        };
+        reference.images.record(checked);
+        freed.notify_waiters();
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = added => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Why a built image id is not known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BuiltImage {
+    /// The engine images are built on does not have it: `airlock images build` it.
+    Missing,
+    /// That engine has not answered about it (the message says which engine and why).
+    Unknown(String),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sandbox::fake::FakeRuntime;
-    use crate::sandbox::runtime::ContainerRuntime;
 
     fn engine(name: &str, fake: &Arc<FakeRuntime>, max_jobs: usize, labels: &[&str]) -> PoolEngine {
         PoolEngine::new(
@@ -347,19 +574,28 @@ mod tests {
         )
     }
 
+    /// A pool whose images are built on `built`.
+    fn pool(engines: Vec<PoolEngine>, built: &Arc<FakeRuntime>) -> Pool {
+        let runtime: Runtime = built.clone();
+        Pool::new(engines, Reference::new("the build engine", Ok(runtime)))
+    }
+
+    async fn needs_of(pool: &Pool, image: &str) -> Vec<(String, String)> {
+        vec![(image.to_string(), pool.built_image_id(image).await.unwrap())]
+    }
+
     #[tokio::test]
     async fn jobs_go_to_the_least_loaded_engine_with_a_slot_and_wait_when_none_has_one() {
         let a = Arc::new(FakeRuntime::new());
         let b = Arc::new(FakeRuntime::new());
-        let pool = Pool::new(vec![engine("a", &a, 1, &[]), engine("b", &b, 2, &[])]);
-        let id = a.image_id("img").await.unwrap();
+        let pool = pool(vec![engine("a", &a, 1, &[]), engine("b", &b, 2, &[])], &a);
+        let images = needs_of(&pool, "img").await;
         let needs = Needs {
-            image: "img",
-            image_id: &id,
+            images: &images,
             labels: &[],
         };
         let (_tx, mut cancel) = watch::channel(false);
-        let short = Duration::from_millis(50);
+        let short = Duration::from_millis(500);
         let p1 = pool
             .place(&needs, short, &mut cancel, |_| {})
             .await
@@ -380,7 +616,9 @@ mod tests {
         assert_eq!(names, ["a", "b", "b"]);
         let mut reasons = Vec::new();
         let full = pool
-            .place(&needs, short, &mut cancel, |r| reasons.push(r.to_string()))
+            .place(&needs, Duration::from_millis(50), &mut cancel, |r| {
+                reasons.push(r.to_string())
+            })
             .await;
         let full = full.err();
         assert!(
@@ -405,14 +643,16 @@ mod tests {
     async fn labels_image_ids_and_health_keep_jobs_off_an_engine() {
         let a = Arc::new(FakeRuntime::new());
         let b = Arc::new(FakeRuntime::new());
-        let pool = Pool::new(vec![engine("a", &a, 4, &[]), engine("b", &b, 4, &["gpu"])]);
-        let id = a.image_id("img").await.unwrap();
+        let pool = pool(
+            vec![engine("a", &a, 4, &[]), engine("b", &b, 4, &["gpu"])],
+            &a,
+        );
+        let images = needs_of(&pool, "img").await;
         let (_tx, mut cancel) = watch::channel(false);
-        let short = Duration::from_millis(20);
+        let short = Duration::from_millis(500);
         let gpu = ["gpu".to_string()];
         let needs = Needs {
-            image: "img",
-            image_id: &id,
+            images: &images,
             labels: &gpu,
         };
         assert_eq!(
@@ -424,9 +664,9 @@ mod tests {
             "b"
         );
         // An engine whose image has another id never gets the job.
+        let other_images = vec![("img".to_string(), "sha256:other".to_string())];
         let other = Needs {
-            image: "img",
-            image_id: "sha256:other",
+            images: &other_images,
             labels: &[],
         };
         let e = pool
@@ -435,13 +675,13 @@ mod tests {
             .err()
             .unwrap();
         assert!(
-            matches!(&e, Unplaced::Waited(w) if w.contains("not sha256:other")),
+            matches!(&e, Unplaced::Waited(w) if w.contains("not the built sha256:other")),
             "{e:?}"
         );
-        // A failed engine is skipped until a probe finds it answering again.
+        // A failed engine is skipped until a check finds it answering again.
         pool.engines()[1].mark_down("connection refused");
         let e = pool
-            .place(&needs, short, &mut cancel, |_| {})
+            .place(&needs, Duration::from_millis(20), &mut cancel, |_| {})
             .await
             .err()
             .unwrap();
@@ -450,10 +690,18 @@ mod tests {
             "{e:?}"
         );
         let placed = pool
-            .place(&needs, PROBE_BACKOFF_MIN * 3, &mut cancel, |_| {})
+            .place(
+                &needs,
+                crate::limits::IMAGE_RECHECK_INTERVAL * 3,
+                &mut cancel,
+                |_| {},
+            )
             .await
             .unwrap();
-        assert_eq!(placed.engine.name, "b", "probed again after the backoff");
+        assert_eq!(
+            placed.engine.name, "b",
+            "checked again and back in placement"
+        );
         // Cancelled while waiting.
         let (tx, mut cancel) = watch::channel(false);
         tx.send(true).unwrap();
@@ -463,5 +711,107 @@ mod tests {
                 .err(),
             Some(Unplaced::Cancelled)
         );
+    }
+
+    #[tokio::test]
+    async fn an_engine_listed_first_whose_tag_names_another_image_takes_no_job() {
+        let liar = Arc::new(FakeRuntime::new());
+        let honest = Arc::new(FakeRuntime::new());
+        let built = Arc::new(FakeRuntime::new());
+        liar.set_image("img", "sha256:lookalike");
+        let pool = pool(
+            vec![
+                engine("liar", &liar, 4, &[]),
+                engine("honest", &honest, 4, &[]),
+            ],
+            &built,
+        );
+        // The job is resolved with the id Airlock built, not the first engine's.
+        let images = needs_of(&pool, "img").await;
+        assert_eq!(images[0].1, "sha256:fake:img");
+        let needs = Needs {
+            images: &images,
+            labels: &[],
+        };
+        let (_tx, mut cancel) = watch::channel(false);
+        let mut seen = vec![];
+        for _ in 0..4 {
+            let p = pool
+                .place(&needs, Duration::from_secs(5), &mut cancel, |_| {})
+                .await
+                .unwrap();
+            seen.push(p.engine.name.clone());
+            std::mem::forget(p);
+        }
+        assert!(seen.iter().all(|n| n == "honest"), "{seen:?}");
+        // It says why: the reason, and the engine's mismatches (for /metrics and the log).
+        let why = pool
+            .try_place(&needs)
+            .err()
+            .expect("the honest engine's slots are all taken now");
+        assert!(
+            why.contains("liar: image img is sha256:lookalike, not the built sha256:fake:img"),
+            "{why}"
+        );
+        assert_eq!(
+            pool.engines()[0].image_mismatches(pool.reference(), &pool.watched_images()),
+            ["image img is sha256:lookalike, not the built sha256:fake:img"]
+        );
+        assert!(
+            pool.engines()[1]
+                .image_mismatches(pool.reference(), &pool.watched_images())
+                .is_empty()
+        );
+        // Once its tag names the built image again, it takes jobs at its next check.
+        liar.set_image("img", "sha256:fake:img");
+        let p = pool
+            .place(
+                &needs,
+                crate::limits::IMAGE_RECHECK_INTERVAL * 3,
+                &mut cancel,
+                |_| {},
+            )
+            .await
+            .unwrap();
+        assert_eq!(p.engine.name, "liar");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_engine_delays_neither_placement_elsewhere_nor_the_ids_of_built_images() {
+        let hung = Arc::new(FakeRuntime::new());
+        let fine = Arc::new(FakeRuntime::new());
+        let pool = pool(
+            vec![engine("hung", &hung, 4, &[]), engine("fine", &fine, 4, &[])],
+            &fine,
+        );
+        let images = needs_of(&pool, "img").await;
+        let needs = Needs {
+            images: &images,
+            labels: &[],
+        };
+        let (_tx, mut cancel) = watch::channel(false);
+        pool.place(&needs, Duration::from_secs(5), &mut cancel, |_| {})
+            .await
+            .unwrap();
+        hung.set_hung(true);
+        // Each placement and id lookup reads what the checks found; the paused clock would
+        // have to advance by a whole call bound for any of them to wait on the hung engine.
+        let started = tokio::time::Instant::now();
+        for _ in 0..3 {
+            let p = pool
+                .place(&needs, Duration::from_secs(5), &mut cancel, |_| {})
+                .await
+                .unwrap();
+            assert_eq!(pool.built_image_id("img").await.unwrap(), images[0].1);
+            std::mem::forget(p);
+        }
+        assert!(started.elapsed() < crate::limits::ENGINE_CALL_TIMEOUT);
+        // Its next check gives up on it after one call bound: out of placement, and why.
+        tokio::time::sleep(
+            crate::limits::IMAGE_RECHECK_INTERVAL + crate::limits::ENGINE_CALL_TIMEOUT * 2,
+        )
+        .await;
+        let why = pool.engines()[0].down_reason().expect("out of placement");
+        assert!(why.contains("no answer"), "{why}");
     }
 }

@@ -35,6 +35,10 @@ pub struct Report {
     /// Running verifications left running because an engine they may be on does not answer
     /// (with how long it has been away and when they will be settled as lost).
     pub waiting_for_engine: Vec<String>,
+    /// Containers labelled with an instance id this data dir had before it was copied: they
+    /// belong to the data dir it was copied from and are left alone (`<engine>: <id>
+    /// (instance <id>)`); remove them by hand once that data dir's daemon is gone for good.
+    pub previous_instance_containers: Vec<String>,
     /// Steps that failed; they stay for the next pass.
     pub failures: Vec<String>,
 }
@@ -89,9 +93,17 @@ enum Reach {
 
 /// Each engine's reach this pass; a reached engine's time is recorded for later passes.
 async fn reach(data: &DataDir, engines: &[JobEngine], now: time::OffsetDateTime) -> Vec<Reach> {
+    // Every engine at once, each call bounded: one that hangs costs the pass one bound, not
+    // one per engine.
+    let asked = futures_util::future::join_all(
+        engines
+            .iter()
+            .map(|e| e.runtime.list_managed(&data.instance_id)),
+    )
+    .await;
     let mut out = Vec::new();
-    for e in engines {
-        match e.runtime.list_managed(&data.instance_id).await {
+    for (e, listed) in engines.iter().zip(asked) {
+        match listed {
             Ok(_) => {
                 if let Err(err) = data.store.set_engine_seen(&e.name, ids::rfc3339(now)).await {
                     tracing::warn!(engine = %e.name, error = %err, "could not record the engine as seen");
@@ -246,7 +258,7 @@ async fn recover_one(
         }
         match engine
             .runtime
-            .destroy(&container_name(&v.creation_key), &v.creation_key)
+            .destroy(&v.creation_key, &data.instance_id)
             .await
         {
             Ok(n) if n > 0 => report
@@ -366,6 +378,18 @@ async fn remove_workspace(engine: &JobEngine, key: &str, report: &mut Report) {
 /// workspaces no live worker owns.
 async fn sweep(data: &DataDir, engine: &JobEngine, report: &mut Report) {
     let runtime = &engine.runtime;
+    // What the data dir this one was copied from left: named, never touched.
+    for previous in &data.previous_instances {
+        match runtime.list_managed(previous).await {
+            Ok(left) => report.previous_instance_containers.extend(
+                left.into_iter()
+                    .map(|c| format!("{}: {} (instance {previous})", engine.name, c.id)),
+            ),
+            Err(e) => report
+                .failures
+                .push(format!("list containers of instance {previous}: {e}")),
+        }
+    }
     match runtime.list_managed(&data.instance_id).await {
         Ok(containers) => {
             for c in containers {
@@ -386,7 +410,7 @@ async fn sweep(data: &DataDir, engine: &JobEngine, report: &mut Report) {
                 if !orphan {
                     continue;
                 }
-                match runtime.destroy(&container_name(&key), &key).await {
+                match runtime.destroy(&key, &data.instance_id).await {
                     Ok(_) => report.containers_destroyed.push(c.id),
                     Err(e) => report
                         .failures

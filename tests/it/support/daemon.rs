@@ -202,6 +202,35 @@ impl Server {
         status.code()
     }
 
+    /// A second daemon beside this one, on the same repositories and tokens but with its own
+    /// config file whose `data_dir` is `data` (a restored backup, say), on its own port.
+    pub fn beside(&self, data: &Path) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let live = self.dir.path().join("data");
+        let text = std::fs::read_to_string(&self.config).unwrap().replace(
+            &format!("data_dir = \"{}\"", live.display()),
+            &format!("data_dir = \"{}\"", data.display()),
+        );
+        assert!(text.contains(&data.display().to_string()), "{text}");
+        let config = dir.path().join("airlock.toml");
+        std::fs::write(&config, text).unwrap();
+        let mut s = Server {
+            clock: dir.path().join("clock"),
+            dir,
+            repo: self.repo.clone(),
+            config,
+            addr: String::new(),
+            env: self.env.clone(),
+            log: None,
+            metrics_addr: None,
+            child: None,
+            fake: self.fake,
+        };
+        s.log = Some(s.dir.path().join("daemon.log"));
+        s.restart(None);
+        s
+    }
+
     /// Kills the daemon with SIGKILL (no cleanup at all).
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -16,6 +16,8 @@ pub struct SecondEngine {
     pub dir: tempfile::TempDir,
     pub port: u16,
     child: Option<Child>,
+    /// Stopped by [`SecondEngine::hang`] and not yet let go.
+    hung: bool,
 }
 
 fn openssl(dir: &Path, args: &[&str]) {
@@ -121,6 +123,7 @@ impl SecondEngine {
             dir,
             port,
             child: None,
+            hung: false,
         };
         e.spawn();
         for image in images {
@@ -192,6 +195,28 @@ impl SecondEngine {
             std::thread::sleep(Duration::from_millis(200));
             let _ = std::fs::remove_file(&pidfile);
         }
+    }
+
+    /// Stops the engine where it stands (SIGSTOP): it accepts connections and answers nothing,
+    /// as a hung engine does; its containers (under containerd) keep running.
+    pub fn hang(&mut self) {
+        let pid = self.child.as_ref().expect("the engine runs").id();
+        let ok = Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        self.hung = true;
+    }
+
+    /// Lets a hung engine go on (SIGCONT).
+    pub fn unhang(&mut self) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .args(["-CONT", &child.id().to_string()])
+                .status();
+        }
+        self.hung = false;
     }
 
     /// Starts the killed engine again on the same data root (its containers and volumes are
@@ -289,6 +314,9 @@ impl SecondEngine {
 
 impl Drop for SecondEngine {
     fn drop(&mut self) {
+        if self.hung {
+            self.unhang();
+        }
         if let Some(mut child) = self.child.take() {
             let _ = Command::new("kill")
                 .args(["-TERM", &child.id().to_string()])

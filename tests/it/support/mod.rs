@@ -101,6 +101,17 @@ fn build_image() {
     );
 }
 
+/// Stdout of a docker command on the machine's own engine, asserting it succeeded.
+pub fn docker_out(args: &[&str]) -> String {
+    let out = Command::new("docker").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// Ids of containers (any state) labelled with a creation key.
 pub fn containers_with_key(key: &str) -> Vec<String> {
     let out = Command::new("docker")

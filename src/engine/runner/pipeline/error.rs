@@ -16,6 +16,10 @@ pub enum RunError {
     /// Recording conflicted with a durable idempotency binding; nothing new was recorded.
     #[error("{0}")]
     Conflict(String),
+    /// Something the run needs is not available now (the ids of the built images, while the
+    /// engine they are built on has never answered); nothing was recorded. Retry later.
+    #[error("{0}")]
+    Unavailable(String),
     /// git failed while the revision was resolved (not: the revision does not exist).
     #[error("resolving the revision: {0}")]
     Git(#[source] StagingError),
@@ -50,7 +54,10 @@ impl RunError {
     /// Whether Airlock malfunctioned (as opposed to refusing the request or losing a race).
     pub fn is_malfunction(&self) -> bool {
         match self {
-            RunError::Refused(_) | RunError::Exhausted(_) | RunError::Conflict(_) => false,
+            RunError::Refused(_)
+            | RunError::Exhausted(_)
+            | RunError::Conflict(_)
+            | RunError::Unavailable(_) => false,
             RunError::Git(_)
             | RunError::Runtime(_)
             | RunError::Host { .. }
@@ -76,6 +83,7 @@ impl RunError {
             | StagingError::OutputTooLarge { .. }
             | StagingError::Space(_)
             | StagingError::Volume(_)
+            | StagingError::EngineUnresponsive(_)
             | StagingError::TreeReplaced { .. }
             | StagingError::Io { .. } => RunError::Git(e),
         }
@@ -100,6 +108,7 @@ impl From<RunError> for crate::engine::error::ServiceError {
             RunError::Refused(r) => ServiceError::FailedPrecondition(r),
             RunError::Exhausted(r) => ServiceError::ResourceExhausted(r),
             RunError::Conflict(m) => ServiceError::Conflict(m),
+            RunError::Unavailable(m) => ServiceError::Unavailable(m),
             RunError::Git(e) => internal(Internal::Git(e)),
             RunError::Runtime(e) => internal(Internal::Runtime(e)),
             RunError::Host { what, source } => internal(Internal::Io {

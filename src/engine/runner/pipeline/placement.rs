@@ -99,6 +99,39 @@ impl Runner {
             .await;
         let workspace = match staged {
             Ok(w) => w,
+            Err(e @ crate::staging::StagingError::EngineUnresponsive(_)) => {
+                engine.mark_down(&e.to_string());
+                unfinished(
+                    v,
+                    Unfinished::EngineUnresponsive {
+                        engine: engine.name.clone(),
+                        what: format!("staging the job's workspace: {e}"),
+                    },
+                );
+                return timings;
+            }
+            Err(e @ crate::staging::StagingError::Volume(_)) => {
+                // The engine failed: one bounded question tells whether it still answers.
+                let asked = tokio::time::timeout(
+                    crate::limits::ENGINE_CALL_TIMEOUT,
+                    engine.runtime.image_id(&p.profile.image),
+                )
+                .await;
+                match asked {
+                    Ok(Err(down))
+                        if !matches!(down, crate::sandbox::SandboxError::ImageMissing { .. }) =>
+                    {
+                        engine.mark_down(&down.to_string())
+                    }
+                    Err(_) => engine.mark_down("no answer after a failed staging"),
+                    Ok(_) => {}
+                }
+                unfinished(
+                    v,
+                    Unfinished::Staging(format!("on engine {}: {e}", engine.name)),
+                );
+                return timings;
+            }
             Err(e) => {
                 unfinished(v, Unfinished::Staging(e.to_string()));
                 return timings;
