@@ -13,6 +13,7 @@ use rmcp::model::{
     PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -95,9 +96,15 @@ impl Tools {
         let token = bearer(&parts.headers)?;
         let actor = authenticate(&st.service.ctx.config, token)
             .ok_or_else(|| ServiceError::Unauthenticated("unknown bearer token".into()))?;
-        let method = tools_for(&st.service.ctx.config, Some(&actor))
+        let method = tools()
             .find(|m| m.name == req.name)
             .ok_or_else(|| ServiceError::NotFound(format!("unknown tool {:?}", req.name)))?;
+        if !method.audience.offers(&st.service.ctx.config, Some(&actor)) {
+            return Err(ServiceError::PermissionDenied(format!(
+                "tool {:?} is not offered to this token: it needs {}",
+                method.name, method.permission
+            )));
+        }
         let body = serde_json::to_vec(&req.arguments.unwrap_or_default())
             .expect("a JSON object serializes");
         let limit = method.body.bytes(&st.service.ctx.config);
@@ -159,8 +166,124 @@ impl ServerHandler for Tools {
     }
 }
 
+/// The header naming an MCP session.
+const SESSION_HEADER: &str = "mcp-session-id";
+
 /// Largest transport error text carried into the JSON envelope.
 const MAX_TRANSPORT_ERROR_BYTES: usize = 64 * 1024;
+
+use crate::limits::{MAX_MCP_SESSIONS, MAX_MCP_SESSIONS_PER_TOKEN};
+
+/// The open MCP sessions and whose they are: a bound per token and overall, and idle sessions
+/// closed, so no token can grow the daemon's memory by opening sessions. The transport's own
+/// session manager holds the sessions; this ledger, kept by [`guard`] from the requests and
+/// answers it sees, decides who may open one more.
+pub struct McpSessions {
+    manager: Arc<LocalSessionManager>,
+    /// A session idle this long is closed (`mcp_session_idle_seconds`).
+    idle: std::time::Duration,
+    open: std::sync::Mutex<std::collections::HashMap<String, OpenSession>>,
+}
+
+struct OpenSession {
+    owner: String,
+    last: std::time::Instant,
+}
+
+impl McpSessions {
+    /// No session yet; one idle for `idle` is closed.
+    pub fn new(idle: std::time::Duration) -> McpSessions {
+        let mut manager = LocalSessionManager::default();
+        manager.session_config.keep_alive = Some(idle);
+        McpSessions {
+            manager: Arc::new(manager),
+            idle,
+            open: Default::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, OpenSession>> {
+        self.open
+            .lock()
+            .expect("the MCP session ledger is never poisoned")
+    }
+
+    /// Closes the sessions idle past their bound and forgets those the transport no
+    /// longer has; then whether `owner` may open one more (why not, naming the bound).
+    async fn admit(&self, owner: &str) -> Result<(), ServiceError> {
+        let idle: Vec<String> = self
+            .lock()
+            .iter()
+            .filter(|(_, s)| s.last.elapsed() >= self.idle)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in idle {
+            let sid: rmcp::transport::common::server_side_http::SessionId = id.clone().into();
+            let _ = self.manager.close_session(&sid).await;
+            self.lock().remove(&id);
+        }
+        let known: Vec<String> = self.lock().keys().cloned().collect();
+        for id in known {
+            let sid: rmcp::transport::common::server_side_http::SessionId = id.clone().into();
+            if !self.manager.has_session(&sid).await.unwrap_or(false) {
+                self.lock().remove(&id);
+            }
+        }
+        let open = self.lock();
+        let mine = open.values().filter(|s| s.owner == owner).count();
+        if mine >= MAX_MCP_SESSIONS_PER_TOKEN {
+            return Err(ServiceError::exhausted_field(
+                "mcp_sessions",
+                format!(
+                    "this token holds {mine} MCP sessions; the limit is {MAX_MCP_SESSIONS_PER_TOKEN} per token: reuse one (its Mcp-Session-Id), end one with DELETE /mcp, or wait {} s for an idle one to close",
+                    self.idle.as_secs()
+                ),
+            ));
+        }
+        if open.len() >= MAX_MCP_SESSIONS {
+            return Err(ServiceError::exhausted_field(
+                "mcp_sessions",
+                format!(
+                    "{} MCP sessions are open; the limit is {MAX_MCP_SESSIONS}: retry later",
+                    open.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn opened(&self, id: String, owner: String) {
+        self.lock().insert(
+            id,
+            OpenSession {
+                owner,
+                last: std::time::Instant::now(),
+            },
+        );
+    }
+
+    /// Marks a session used now; `false` when it is another token's (a session is used only
+    /// by the token that opened it).
+    fn used(&self, id: &str, owner: &str) -> bool {
+        match self.lock().get_mut(id) {
+            Some(s) if s.owner != owner => false,
+            Some(s) => {
+                s.last = std::time::Instant::now();
+                true
+            }
+            None => true,
+        }
+    }
+
+    fn closed(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
+    /// Sessions open now (as far as the ledger knows).
+    pub fn count(&self) -> usize {
+        self.lock().len()
+    }
+}
 
 /// In front of the transport: every request (`initialize` included) needs a known bearer
 /// token, refused with the API's JSON envelope and `WWW-Authenticate`; and the transport's own
@@ -175,18 +298,55 @@ pub async fn guard(
     let request_id = super::hygiene::request_id(&req);
     let known = bearer(req.headers()).and_then(|t| {
         authenticate(&st.service.ctx.config, t)
-            .map(|_| ())
             .ok_or_else(|| ServiceError::Unauthenticated("unknown bearer token".into()))
     });
-    if let Err(e) = known {
-        let mut resp = super::ApiError(e, request_id).into_response();
-        resp.headers_mut().insert(
-            axum::http::header::WWW_AUTHENTICATE,
-            axum::http::HeaderValue::from_static("Bearer"),
-        );
-        return resp;
+    let actor = match known {
+        Ok(actor) => actor,
+        Err(e) => {
+            let mut resp = super::ApiError(e, request_id).into_response();
+            resp.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+            return resp;
+        }
+    };
+    let owner = actor.key();
+    let session = req
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let sessions = &st.mcp_sessions;
+    // A request without a session opens one (initialize): within the bounds, or refused.
+    let opens = session.is_none() && req.method() == axum::http::Method::POST;
+    match &session {
+        Some(id) => {
+            if !sessions.used(id, &owner) {
+                let e = ServiceError::NotFound(format!("no MCP session {id:?} of this token"));
+                return super::ApiError(e, request_id).into_response();
+            }
+            if req.method() == axum::http::Method::DELETE {
+                sessions.closed(id);
+            }
+        }
+        None if opens => {
+            if let Err(e) = sessions.admit(&owner).await {
+                tracing::warn!(%owner, error = %e, "MCP session refused");
+                return super::ApiError(e, request_id).into_response();
+            }
+        }
+        None => {}
     }
     let resp = next.run(req).await;
+    if opens
+        && let Some(id) = resp
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+    {
+        sessions.opened(id.to_string(), owner);
+    }
     let status = resp.status();
     let is_json = resp
         .headers()
@@ -235,12 +395,9 @@ pub fn service(state: AppState) -> StreamableHttpService<Tools, LocalSessionMana
         .unwrap_or(super::SMALL_BODY_LIMIT);
     let mut transport = StreamableHttpServerConfig::default().disable_allowed_hosts();
     transport.max_request_body_bytes = limit + 64 * 1024;
+    let manager = state.mcp_sessions.manager.clone();
     let tools = Tools { state };
-    StreamableHttpService::new(
-        move || Ok(tools.clone()),
-        Arc::new(LocalSessionManager::default()),
-        transport,
-    )
+    StreamableHttpService::new(move || Ok(tools.clone()), manager, transport)
 }
 
 #[cfg(test)]

@@ -57,10 +57,13 @@ pub struct AppState {
     pub ui_sessions: Arc<ui::UiSessions>,
     /// The bound on open `GET /api/v1/events` streams.
     pub event_streams: event_stream::StreamSlots,
+    /// The open `/mcp` sessions, bounded per token and overall.
+    pub mcp_sessions: Arc<mcp::McpSessions>,
 }
 
 impl AppState {
     pub fn new(service: Arc<Service>, ready: Arc<AtomicBool>) -> AppState {
+        let idle = service.ctx.config.mcp_session_idle;
         AppState {
             service,
             ready,
@@ -68,6 +71,7 @@ impl AppState {
             openapi: Arc::default(),
             ui_sessions: Arc::default(),
             event_streams: Default::default(),
+            mcp_sessions: Arc::new(mcp::McpSessions::new(idle)),
         }
     }
 }

@@ -140,8 +140,7 @@ fn operation(m: &Method, config: &crate::config::Config, out: &mut Schemas) -> V
             m.permission,
             match m.audience {
                 Audience::Human => "",
-                Audience::Agent => "Also an MCP tool at /mcp.",
-                Audience::Members(_) => "Also an MCP tool at /mcp, listed to members holding the permission.",
+                Audience::Tool { .. } => "Also an MCP tool at /mcp, listed to the tokens that may call it.",
             },
         ).trim_end().to_string(),
         "tags": [m.name.split('.').next().unwrap_or(m.name)],

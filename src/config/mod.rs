@@ -106,6 +106,7 @@ struct RawConfig {
     header_read_timeout_seconds: Option<u64>,
     body_read_timeout_seconds: Option<u64>,
     keep_alive_idle_seconds: Option<u64>,
+    mcp_session_idle_seconds: Option<u64>,
     max_patch_bytes: Option<usize>,
     signing_key: Option<PathBuf>,
     #[serde(default)]
@@ -300,6 +301,8 @@ pub struct Config {
     pub body_read_timeout: std::time::Duration,
     /// A keep-alive connection with no request in progress for this long is closed.
     pub keep_alive_idle: std::time::Duration,
+    /// An MCP session that sees no request for this long is closed (`mcp_session_idle_seconds`).
+    pub mcp_session_idle: std::time::Duration,
     /// Largest patch `proposal.create` and `proposal.attach_patch` accept, in bytes (the
     /// request body limit of those two methods is derived from it: see
     /// [`crate::limits::patch_body_limit`]).
@@ -604,6 +607,11 @@ impl Config {
             raw.keep_alive_idle_seconds,
             limits::DEFAULT_KEEP_ALIVE_IDLE_SECONDS,
         )?;
+        let mcp_session_idle = seconds(
+            "mcp_session_idle_seconds",
+            raw.mcp_session_idle_seconds,
+            limits::DEFAULT_MCP_SESSION_IDLE_SECONDS,
+        )?;
         let public_url = raw.public_url.map(check_public_url).transpose()?;
         let engines = engines::parse(raw.engines, raw.checkout_filesystem.unwrap_or_default())?;
         engines::check_profile_labels(&engines, &profiles)?;
@@ -661,6 +669,7 @@ impl Config {
             header_read_timeout,
             body_read_timeout,
             keep_alive_idle,
+            mcp_session_idle,
             checkout_filesystem: raw.checkout_filesystem.unwrap_or_default(),
             min_free_bytes: raw.min_free_bytes.unwrap_or(limits::DEFAULT_MIN_FREE_BYTES),
             tree_cache_bytes,

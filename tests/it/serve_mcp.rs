@@ -72,14 +72,14 @@ fn the_python_client_lists_the_agent_tools_and_its_calls_are_the_apis_calls() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    let agent: Vec<&str> = airlock::api::mcp::tools().map(|m| m.name).collect();
+    // Alice (no review permission, no review role) is offered every agent tool but the
+    // reviewers' own: exactly the registry's tools she may call.
+    let agent: Vec<&str> = airlock::api::mcp::tools()
+        .map(|m| m.name)
+        .filter(|n| !["vote.cast", "security.review"].contains(n))
+        .collect();
     assert_eq!(names, agent);
-    for required in [
-        "claim.acquire",
-        "proposal.create",
-        "vote.cast",
-        "proposal.preview",
-    ] {
+    for required in ["claim.acquire", "proposal.create", "proposal.preview"] {
         assert!(names.contains(&required), "{required} missing: {names:?}");
     }
     let acquire_schema = alice["tools"]
@@ -272,12 +272,35 @@ fn agents_drive_the_governed_path_to_an_apply_with_the_tools_their_tokens_allow(
         );
     }
     for t in [
-        "patch.validate",
         "patch.validation_show",
         "patch.reject",
         "vote.cast",
+        "security.review",
+        "proposal.get",
     ] {
         assert!(bob.contains(&t), "bob lacks {t}: {bob:?}");
+    }
+    // Bob views and reviews: nothing he may not call is offered to him (he cannot propose,
+    // so he is never an author who validates, and he cannot verify or record evidence).
+    for t in [
+        "job.submit",
+        "job.cancel",
+        "proposal.create",
+        "claim.acquire",
+        "evidence.record",
+        "patch.validate",
+    ] {
+        assert!(
+            !bob.contains(&t),
+            "bob (view, review) is offered {t}: {bob:?}"
+        );
+    }
+    // A run without a review role is not offered the reviewers' tools.
+    for t in ["vote.cast", "security.review", "decision.record"] {
+        assert!(
+            !run.contains(&t),
+            "a run without a role is offered {t}: {run:?}"
+        );
     }
     // Verification jobs are an agent's to ask for: a run token is offered them.
     for t in [
@@ -386,7 +409,14 @@ fn agents_drive_the_governed_path_to_an_apply_with_the_tools_their_tokens_allow(
     let apply = json!({"workspace_id": "ws1", "proposal_id": id, "validation_id": vid,
                        "idempotency_key": "a"});
     let (_, r) = one_call(&s, BOB, "patch.apply", apply.clone());
-    refused(&r, "not_found");
+    refused(&r, "permission_denied");
+    assert!(
+        r["structured"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("it needs members with apply"),
+        "{r}"
+    );
     let (_, r) = one_call(&s, ALICE, "patch.apply", apply);
     let applied = structured(&r).clone();
     assert_eq!(applied["transaction"]["status"], "applied", "{applied}");
@@ -436,4 +466,129 @@ fn agents_drive_the_governed_path_to_an_apply_with_the_tools_their_tokens_allow(
                "idempotency_key": "rej"}),
     );
     assert_eq!(structured(&r)["proposal"]["status"], "rejected", "{r}");
+}
+
+/// MCP sessions are bounded: one token's identity may hold `MAX_MCP_SESSIONS_PER_TOKEN` open,
+/// the next is refused naming the bound (another token still opens its own), ending one with
+/// `DELETE` frees its slot, a session is used only by the token that opened it, and a session
+/// idle past `mcp_session_idle_seconds` is closed, its slot freed, while one in use stays.
+#[test]
+fn mcp_sessions_are_bounded_per_token_and_idle_ones_expire() {
+    use crate::support::daemon::CAROL;
+    use crate::support::http::exchange;
+    let s = Server::fake_with("mcp_session_idle_seconds = 4\n");
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "t", "version": "1"}}})
+    .to_string();
+    let accept = ("Accept", "application/json, text/event-stream");
+    // (status, the session id it was given, the body)
+    let open = |token: &str| -> (u16, Option<String>, Value) {
+        let auth = format!("Bearer {token}");
+        let (status, head, body) = exchange(
+            &s.addr,
+            "POST",
+            "/mcp",
+            &[accept, ("Authorization", &auth)],
+            init.as_bytes(),
+        )
+        .unwrap();
+        let id = head
+            .iter()
+            .find(|(k, _)| k == "mcp-session-id")
+            .map(|(_, v)| v.clone());
+        let text = String::from_utf8_lossy(&body).into_owned();
+        let v = serde_json::from_str(&text)
+            .or_else(|_| {
+                // An SSE answer: its data line.
+                text.lines()
+                    .find_map(|l| l.strip_prefix("data: "))
+                    .map(serde_json::from_str)
+                    .unwrap_or(Ok(Value::Null))
+            })
+            .unwrap_or(Value::Null);
+        (status, id, v)
+    };
+    let with_session = |token: &str, method: &str, id: &str| -> u16 {
+        let auth = format!("Bearer {token}");
+        let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}).to_string();
+        exchange(
+            &s.addr,
+            method,
+            "/mcp",
+            &[
+                accept,
+                ("Authorization", &auth),
+                ("Mcp-Session-Id", id),
+                ("Mcp-Protocol-Version", "2025-06-18"),
+            ],
+            if method == "POST" {
+                ping.as_bytes()
+            } else {
+                b""
+            },
+        )
+        .unwrap()
+        .0
+    };
+    let max = airlock::limits::MAX_MCP_SESSIONS_PER_TOKEN;
+    let mut ids = Vec::new();
+    for i in 0..max {
+        let (status, id, v) = open(BOB);
+        assert_eq!(status, 200, "session {i}: {v}");
+        ids.push(id.expect("a session id"));
+    }
+    let (status, id, v) = open(BOB);
+    assert_eq!(status, 413, "{v}");
+    assert!(id.is_none());
+    assert_eq!(v["error"]["code"], "resource_exhausted", "{v}");
+    assert_eq!(v["error"]["field"], "mcp_sessions", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("the limit is {max} per token")),
+        "{v}"
+    );
+    // Another token is not held back by bob's sessions.
+    let (status, carol_session, _) = open(CAROL);
+    assert_eq!(status, 200);
+    // A session is bob's alone.
+    assert_eq!(with_session(ALICE, "POST", &ids[0]), 404);
+    // DELETE ends one: its slot is free again.
+    let first = ids.remove(0);
+    let deleted = with_session(BOB, "DELETE", &first);
+    assert!(deleted < 300, "DELETE answered {deleted}");
+    let (status, id, v) = open(BOB);
+    assert_eq!(status, 200, "{v}");
+    ids.push(id.unwrap());
+    // Idle ones close: keep one in use (a ping every second) past the idle bound; the others
+    // go, and their slots with them.
+    let keep = ids[0].clone();
+    for _ in 0..6 {
+        assert_eq!(
+            with_session(BOB, "POST", &keep),
+            200,
+            "the session in use stays"
+        );
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+    let mut opened = 0;
+    for _ in 0..max - 1 {
+        let (status, _, v) = open(BOB);
+        assert_eq!(status, 200, "an idle session's slot is free: {v}");
+        opened += 1;
+    }
+    assert_eq!(opened, max - 1);
+    assert_eq!(
+        with_session(BOB, "POST", &keep),
+        200,
+        "still open after the sweep"
+    );
+    assert_eq!(open(BOB).0, 413, "and the bound holds again");
+    assert_eq!(
+        with_session(CAROL, "POST", carol_session.as_deref().unwrap()),
+        404,
+        "carol's idle session was closed"
+    );
 }

@@ -117,15 +117,29 @@ pub enum Audience {
     /// Not a tool: the candidate flow and the human gates are decided by people, on the page
     /// or over the API, never through an agent's tool.
     Human,
-    /// Every token (the service decides per call: `view`, the holder, the author, a role).
-    Agent,
-    /// Member tokens holding one of these permissions in some workspace (never a run token).
-    Members(&'static [crate::config::Permission]),
+    /// A tool offered to exactly the tokens that may call it at all: a member holding one of
+    /// `members` in some workspace, and a run token as `runs` says (the service still decides
+    /// each call: the workspace, the holder, the author, a role).
+    Tool {
+        members: &'static [crate::config::Permission],
+        runs: Runs,
+    },
+}
+
+/// Which run tokens a tool is offered to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runs {
+    /// None (the method is for members only).
+    Never,
+    /// Every run (the method's permission is one a run has in its workspace).
+    Always,
+    /// A run holding a review role in its workspace (`roles."run:<run_id>"`).
+    RoleHolders,
 }
 
 impl Audience {
     /// Whether `actor` is offered the tool (`None`: a caller without a known token, offered
-    /// what any token is).
+    /// nothing).
     pub fn offers(
         self,
         config: &crate::config::Config,
@@ -133,16 +147,30 @@ impl Audience {
     ) -> bool {
         use crate::engine::service::Actor;
         match (self, actor) {
-            (Audience::Human, _) => false,
-            (Audience::Agent, _) => true,
-            (Audience::Members(perms), Some(Actor::Member { member_id })) => {
+            (Audience::Human, _) | (Audience::Tool { .. }, None) => false,
+            (Audience::Tool { members, .. }, Some(Actor::Member { member_id })) => {
                 config.workspaces.values().any(|w| {
                     w.members
                         .get(member_id)
-                        .is_some_and(|have| perms.iter().any(|p| have.contains(p)))
+                        .is_some_and(|have| members.iter().any(|p| have.contains(p)))
                 })
             }
-            (Audience::Members(_), _) => false,
+            (
+                Audience::Tool { runs, .. },
+                Some(Actor::Run {
+                    run_id,
+                    workspace_id,
+                }),
+            ) => match runs {
+                Runs::Never => false,
+                Runs::Always => true,
+                Runs::RoleHolders => config.workspaces.get(workspace_id).is_some_and(|w| {
+                    w.roles
+                        .get(&format!("run:{run_id}"))
+                        .is_some_and(|roles| !roles.is_empty())
+                }),
+            },
+            (Audience::Tool { .. }, Some(Actor::System { .. })) => false,
         }
     }
 

@@ -7,10 +7,32 @@ use crate::wire as w;
 use Field as F;
 
 use crate::config::Permission as P;
-const AGENT: Audience = Audience::Agent;
 const HUMAN: Audience = Audience::Human;
-const ADMINS: Audience = Audience::Members(&[P::Admin]);
-const APPLIERS: Audience = Audience::Members(&[P::Apply]);
+const fn tool(members: &'static [P], runs: Runs) -> Audience {
+    Audience::Tool { members, runs }
+}
+/// Readers: every member with view, every run (a run reads its workspace).
+const READERS: Audience = tool(&[P::View], Runs::Always);
+/// Proposers, and the holders and authors of what proposing made (claims, proposals): members
+/// with propose, and runs (the run is the agent).
+const PROPOSERS: Audience = tool(&[P::Propose], Runs::Always);
+/// Holders of a claim, or an admin forcing it.
+const HOLDERS_OR_ADMINS: Audience = tool(&[P::Propose, P::Admin], Runs::Always);
+/// Evidence: a run records its own; a member needs integrate.
+const RECORDERS: Audience = tool(&[P::Integrate], Runs::Always);
+/// Submitted jobs: members with verify, and runs in their own workspace.
+const VERIFIERS: Audience = tool(&[P::Verify], Runs::Always);
+/// Votes and reviews: members with review, and runs holding a review role.
+const REVIEWERS: Audience = tool(&[P::Review], Runs::RoleHolders);
+const REVIEWERS_OR_ADMINS: Audience = tool(&[P::Review, P::Admin], Runs::RoleHolders);
+const DECIDERS: Audience = tool(&[P::Review, P::Approve, P::Admin], Runs::RoleHolders);
+/// Asking for a human's approval: the author, or a member with review, approve or admin.
+const APPROVAL_ASKERS: Audience =
+    tool(&[P::Propose, P::Review, P::Approve, P::Admin], Runs::Always);
+/// Validation: a member with apply, or the author.
+const VALIDATORS: Audience = tool(&[P::Apply, P::Propose], Runs::Always);
+const ADMINS: Audience = tool(&[P::Admin], Runs::Never);
+const APPLIERS: Audience = tool(&[P::Apply], Runs::Never);
 
 #[allow(clippy::too_many_arguments)]
 const fn m(
@@ -114,7 +136,7 @@ const PROPOSAL_REJECT: Method = m(
     schema_of::<w::ProposalRejectParams>,
     "review or admin, never the author",
     PROPOSAL,
-    AGENT,
+    REVIEWERS_OR_ADMINS,
     "Reject a proposal",
 );
 
@@ -125,7 +147,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::RecordParams>,
         "the run actor of that run, or a member with integrate",
         EVIDENCE,
-        AGENT,
+        RECORDERS,
         "Record a run's evidence packet",
     ),
     m(
@@ -161,7 +183,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::ProposalCreateParams>,
         "propose",
         PROPOSAL,
-        AGENT,
+        PROPOSERS,
         "Propose a patch (revision 1)",
     ),
     m(
@@ -170,7 +192,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::ProposalAttachParams>,
         "the author, while pending or in_review",
         PROPOSAL,
-        AGENT,
+        PROPOSERS,
         "Attach a new patch revision",
     ),
     m(
@@ -179,7 +201,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::ShowParams>,
         "view",
         EVIDENCE,
-        AGENT,
+        READERS,
         "Show an evidence packet",
     ),
     m(
@@ -233,7 +255,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::jobs::JobSubmitParams>,
         "verify",
         JOB,
-        AGENT,
+        VERIFIERS,
         "Queue a verification job on a revision of the workspace's repository (runs may call it)",
     ),
     m(
@@ -242,7 +264,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::jobs::JobRef>,
         "view",
         JOB,
-        AGENT,
+        READERS,
         "A job: its state, place in the queue and verification record",
     ),
     m(
@@ -251,7 +273,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::jobs::JobListParams>,
         "view",
         Reply::Typed(schema_of::<w::jobs::JobPage>),
-        AGENT,
+        READERS,
         "A workspace's jobs, newest first, by state and labels, a page at a time",
     ),
     m(
@@ -260,7 +282,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::jobs::JobRef>,
         "verify",
         JOB,
-        AGENT,
+        VERIFIERS,
         "Cancel a job: its container is destroyed and it settles cancelled (runs may call it)",
     ),
     m(
@@ -269,7 +291,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::jobs::JobLogParams>,
         "view",
         Reply::Typed(schema_of::<w::jobs::JobLog>),
-        AGENT,
+        READERS,
         "A job's output so far, or its retained head and tail once settled; GET /api/v1/jobs/{job_id}/log?follow=1 streams it",
     ),
     m(
@@ -314,7 +336,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::ClaimAcquireParams>,
         "propose",
         CLAIM,
-        AGENT,
+        PROPOSERS,
         "Acquire a claim on a resource",
     ),
     m(
@@ -323,7 +345,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::ClaimExtendParams>,
         "the holder",
         CLAIM,
-        AGENT,
+        PROPOSERS,
         "Extend a claim's lease",
     ),
     m(
@@ -335,7 +357,7 @@ pub const METHODS: &[Method] = &[
             ("claim", F::Typed(schema_of::<w::ClaimView>)),
             ("changed", F::Bool),
         ]),
-        AGENT,
+        HOLDERS_OR_ADMINS,
         "Release a claim",
     ),
     m(
@@ -344,7 +366,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::ClaimParams>,
         "view",
         CLAIM,
-        AGENT,
+        READERS,
         "Show a claim",
     ),
     m(
@@ -356,7 +378,7 @@ pub const METHODS: &[Method] = &[
             ("claims", F::ListOf(schema_of::<w::ClaimView>)),
             ("next_cursor", F::OptString),
         ]),
-        AGENT,
+        READERS,
         "List claims, newest first",
     ),
     m(
@@ -365,7 +387,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::ClaimKeyedParams>,
         "the holder",
         CLAIM,
-        AGENT,
+        PROPOSERS,
         "Heartbeat a claim",
     ),
     m(
@@ -374,7 +396,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::ClaimResumeParams>,
         "the holder, or admin (forced)",
         CLAIM,
-        AGENT,
+        HOLDERS_OR_ADMINS,
         "Resume a suspended claim whose resource is unchanged since its grant",
     ),
     m(
@@ -414,7 +436,7 @@ pub const METHODS: &[Method] = &[
             ("next_since", F::OptInteger),
             ("next_cursor", F::OptString),
         ]),
-        AGENT,
+        READERS,
         "List a workspace's events (governed path and candidate flow)",
     ),
     m(
@@ -426,7 +448,7 @@ pub const METHODS: &[Method] = &[
             ("contentions", F::ListOf(schema_of::<w::ContentionView>)),
             ("next_cursor", F::OptString),
         ]),
-        AGENT,
+        READERS,
         "List contentions, oldest first",
     ),
     m(
@@ -462,7 +484,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::EndSessionParams>,
         "the caller's own claims",
         Reply::Fields(&[("released", F::Strings)]),
-        AGENT,
+        PROPOSERS,
         "Release a session's claims",
     ),
     m(
@@ -471,7 +493,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::ResourceShowParams>,
         "view",
         Reply::Fields(&[("resource", F::Typed(schema_of::<w::ResourceView>))]),
-        AGENT,
+        READERS,
         "Resolve a resource and its current hash",
     ),
     m(
@@ -496,7 +518,7 @@ pub const METHODS: &[Method] = &[
                 F::Typed(schema_of::<crate::domain::policy::Verdict>),
             ),
         ]),
-        AGENT,
+        READERS,
         "Show a proposal with its files and decisions",
     ),
     m(
@@ -508,7 +530,7 @@ pub const METHODS: &[Method] = &[
             ("proposals", F::ListOf(schema_of::<w::ProposalView>)),
             ("next_cursor", F::OptString),
         ]),
-        AGENT,
+        READERS,
         "List proposals",
     ),
     m(
@@ -520,7 +542,7 @@ pub const METHODS: &[Method] = &[
             ("proposal", F::Typed(schema_of::<w::ProposalView>)),
             ("review_plan", F::OptTyped(schema_of::<w::ReviewPlan>)),
         ]),
-        AGENT,
+        PROPOSERS,
         "Move a proposal to in_review",
     ),
     PROPOSAL_REJECT,
@@ -531,7 +553,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::ProposalTransitionParams>,
         "the author",
         PROPOSAL,
-        AGENT,
+        PROPOSERS,
         "Withdraw a proposal",
     ),
     m(
@@ -540,7 +562,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::VoteCastParams>,
         "a member with review, or a run holding a role; never the author",
         Reply::Fields(&[("vote", F::Typed(schema_of::<VoteRow>))]),
-        AGENT,
+        REVIEWERS,
         "Vote on a revision",
     ),
     m(
@@ -549,7 +571,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::VoteListParams>,
         "view",
         Reply::Fields(&[("votes", F::ListOf(schema_of::<VoteRow>))]),
-        AGENT,
+        READERS,
         "List votes",
     ),
     m(
@@ -558,7 +580,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::SecurityReviewParams>,
         "a reviewer holding security; never the author",
         Reply::Fields(&[("security_review", F::Typed(schema_of::<SecurityReviewRow>))]),
-        AGENT,
+        REVIEWERS,
         "Record a security review",
     ),
     m(
@@ -567,7 +589,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::RequestApprovalParams>,
         "the author, or a member with review, approve or admin",
         APPROVAL,
-        AGENT,
+        APPROVAL_ASKERS,
         "Ask a human to approve a revision",
     ),
     m(
@@ -585,7 +607,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::DecisionRecordParams>,
         "a member with review, approve or admin, or a run holding a role",
         Reply::Fields(&[("decision", F::Typed(schema_of::<DecisionRow>))]),
-        AGENT,
+        DECIDERS,
         "Record a decision",
     ),
     m(
@@ -594,7 +616,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::DecisionListParams>,
         "view",
         Reply::Fields(&[("decisions", F::ListOf(schema_of::<DecisionRow>))]),
-        AGENT,
+        READERS,
         "List decisions",
     ),
     m(
@@ -616,7 +638,7 @@ pub const METHODS: &[Method] = &[
             // Set when the proposal is not in review: the verdict is informational.
             ("note", F::OptString),
         ]),
-        AGENT,
+        READERS,
         "Evaluate the policy on the current revision",
     ),
     m(
@@ -625,7 +647,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::ProposalPreviewParams>,
         "view",
         Reply::Typed(preview_reply),
-        AGENT,
+        READERS,
         "One part of a revision: metadata, files, diff, raw bytes or touched symbols",
     ),
     m(
@@ -634,7 +656,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::ValidateParams>,
         "apply, or the author",
         VALIDATION,
-        AGENT,
+        VALIDATORS,
         "Validate a revision in the sandbox",
     ),
     m(
@@ -643,7 +665,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::ValidationListParams>,
         "view",
         Reply::Typed(schema_of::<crate::engine::governed::lists::ValidationPage>),
-        AGENT,
+        READERS,
         "A proposal's validations, oldest first, a page at a time",
     ),
     m(
@@ -661,7 +683,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::ValidationShowParams>,
         "view",
         VALIDATION,
-        AGENT,
+        READERS,
         "Show a validation",
     ),
     m(
@@ -679,7 +701,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::TransactionParams>,
         "view",
         Reply::Typed(schema_of::<w::TransactionReply>),
-        AGENT,
+        READERS,
         "Show a transaction",
     ),
     m(
@@ -688,7 +710,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::TransactionListParams>,
         "view",
         Reply::Typed(schema_of::<w::TransactionListReply>),
-        AGENT,
+        READERS,
         "List transactions, newest first",
     ),
     m(
@@ -697,7 +719,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::TransactionParams>,
         "view",
         Reply::Typed(schema_of::<w::PhasesReply>),
-        AGENT,
+        READERS,
         "A transaction's phases",
     ),
     m(
@@ -706,7 +728,7 @@ pub const METHODS: &[Method] = &[
         schema_of::<w::TransactionParams>,
         "view",
         Reply::Typed(schema_of::<w::RecoveryView>),
-        AGENT,
+        READERS,
         "Judge each touched path and advise",
     ),
     m(
