@@ -589,12 +589,9 @@ impl<'a> Parser<'a> {
                 let Some(line) = self.peek() else {
                     return err(n, "the patch ends inside a hunk");
                 };
-                if line.contains('\0') {
-                    return err(
-                        n,
-                        "a NUL byte in a text hunk: git treats such a file as binary; send it as a binary patch (git diff --binary)",
-                    );
-                }
+                // A NUL in a text hunk is text, as `git apply` reads it: git diff makes a file
+                // binary only for a NUL in its first 8,000 bytes, so a file with a later one
+                // comes as text hunks, and git applies a text hunk whatever it holds.
                 let (tag, rest) = match line.chars().next() {
                     // An empty line is an empty context line (git apply reads it so).
                     Some('\n') => (' ', ""),

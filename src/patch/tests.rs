@@ -247,6 +247,18 @@ fn corpus_repo() -> (tempfile::TempDir, Vec<(String, Vec<u8>)>) {
     commit("rename of a quoted name", &|r| {
         std::fs::rename(r.join("naïve/größe.txt"), r.join("naïve/kleiner.txt")).unwrap();
     });
+    // requests' ext/requests-logo.ai: git diffs a file whose first NUL is past 8,000 bytes
+    // as text, and git apply applies its hunks.
+    commit("a NUL past git's first 8,000 bytes: still text", &|r| {
+        let mut b = vec![b'x'; 9000];
+        b.extend_from_slice(b"\nl\0ate\nend\n");
+        write(r, "late-nul.ai", &b);
+    });
+    commit("a line beside the late NUL changed", &|r| {
+        let mut b = vec![b'x'; 9000];
+        b.extend_from_slice(b"\nl\0ate\nEND\n");
+        write(r, "late-nul.ai", &b);
+    });
     (d, steps)
 }
 
@@ -272,7 +284,7 @@ fn real_patches_parse_exactly_as_git_reads_them() {
     // The whole history as one diff, and as format-patch mail (preamble and signature).
     let all = git(
         d.path(),
-        &["diff", "--binary", "--full-index", "-M", "HEAD~9", "HEAD"],
+        &["diff", "--binary", "--full-index", "-M", "HEAD~11", "HEAD"],
     );
     cross_check(d.path(), &all);
     let mails = git(
@@ -462,11 +474,9 @@ fn hostile_and_malformed_patches_are_refused_with_the_line() {
         "diff --git a/x b/y\n--- a/x\n+++ b/y\n@@ -1 +1 @@\n-a\n+b\n",
         "without rename or copy lines",
     );
-    // A NUL in a text hunk: git would call the file binary.
-    refused(
-        "diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\0c\n",
-        "NUL",
-    );
+    // A NUL in a text hunk is text, as git apply reads it (it applies such a hunk).
+    let nul = parse(b"diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\0c\n").unwrap();
+    assert_eq!((nul.files[0].added, nul.files[0].removed), (1, 1));
     // Hunk counts that do not match the body, both ways.
     refused(
         "diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n-a\n+b\n",

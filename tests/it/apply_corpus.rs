@@ -80,8 +80,22 @@ fn corpus(repo: &Path) -> Vec<(&'static str, String)> {
         &(0u8..=255).cycle().take(3000).collect::<Vec<_>>(),
     );
     write(repo, "run.sh", b"#!/bin/sh\necho run\n");
+    // Its first NUL is past git's first 8,000 bytes: git diffs it as text (as requests'
+    // ext/requests-logo.ai), and its hunks carry the NUL.
+    let late_nul = |tail: &[u8]| -> Vec<u8> {
+        let mut b = b"%!PS-Adobe\n".repeat(800);
+        b.extend_from_slice(b"late\0nul\n");
+        b.extend_from_slice(tail);
+        b
+    };
+    write(repo, "logo.ai", &late_nul(b"end\n"));
     std::os::unix::fs::symlink("README", repo.join("link")).unwrap();
     let mut out = vec![("base", commit(repo, "corpus base"))];
+    write(repo, "logo.ai", &late_nul(b"END\n"));
+    out.push((
+        "late_nul",
+        commit(repo, "a text file with a NUL past 8,000 bytes"),
+    ));
     write(
         repo,
         "docs/make.bat",
@@ -191,6 +205,7 @@ fn real_commits_apply_byte_for_byte_as_git_apply_does() {
         let text = String::from_utf8_lossy(&patch);
         // The corpus exercises what it says it does.
         let shape = match *name {
+            "late_nul" => "late\0nul",
             "crlf" => "\r\n",
             "latin1" => "\u{fffd}",
             "copy_of_modified" => "copy from src/lib.py",
