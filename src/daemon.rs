@@ -262,9 +262,13 @@ impl Daemon {
         // Followers of live logs end at once when shutdown begins, so they never hold the
         // connection drain open while their jobs wait to be cancelled.
         let logs = self.service.jobs.logs.clone();
+        let service = self.service.clone();
         let shutdown = async move {
             shutdown.await;
             logs.stop_followers();
+            // A call waiting for its own run (a validation's dry run) answers once that run is
+            // cancelled, instead of holding the drain open until it ends.
+            service.jobs.stop_inline();
         };
         crate::api::server::serve(listener, app, conn_limits, shutdown).await;
         if let Some(m) = metrics_server {

@@ -29,6 +29,8 @@ pub struct Context {
     repos: Arc<HashMap<String, Repo>>,
     /// The signing key and the public keys of attestations.
     pub attest: Arc<crate::engine::attesting::Attestor>,
+    /// One call per idempotency key at a time (see [`crate::engine::idempotency`]).
+    pub key_gates: Arc<crate::engine::idempotency::KeyGates>,
 }
 
 impl Context {
@@ -68,6 +70,7 @@ impl Context {
             clock,
             metrics: Arc::default(),
             repos: Arc::new(repos),
+            key_gates: Arc::default(),
         })
     }
 
@@ -88,6 +91,7 @@ impl Context {
             clock: Clock::System,
             metrics: Arc::default(),
             repos: Arc::default(),
+            key_gates: Arc::default(),
         })
     }
 

@@ -7,6 +7,12 @@
 //! transaction, so the key is bound exactly when the change is durable. A key is made by
 //! [`Context::keyed`], which stamps it with the context's clock: the binding records when the
 //! call arrived by the same clock every other row of the call uses.
+//!
+//! **One call per key at a time.** [`Context::replay_of`] first takes the key's gate (one per
+//! workspace, actor, operation and key, in this process) and the [`Keyed`] holds it until it
+//! is dropped with the call: a second call with the same key, racing the first or retried
+//! while the first still works (after a `503` for the call's budget), waits for it and then
+//! finds its binding, answering the replay. No work is started twice for one key.
 
 use super::Context;
 use super::service::{Actor, ServiceError};
@@ -20,6 +26,41 @@ pub struct Keyed {
     pub operation: String,
     /// When the call arrived (RFC 3339, by the context's clock): the binding's `created_at`.
     pub at: String,
+    /// The key's gate, once [`Context::replay_of`] took it; let go with the last clone.
+    hold: std::sync::Arc<std::sync::Mutex<Option<tokio::sync::OwnedMutexGuard<()>>>>,
+}
+
+/// The gates of the keys calls are using now, by workspace, actor, operation and key.
+#[derive(Default)]
+pub struct KeyGates {
+    gates: std::sync::Mutex<
+        std::collections::HashMap<String, std::sync::Weak<tokio::sync::Mutex<()>>>,
+    >,
+}
+
+impl KeyGates {
+    /// The gate of `id`, made when no call holds or waits for it.
+    fn gate(&self, id: String) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+        let mut gates = self.gates.lock().expect("key gates are never poisoned");
+        if let Some(g) = gates.get(&id).and_then(std::sync::Weak::upgrade) {
+            return g;
+        }
+        // Forget the gates nobody holds any more (they are remade when needed).
+        gates.retain(|_, g| g.strong_count() > 0);
+        let g = std::sync::Arc::new(tokio::sync::Mutex::new(()));
+        gates.insert(id, std::sync::Arc::downgrade(&g));
+        g
+    }
+
+    /// Gates held or waited for now.
+    pub fn in_use(&self) -> usize {
+        self.gates
+            .lock()
+            .expect("key gates are never poisoned")
+            .values()
+            .filter(|g| g.strong_count() > 0)
+            .count()
+    }
 }
 
 impl Keyed {
@@ -37,6 +78,7 @@ impl Keyed {
             digest,
             operation: operation.into(),
             at,
+            hold: Default::default(),
         })
     }
 
@@ -94,13 +136,29 @@ impl Context {
     }
 
     /// The result id an earlier call with this key recorded (a replay), if any; the key with
-    /// other parameters is `conflict`.
+    /// other parameters is `conflict`. Takes the key's gate first (see the module's doc): a
+    /// call with the same key still at work is waited for, then replayed.
     pub async fn replay_of(
         &self,
         workspace_id: &str,
         actor: &Actor,
         k: &Keyed,
     ) -> Result<Option<String>, ServiceError> {
+        let held = k
+            .hold
+            .lock()
+            .expect("a key's hold is never poisoned")
+            .is_some();
+        if !held {
+            let id = format!(
+                "{workspace_id}\n{}\n{}\n{}",
+                actor.key(),
+                k.operation,
+                k.key
+            );
+            let guard = self.key_gates.gate(id).lock_owned().await;
+            *k.hold.lock().expect("a key's hold is never poisoned") = Some(guard);
+        }
         match self
             .data
             .store

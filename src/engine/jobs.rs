@@ -24,6 +24,24 @@ pub struct Jobs {
     /// The first failure to make an asynchronous result durable (a worker that could not
     /// settle its verification).
     failure: Arc<Mutex<Option<String>>>,
+    /// Runs a call makes itself, outside the pool (a validation's dry run): shutdown cancels
+    /// them and waits for them to settle, as it does the pool's jobs.
+    inline: Inline,
+}
+
+/// The runs made outside the pool: a stop signal they are cancelled by, and how many run now.
+struct Inline {
+    stop: tokio::sync::watch::Sender<bool>,
+    running: Arc<tokio::sync::watch::Sender<usize>>,
+}
+
+/// One inline run counted while it lives.
+struct Counted(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
 }
 
 impl Jobs {
@@ -44,7 +62,25 @@ impl Jobs {
             logs: LiveLogs::default(),
             runner: Runner::new(&ctx),
             failure: Arc::new(Mutex::new(None)),
+            inline: Inline {
+                stop: tokio::sync::watch::channel(false).0,
+                running: Arc::new(tokio::sync::watch::channel(0).0),
+            },
         }
+    }
+
+    /// Runs `p` to its settled verification in the caller's task (a validation's dry run,
+    /// whose call waits for it), cancelled like every job when the daemon stops: its container
+    /// is destroyed and its row settled `cancelled` before the process exits, never left for
+    /// recovery.
+    pub async fn execute_inline(
+        &self,
+        p: crate::engine::runner::pipeline::Prepared,
+    ) -> Result<crate::verification::Verification, crate::engine::runner::pipeline::RunError> {
+        self.inline.running.send_modify(|n| *n += 1);
+        let _counted = Counted(self.inline.running.clone());
+        let cancel = self.inline.stop.subscribe();
+        self.runner.execute(p, cancel).await
     }
 
     /// Room for one job of `workspace_id` in its queue, taken before the job is recorded:
@@ -118,10 +154,22 @@ impl Jobs {
         self.workers.cancel(verification_id, wait).await
     }
 
-    /// Cancels every job of this process (daemon shutdown). Returns how many did not settle
-    /// within `wait`.
+    /// Cancels the inline runs (a dry run a call waits for) at once: shutdown does it first,
+    /// so the calls waiting for them answer and let the connections drain.
+    pub fn stop_inline(&self) {
+        self.inline.stop.send_replace(true);
+    }
+
+    /// Cancels every job of this process, the pool's and the inline ones (daemon shutdown).
+    /// Returns how many did not settle within `wait`.
     pub async fn cancel_all(&self, wait: Duration) -> usize {
-        self.workers.cancel_all(wait).await
+        self.inline.stop.send_replace(true);
+        let deadline = tokio::time::Instant::now() + wait;
+        let pool = self.workers.cancel_all(wait).await;
+        let mut running = self.inline.running.subscribe();
+        let _ = tokio::time::timeout_at(deadline, running.wait_for(|n| *n == 0)).await;
+        let inline = *running.borrow();
+        pool + inline
     }
 
     /// The first asynchronous persistence failure, if there was one.

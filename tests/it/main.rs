@@ -37,6 +37,7 @@ mod serve_mcp;
 mod serve_metrics;
 mod serve_openapi;
 mod serve_proposals;
+mod serve_replays;
 mod serve_reviews;
 mod serve_symbols;
 mod serve_ui;

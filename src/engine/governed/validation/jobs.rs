@@ -170,11 +170,10 @@ impl Validations {
                 },
                 into: slot.clone(),
             });
-        let (_tx, cancel) = tokio::sync::watch::channel(false);
+        // Cancelled (and settled) by the daemon's shutdown like every job.
         let v = self
             .jobs
-            .runner
-            .execute(prepared, cancel)
+            .execute_inline(prepared)
             .await
             .map_err(|e| format!("the dry run failed to run: {e}"))?;
         rec.dry_run_verification = Some(v.verification_id.clone());
