@@ -27,6 +27,21 @@ pub(super) async fn build_images(
         Ok(s) => s,
         Err(e) => return fail(e),
     };
+    // One build at a time on this machine: a second waits, then finds what the first built.
+    let _lock = match tokio::task::spawn_blocking(|| {
+        images::BuildLock::take(|path| {
+            eprintln!(
+                "waiting for another airlock images build to finish (it holds {})",
+                path.display()
+            )
+        })
+    })
+    .await
+    .expect("taking the build lock does not panic")
+    {
+        Ok(l) => l,
+        Err(e) => return fail(e),
+    };
     let mut built = Vec::new();
     for n in names {
         let mut err = std::io::stderr();

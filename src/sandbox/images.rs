@@ -43,6 +43,51 @@ struct RootfsBuild {
     changes: Vec<String>,
 }
 
+/// Where `airlock images build` takes its lock: one build at a time per machine, so two at
+/// once never point the same tags at two images (the second finds the first's image by its
+/// content hash and reuses it). `/run` (root's), else the temp dir, per user.
+pub fn build_lock_path() -> std::path::PathBuf {
+    let uid = nix::unistd::geteuid();
+    if uid.is_root() {
+        std::path::PathBuf::from("/run/airlock-images-build.lock")
+    } else {
+        std::env::temp_dir().join(format!("airlock-images-build-{uid}.lock"))
+    }
+}
+
+/// Holds the machine's image-build lock (see [`build_lock_path`]) while it lives.
+pub struct BuildLock {
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+impl BuildLock {
+    /// Takes the lock, waiting for another build to finish first (`waiting` is told once).
+    pub fn take(waiting: impl FnOnce(&Path)) -> Result<BuildLock, SandboxError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = build_lock_path();
+        let failed =
+            |e: String| SandboxError::Build(format!("the build lock {}: {e}", path.display()));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|e| failed(e.to_string()))?;
+        let file = match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        {
+            Ok(lock) => return Ok(BuildLock { _lock: lock }),
+            Err((file, nix::errno::Errno::EWOULDBLOCK)) => file,
+            Err((_, e)) => return Err(failed(e.to_string())),
+        };
+        waiting(&path);
+        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+            .map(|lock| BuildLock { _lock: lock })
+            .map_err(|(_, e)| failed(e.to_string()))
+    }
+}
+
 /// Options of one build.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BuildOptions {

@@ -540,3 +540,78 @@ fn help_has_one_exit_code_table_for_every_command() {
     let call = String::from_utf8_lossy(&call.stdout);
     assert!(call.contains("airlock --help"), "{call}");
 }
+
+/// Two `airlock images build` of one image at once: the second waits for the first (one build
+/// at a time per machine) and then finds its image by the content hash, so both answer the
+/// same id and the tags never move to a second image.
+#[test]
+fn two_image_builds_at_once_build_once_and_agree_on_the_id() {
+    if !docker() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("locktest{}", std::process::id());
+    let image_dir = dir.path().join(&name);
+    std::fs::create_dir(&image_dir).unwrap();
+    // Slow enough (a RUN step) that the two builds overlap, and each build's image would get
+    // an id of its own (its layer's creation time) if both ran.
+    std::fs::write(
+        image_dir.join("Dockerfile"),
+        format!(
+            "FROM airlock/minimal:latest\nRUN sleep 2 && echo {} > /tmp/stamp\n",
+            unix_now()
+        ),
+    )
+    .unwrap();
+    let build = || {
+        Command::new(BIN)
+            .args(["images", "build", &name, "--images-dir"])
+            .arg(dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (build(), build());
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    let cleanup = || {
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "docker images -q airlock/{name} | sort -u | xargs -r docker rmi -f >/dev/null 2>&1"
+            ))
+            .status();
+    };
+    for o in [&a, &b] {
+        if !o.status.success() {
+            cleanup();
+            panic!("{}", stderr(o));
+        }
+    }
+    let ids: Vec<serde_json::Value> = [&a, &b]
+        .iter()
+        .map(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()[0].clone())
+        .collect();
+    let tagged = docker_out(&[
+        "image",
+        "inspect",
+        "--format",
+        "{{.Id}}",
+        &format!("airlock/{name}:latest"),
+    ]);
+    cleanup();
+    assert_eq!(ids[0]["image_id"], ids[1]["image_id"], "{ids:?}");
+    assert_eq!(ids[0]["image_id"], tagged.as_str(), "{ids:?}");
+    let skipped: Vec<bool> = ids.iter().map(|v| v["skipped"] == true).collect();
+    assert!(
+        skipped.contains(&true) && skipped.contains(&false),
+        "one built, the other found it: {ids:?}"
+    );
+    assert!(
+        stderr(&a).contains("waiting for another airlock images build")
+            || stderr(&b).contains("waiting for another airlock images build"),
+        "{}\n{}",
+        stderr(&a),
+        stderr(&b)
+    );
+}
