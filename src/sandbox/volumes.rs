@@ -157,6 +157,21 @@ impl DockerVolumes {
             .map_err(docker_err("create volume"))?;
         self.start_holder(name, spec).await?;
         let (uid, gid) = (spec.uid, spec.gid);
+        let (files, outward): (VolumeFiles, Vec<(String, String)>) = {
+            let mut outward = vec![];
+            let mut kept = VolumeFiles::new();
+            for (path, file) in files {
+                match &file {
+                    VolumeFile::Symlink { target } if leads_out(&path, target) => {
+                        outward.push((path, target.clone()))
+                    }
+                    _ => {
+                        kept.insert(path, file);
+                    }
+                }
+            }
+            (kept, outward)
+        };
         let tar = tokio::task::spawn_blocking(move || pack(&files, uid, gid))
             .await
             .expect("packing a tree does not panic")?;
@@ -172,7 +187,11 @@ impl DockerVolumes {
                 bollard::body_full(tar.into()),
             )
             .await
-            .map_err(docker_err("upload workspace"))
+            .map_err(docker_err("upload workspace"))?;
+        if !outward.is_empty() {
+            self.outward_links(name, &outward).await?;
+        }
+        Ok(())
     }
 
     async fn download_inner(&self, name: &str) -> Result<Option<VolumeFiles>, SandboxError> {
@@ -220,17 +239,34 @@ impl DockerVolumes {
     async fn remove_dir_inner(&self, name: &str, dir: &str) -> Result<(), SandboxError> {
         crate::domain::path::check_repo_path(dir)
             .map_err(|m| SandboxError::Runtime(format!("remove {dir:?}: {m}")))?;
+        self.exec_in_holder(
+            name,
+            vec![
+                "rm".into(),
+                "-rf".into(),
+                "--".into(),
+                format!("{HOLDER_MOUNT}/{dir}"),
+            ],
+            &format!("removing {dir}"),
+        )
+        .await
+    }
+
+    /// Runs `cmd` in volume `name`'s holder (its user, its confinement) and waits for it to
+    /// exit 0; `what` names it in errors.
+    async fn exec_in_holder(
+        &self,
+        name: &str,
+        cmd: Vec<String>,
+        what: &str,
+    ) -> Result<(), SandboxError> {
         let docker = self.sandbox.docker();
         let exec = docker
             .create_exec(
                 &Self::holder(name),
                 bollard::models::ExecConfig {
-                    cmd: Some(vec![
-                        "rm".into(),
-                        "-rf".into(),
-                        "--".into(),
-                        format!("{HOLDER_MOUNT}/{dir}"),
-                    ]),
+                    cmd: Some(cmd),
+                    working_dir: Some(HOLDER_MOUNT.into()),
                     attach_stdout: Some(false),
                     attach_stderr: Some(false),
                     ..Default::default()
@@ -258,17 +294,39 @@ impl DockerVolumes {
                 return match i.exit_code {
                     Some(0) => Ok(()),
                     code => Err(SandboxError::Runtime(format!(
-                        "volume {name}: removing {dir} exited with {code:?}"
+                        "volume {name}: {what} exited with {code:?}"
                     ))),
                 };
             }
             if tokio::time::Instant::now() > deadline {
                 return Err(SandboxError::Runtime(format!(
-                    "volume {name}: removing {dir} did not finish"
+                    "volume {name}: {what} did not finish"
                 )));
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
+    }
+
+    /// Makes the symlinks the engine's archive extraction refuses (a relative target that
+    /// leads out of the volume, which git and a local checkout keep as they are), in the
+    /// holder, after the upload: `[(path, target)]`.
+    async fn outward_links(
+        &self,
+        name: &str,
+        links: &[(String, String)],
+    ) -> Result<(), SandboxError> {
+        // Each: the link's directory, then the link (its directories may hold nothing else).
+        const SCRIPT: &str = "while [ $# -gt 0 ]; do mkdir -p -- \"$(dirname -- \"$1\")\" && ln -s -- \"$2\" \"$1\" || exit 1; shift 2; done";
+        for batch in links.chunks(OUTWARD_LINKS_PER_EXEC) {
+            let mut cmd = vec!["sh".to_string(), "-c".into(), SCRIPT.into(), "sh".into()];
+            for (path, target) in batch {
+                cmd.push(path.clone());
+                cmd.push(target.clone());
+            }
+            self.exec_in_holder(name, cmd, "making outward symlinks")
+                .await?;
+        }
+        Ok(())
     }
 
     async fn delete_inner(&self, name: &str) -> Result<bool, SandboxError> {
@@ -318,6 +376,32 @@ fn quota_of(options: &HashMap<String, String>) -> (u64, u64) {
 
 /// The tree as a tar stream: directories first (each once), every entry owned by the sandbox
 /// user, regular files 0644 or 0755, as a checkout would have them.
+/// Symlinks made in one exec at most (their paths and targets are its arguments).
+const OUTWARD_LINKS_PER_EXEC: usize = 256;
+
+/// Whether a symlink at `path` (relative to the volume's root) with a relative `target` leads
+/// out of the volume: the engine's archive extraction refuses such a link ("invalid symlink"),
+/// though git keeps it and a local checkout has it.
+fn leads_out(path: &str, target: &str) -> bool {
+    if target.starts_with('/') {
+        return false;
+    }
+    let mut depth: i64 = path.matches('/').count() as i64;
+    for part in target.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                depth -= 1;
+                if depth < 0 {
+                    return true;
+                }
+            }
+            _ => depth += 1,
+        }
+    }
+    false
+}
+
 fn pack(files: &VolumeFiles, uid: u32, gid: u32) -> Result<Vec<u8>, SandboxError> {
     let fail = |e: std::io::Error| SandboxError::Runtime(format!("pack workspace: {e}"));
     let mut b = tar::Builder::new(Vec::new());
@@ -490,6 +574,22 @@ impl EngineVolumes for DockerVolumes {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn outward_links_are_those_leading_out_of_the_volume() {
+        for (path, target, out) in [
+            ("a", "../x", true),
+            ("d/a", "../x", false),
+            ("d/a", "../../x", true),
+            ("a", "/etc/passwd", false),
+            ("a", "b/../../x", true),
+            ("d/e/a", "./../../b", false),
+            ("a", "README", false),
+        ] {
+            assert_eq!(super::leads_out(path, target), out, "{path} -> {target}");
+        }
+    }
+
     use super::*;
 
     #[test]

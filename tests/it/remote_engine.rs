@@ -124,6 +124,48 @@ fn a_job_on_a_tls_engine_gets_the_uploaded_tree_and_no_host_path() {
     assert_eq!(engine.leftovers(), (vec![], vec![]));
 }
 
+/// Symlinks whose relative target leads out of the tree (git keeps them; a local checkout has
+/// them) reach a remote engine's job exactly as on the local engine, though the engine's archive
+/// extraction refuses them; the source check reads them back as they were, and a job that
+/// changes one is `source_changed`.
+#[test]
+fn outward_symlinks_reach_a_remote_job_as_they_reach_a_local_one() {
+    if !docker() {
+        return;
+    }
+    let engine = SecondEngine::start(&[IMAGE]);
+    let f = fixture(&engine, "");
+    std::os::unix::fs::symlink("../outside", f.repo.join("up")).unwrap();
+    std::fs::create_dir_all(f.repo.join("deep/er")).unwrap();
+    std::os::unix::fs::symlink("../../../x", f.repo.join("deep/er/up3")).unwrap();
+    std::os::unix::fs::symlink("../README", f.repo.join("deep/in")).unwrap();
+    f.commit(&[], "outward links");
+    let show = "readlink up; readlink deep/er/up3; readlink deep/in; cat deep/in";
+    let remote = f.sh(show);
+    assert_eq!(remote["status"], "passed", "{remote}");
+    let local = Fixture::new(&[("README", "hello\n", false)]);
+    std::os::unix::fs::symlink("../outside", local.repo.join("up")).unwrap();
+    std::fs::create_dir_all(local.repo.join("deep/er")).unwrap();
+    std::os::unix::fs::symlink("../../../x", local.repo.join("deep/er/up3")).unwrap();
+    std::os::unix::fs::symlink("../README", local.repo.join("deep/in")).unwrap();
+    local.commit(&[], "outward links");
+    let here = local.sh(show);
+    assert_eq!(here["status"], "passed", "{here}");
+    assert_eq!(remote["output"], here["output"]);
+    assert_eq!(
+        remote["output"],
+        "../outside\n../../../x\n../README\nhello\n"
+    );
+    // Changed by the job: the read-back shows it.
+    let changed = f.sh("rm up && ln -s ../elsewhere up");
+    assert_eq!(changed["status"], "source_changed", "{changed}");
+    assert!(
+        changed["error"].as_str().unwrap().contains("up"),
+        "{changed}"
+    );
+    assert_eq!(engine.leftovers(), (vec![], vec![]));
+}
+
 fn assert_source_changed(engine: &SecondEngine, f: &Fixture, script: &str, path: &str) {
     let v = f.sh(script);
     assert_eq!(v["status"], "source_changed", "{script}: {v}");
@@ -516,4 +558,48 @@ fn a_job_on_an_engine_away_past_the_bound_is_settled_as_lost_and_cleaned_up_on_i
         "recovery invents nothing"
     );
     assert_nothing_left(&engine, row);
+}
+
+/// `airlock doctor` asks an engine only for the images of the profiles it may run (whose
+/// `engine_labels` it carries): an image a profile pinned to other engines uses may be absent.
+#[test]
+fn doctor_asks_an_engine_only_for_the_images_its_profiles_use() {
+    if !docker() || !crate::toolchain::toolchain() {
+        return;
+    }
+    let engine = SecondEngine::start(&[IMAGE]);
+    let f = fixture_with(
+        &engine,
+        "",
+        &format!(
+            "[[engines]]\nname = \"here\"\nhost = \"unix:///var/run/docker.sock\"\nmax_jobs = 1\n\
+             labels = [\"big\"]\n\
+             [profiles.toolchain]\nimage = \"{IMAGE}\"\n[profiles.git]\nimage = \"{IMAGE}\"\n\
+             [profiles.big]\nimage = \"airlock/toolchain:latest\"\nengine_labels = [\"big\"]\n"
+        ),
+    );
+    let out = std::process::Command::new(BIN)
+        .args(["doctor", "--json", "--config"])
+        .arg(f.config.as_ref().unwrap())
+        .arg("--data-dir")
+        .arg(&f.data)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "engines")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        c["ok"], true,
+        "remote-1 need not hold the big profile's image: {c}"
+    );
+    let detail = c["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("remote-1 (") && detail.contains("here ("),
+        "{c}"
+    );
 }
