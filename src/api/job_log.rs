@@ -77,7 +77,7 @@ async fn answer(
     let actor = authenticate(&st.service.ctx.config, token)
         .ok_or_else(|| ServiceError::Unauthenticated("unknown bearer token".into()))?;
     let jobs = &st.service.revision_jobs;
-    let workspace = jobs.workspace_of(job_id).await?;
+    let workspace = jobs.workspace_visible_to(&actor, job_id).await?;
     let text = |body: Body| {
         let mut r = Response::new(body);
         r.headers_mut().insert(

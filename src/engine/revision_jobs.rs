@@ -118,8 +118,17 @@ impl RevisionJobs {
             super::context::blocking(move || repo.resolve_commit(&rev))
         }
         .map_err(|e| match e {
-            crate::staging::StagingError::UnknownRevision { .. }
-            | crate::staging::StagingError::InvalidRevision(_) => {
+            // Named by the workspace, never by the repository's path on this host.
+            crate::staging::StagingError::UnknownRevision { rev, .. } => {
+                ServiceError::precondition_field(
+                    "revision",
+                    format!(
+                        "revision {rev:?} does not resolve to a commit in workspace {:?}'s repository",
+                        ws.id
+                    ),
+                )
+            }
+            crate::staging::StagingError::InvalidRevision(_) => {
                 ServiceError::precondition_field("revision", e.to_string())
             }
             e => ServiceError::from(RunError::Git(e)),
@@ -312,6 +321,24 @@ impl RevisionJobs {
             .job_workspace(job_id)
             .await?
             .ok_or_else(missing)
+    }
+
+    /// The workspace of job `job_id` when `actor` may view its jobs; otherwise the same
+    /// `not_found` as for an id that names no job, so a caller learns nothing of a job (that
+    /// it exists, or which workspace holds it) it may not see.
+    pub async fn workspace_visible_to(
+        &self,
+        actor: &Actor,
+        job_id: &str,
+    ) -> Result<String, ServiceError> {
+        let workspace = self.workspace_of(job_id).await?;
+        match self.ctx.authorize_job(actor, &workspace, Permission::View) {
+            Ok(_) => Ok(workspace),
+            Err(ServiceError::PermissionDenied(_)) => {
+                Err(ServiceError::NotFound(format!("no job {job_id}")))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// The live log of a running job of this process, to follow; `None` once it settled (or

@@ -237,6 +237,19 @@ fn jobs_are_submitted_shown_listed_and_cancelled_and_bad_input_changes_nothing()
         "failed_precondition",
         "revision",
     );
+    // The refusal names the workspace, never the repository's path on the daemon's host.
+    let message = s.err(
+        ALICE,
+        "job.submit",
+        base(json!({"revision": "no-such-branch"})),
+        "failed_precondition",
+    );
+    assert!(message.contains("workspace \"ws1\""), "{message}");
+    let host_path = s.repo.display().to_string();
+    assert!(
+        !message.contains(&host_path) && !message.contains(".git"),
+        "{message}"
+    );
     refused(
         ALICE,
         base(json!({"revision": ""})),
@@ -318,18 +331,34 @@ fn jobs_are_submitted_shown_listed_and_cancelled_and_bad_input_changes_nothing()
         json!({"workspace_id": "ws1", "job_id": id(&j), "follow": true}),
         "invalid_argument",
     );
-    let (status, _) = http::request(
-        &s.addr,
-        "GET",
-        &format!("/api/v1/jobs/{}/log", id(&j)),
-        Some(CAROL),
-        b"",
-    )
-    .unwrap();
+    // Another workspace's member cannot read the log, nor tell a real job from a made-up id:
+    // both answer the same 404, naming no workspace.
+    let fake = "job_0123456789abcdef0123456789abcdef";
+    let outsider = |job: &str| {
+        let (status, body) = http::request(
+            &s.addr,
+            "GET",
+            &format!("/api/v1/jobs/{job}/log"),
+            Some(CAROL),
+            b"",
+        )
+        .unwrap();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        (
+            status,
+            v["error"]["code"].clone(),
+            v["error"]["message"].clone(),
+        )
+    };
+    let (real, made_up) = (outsider(&id(&j)), outsider(fake));
+    assert_eq!(real.0, 404, "{real:?}");
+    assert_eq!((real.0, &real.1), (made_up.0, &made_up.1));
     assert_eq!(
-        status, 403,
-        "another workspace's member cannot read the log"
+        real.2.as_str().unwrap().replace(&id(&j), "ID"),
+        made_up.2.as_str().unwrap().replace(fake, "ID"),
+        "the same message"
     );
+    assert!(!real.2.as_str().unwrap().contains("ws1"), "{real:?}");
     let (status, _) = http::request(
         &s.addr,
         "GET",
