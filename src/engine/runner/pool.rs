@@ -318,13 +318,24 @@ impl Pool {
         self.wanted.add(images);
     }
 
-    /// Waits (up to `bound`) until the reference and every engine answered or failed once
-    /// since the images they are asked about last grew: start-up calls it so that the first
-    /// submission finds the ids known.
+    /// Waits (up to `bound`) until the reference and every engine answered about every image
+    /// asked about (or a check of it failed): start-up calls it so that the first submission
+    /// finds the ids known.
     pub async fn checked(&self, bound: Duration) {
+        let images = self.wanted.list();
+        let deadline = tokio::time::Instant::now() + bound;
         let views =
             std::iter::once(&self.reference.images).chain(self.engines.iter().map(|e| &e.images));
-        let waits = views.map(|v| v.checked_after(0, bound));
+        // Each view, until it answered about every wanted image (or a check of it failed).
+        let waits = views.map(|v| {
+            let images = images.clone();
+            async move {
+                for image in &images {
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    v.known(image, 0, left).await;
+                }
+            }
+        });
         futures_util::future::join_all(waits).await;
     }
 

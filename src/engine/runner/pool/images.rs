@@ -119,12 +119,6 @@ impl ImageView {
         }
     }
 
-    /// Waits (up to `bound`) until more than `after` checks have finished.
-    pub async fn checked_after(&self, after: u64, bound: std::time::Duration) {
-        let mut rx = self.checks.subscribe();
-        let _ = tokio::time::timeout(bound, rx.wait_for(|n| *n > after)).await;
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, ViewState> {
         self.state.lock().expect("an image view is never poisoned")
     }
