@@ -321,6 +321,7 @@ pub(crate) mod tests {
             phases: None,
             candidate_tree: None,
             repository: None,
+            dependencies: None,
             attestation: None,
         }
     }

@@ -269,6 +269,8 @@ impl Daemon {
             // A call waiting for its own run (a validation's dry run) answers once that run is
             // cancelled, instead of holding the drain open until it ends.
             service.jobs.stop_inline();
+            // Dependency fetches (shared by jobs) end too.
+            service.ctx.stopping.send_replace(true);
         };
         crate::api::server::serve(listener, app, conn_limits, shutdown).await;
         if let Some(m) = metrics_server {
@@ -296,6 +298,7 @@ impl Daemon {
             Err(e) => tracing::error!(error = %e, "the WAL checkpoint at shutdown failed"),
         }
         self.service.ctx.pool.close();
+        self.service.ctx.deps.close();
         match self.service.persistence_failure() {
             Some(failure) => {
                 tracing::error!(%failure, "an asynchronous result could not be made durable");

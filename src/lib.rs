@@ -16,6 +16,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod daemon;
+pub mod deps;
 pub mod domain;
 pub mod engine;
 pub mod ids;

@@ -343,3 +343,45 @@ pub const UI_CLAIMS_SHOWN: u32 = 200;
 pub const UI_DIFF_PAGE_BYTES: usize = 256 * 1024;
 /// Longest `public_url` in the config.
 pub const MAX_PUBLIC_URL_BYTES: usize = 2048;
+
+// ---- The dependency phase (`deps`, `engine::runner::deps`) ----
+
+/// Most files of the revision a generic dependency's set is made from.
+pub const MAX_DEPENDENCY_FILES: usize = 16;
+/// Most `[egress] allow` entries.
+pub const MAX_EGRESS_ALLOW: usize = 64;
+/// Most connections one fetch's egress proxy carries at once.
+pub const MAX_EGRESS_CONNECTIONS: usize = 64;
+/// Largest proxy request head a fetch's tool may send.
+pub const MAX_EGRESS_HEAD_BYTES: usize = 8 * 1024;
+/// How long a tool may take to send its proxy request head.
+pub const EGRESS_HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long resolving and connecting to an admitted destination may take.
+pub const EGRESS_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// Refusals a fetch's error quotes (the log has every one).
+pub const MAX_EGRESS_REFUSALS_KEPT: usize = 8;
+/// Most paths one dependency set may hold (its manifest lists each).
+pub const MAX_DEPENDENCY_SET_PATHS: usize = 1_000_000;
+/// Largest set manifest read back.
+pub const MAX_DEPENDENCY_MANIFEST_BYTES: u64 = 256 << 20;
+/// `dependencies.fetch_timeout_seconds`: its default and bounds.
+pub const DEFAULT_FETCH_TIMEOUT_SECONDS: u64 = 600;
+pub const FETCH_TIMEOUT_SECONDS: std::ops::RangeInclusive<u64> = 10..=3600;
+/// `dependencies.max_set_bytes` (one set's filesystem): default and bounds.
+pub const DEFAULT_MAX_SET_BYTES: u64 = 4 << 30;
+pub const MAX_SET_BYTES: std::ops::RangeInclusive<u64> = (16 << 20)..=(256 << 30);
+/// `dependencies.max_set_inodes`: default and bounds.
+pub const DEFAULT_MAX_SET_INODES: u64 = 500_000;
+pub const MAX_SET_INODES: std::ops::RangeInclusive<u64> = 1_000..=10_000_000;
+/// `dependencies.max_concurrent_fetches`: default and bounds.
+pub const DEFAULT_MAX_CONCURRENT_FETCHES: usize = 2;
+pub const MAX_CONCURRENT_FETCHES: std::ops::RangeInclusive<usize> = 1..=32;
+/// `dependencies.cache_bytes` (every published set): default and bounds.
+pub const DEFAULT_DEPENDENCY_CACHE_BYTES: u64 = 16 << 30;
+pub const DEPENDENCY_CACHE_BYTES: std::ops::RangeInclusive<u64> = (64 << 20)..=(4 << 40);
+/// Largest `dependencies.ca_bundle` (a PEM bundle).
+pub const MAX_CA_BUNDLE_BYTES: u64 = 4 << 20;
+/// Where a fetch finds `dependencies.ca_bundle` (removed from the set before it is sealed).
+pub const FETCH_CA_FILE: &str = ".airlock-ca.pem";
+/// Output a fetch keeps for its error (its head and tail).
+pub const MAX_FETCH_OUTPUT_QUOTED: usize = 4 * 1024;

@@ -211,6 +211,8 @@ pub struct Metrics {
     pub tree_cache_entries: Gauge,
     pub tree_cache_evictions: Counter,
     pub tree_cache_discarded: Counter,
+    pub dependency_lookups: Family<ResultLabel, Counter>,
+    pub dependency_fetch_seconds: Hist<ResultLabel>,
 }
 
 impl Default for Metrics {
@@ -258,6 +260,8 @@ impl Metrics {
             tree_cache_entries: Gauge::default(),
             tree_cache_evictions: Counter::default(),
             tree_cache_discarded: Counter::default(),
+            dependency_lookups: Family::default(),
+            dependency_fetch_seconds: Family::new_with_constructor(seconds),
         };
         {
             let mut r = m.registry.lock().expect("never poisoned");
@@ -428,8 +432,36 @@ impl Metrics {
                 "Tree cache entries discarded: partial (a fill that was killed) or not as cached",
                 m.tree_cache_discarded.clone(),
             );
+            r.register(
+                "dependency_lookups",
+                "Jobs' dependency sets found published (hit) or fetched for them (miss)",
+                m.dependency_lookups.clone(),
+            );
+            r.register(
+                "dependency_fetch_seconds",
+                "Time a dependency fetch took, by whether it published a set (ok) or failed",
+                m.dependency_fetch_seconds.clone(),
+            );
         }
         m
+    }
+
+    /// Counts a job's dependency set lookup (`hit`: published; `miss`: fetched for it).
+    pub fn record_dependency_lookup(&self, result: &str) {
+        self.dependency_lookups
+            .get_or_create(&ResultLabel {
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
+    /// Times one dependency fetch.
+    pub fn record_dependency_fetch(&self, ok: bool, took: std::time::Duration) {
+        self.dependency_fetch_seconds
+            .get_or_create(&ResultLabel {
+                result: if ok { "ok" } else { "failed" }.to_string(),
+            })
+            .observe(took.as_secs_f64());
     }
 
     /// Sets the state gauges from a fresh read; `known` lists every state of each kind so a
@@ -499,6 +531,16 @@ impl Metrics {
         for phase in VERIFICATION_PHASES {
             let _ = self.phase_seconds.get_or_create(&PhaseLabel {
                 phase: phase.to_string(),
+            });
+        }
+        for result in ["hit", "miss"] {
+            let _ = self.dependency_lookups.get_or_create(&ResultLabel {
+                result: result.to_string(),
+            });
+        }
+        for result in ["ok", "failed"] {
+            let _ = self.dependency_fetch_seconds.get_or_create(&ResultLabel {
+                result: result.to_string(),
             });
         }
         for result in TREE_CACHE_RESULTS {

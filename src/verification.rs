@@ -59,10 +59,30 @@ pub struct Verification {
     /// attestations); the attestation's `resourceUri` names it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repository: Option<String>,
+    /// The job's dependency set, when its profile has one (see [`DependencyRecord`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependencies: Option<DependencyRecord>,
     /// Once settled, when a signing key is configured: the signed in-toto statement of this
     /// result (a DSSE envelope; see `airlock attestation verify`). Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attestation: Option<crate::attest::Envelope>,
+}
+
+/// A job's dependency set: what it was made from, what it holds and what it resolved to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DependencyRecord {
+    /// The set's key: the SHA-256 of its inputs (the files below, the profile's dependency
+    /// definition, the image id); `environment_sha256` covers it.
+    pub key: String,
+    /// The revision's files the set is made from (lockfiles and manifests), by path, with
+    /// the SHA-256 of their content.
+    pub lockfiles: std::collections::BTreeMap<String, String>,
+    /// The set's content digest (`dependencies_sha256`: every path and byte it holds), once
+    /// the job had it; null when it could not be fetched.
+    pub sha256: Option<String>,
+    /// The packages it resolved to, as package URLs with their digests.
+    pub resolved: Vec<crate::deps::spec::Resolved>,
 }
 
 /// Where a settled job's time went, in milliseconds. Writing the recovery artifact and
@@ -91,6 +111,23 @@ pub struct JobPhases {
     /// How the job's tree was made (absent in records from before warm checkouts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkout: Option<CheckoutKind>,
+    /// Getting the job's dependency set: mounting a published one, or fetching it (absent
+    /// without dependencies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependencies_ms: Option<u64>,
+    /// How the job's dependency set was had (absent without dependencies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependencies: Option<DependencySource>,
+}
+
+/// How a job's dependency set was had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DependencySource {
+    /// Published already (by an earlier job's fetch): mounted, no fetch.
+    Cached,
+    /// Fetched for this job (or for another job on the same key it waited for).
+    Fetched,
 }
 
 /// How a job's tree was made.

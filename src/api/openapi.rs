@@ -353,7 +353,17 @@ mod tests {
                 _ => false,
             };
             let closed = o.get("additionalProperties") == Some(&Value::Bool(false));
-            if is_object && !o.contains_key("properties") && !closed && !RAW.contains(&at) {
+            // A map whose values are typed (`additionalProperties` a schema) is typed too.
+            let typed_map = o.get("additionalProperties").is_some_and(Value::is_object);
+            if let Some(values) = o.get("additionalProperties").filter(|v| v.is_object()) {
+                walk(doc, values, at, seen, bad);
+            }
+            if is_object
+                && !o.contains_key("properties")
+                && !closed
+                && !typed_map
+                && !RAW.contains(&at)
+            {
                 bad.push(format!("{at}: an object without properties"));
             }
             for (k, child) in o {

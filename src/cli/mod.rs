@@ -593,6 +593,7 @@ async fn run(common: &Common, follow: bool, req: RunRequest) -> ExitCode {
     // A one-shot run leaves no mount behind: the next one mounts the cache again and
     // verifies the entries it uses.
     ctx.pool.close();
+    ctx.deps.close();
     match executed {
         Ok(v) => {
             print_json(&v);

@@ -13,6 +13,7 @@ pub(super) fn profiles() -> BTreeMap<String, RawProfile> {
         DEFAULT_PROFILE.to_string(),
         RawProfile {
             engine_labels: vec![],
+            dependencies: vec![],
             image: DEFAULT_IMAGE.to_string(),
             user: None,
             working_dir: None,
@@ -32,6 +33,7 @@ pub(super) fn profiles() -> BTreeMap<String, RawProfile> {
         TOOLCHAIN_PROFILE.to_string(),
         RawProfile {
             engine_labels: vec![],
+            dependencies: vec![],
             image: TOOLCHAIN_IMAGE.to_string(),
             user: None,
             working_dir: None,
@@ -62,6 +64,7 @@ pub(super) fn profiles() -> BTreeMap<String, RawProfile> {
         GIT_PROFILE.to_string(),
         RawProfile {
             engine_labels: vec![],
+            dependencies: vec![],
             image: GIT_IMAGE.to_string(),
             user: None,
             working_dir: None,

@@ -5,6 +5,7 @@
 //! these values.
 
 mod builtin;
+pub mod dependencies;
 mod profile;
 pub use profile::Profile;
 use profile::{RawProfile, resolve_profile};
@@ -120,6 +121,10 @@ struct RawConfig {
     tokens: Vec<RawToken>,
     #[serde(default)]
     engines: Vec<engines::RawEngine>,
+    #[serde(default)]
+    egress: dependencies::RawEgress,
+    #[serde(default)]
+    dependencies: dependencies::RawBounds,
 }
 
 #[derive(Debug, Deserialize)]
@@ -319,6 +324,12 @@ pub struct Config {
     pub verification_keys: Vec<PathBuf>,
     /// The verifier id attestations name (`verifier_id`; default [`DEFAULT_VERIFIER_ID`]).
     pub verifier_id: String,
+    /// The only destinations a dependency fetch may reach (`[egress] allow`).
+    pub egress: crate::deps::egress::Allowlist,
+    /// The bounds of dependency fetches and sets (`[dependencies]`).
+    pub dependencies: dependencies::DependencyBounds,
+    /// What fetches trust for TLS besides their image (`dependencies.ca_bundle`).
+    pub fetch_trust: dependencies::FetchTrust,
 }
 
 impl Config {
@@ -659,7 +670,20 @@ impl Config {
                 ),
             });
         }
+        let egress = dependencies::egress(raw.egress)?;
+        let (dependency_bounds, fetch_trust) = dependencies::bounds(raw.dependencies)?;
+        if egress.0.is_empty()
+            && let Some((name, _)) = profiles.iter().find(|(_, p)| !p.dependencies.is_empty())
+        {
+            return Err(ConfigError::Invalid {
+                field: format!("profiles.{name}.dependencies"),
+                message: "a profile with dependencies needs [egress] allow: the registry hosts (HOST:PORT) its fetches may reach; nothing else is reachable".into(),
+            });
+        }
         Ok(Config {
+            egress,
+            dependencies: dependency_bounds,
+            fetch_trust,
             engines,
             signing_key: raw.signing_key,
             verification_keys: raw.verification_keys,

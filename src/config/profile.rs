@@ -24,6 +24,9 @@ pub(super) struct RawProfile {
     /// Labels an engine must carry to run this profile's jobs.
     #[serde(default)]
     pub(super) engine_labels: Vec<String>,
+    /// The ecosystems whose dependency set the profile's jobs get.
+    #[serde(default)]
+    pub(super) dependencies: Vec<super::dependencies::RawDependency>,
 }
 
 /// A fully resolved, validated profile. Every field has a value.
@@ -47,6 +50,9 @@ pub struct Profile {
     /// Labels an engine must carry to run this profile's jobs (`engine_labels`). They choose
     /// where a job runs, never what it runs, so the environment hash does not include them.
     pub engine_labels: Vec<String>,
+    /// The ecosystems whose dependency set each job gets, fetched before it runs
+    /// (`dependencies`; see [`crate::deps`]).
+    pub dependencies: Vec<crate::deps::spec::Dependency>,
 }
 
 impl Profile {
@@ -241,5 +247,6 @@ pub(super) fn resolve_profile(name: &str, p: RawProfile) -> Result<Profile, Conf
         env,
         setup_script,
         engine_labels,
+        dependencies: super::dependencies::profile_dependencies(name, p.dependencies)?,
     })
 }

@@ -122,6 +122,9 @@ pub enum Unfinished {
     /// did not finish the job within its timeout plus the engine's grace. Never `timed_out`,
     /// which means Airlock saw the command overrun and killed it.
     EngineUnresponsive { engine: String, what: String },
+    /// The job's dependency set could not be had (its fetch failed, was refused egress, hit a
+    /// bound, or the set could not be mounted there): why.
+    Dependencies(String),
 }
 
 /// The error recorded when a run was interrupted before its result was durable.
@@ -155,6 +158,7 @@ impl Unfinished {
             Unfinished::ArtifactRejected(e) => {
                 (Status::Error, format!("recovery artifact rejected: {e}"))
             }
+            Unfinished::Dependencies(why) => (Status::Error, format!("dependencies: {why}")),
             Unfinished::EngineUnresponsive { engine, what } => (
                 Status::Error,
                 format!(

@@ -178,6 +178,19 @@ pub fn verification(v: &Verification, verifier: &Verifier) -> Statement {
             "finished_at": v.finished_at,
         },
     });
+    let mut predicate = predicate;
+    // Only with a dependency set (so a statement without one is exactly as before): the set's
+    // key, lockfiles and content digest, and every package it resolved to as a resource
+    // descriptor (SLSA's `resolvedDependencies` form: a package URL and its digests).
+    if let Some(d) = &v.dependencies {
+        predicate["airlock"]["dependencies"] =
+            serde_json::to_value(d).expect("a dependency record serializes");
+        predicate["airlock"]["resolvedDependencies"] = d
+            .resolved
+            .iter()
+            .map(|r| json!({"uri": r.uri, "digest": r.digest}))
+            .collect();
+    }
     Statement {
         type_: STATEMENT_TYPE.into(),
         subject,

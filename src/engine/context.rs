@@ -31,6 +31,10 @@ pub struct Context {
     pub attest: Arc<crate::engine::attesting::Attestor>,
     /// One call per idempotency key at a time (see [`crate::engine::idempotency`]).
     pub key_gates: Arc<crate::engine::idempotency::KeyGates>,
+    /// The dependency sets jobs get.
+    pub deps: Arc<crate::engine::runner::deps::DependencySets>,
+    /// Set to true when the process stops (what a shared dependency fetch is cancelled by).
+    pub stopping: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl Context {
@@ -61,6 +65,9 @@ impl Context {
             repos.insert(id.clone(), repo);
         }
         let attest = Arc::new(crate::engine::attesting::Attestor::load(&config)?);
+        let deps = Arc::new(crate::engine::runner::deps::DependencySets::new(
+            &config, &data.root,
+        ));
         Ok(Context {
             pool: Arc::new(local_pool(&config, runtime, &data, &seccomp)),
             attest,
@@ -71,6 +78,8 @@ impl Context {
             metrics: Arc::default(),
             repos: Arc::new(repos),
             key_gates: Arc::default(),
+            deps,
+            stopping: Arc::new(tokio::sync::watch::channel(false).0),
         })
     }
 
@@ -82,6 +91,9 @@ impl Context {
         runtime: Runtime,
         seccomp: SeccompProfile,
     ) -> Result<Context, String> {
+        let deps = Arc::new(crate::engine::runner::deps::DependencySets::new(
+            &config, &data.root,
+        ));
         Ok(Context {
             pool: Arc::new(local_pool(&config, runtime, &data, &seccomp)),
             attest: Arc::new(crate::engine::attesting::Attestor::load(&config)?),
@@ -92,6 +104,8 @@ impl Context {
             metrics: Arc::default(),
             repos: Arc::default(),
             key_gates: Arc::default(),
+            deps,
+            stopping: Arc::new(tokio::sync::watch::channel(false).0),
         })
     }
 

@@ -448,6 +448,7 @@ async fn probe(
             instance_id: "doctor".into(),
             argv: vec!["cat".into(), format!("{}/token", profile.working_dir)],
             workspace: WorkspaceSource::HostBind(dir.path().to_path_buf()),
+            deps: None,
             output: None,
         },
     };

@@ -158,6 +158,20 @@ impl EngineVolumes for FakeVolumes {
     fn names<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>, SandboxError>> {
         Box::pin(async move { Ok(self.with(|held| held.keys().cloned().collect())) })
     }
+
+    fn ensure_readonly<'a>(
+        &'a self,
+        name: &'a str,
+        dir: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<(), SandboxError>> {
+        Box::pin(async move {
+            let files = super::runtime::files_of(dir)?;
+            self.with(|held| {
+                held.insert(name.to_string(), files);
+            });
+            Ok(())
+        })
+    }
 }
 
 /// The verification argv inside the container command (after a setup-script wrapper, if any).
@@ -304,6 +318,14 @@ impl ContainerRuntime for FakeRuntime {
                 .expect("the fake's set is never poisoned")
                 .remove(creation_key);
             Ok(usize::from(removed))
+        })
+    }
+
+    fn container_pid<'a>(&'a self, _id: &'a str) -> BoxFuture<'a, Result<u32, SandboxError>> {
+        Box::pin(async move {
+            Err(SandboxError::Runtime(
+                "the fake runtime runs no process to enter".into(),
+            ))
         })
     }
 

@@ -668,6 +668,27 @@ impl Sandbox {
         .await
     }
 
+    /// The host pid of a running container's first process. Only an engine on this host has
+    /// pids Airlock can use; another's are refused.
+    pub async fn container_pid(&self, id: &str) -> Result<u32, SandboxError> {
+        if self.workspace_kind == spec::WorkspaceKind::Volume {
+            return Err(SandboxError::Runtime(
+                "a remote engine's processes are not on this host".into(),
+            ));
+        }
+        let info = self
+            .docker
+            .inspect_container(id, None)
+            .await
+            .map_err(docker_err("inspect container"))?;
+        match info.state.and_then(|s| s.pid) {
+            Some(pid) if pid > 0 => Ok(pid as u32),
+            _ => Err(SandboxError::Runtime(format!(
+                "container {id} has no running process"
+            ))),
+        }
+    }
+
     /// Containers labelled with a creation key.
     pub async fn list_by_creation_key(
         &self,

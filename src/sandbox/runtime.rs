@@ -51,6 +51,10 @@ pub trait ContainerRuntime: Send + Sync {
         instance_id: &'a str,
     ) -> BoxFuture<'a, Result<usize, SandboxError>>;
 
+    /// The host pid of a running container's first process (its namespaces are that
+    /// process's); engines that share no host with Airlock have none to give.
+    fn container_pid<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<u32, SandboxError>>;
+
     /// The containers of one data dir's instance.
     fn list_managed<'a>(
         &'a self,
@@ -108,6 +112,10 @@ impl ContainerRuntime for super::Sandbox {
     ) -> BoxFuture<'a, Result<Vec<ManagedContainer>, SandboxError>> {
         Box::pin(super::Sandbox::list_managed(self, instance_id))
     }
+
+    fn container_pid<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<u32, SandboxError>> {
+        Box::pin(super::Sandbox::container_pid(self, id))
+    }
 }
 
 /// One file of a workspace an engine holds itself (a volume's content).
@@ -161,4 +169,56 @@ pub trait EngineVolumes: Send + Sync {
 
     /// The names of every volume held.
     fn names<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>, SandboxError>>;
+
+    /// Makes volume `name` hold exactly the tree at host directory `dir` (a dependency set),
+    /// for jobs to mount read-only: filled once per process, then reused. Such volumes are
+    /// not workspaces: [`EngineVolumes::names`] never lists them.
+    fn ensure_readonly<'a>(
+        &'a self,
+        name: &'a str,
+        dir: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<(), SandboxError>>;
+}
+
+/// Every file and symlink beneath `dir` as a volume's files (directories follow from them).
+pub fn files_of(dir: &std::path::Path) -> Result<VolumeFiles, SandboxError> {
+    use std::os::unix::fs::PermissionsExt;
+    let fail = |p: &std::path::Path, e: std::io::Error| {
+        SandboxError::Runtime(format!("reading {}: {e}", p.display()))
+    };
+    let mut out = VolumeFiles::new();
+    let mut todo = vec![std::path::PathBuf::new()];
+    while let Some(rel) = todo.pop() {
+        let at = dir.join(&rel);
+        for e in std::fs::read_dir(&at).map_err(|e| fail(&at, e))? {
+            let e = e.map_err(|e| fail(&at, e))?;
+            let path = rel.join(e.file_name());
+            let name = path.to_string_lossy().into_owned();
+            if name == "lost+found" {
+                continue;
+            }
+            let meta = std::fs::symlink_metadata(e.path()).map_err(|err| fail(&e.path(), err))?;
+            if meta.is_dir() {
+                todo.push(path);
+            } else if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(e.path()).map_err(|err| fail(&e.path(), err))?;
+                out.insert(
+                    name,
+                    VolumeFile::Symlink {
+                        target: target.to_string_lossy().into_owned(),
+                    },
+                );
+            } else {
+                let bytes = std::fs::read(e.path()).map_err(|err| fail(&e.path(), err))?;
+                out.insert(
+                    name,
+                    VolumeFile::File {
+                        executable: meta.permissions().mode() & 0o111 != 0,
+                        bytes,
+                    },
+                );
+            }
+        }
+    }
+    Ok(out)
 }

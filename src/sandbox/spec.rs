@@ -31,6 +31,17 @@ pub struct RuntimeSpec {
     pub pids: i64,
     pub tmp_bytes: i64,
     pub seccomp_json: String,
+    /// The checkout is mounted read-only (a dependency fetch reads it and writes only its set).
+    pub workspace_read_only: bool,
+    /// A dependency set mounted at [`crate::deps::spec::DEPS_DIR`]: read-only for a job,
+    /// read-write for the fetch that fills it (its source is the run's [`RunIdentity::deps`]).
+    pub deps: Option<DepsMount>,
+}
+
+/// How a dependency set is mounted (see [`RuntimeSpec::deps`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DepsMount {
+    pub read_only: bool,
 }
 
 /// What differs between two runs of the same environment: never part of the hash.
@@ -43,6 +54,9 @@ pub struct RunIdentity {
     pub argv: Vec<String>,
     /// The job's disposable checkout, mounted read-write at `working_dir`.
     pub workspace: WorkspaceSource,
+    /// Where the dependency set comes from (a read-only host mount or an engine's volume), when
+    /// the spec mounts one.
+    pub deps: Option<WorkspaceSource>,
     /// Where the output goes as it arrives (a live log), besides the bounded capture.
     pub output: Option<OutputTap>,
 }
@@ -120,10 +134,8 @@ pub fn hashed_form_for(spec: &RuntimeSpec, kind: WorkspaceKind) -> serde_json::V
         verification_id: String::new(),
         instance_id: String::new(),
         argv: Vec::new(),
-        workspace: match kind {
-            WorkspaceKind::HostBind => WorkspaceSource::HostBind(PathBuf::new()),
-            WorkspaceKind::Volume => WorkspaceSource::Volume(String::new()),
-        },
+        workspace: placeholder(kind),
+        deps: spec.deps.map(|_| placeholder(kind)),
         output: None,
     };
     let mut v = serde_json::to_value(render(spec, &placeholder)).expect("a create body serializes");
@@ -144,6 +156,38 @@ pub fn hashed_form_for(spec: &RuntimeSpec, kind: WorkspaceKind) -> serde_json::V
         }
     }
     v
+}
+
+/// A source of `kind` with no place: what a hashed form mounts.
+fn placeholder(kind: WorkspaceKind) -> WorkspaceSource {
+    match kind {
+        WorkspaceKind::HostBind => WorkspaceSource::HostBind(PathBuf::new()),
+        WorkspaceKind::Volume => WorkspaceSource::Volume(String::new()),
+    }
+}
+
+/// The mount of `source` at `target`.
+fn mount(source: &WorkspaceSource, target: &str, read_only: bool) -> Mount {
+    match source {
+        WorkspaceSource::HostBind(dir) => Mount {
+            target: Some(target.to_string()),
+            source: Some(dir.to_string_lossy().into_owned()),
+            typ: Some(MountType::BIND),
+            read_only: Some(read_only),
+            bind_options: Some(MountBindOptions {
+                propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        WorkspaceSource::Volume(name) => Mount {
+            target: Some(target.to_string()),
+            source: Some(name.clone()),
+            typ: Some(MountType::VOLUME),
+            read_only: Some(read_only),
+            ..Default::default()
+        },
+    }
 }
 
 /// Removes `path` (dot-separated keys, `name[]` for every element of an array) from `v`.
@@ -204,26 +248,17 @@ pub fn render(spec: &RuntimeSpec, run: &RunIdentity) -> ContainerCreateBody {
             "/tmp".to_string(),
             format!("rw,exec,nosuid,nodev,size={},mode=1777", spec.tmp_bytes),
         )])),
-        mounts: Some(vec![match &run.workspace {
-            WorkspaceSource::HostBind(dir) => Mount {
-                target: Some(spec.working_dir.clone()),
-                source: Some(dir.to_string_lossy().into_owned()),
-                typ: Some(MountType::BIND),
-                read_only: Some(false),
-                bind_options: Some(MountBindOptions {
-                    propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            WorkspaceSource::Volume(name) => Mount {
-                target: Some(spec.working_dir.clone()),
-                source: Some(name.clone()),
-                typ: Some(MountType::VOLUME),
-                read_only: Some(false),
-                ..Default::default()
-            },
-        }]),
+        mounts: Some({
+            let mut mounts = vec![mount(
+                &run.workspace,
+                &spec.working_dir,
+                spec.workspace_read_only,
+            )];
+            if let (Some(m), Some(source)) = (spec.deps, &run.deps) {
+                mounts.push(mount(source, crate::deps::spec::DEPS_DIR, m.read_only));
+            }
+            mounts
+        }),
         pids_limit: Some(spec.pids),
         memory: Some(spec.memory_bytes),
         memory_swap: Some(spec.memory_bytes),
@@ -286,6 +321,8 @@ mod tests {
                 pids: 256,
                 tmp_bytes: 1 << 28,
                 seccomp_json: "{}".into(),
+                workspace_read_only: false,
+                deps: None,
             },
             RunIdentity {
                 creation_key: "k".into(),
@@ -293,6 +330,7 @@ mod tests {
                 instance_id: "i".into(),
                 argv: vec!["true".into()],
                 workspace: WorkspaceSource::HostBind(PathBuf::from("/data/checkouts/k/mnt/tree")),
+                deps: None,
                 output: None,
             },
         )

@@ -44,12 +44,17 @@ const HOLDER_PIDS: i64 = 8;
 /// A holder's memory limit.
 const HOLDER_MEMORY_BYTES: i64 = 32 << 20;
 
+/// Label naming the instance whose dependency-set volume this is (never a workspace's).
+pub const LABEL_DEPS_INSTANCE: &str = "airlock.deps_instance";
+
 /// The volumes of one engine that one data dir's instance owns.
 #[derive(Clone)]
 pub struct DockerVolumes {
     sandbox: Sandbox,
     instance_id: String,
     seccomp_json: String,
+    /// Dependency-set volumes this process filled (reused as they are).
+    filled: std::sync::Arc<tokio::sync::Mutex<std::collections::BTreeSet<String>>>,
 }
 
 impl DockerVolumes {
@@ -58,6 +63,7 @@ impl DockerVolumes {
             sandbox,
             instance_id: instance_id.to_string(),
             seccomp_json: seccomp_json.to_string(),
+            filled: Default::default(),
         }
     }
 
@@ -329,6 +335,122 @@ impl DockerVolumes {
         Ok(())
     }
 
+    /// Fills dependency-set volume `name` with `dir`'s tree, once per process (one whose
+    /// content this process did not put there, a crash's leftover, is made anew).
+    async fn ensure_readonly_inner(
+        &self,
+        name: &str,
+        dir: &std::path::Path,
+    ) -> Result<(), SandboxError> {
+        let mut filled = self.filled.lock().await;
+        if filled.contains(name) {
+            return Ok(());
+        }
+        let docker = self.sandbox.docker();
+        match docker
+            .remove_volume(
+                name,
+                Some(RemoveVolumeOptionsBuilder::default().force(true).build()),
+            )
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if is_status(&e, &[404]) => {}
+            Err(e) => return Err(docker_err("remove volume")(e)),
+        }
+        docker
+            .create_volume(VolumeCreateRequest {
+                name: Some(name.to_string()),
+                driver: Some("local".into()),
+                labels: Some(HashMap::from([(
+                    LABEL_DEPS_INSTANCE.to_string(),
+                    self.instance_id.clone(),
+                )])),
+                ..Default::default()
+            })
+            .await
+            .map_err(docker_err("create volume"))?;
+        let files = {
+            let dir = dir.to_path_buf();
+            tokio::task::spawn_blocking(move || super::runtime::files_of(&dir))
+                .await
+                .expect("reading a set does not panic")?
+        };
+        if let Some((path, target)) = files.iter().find_map(|(p, f)| match f {
+            VolumeFile::Symlink { target } if leads_out(p, target) => Some((p, target)),
+            _ => None,
+        }) {
+            return Err(SandboxError::Runtime(format!(
+                "{path} -> {target} leads out of the set; it cannot be uploaded"
+            )));
+        }
+        let tar = tokio::task::spawn_blocking(move || pack(&files, 0, 0))
+            .await
+            .expect("packing a set does not panic")?;
+        // A container that never runs: the archive API fills the volume it mounts.
+        let filler = format!("airlock-depsfill-{}", crate::ids::new_creation_key());
+        docker
+            .create_container(
+                Some(
+                    CreateContainerOptionsBuilder::default()
+                        .name(&filler)
+                        .build(),
+                ),
+                ContainerCreateBody {
+                    image: Some(HOLDER_IMAGE.to_string()),
+                    cmd: Some(vec!["true".into()]),
+                    labels: Some(HashMap::from([(
+                        LABEL_DEPS_INSTANCE.to_string(),
+                        self.instance_id.clone(),
+                    )])),
+                    network_disabled: Some(true),
+                    host_config: Some(HostConfig {
+                        network_mode: Some("none".into()),
+                        readonly_rootfs: Some(true),
+                        mounts: Some(vec![Mount {
+                            target: Some(HOLDER_MOUNT.into()),
+                            source: Some(name.to_string()),
+                            typ: Some(MountType::VOLUME),
+                            read_only: Some(false),
+                            ..Default::default()
+                        }]),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(docker_err("create set filler"))?;
+        let uploaded = self
+            .sandbox
+            .transfers()
+            .upload_to_container(
+                &filler,
+                Some(
+                    UploadToContainerOptionsBuilder::default()
+                        .path(HOLDER_MOUNT)
+                        .build(),
+                ),
+                bollard::body_full(tar.into()),
+            )
+            .await
+            .map_err(docker_err("upload dependency set"));
+        let removed = docker
+            .remove_container(
+                &filler,
+                Some(RemoveContainerOptionsBuilder::default().force(true).build()),
+            )
+            .await;
+        uploaded?;
+        if let Err(e) = removed
+            && !is_status(&e, &[404])
+        {
+            tracing::warn!(error = %e, "the set filler container is left behind");
+        }
+        filled.insert(name.to_string());
+        Ok(())
+    }
+
     async fn delete_inner(&self, name: &str) -> Result<bool, SandboxError> {
         let docker = self.sandbox.docker();
         match docker
@@ -544,6 +666,14 @@ impl EngineVolumes for DockerVolumes {
 
     fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, SandboxError>> {
         Box::pin(self.delete_inner(name))
+    }
+
+    fn ensure_readonly<'a>(
+        &'a self,
+        name: &'a str,
+        dir: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<(), SandboxError>> {
+        Box::pin(self.ensure_readonly_inner(name, dir))
     }
 
     fn names<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>, SandboxError>> {

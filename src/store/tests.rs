@@ -35,6 +35,7 @@ pub(crate) fn sample(id: &str, key: &str, created: &str) -> Verification {
         phases: None,
         candidate_tree: None,
         repository: None,
+        dependencies: None,
         attestation: None,
     }
 }

@@ -10,6 +10,7 @@ mod attestation;
 mod cli;
 mod clients;
 mod delivery;
+mod deps;
 mod engine_pool;
 mod governed_gates;
 mod hardening;

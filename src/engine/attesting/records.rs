@@ -37,7 +37,7 @@ pub struct RecordChecked {
 
 /// Fields of a verification record its statement covers (every one named, so that the
 /// others can be reported as not attested).
-const VERIFICATION_ATTESTED: [&str; 25] = [
+const VERIFICATION_ATTESTED: [&str; 26] = [
     "verification_id",
     "candidate_revision",
     "candidate_tree",
@@ -63,6 +63,7 @@ const VERIFICATION_ATTESTED: [&str; 25] = [
     "duration_ms",
     "created_at",
     "finished_at",
+    "dependencies",
 ];
 
 /// A transaction record's attested fields and where its statement holds each.
@@ -228,6 +229,7 @@ fn verification_field(pointer: &str) -> &str {
         ["predicate", "verificationResult" | "verifiedLevels", ..] => "status",
         ["predicate", "airlock", "image_id", ..] => "observed_image",
         ["predicate", "airlock", "output_sha256", ..] => "output",
+        ["predicate", "airlock", "resolvedDependencies", ..] => "dependencies",
         ["predicate", "airlock", field, ..] => field,
         _ => pointer,
     }
@@ -352,6 +354,10 @@ mod tests {
             ("duration_ms", json!(1)),
             ("created_at", json!("2020-01-01T00:00:00Z")),
             ("finished_at", json!("2020-01-01T00:00:01Z")),
+            (
+                "dependencies",
+                json!({"key": "k", "lockfiles": {"Cargo.lock": "0"}, "sha256": null, "resolved": []}),
+            ),
         ];
         assert_eq!(edits.len(), VERIFICATION_ATTESTED.len());
         for (field, value) in edits {

@@ -192,6 +192,7 @@ async fn probe_job(
             instance_id: PROBE_INSTANCE.into(),
             argv: vec!["cat".into(), format!("{}/token", profile.working_dir)],
             workspace: source,
+            deps: None,
             output: None,
         },
     };

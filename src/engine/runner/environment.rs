@@ -23,6 +23,19 @@ pub struct EnvironmentSpec {
     /// `runtime` as the engine that runs the job renders it (see
     /// [`ContainerRuntime::environment_form`]).
     container: serde_json::Value,
+    /// The dependency set's key and the files it is made from, when the profile has one.
+    pub dependencies: Option<DependencyInputs>,
+    /// What the job's command runs first to use its dependency set (its `PATH`).
+    prelude: String,
+}
+
+/// What `environment_sha256` names of a job's dependency set: its key (the digest of its
+/// inputs: the files below, the profile's dependency definition, the image id) and the
+/// revision's files it is made from with their SHA-256.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DependencyInputs {
+    pub key: String,
+    pub lockfiles: std::collections::BTreeMap<String, String>,
 }
 
 /// SHA-256 hex of bytes.
@@ -57,6 +70,8 @@ impl EnvironmentSpec {
             pids: profile.pids,
             tmp_bytes: profile.tmp_bytes,
             seccomp_json: seccomp.compact_json.clone(),
+            workspace_read_only: false,
+            deps: None,
         };
         EnvironmentSpec {
             profile: profile.name.clone(),
@@ -66,20 +81,45 @@ impl EnvironmentSpec {
             cpus: profile.cpus,
             checkout_fs,
             setup_script_sha256: sha256_hex(profile.setup_script.as_bytes()),
+            dependencies: None,
+            prelude: String::new(),
         }
+    }
+
+    /// The same environment with the profile's dependency set: mounted read-only at `/deps`,
+    /// each ecosystem's variables in the environment and its executables first on `PATH`, and
+    /// the set's inputs named in `environment_sha256`.
+    pub fn with_dependencies(
+        mut self,
+        engine: &dyn ContainerRuntime,
+        deps: &[crate::deps::spec::Dependency],
+        inputs: DependencyInputs,
+    ) -> EnvironmentSpec {
+        for d in deps {
+            self.runtime.env.extend(d.job_env());
+        }
+        self.runtime.deps = Some(crate::sandbox::spec::DepsMount { read_only: true });
+        self.container = engine.environment_form(&self.runtime);
+        self.prelude = crate::deps::spec::job_prelude(deps);
+        self.dependencies = Some(inputs);
+        self
     }
 
     /// Canonical serialization: compact JSON with sorted keys, holding the container exactly as
     /// its engine renders it (minus per-run fields) and what decides the job outside it (the
     /// profile and image names, the checkout filesystem, the setup script's digest).
     pub fn canonical_json(&self) -> String {
-        let v = serde_json::json!({
+        let mut v = serde_json::json!({
             "profile": self.profile,
             "image": self.image,
             "checkout_fs": self.checkout_fs,
             "setup_script_sha256": self.setup_script_sha256,
             "container": self.container,
         });
+        // Absent without dependencies, so every environment without them hashes as before.
+        if let Some(d) = &self.dependencies {
+            v["dependencies"] = serde_json::to_value(d).expect("dependency inputs serialize");
+        }
         crate::canonical::to_string(&v)
     }
 
@@ -91,13 +131,13 @@ impl EnvironmentSpec {
     /// The command the container runs: argv itself, or the setup script followed by argv in the
     /// same shell process (`exec`), so the script's failure fails the job.
     pub fn command(&self, setup_script: &str, argv: &[String]) -> Vec<String> {
-        if setup_script.is_empty() {
+        if setup_script.is_empty() && self.prelude.is_empty() {
             return argv.to_vec();
         }
         let mut cmd = vec![
             "/bin/sh".to_string(),
             "-c".to_string(),
-            format!("set -e\n{setup_script}\nexec \"$@\""),
+            format!("set -e\n{}{setup_script}\nexec \"$@\"", self.prelude),
             "airlock-setup".to_string(),
         ];
         cmd.extend(argv.iter().cloned());

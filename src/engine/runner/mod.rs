@@ -2,6 +2,7 @@
 //! artifact, settle), `recovery` (destroy, then decide, after a crash) and `environment` (the
 //! server-side environment builder). [`Runner`] holds the parts of the context a run touches.
 
+pub mod deps;
 pub mod environment;
 pub mod pipeline;
 pub mod pool;
@@ -30,6 +31,10 @@ pub struct Runner {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Signs each settled result (when a signing key is configured).
     pub attest: Arc<crate::engine::attesting::Attestor>,
+    /// The dependency sets jobs get (fetched once per key).
+    pub deps: Arc<deps::DependencySets>,
+    /// Turns true when the process stops: a dependency fetch (shared by jobs) ends then.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Runner {
@@ -43,6 +48,8 @@ impl Runner {
             clock: ctx.clock.clone(),
             metrics: ctx.metrics.clone(),
             attest: ctx.attest.clone(),
+            deps: ctx.deps.clone(),
+            stopping: ctx.stopping.subscribe(),
         }
     }
 }

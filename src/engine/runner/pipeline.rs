@@ -67,6 +67,8 @@ pub struct Prepared {
     harvest: Option<Harvest>,
     /// Where the job's output goes as it arrives (a live log, `airlock run --follow`).
     output: Option<crate::sandbox::OutputTap>,
+    /// The job's dependency set, when its profile has one.
+    deps: Option<super::deps::DepsPlan>,
 }
 
 /// Where a harvest's files (or why there are none) are put for the caller.
@@ -196,15 +198,24 @@ impl Runner {
                 format!("profile {}: {why}", profile.name),
             ));
         }
-        let spec = EnvironmentSpec::resolve(
-            self.pool.first().runtime.as_ref(),
+        let tree = repo.tree_of(&commit).map_err(RunError::from_git)?;
+        let deps = self.dependency_plan(&repo, &commit, &tree, &profile, &image_id)?;
+        let engine = self.pool.first().runtime.clone();
+        let mut spec = EnvironmentSpec::resolve(
+            engine.as_ref(),
             &profile,
             &image_id,
             &self.seccomp,
             self.config.checkout_filesystem,
         );
+        if let Some(plan) = &deps {
+            spec = spec.with_dependencies(
+                engine.as_ref(),
+                &profile.dependencies,
+                plan.environment_inputs(),
+            );
+        }
         self.check_free_space(&spec)?;
-        let tree = repo.tree_of(&commit).map_err(RunError::from_git)?;
         Ok(Prepared {
             gate: None,
             repo,
@@ -217,6 +228,7 @@ impl Runner {
             extra_check,
             harvest: None,
             output: None,
+            deps,
         })
     }
 
@@ -305,6 +317,7 @@ impl Runner {
             phases: None,
             candidate_tree: Some(p.tree.clone()),
             repository: Some(p.repo.git_dir().display().to_string()),
+            dependencies: p.deps.as_ref().map(super::deps::DepsPlan::record),
             attestation: None,
         };
         let t_insert = Instant::now();
@@ -505,6 +518,26 @@ impl Runner {
                 }
             }
         }
+        // The dependency set before any engine is taken: a fetch holds no slot.
+        let mut deps_timing = None;
+        let t_deps = Instant::now();
+        let deps = match &p.deps {
+            None => None,
+            Some(plan) => match self.dependency_set(plan, &p.profile, cancel.clone()).await {
+                Ok((lease, how)) => {
+                    deps_timing = Some((t_deps.elapsed().as_micros() as u64, how));
+                    if let Some(d) = v.dependencies.as_mut() {
+                        d.sha256 = Some(lease.digest().to_string());
+                        d.resolved = lease.manifest().resolved.clone();
+                    }
+                    Some(lease)
+                }
+                Err(why) => {
+                    unfinished(v, Unfinished::Dependencies(why));
+                    return (StageTimings::default(), None);
+                }
+            },
+        };
         let needs = Needs {
             images: &images,
             labels: &p.profile.engine_labels,
@@ -530,8 +563,11 @@ impl Runner {
         // Airlock's clock, whatever the engine does: the job's own timeout plus the engine's
         // grace for everything around the command, then the job settles without it.
         let bound = Duration::from_secs(p.timeout_seconds) + limits::ENGINE_GRACE;
-        let mut timings = match tokio::time::timeout(bound, self.run_placed(&placed, p, v, cancel))
-            .await
+        let mut timings = match tokio::time::timeout(
+            bound,
+            self.run_placed(&placed, p, v, deps.as_ref(), cancel),
+        )
+        .await
         {
             Ok(timings) => timings,
             Err(_) => {
@@ -552,16 +588,19 @@ impl Runner {
             }
         };
         timings.wait_us = wait_us;
+        timings.deps = deps_timing;
         (timings, Some(placed))
     }
 
     /// Runs a job in its staged workspace on its engine, then checks it; fills `v`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn run_in(
         &self,
         engine: &PoolEngine,
         workspace: &dyn JobWorkspace,
         p: &Prepared,
         v: &mut Verification,
+        deps: Option<&crate::deps::store::Lease>,
         cancel: watch::Receiver<bool>,
         mut timings: StageTimings,
     ) -> StageTimings {
@@ -572,6 +611,16 @@ impl Runner {
                 return timings;
             }
         };
+        let deps_source = match deps {
+            None => None,
+            Some(lease) => match self.deps_source(engine, lease).await {
+                Ok(s) => Some(s),
+                Err(why) => {
+                    unfinished(v, Unfinished::Dependencies(why));
+                    return timings;
+                }
+            },
+        };
         let spec = ContainerSpec {
             runtime: p.spec.runtime.clone(),
             run: RunIdentity {
@@ -580,6 +629,7 @@ impl Runner {
                 instance_id: self.data.instance_id.clone(),
                 argv: p.spec.command(&p.profile.setup_script, &p.argv),
                 workspace: source,
+                deps: deps_source,
                 output: p.output.clone(),
             },
         };
@@ -746,6 +796,7 @@ pub(super) struct StageTimings {
     pub(super) destroy_us: u64,
     pub(super) check_us: u64,
     pub(super) checkout: Option<crate::verification::CheckoutKind>,
+    pub(super) deps: Option<(u64, crate::verification::DependencySource)>,
 }
 
 impl StageTimings {
@@ -761,6 +812,8 @@ impl StageTimings {
             destroy_ms: ms(self.destroy_us),
             check_ms: ms(self.check_us),
             checkout: self.checkout,
+            dependencies_ms: self.deps.map(|(us, _)| ms(us)),
+            dependencies: self.deps.map(|(_, how)| how),
         }
     }
 

@@ -282,6 +282,12 @@ impl Pool {
         &self.reference
     }
 
+    /// This machine's engine, where images are built and dependency sets fetched, when it
+    /// could be reached.
+    pub fn build_engine(&self) -> Option<Runtime> {
+        self.reference.runtime().cloned()
+    }
+
     /// Why no engine can ever take a job needing `image` as `built` with `labels`, when every
     /// engine that carries the labels answered and none holds the image as built; `None`
     /// while one might (it holds it, or has not answered: the job then waits for it).

@@ -404,7 +404,9 @@ async fn sweep(data: &DataDir, engine: &JobEngine, report: &mut Report) {
                     }
                 };
                 let orphan = match status {
-                    None => true,
+                    // No row: a dependency fetch's container (it has none), live while its
+                    // worker lock is held, or what a dead process left.
+                    None => !matches!(WorkerLock::try_acquire(&data.lock_path(&key)), Ok(None)),
                     Some(s) => s.is_terminal(),
                 };
                 if !orphan {

@@ -2,6 +2,7 @@
 //! (`repo`), a real daemon over loopback (`daemon`) and a minimal HTTP client (`http`).
 
 pub mod daemon;
+pub mod egress;
 pub mod engine2;
 pub mod governed;
 pub mod http;

@@ -67,13 +67,13 @@ impl RunError {
         }
     }
 
-    pub(super) fn refused(field: &str, message: impl std::fmt::Display) -> RunError {
+    pub(crate) fn refused(field: &str, message: impl std::fmt::Display) -> RunError {
         RunError::Refused(Refusal::about(field, message.to_string()))
     }
 
     /// A git failure: a refusal when it is about what the request named (no repository there,
     /// no such revision), a malfunction otherwise.
-    pub(super) fn from_git(e: StagingError) -> RunError {
+    pub(crate) fn from_git(e: StagingError) -> RunError {
         match e {
             StagingError::NotARepository { .. } => RunError::refused("repo", e),
             StagingError::UnknownRevision { .. } | StagingError::InvalidRevision(_) => {

@@ -81,6 +81,7 @@ impl Runner {
         placed: &Placed,
         p: &Prepared,
         v: &mut Verification,
+        deps: Option<&crate::deps::store::Lease>,
         cancel: watch::Receiver<bool>,
     ) -> StageTimings {
         let engine = &placed.engine;
@@ -153,7 +154,7 @@ impl Runner {
             None => CheckoutKind::Full,
         });
         let timings = self
-            .run_in(engine, workspace.as_ref(), p, v, cancel, timings)
+            .run_in(engine, workspace.as_ref(), p, v, deps, cancel, timings)
             .await;
         let moved = workspace.transfers();
         let label = crate::metrics::EngineLabel {
