@@ -190,7 +190,7 @@ fn pid_alive(pid: u32) -> bool {
     pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists()
 }
 
-/// The pid a name `<key>.<pid>[.<nonce>]` carries.
+/// The pid a name `[<what>-]<key>.<pid>[.<nonce>]` carries.
 fn pid_of(name: &str) -> Option<u32> {
     name.split('.').nth(1)?.parse().ok()
 }
@@ -216,29 +216,8 @@ impl SetStore {
     }
 
     /// Removes the half-made sets and mounts of processes that are gone.
-    pub fn sweep(&self) -> Result<usize, StoreError> {
-        let mut removed = 0;
-        for sub in [INCOMING, MOUNT] {
-            let dir = self.root.join(sub);
-            for e in std::fs::read_dir(&dir).map_err(io("read", &dir))?.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if pid_of(&name).is_some_and(pid_alive) {
-                    continue;
-                }
-                let path = e.path();
-                let mnt = if sub == MOUNT {
-                    path.clone()
-                } else {
-                    path.join(MOUNT)
-                };
-                let _ = nix::mount::umount2(&mnt, nix::mount::MntFlags::MNT_DETACH);
-                if std::fs::remove_dir_all(&path).is_ok() {
-                    removed += 1;
-                    tracing::info!(path = %path.display(), "removed what a dead process left of a dependency set");
-                }
-            }
-        }
-        Ok(removed)
+    pub fn sweep(&self) -> Result<Vec<String>, StoreError> {
+        sweep_dead(&self.root)
     }
 
     /// The store's figures now.
@@ -396,6 +375,8 @@ impl SetStore {
             .map_err(io("create", &img))?;
         f.set_len(disk_bytes).map_err(io("size", &img))?;
         drop(f);
+        // At most one inode per KiB of the filesystem (mkfs needs room for its tables).
+        let inodes = inodes.min(disk_bytes / 1024).max(limits::MIN_INODES);
         let mut mkfs = crate::process::command("mkfs.ext4");
         mkfs.args(["-q", "-F", "-O", "^has_journal", "-m", "0", "-b", "4096"])
             .arg("-N")
@@ -524,6 +505,45 @@ impl SetStore {
             false
         });
     }
+}
+
+/// Removes what processes that are gone left beneath the store at `<data_root>/deps`: sets
+/// half made (a fetch killed before publishing) and read-only mounts; their paths. Recovery
+/// calls it; opening a store does too.
+pub fn sweep_dead_at(data_root: &Path) -> Result<Vec<String>, StoreError> {
+    let root = data_root.join("deps");
+    if !root.is_dir() {
+        return Ok(vec![]);
+    }
+    sweep_dead(&root)
+}
+
+fn sweep_dead(root: &Path) -> Result<Vec<String>, StoreError> {
+    let mut removed = vec![];
+    for sub in [INCOMING, MOUNT] {
+        let dir = root.join(sub);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if pid_of(&name).is_some_and(pid_alive) {
+                continue;
+            }
+            let path = e.path();
+            let mnt = if sub == MOUNT {
+                path.clone()
+            } else {
+                path.join(MOUNT)
+            };
+            let _ = nix::mount::umount2(&mnt, nix::mount::MntFlags::MNT_DETACH);
+            if std::fs::remove_dir_all(&path).is_ok() {
+                tracing::info!(path = %path.display(), "removed what a dead process left of a dependency set");
+                removed.push(path.display().to_string());
+            }
+        }
+    }
+    Ok(removed)
 }
 
 fn run_tool(mut cmd: crate::process::Command, what: &str) -> Result<(), StoreError> {

@@ -241,6 +241,19 @@ pub fn audit(root: &Path) -> Result<(), OpenError> {
         if ft.is_symlink() {
             return Err(unsafe_entry(path, "a symlink", m));
         }
+        let parent = path.parent().and_then(Path::file_name);
+        let grandparent = path
+            .parent()
+            .and_then(Path::parent)
+            .and_then(Path::file_name);
+        let in_deps = |sub: &str| {
+            depth == 2 && parent == Some(sub.as_ref()) && grandparent == Some("deps".as_ref())
+        };
+        // `deps/mnt/<set>.<pid>`: a set's own read-only filesystem (its files belong to the
+        // sandbox user and are verified against the set's manifest on use).
+        if in_deps("mnt") {
+            return Ok(false);
+        }
         let checked = ft.is_dir() || depth == 0;
         if checked && (m.uid() != uid || m.mode() & 0o022 != 0) {
             let what = if ft.is_dir() { "a directory" } else { "a file" };
@@ -255,7 +268,9 @@ pub fn audit(root: &Path) -> Result<(), OpenError> {
             && path.file_name() == Some("mnt".as_ref())
             && path.parent().and_then(Path::file_name)
                 == Some(crate::staging::cache::CACHE_DIR.as_ref());
-        Ok(ft.is_dir() && !in_checkouts && !cache_fs)
+        // `deps/incoming/<set>`: Airlock's; inside, the fetch's own filesystem (never used
+        // unless published, then verified).
+        Ok(ft.is_dir() && !in_checkouts && !cache_fs && !in_deps("incoming"))
     };
     if top.uid() != uid || top.mode() & 0o022 != 0 {
         return Err(unsafe_entry(root, "a directory", &top));

@@ -155,3 +155,423 @@ fn a_crate_with_a_dependency_passes_cargo_test_offline_and_its_set_is_fetched_on
     assert_ne!(third["environment_sha256"], first["environment_sha256"]);
     assert_eq!(sets(&f), 2);
 }
+
+/// A Python project whose tests import flask (pinned in `requirements.txt`), and the recorder
+/// that saw which hosts this machine's pip reached to download that tree.
+fn python_project() -> (Fixture, Recorder) {
+    let f = Fixture::new(&[
+        ("requirements.txt", "flask==3.1.1\n", false),
+        (
+            "app.py",
+            "from flask import Flask\napp = Flask(__name__)\n\n@app.route('/')\ndef hello():\n    return 'hello'\n",
+            false,
+        ),
+        (
+            "test_app.py",
+            "from app import app\n\ndef test_hello():\n    assert app.test_client().get('/').data == b'hello'\n",
+            false,
+        ),
+    ]);
+    let rec = Recorder::start();
+    let into = tempfile::tempdir().unwrap();
+    let out = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-cache-dir",
+            "--only-binary=:all:",
+            "-q",
+            "-d",
+        ])
+        .arg(into.path())
+        .args(["-r", "requirements.txt", "--proxy"])
+        .arg(rec.url())
+        .current_dir(&f.repo)
+        // Only the index: never a local wheel directory this machine may configure.
+        .env_remove("PIP_FIND_LINKS")
+        .env("PIP_NO_INDEX", "0")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pip download: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (f, rec)
+}
+
+#[test]
+fn a_python_project_importing_flask_passes_pytest_with_no_install_step() {
+    if !docker() || !crate::toolchain::toolchain() {
+        return;
+    }
+    let (f, rec) = python_project();
+    let f = f.with_config(&format!(
+        "{}{}[profiles.py]\nimage = \"{TOOLCHAIN}\"\ndependencies = [\"pip\"]\n",
+        rec.egress_toml(),
+        trust_toml()
+    ));
+    let v = run(
+        &f,
+        "py",
+        &["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+    );
+    assert_eq!(v["status"], "passed", "{v}");
+    assert!(v["output"].as_str().unwrap().contains("1 passed"), "{v}");
+    let uris: Vec<&str> = v["dependencies"]["resolved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["uri"].as_str().unwrap())
+        .collect();
+    for want in [
+        "pkg:pypi/flask@3.1.1",
+        "pkg:pypi/werkzeug@",
+        "pkg:pypi/jinja2@",
+    ] {
+        assert!(uris.iter().any(|u| u.starts_with(want)), "{want}: {uris:?}");
+    }
+    let flask = v["dependencies"]["resolved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["uri"] == "pkg:pypi/flask@3.1.1")
+        .unwrap();
+    assert_eq!(
+        flask["digest"]["sha256"].as_str().unwrap().len(),
+        64,
+        "{flask}"
+    );
+    // The job itself has no network: the set is all it has.
+    let offline = run(
+        &f,
+        "py",
+        &[
+            "python3",
+            "-c",
+            "import socket, flask, importlib.metadata as m\ntry:\n    socket.create_connection(('1.1.1.1', 443), timeout=2)\n    print('reached')\nexcept OSError:\n    print('offline with flask', m.version('flask'))",
+        ],
+    );
+    assert_eq!(offline["status"], "passed", "{offline}");
+    assert_eq!(offline["output"], "offline with flask 3.1.1\n", "{offline}");
+    assert_eq!(offline["phases"]["dependencies"], "cached");
+    // An unpinned requirement is refused before anything runs, naming the file, line and
+    // package.
+    f.commit(&[("requirements.txt", "flask>=3\n", false)], "unpinned");
+    let r = f.run(&["--profile", "py"], &["python3", "-m", "pytest"]);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("requirements.txt line 1: flask is not pinned"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// A tiny HTTP server on loopback answering every request `200 hello`: (port, its thread).
+fn hello_server() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for mut c in l.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = c.read(&mut buf);
+            let _ = c.write_all(b"HTTP/1.0 200 OK\r\ncontent-length: 5\r\n\r\nhello");
+        }
+    });
+    port
+}
+
+/// Every way out a fetch might try, tried from inside the fetch container by a generic
+/// dependency's command: only the listed destination answers; other hosts and ports, IP
+/// literals, the host's loopback services, the metadata address, a listed name that resolves
+/// to loopback, a direct connection and a write into the checkout are all refused. The job
+/// then reads what the fetch recorded from its set.
+#[test]
+fn a_fetch_reaches_only_the_allowlist_and_cannot_write_its_checkout() {
+    if !docker() || !crate::toolchain::toolchain() {
+        return;
+    }
+    let allowed = hello_server();
+    let other = hello_server();
+    let probe = format!(
+        r#"import os, socket, urllib.request
+out = []
+def tunnel(target):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(f"CONNECT {{target}} HTTP/1.1\r\nHost: {{target}}\r\n\r\n".encode())
+    return s.recv(200).split(b"\r\n")[0].decode()
+def plain(url):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(f"GET {{url}} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    data = b""
+    while True:
+        b = s.recv(4096)
+        if not b: break
+        data += b
+    return data.split(b"\r\n")[0].decode() + (" hello" if data.endswith(b"hello") else "")
+out.append("allowed " + plain("http://127.0.0.1:{allowed}/x"))
+for t in ["other.example:443", "1.1.1.1:443", "127.0.0.1:{other}", "127.0.0.1:{allowed_next}",
+          "169.254.169.254:80", "localhost:{allowed}"]:
+    out.append(t + " " + tunnel(t))
+out.append("plain-other " + plain("http://127.0.0.1:{other}/x"))
+try:
+    socket.create_connection(("1.1.1.1", 443), timeout=3)
+    out.append("direct reached")
+except OSError as e:
+    out.append("direct refused")
+try:
+    open("/workspace/planted", "w").write("x")
+    out.append("checkout written")
+except OSError as e:
+    out.append("checkout refused " + str(e.errno))
+open(os.environ["AIRLOCK_DEPS"] + "/results.txt", "w").write("\n".join(out) + "\n")
+"#,
+        allowed_next = allowed.wrapping_add(1),
+    );
+    let f = Fixture::new(&[("probe.py", &probe, false), ("README", "hi\n", false)]).with_config(
+        &format!(
+            "[egress]\nallow = [\"127.0.0.1:{allowed}\", \"localhost:{allowed}\"]\n\
+             [profiles.probe]\nimage = \"{TOOLCHAIN}\"\n\
+             [[profiles.probe.dependencies]]\necosystem = \"generic\"\nname = \"probe\"\n\
+             files = [\"probe.py\"]\nfetch = [\"python3\", \"probe.py\"]\n"
+        ),
+    );
+    let r = f.run(&["--profile", "probe"], &["cat", "/deps/probe/results.txt"]);
+    let v = r.json.unwrap_or_else(|| panic!("{}", r.stderr));
+    assert_eq!(v["status"], "passed", "{v}");
+    let out = v["output"].as_str().unwrap();
+    let line = |prefix: &str| -> &str {
+        out.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} in {out}"))
+    };
+    assert!(
+        line("allowed ").contains("200") && line("allowed ").ends_with("hello"),
+        "{out}"
+    );
+    for refused in [
+        "other.example:443",
+        "1.1.1.1:443",
+        &format!("127.0.0.1:{other}"),
+        &format!("127.0.0.1:{}", allowed.wrapping_add(1)),
+        "169.254.169.254:80",
+        &format!("localhost:{allowed}"),
+        "plain-other",
+    ] {
+        assert!(line(refused).contains("403"), "{refused}: {out}");
+    }
+    assert_eq!(line("direct"), "direct refused", "{out}");
+    assert_eq!(line("checkout"), "checkout refused 30", "{out}");
+    // Each refusal is logged with why.
+    assert!(r.stderr.contains("egress refused"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("resolves to 127.0.0.1"),
+        "the listed name resolving to loopback: {}",
+        r.stderr
+    );
+}
+
+/// A fixture whose `g` profile has a generic dependency fetched by `script` (no network: the
+/// allowlist names a port nothing listens on).
+fn generic(script: &str, extra: &str) -> Fixture {
+    Fixture::new(&[("fetch.sh", script, true), ("README", "hi\n", false)]).with_config(&format!(
+        "[egress]\nallow = [\"127.0.0.1:9\"]\n{extra}\
+         [profiles.g]\nimage = \"{TOOLCHAIN}\"\n\
+         [[profiles.g.dependencies]]\necosystem = \"generic\"\nname = \"g\"\n\
+         files = [\"fetch.sh\"]\nfetch = [\"sh\", \"fetch.sh\"]\n"
+    ))
+}
+
+/// Raw bytes written over a published set's file in its image (root, while no process runs):
+/// the set no longer matches its manifest, so it is discarded and fetched anew, and the job sees
+/// the fetched bytes. A fetch killed by kill -9 publishes nothing, and recovery removes its
+/// container and its half-made set.
+#[test]
+fn a_tampered_set_is_discarded_and_a_killed_fetch_publishes_nothing() {
+    if !docker() || !crate::toolchain::toolchain() {
+        return;
+    }
+    const REAL: &str = "the fetched bytes, exactly\n";
+    const FAKE: &str = "THE PLANTED BYTES, EXACTLY\n";
+    let f = generic(
+        &format!(
+            "printf '{}' > \"$AIRLOCK_DEPS/data.txt\"\n",
+            REAL.trim_end().to_string() + "\\n"
+        ),
+        "",
+    );
+    let v = run(&f, "g", &["cat", "/deps/g/data.txt"]);
+    assert_eq!(
+        (v["status"].as_str(), v["output"].as_str()),
+        (Some("passed"), Some(REAL)),
+        "{v}"
+    );
+    assert_eq!(v["phases"]["dependencies"], "fetched");
+    let set = std::fs::read_dir(f.data.join("deps/sets"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let img = set.join("set.img");
+    let block: u64 = String::from_utf8_lossy(
+        &Command::new("debugfs")
+            .args(["-R", "blocks /g/data.txt"])
+            .arg(&img)
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .split_whitespace()
+    .next()
+    .expect("the file has a block")
+    .parse()
+    .unwrap();
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut image = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+        image.seek(SeekFrom::Start(block * 4096)).unwrap();
+        image.write_all(FAKE.as_bytes()).unwrap();
+        image.sync_all().unwrap();
+    }
+    let v = run(&f, "g", &["cat", "/deps/g/data.txt"]);
+    assert_eq!(
+        v["output"], REAL,
+        "the planted bytes never reach a job: {v}"
+    );
+    assert_eq!(
+        v["phases"]["dependencies"], "fetched",
+        "discarded and fetched anew: {v}"
+    );
+
+    // kill -9 while a fetch runs (a new key: the script changed).
+    f.commit(&[("fetch.sh", "sleep 60\n", true)], "slow fetch");
+    let mut child = f
+        .run_cmd(&["--profile", "g"], &["true"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let instance: String = rusqlite::Connection::open(f.data.join("airlock.db"))
+        .unwrap()
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'instance_id'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let fetches = || -> Vec<String> {
+        String::from_utf8_lossy(
+            &Command::new("docker")
+                .args(["ps", "-aq", "--filter"])
+                .arg(format!("label=airlock.instance={instance}"))
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .lines()
+        .map(str::to_string)
+        .filter(|id| {
+            let out = Command::new("docker")
+                .args([
+                    "inspect",
+                    "--format",
+                    "{{index .Config.Labels \"airlock.verification_id\"}}",
+                    id,
+                ])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).starts_with("fetch_")
+        })
+        .collect()
+    };
+    wait_for_secs(|| !fetches().is_empty(), 60, "the fetch's container runs");
+    let incoming = || {
+        std::fs::read_dir(f.data.join("deps/incoming"))
+            .unwrap()
+            .count()
+    };
+    assert_eq!(
+        incoming(),
+        1,
+        "the half-made set: {:?}",
+        std::fs::read_dir(f.data.join("deps"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect::<Vec<_>>()
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(
+        std::fs::read_dir(f.data.join("deps/sets")).unwrap().count(),
+        1,
+        "nothing was published"
+    );
+    let report = f.recover();
+    assert!(
+        !report["dependency_leftovers_removed"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{report}"
+    );
+    assert_eq!(incoming(), 0, "{report}");
+    wait_for_secs(|| fetches().is_empty(), 30, "the fetch's container removed");
+}
+
+/// Polls `f` every 200 ms for up to `secs`.
+fn wait_for_secs(mut f: impl FnMut() -> bool, secs: u64, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// A fetch that fails settles the job `error` (never `failed`), saying why: the fetch's exit
+/// and output, a set over its bound, a fetch past its timeout, a destination the allowlist
+/// refused. No set is published for any of them.
+#[test]
+fn a_failed_fetch_is_an_error_that_says_why_never_a_failure() {
+    if !docker() || !crate::toolchain::toolchain() {
+        return;
+    }
+    let bounds = "[dependencies]\nmax_set_bytes = 16777216\nfetch_timeout_seconds = 10\n";
+    for (script, want) in [
+        (
+            "echo 'no such package: left-pad-9' >&2; exit 3\n",
+            "exit 3; its output ends: no such package: left-pad-9",
+        ),
+        (
+            "dd if=/dev/zero of=\"$AIRLOCK_DEPS/big\" bs=1M count=40 2>&1; exit 1\n",
+            "the set exceeds dependencies.max_set_bytes (16777216)",
+        ),
+        (
+            "sleep 30\n",
+            "did not finish within dependencies.fetch_timeout_seconds (10 s)",
+        ),
+        (
+            "python3 -c \"import socket; s=socket.create_connection(('127.0.0.1',3128)); s.sendall(b'CONNECT elsewhere.example:443 HTTP/1.1\\r\\n\\r\\n'); print(s.recv(100))\"; exit 6\n",
+            "egress refused: elsewhere.example:443 is not in [egress] allow",
+        ),
+    ] {
+        let f = generic(script, bounds);
+        let v = run(&f, "g", &["true"]);
+        assert_eq!(v["status"], "error", "{script}: {v}");
+        let err = v["error"].as_str().unwrap();
+        assert!(err.starts_with("dependencies: the fetch (g)"), "{err}");
+        assert!(err.contains(want), "{script}: {err}");
+        assert!(v["dependencies"]["sha256"].is_null(), "{v}");
+        assert_eq!(
+            std::fs::read_dir(f.data.join("deps/sets")).unwrap().count(),
+            0
+        );
+    }
+}

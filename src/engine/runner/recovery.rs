@@ -35,6 +35,8 @@ pub struct Report {
     /// Running verifications left running because an engine they may be on does not answer
     /// (with how long it has been away and when they will be settled as lost).
     pub waiting_for_engine: Vec<String>,
+    /// What killed dependency fetches left (half-made sets, mounts), removed.
+    pub dependency_leftovers_removed: Vec<String>,
     /// Containers labelled with an instance id this data dir had before it was copied: they
     /// belong to the data dir it was copied from and are left alone (`<engine>: <id>
     /// (instance <id>)`); remove them by hand once that data dir's daemon is gone for good.
@@ -54,6 +56,7 @@ impl Report {
             && self.checkouts_removed.is_empty()
             && self.temp_files_removed.is_empty()
             && self.lock_files_removed.is_empty()
+            && self.dependency_leftovers_removed.is_empty()
             && self.results_expired.is_empty()
             && self.waiting_for_engine.is_empty()
             && self.failures.is_empty()
@@ -177,6 +180,10 @@ pub async fn recover(
         }
     }
     sweep_files(data, &mut report);
+    match crate::deps::store::sweep_dead_at(&data.root) {
+        Ok(removed) => report.dependency_leftovers_removed = removed,
+        Err(e) => report.failures.push(format!("dependency sets: {e}")),
+    }
     expire_results(data, bounds, &mut report).await;
     report
 }
