@@ -121,6 +121,7 @@ impl Dependency {
                  cp -- {} {dir}/package-lock.json\n\
                  cd {dir}\n\
                  npm ci --ignore-scripts --no-audit --no-fund --no-update-notifier \
+                 --fetch-retries=1 --fetch-retry-mintimeout=1000 --fetch-retry-maxtimeout=5000 \
                  --cache /tmp/airlock-npm-cache --https-proxy \"$HTTPS_PROXY\" --proxy \"$HTTPS_PROXY\" >&2\n\
                  rm -rf /tmp/airlock-npm-cache\n",
                 shell_quote(lockfile)

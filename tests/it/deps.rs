@@ -575,3 +575,250 @@ fn a_failed_fetch_is_an_error_that_says_why_never_a_failure() {
         );
     }
 }
+
+/// A registry of one npm package on loopback (plain HTTP), as an internal registry would be:
+/// (port, the tarball's integrity). The package has a `postinstall` script that must not run.
+fn npm_registry(dir: &std::path::Path) -> (u16, String) {
+    let pkg = dir.join("package");
+    std::fs::create_dir_all(&pkg).unwrap();
+    std::fs::write(
+        pkg.join("package.json"),
+        r#"{"name": "left-pad", "version": "1.3.0", "main": "index.js",
+            "scripts": {"postinstall": "touch ran-postinstall"}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        pkg.join("index.js"),
+        "module.exports = (s, n) => String(s).padStart(n);\n",
+    )
+    .unwrap();
+    let tgz = dir.join("left-pad-1.3.0.tgz");
+    let ok = Command::new("tar")
+        .args(["czf"])
+        .arg(&tgz)
+        .args(["-C"])
+        .arg(dir)
+        .arg("package")
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let bytes = std::fs::read(&tgz).unwrap();
+    let integrity = {
+        use base64::Engine;
+        use sha2::Digest;
+        format!(
+            "sha512-{}",
+            base64::engine::general_purpose::STANDARD.encode(sha2::Sha512::digest(&bytes))
+        )
+    };
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{BufRead, Write};
+        for c in l.incoming().flatten() {
+            let bytes = bytes.clone();
+            std::thread::spawn(move || {
+                let mut reader = std::io::BufReader::new(c.try_clone().unwrap());
+                let mut first = String::new();
+                let _ = reader.read_line(&mut first);
+                loop {
+                    let mut l = String::new();
+                    if reader.read_line(&mut l).unwrap_or(0) == 0 || l.trim().is_empty() {
+                        break;
+                    }
+                }
+                let mut c = c;
+                let path = first.split_whitespace().nth(1).unwrap_or("");
+                if path.ends_with(".tgz") {
+                    let _ = write!(
+                        c,
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        bytes.len()
+                    );
+                    let _ = c.write_all(&bytes);
+                } else {
+                    let _ = c.write_all(
+                        b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                    );
+                }
+            });
+        }
+    });
+    (port, integrity)
+}
+
+/// An npm project whose tests require a package from a registry (an internal one here, on
+/// loopback: the npm registry is not reachable from this machine): `npm ci --ignore-scripts`
+/// fetches it in the sandbox, its `postinstall` never runs, and `npm test` passes offline.
+#[test]
+fn an_npm_project_passes_npm_test_and_no_install_script_runs() {
+    if !docker() || !crate::toolchain::toolchain() {
+        return;
+    }
+    let reg = tempfile::tempdir().unwrap();
+    let (port, integrity) = npm_registry(reg.path());
+    let lock = format!(
+        r#"{{"name": "app", "version": "1.0.0", "lockfileVersion": 3, "requires": true,
+  "packages": {{
+    "": {{"name": "app", "version": "1.0.0", "dependencies": {{"left-pad": "1.3.0"}}}},
+    "node_modules/left-pad": {{"version": "1.3.0", "hasInstallScript": true,
+      "resolved": "http://127.0.0.1:{port}/left-pad/-/left-pad-1.3.0.tgz",
+      "integrity": "{integrity}"}}
+  }}}}
+"#
+    );
+    let f = Fixture::new(&[
+        (
+            "package.json",
+            r#"{"name": "app", "version": "1.0.0", "dependencies": {"left-pad": "1.3.0"},
+                "scripts": {"test": "node test.js"}}"#,
+            false,
+        ),
+        ("package-lock.json", &lock, false),
+        (
+            "test.js",
+            "const pad = require('left-pad');\nif (pad('x', 3) !== '  x') process.exit(1);\nconsole.log('npm test passed');\n",
+            false,
+        ),
+    ])
+    .with_config(&format!(
+        "[egress]\nallow = [\"127.0.0.1:{port}\"]\n\
+         [profiles.node]\nimage = \"{TOOLCHAIN}\"\ndependencies = [\"npm\"]\n"
+    ));
+    let v = run(&f, "node", &["npm", "test"]);
+    assert_eq!(v["status"], "passed", "{v}");
+    assert!(
+        v["output"].as_str().unwrap().contains("npm test passed"),
+        "{v}"
+    );
+    assert_eq!(
+        v["dependencies"]["resolved"][0]["uri"], "pkg:npm/left-pad@1.3.0",
+        "{v}"
+    );
+    let no_scripts = run(
+        &f,
+        "node",
+        &[
+            "sh",
+            "-c",
+            "ls /deps/npm/node_modules/left-pad; test ! -e /deps/npm/node_modules/left-pad/ran-postinstall && echo no-install-script-ran",
+        ],
+    );
+    assert!(
+        no_scripts["output"]
+            .as_str()
+            .unwrap()
+            .contains("no-install-script-ran"),
+        "{no_scripts}"
+    );
+    // A tampered tarball fails npm's integrity check: the fetch fails, naming it.
+    let bad = lock.replace(&integrity, "sha512-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA==");
+    f.commit(&[("package-lock.json", &bad, false)], "wrong integrity");
+    let v = run(&f, "node", &["npm", "test"]);
+    assert_eq!(v["status"], "error", "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("the fetch (npm) failed"),
+        "{v}"
+    );
+    assert!(v["error"].as_str().unwrap().contains("integrity"), "{v}");
+}
+
+/// The daemon: two jobs on one key submitted at once fetch once (the second waits for the
+/// first's fetch), and a candidate's verification gets the same set as a submitted job (every
+/// kind of job runs through the same phase).
+#[test]
+fn concurrent_jobs_on_one_key_fetch_once_and_candidate_verifications_get_the_set() {
+    use crate::delivery::{frozen, settled, verify};
+    use serde_json::json;
+    if !docker() || !crate::toolchain::toolchain() {
+        return;
+    }
+    let mut s = Server::start_with(&format!(
+        "[egress]\nallow = [\"127.0.0.1:9\"]\n\
+         [profiles.g]\nimage = \"{TOOLCHAIN}\"\n\
+         [[profiles.g.dependencies]]\necosystem = \"generic\"\nname = \"g\"\n\
+         files = [\"fetch.sh\"]\nfetch = [\"sh\", \"fetch.sh\"]\n"
+    ));
+    std::fs::write(
+        s.repo.join("fetch.sh"),
+        "sleep 2; echo fetched-once > \"$AIRLOCK_DEPS/data.txt\"\n",
+    )
+    .unwrap();
+    git(&s.repo, &["add", "-A"]);
+    git(&s.repo, &["commit", "-q", "-m", "fetch.sh"]);
+    let text = std::fs::read_to_string(&s.config).unwrap().replacen(
+        "[workspaces.ws1]\n",
+        "[workspaces.ws1]\nprofile = \"g\"\n",
+        1,
+    );
+    std::fs::write(&s.config, text).unwrap();
+    s.restart(None);
+    let submit = |key: &str| {
+        let addr = s.addr.clone();
+        let key = key.to_string();
+        std::thread::spawn(move || {
+            crate::support::http::call(
+                &addr,
+                Some(ALICE),
+                "job.submit",
+                &json!({"workspace_id": "ws1", "revision": "main",
+                        "argv": ["cat", "/deps/g/data.txt"], "idempotency_key": key}),
+            )
+        })
+    };
+    let (a, b) = (submit("a"), submit("b"));
+    let ids: Vec<String> = [a, b]
+        .into_iter()
+        .map(|h| {
+            let (status, v) = h.join().unwrap();
+            assert_eq!(status, 200, "{v}");
+            v["job"]["job_id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let show = |id: &str| {
+        s.ok(
+            ALICE,
+            "job.show",
+            json!({"workspace_id": "ws1", "job_id": id}),
+        )["job"]
+            .clone()
+    };
+    let mut done = vec![];
+    for id in &ids {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        let j = loop {
+            let j = show(id);
+            if !matches!(j["state"].as_str(), Some("queued" | "running")) {
+                break j;
+            }
+            assert!(std::time::Instant::now() < deadline, "{j}");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        };
+        assert_eq!(j["state"], "passed", "{j}");
+        assert_eq!(j["verification"]["output"], "fetched-once\n", "{j}");
+        done.push(j);
+    }
+    assert_eq!(
+        done[0]["verification"]["dependencies"],
+        done[1]["verification"]["dependencies"]
+    );
+    let (_, body) = request(&s.addr, "GET", "/metrics", None, b"").unwrap();
+    let metrics = String::from_utf8_lossy(&body).into_owned();
+    for line in [
+        "airlock_dependency_fetch_seconds_count{result=\"ok\"} 1",
+        "airlock_dependency_lookups_total{result=\"miss\"} 1",
+        "airlock_dependency_lookups_total{result=\"hit\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line}: {metrics}");
+    }
+    // A candidate's verification runs through the same phase: the set, already there.
+    let (cid, rev, _) = frozen(&s);
+    let vid = verify(&s, &cid, &rev, &["cat", "/deps/g/data.txt"], 60, "cv");
+    let r = settled(&s, &cid, &vid);
+    assert_eq!(r["status"], "passed", "{r}");
+    assert_eq!(r["output"], "fetched-once\n");
+    assert_eq!(r["phases"]["dependencies"], "cached", "{r}");
+}

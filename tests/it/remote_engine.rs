@@ -603,3 +603,50 @@ fn doctor_asks_an_engine_only_for_the_images_its_profiles_use() {
         "{c}"
     );
 }
+
+/// A job on a remote engine gets its dependency set like its workspace: fetched here (on this
+/// machine's engine, behind the egress proxy), then uploaded into a volume there once per set
+/// and reused by the next job; mounted read-only.
+#[test]
+fn a_remote_job_gets_its_dependency_set_uploaded_once_and_read_only() {
+    if !docker() || !crate::toolchain::toolchain() {
+        return;
+    }
+    let engine = SecondEngine::start(&[IMAGE, "airlock/toolchain:latest"]);
+    let f = fixture_with(
+        &engine,
+        "[egress]\nallow = [\"127.0.0.1:9\"]\n",
+        "[profiles.g]\nimage = \"airlock/toolchain:latest\"\n\
+         [[profiles.g.dependencies]]\necosystem = \"generic\"\nname = \"g\"\n\
+         files = [\"fetch.sh\"]\nfetch = [\"sh\", \"fetch.sh\"]\n",
+    );
+    f.commit(
+        &[(
+            "fetch.sh",
+            "echo from-the-set > \"$AIRLOCK_DEPS/data.txt\"\n",
+            false,
+        )],
+        "fetch",
+    );
+    let show = "cat /deps/g/data.txt; touch /deps/g/x 2>/dev/null || echo read-only";
+    let first = f
+        .run(&["--profile", "g"], &["sh", "-c", show])
+        .json
+        .unwrap();
+    assert_eq!(first["status"], "passed", "{first}");
+    assert_eq!(first["engine"], "remote-1");
+    assert_eq!(first["output"], "from-the-set\nread-only\n", "{first}");
+    let second = f
+        .run(&["--profile", "g"], &["sh", "-c", show])
+        .json
+        .unwrap();
+    assert_eq!(second["output"], first["output"]);
+    assert_eq!(second["phases"]["dependencies"], "cached", "{second}");
+    let volumes: Vec<String> = engine
+        .out(&["volume", "ls", "-q"])
+        .lines()
+        .filter(|v| v.starts_with("airlock-deps-"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(volumes.len(), 1, "one volume per set: {volumes:?}");
+}
