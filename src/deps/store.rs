@@ -233,6 +233,13 @@ impl SetStore {
         }
     }
 
+    /// The content digests of the sets this process has mounted (published and verified, not
+    /// evicted since).
+    pub fn mounted_digests(&self) -> Vec<String> {
+        let st = self.state.lock().expect("set store state");
+        st.mounted.values().map(|m| m.digest.clone()).collect()
+    }
+
     /// Published keys with their images' used bytes, and the total.
     fn published(&self) -> (Vec<(String, u64)>, u64) {
         let dir = self.root.join(SETS);

@@ -163,13 +163,34 @@ impl EngineVolumes for FakeVolumes {
         &'a self,
         name: &'a str,
         dir: &'a std::path::Path,
-    ) -> BoxFuture<'a, Result<(), SandboxError>> {
+    ) -> BoxFuture<'a, Result<bool, SandboxError>> {
         Box::pin(async move {
             let files = super::runtime::files_of(dir)?;
             self.with(|held| {
                 held.insert(name.to_string(), files);
             });
-            Ok(())
+            Ok(true)
+        })
+    }
+
+    fn prune_readonly<'a>(
+        &'a self,
+        keep: &'a std::collections::BTreeSet<String>,
+    ) -> BoxFuture<'a, Result<Vec<String>, SandboxError>> {
+        Box::pin(async move {
+            Ok(self.with(|held| {
+                let doomed: Vec<String> = held
+                    .keys()
+                    .filter(|n| {
+                        n.starts_with(super::volumes::DEPS_VOLUME_PREFIX) && !keep.contains(*n)
+                    })
+                    .cloned()
+                    .collect();
+                for n in &doomed {
+                    held.remove(n);
+                }
+                doomed
+            }))
         })
     }
 }

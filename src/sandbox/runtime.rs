@@ -171,13 +171,21 @@ pub trait EngineVolumes: Send + Sync {
     fn names<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>, SandboxError>>;
 
     /// Makes volume `name` hold exactly the tree at host directory `dir` (a dependency set),
-    /// for jobs to mount read-only: filled once per process, then reused. Such volumes are
-    /// not workspaces: [`EngineVolumes::names`] never lists them.
+    /// for jobs to mount read-only: filled once per process, then reused; `true` when this
+    /// call filled it. Such volumes are not workspaces: [`EngineVolumes::names`] never lists
+    /// them.
     fn ensure_readonly<'a>(
         &'a self,
         name: &'a str,
         dir: &'a std::path::Path,
-    ) -> BoxFuture<'a, Result<(), SandboxError>>;
+    ) -> BoxFuture<'a, Result<bool, SandboxError>>;
+
+    /// Removes this instance's dependency-set volumes not named in `keep` and not mounted by
+    /// a container, and what an interrupted fill left; returns the volumes removed.
+    fn prune_readonly<'a>(
+        &'a self,
+        keep: &'a std::collections::BTreeSet<String>,
+    ) -> BoxFuture<'a, Result<Vec<String>, SandboxError>>;
 }
 
 /// Every file and symlink beneath `dir` as a volume's files (directories follow from them).

@@ -44,8 +44,16 @@ const HOLDER_PIDS: i64 = 8;
 /// A holder's memory limit.
 const HOLDER_MEMORY_BYTES: i64 = 32 << 20;
 
-/// Label naming the instance whose dependency-set volume this is (never a workspace's).
+/// Label naming the instance whose dependency-set volume (or set filler container) this is
+/// (never a workspace's).
 pub const LABEL_DEPS_INSTANCE: &str = "airlock.deps_instance";
+/// How a dependency-set volume's name begins; the rest is the set's digest.
+pub const DEPS_VOLUME_PREFIX: &str = "airlock-deps-";
+
+/// The volume a remote engine holds the dependency set of content digest `digest` in.
+pub fn deps_volume_name(digest: &str) -> String {
+    format!("{DEPS_VOLUME_PREFIX}{}", &digest[..digest.len().min(32)])
+}
 
 /// The volumes of one engine that one data dir's instance owns.
 #[derive(Clone)]
@@ -341,10 +349,10 @@ impl DockerVolumes {
         &self,
         name: &str,
         dir: &std::path::Path,
-    ) -> Result<(), SandboxError> {
+    ) -> Result<bool, SandboxError> {
         let mut filled = self.filled.lock().await;
         if filled.contains(name) {
-            return Ok(());
+            return Ok(false);
         }
         let docker = self.sandbox.docker();
         match docker
@@ -448,7 +456,75 @@ impl DockerVolumes {
             tracing::warn!(error = %e, "the set filler container is left behind");
         }
         filled.insert(name.to_string());
-        Ok(())
+        Ok(true)
+    }
+
+    async fn prune_readonly_inner(
+        &self,
+        keep: &std::collections::BTreeSet<String>,
+    ) -> Result<Vec<String>, SandboxError> {
+        // Held across: no fill of this process runs meanwhile, so every filler found is a
+        // leftover.
+        let mut filled = self.filled.lock().await;
+        let docker = self.sandbox.docker();
+        let filters = HashMap::from([(
+            "label",
+            vec![format!("{LABEL_DEPS_INSTANCE}={}", self.instance_id)],
+        )]);
+        let fillers = docker
+            .list_containers(Some(
+                bollard::query_parameters::ListContainersOptionsBuilder::default()
+                    .all(true)
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(docker_err("list set fillers"))?;
+        for c in fillers {
+            if let Some(id) = c.id {
+                match docker
+                    .remove_container(
+                        &id,
+                        Some(RemoveContainerOptionsBuilder::default().force(true).build()),
+                    )
+                    .await
+                {
+                    Ok(()) => {}
+                    Err(e) if is_status(&e, &[404, 409]) => {}
+                    Err(e) => return Err(docker_err("remove set filler")(e)),
+                }
+            }
+        }
+        let volumes = docker
+            .list_volumes(Some(
+                ListVolumesOptionsBuilder::default()
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(docker_err("list set volumes"))?;
+        let mut removed = Vec::new();
+        for v in volumes.volumes.unwrap_or_default() {
+            if keep.contains(&v.name) {
+                continue;
+            }
+            // Not forced: a volume a job still mounts stays (409) until a later prune.
+            match docker
+                .remove_volume(
+                    &v.name,
+                    None::<bollard::query_parameters::RemoveVolumeOptions>,
+                )
+                .await
+            {
+                Ok(()) => {
+                    filled.remove(&v.name);
+                    removed.push(v.name);
+                }
+                Err(e) if is_status(&e, &[404, 409]) => {}
+                Err(e) => return Err(docker_err("remove set volume")(e)),
+            }
+        }
+        Ok(removed)
     }
 
     async fn delete_inner(&self, name: &str) -> Result<bool, SandboxError> {
@@ -672,8 +748,15 @@ impl EngineVolumes for DockerVolumes {
         &'a self,
         name: &'a str,
         dir: &'a std::path::Path,
-    ) -> BoxFuture<'a, Result<(), SandboxError>> {
+    ) -> BoxFuture<'a, Result<bool, SandboxError>> {
         Box::pin(self.ensure_readonly_inner(name, dir))
+    }
+
+    fn prune_readonly<'a>(
+        &'a self,
+        keep: &'a std::collections::BTreeSet<String>,
+    ) -> BoxFuture<'a, Result<Vec<String>, SandboxError>> {
+        Box::pin(self.prune_readonly_inner(keep))
     }
 
     fn names<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>, SandboxError>> {

@@ -822,3 +822,55 @@ fn concurrent_jobs_on_one_key_fetch_once_and_candidate_verifications_get_the_set
     assert_eq!(r["output"], "fetched-once\n");
     assert_eq!(r["phases"]["dependencies"], "cached", "{r}");
 }
+
+/// A governed proposal's validation runs its expected tests through the same phase: the
+/// workspace's profile brings its set, and a test reading it passes (it would fail without the
+/// set: nothing else puts the file there).
+#[test]
+fn a_validation_runs_its_tests_with_the_profiles_dependency_set() {
+    use crate::support::governed::{reviewed, validated};
+    use serde_json::json;
+    if !docker() || !crate::toolchain::toolchain() || !crate::toolchain::built("git") {
+        return;
+    }
+    let mut s = Server::governed_with(&format!(
+        "[egress]\nallow = [\"127.0.0.1:9\"]\n\
+         [profiles.g]\nimage = \"{TOOLCHAIN}\"\n\
+         [[profiles.g.dependencies]]\necosystem = \"generic\"\nname = \"g\"\n\
+         files = [\"fetch.sh\"]\nfetch = [\"sh\", \"fetch.sh\"]\n\
+         [workspaces.ws1.roles]\nbob = [\"reviewer\"]\n\
+         [workspaces.ws1.policy]\nsecurity_review = \"never\"\nhuman_approval = \"never\"\n"
+    ));
+    std::fs::write(
+        s.repo.join("fetch.sh"),
+        "echo validated-with-set > \"$AIRLOCK_DEPS/data.txt\"\n",
+    )
+    .unwrap();
+    std::fs::write(s.repo.join("a.txt"), "a\n").unwrap();
+    git(&s.repo, &["add", "-A"]);
+    git(&s.repo, &["commit", "-q", "-m", "fetch.sh"]);
+    let text = std::fs::read_to_string(&s.config).unwrap().replacen(
+        "[workspaces.ws1]\n",
+        "[workspaces.ws1]\nprofile = \"g\"\n",
+        1,
+    );
+    std::fs::write(&s.config, text).unwrap();
+    s.restart(None);
+    s.ok(
+        ALICE,
+        "claim.acquire",
+        json!({"workspace_id": "ws1", "task_id": "t1", "resource_id": "directory:",
+               "mode": "write", "idempotency_key": "c"}),
+    );
+    let p = s.ok(
+        ALICE,
+        "proposal.create",
+        json!({"workspace_id": "ws1", "task_id": "t1", "title": "t", "summary_md": "s",
+               "patch": "diff --git a/a.txt b/a.txt\n--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-a\n+b\n",
+               "expected_tests": [["grep", "-qx", "validated-with-set", "/deps/g/data.txt"]],
+               "idempotency_key": "p"}),
+    );
+    let (id, rev) = reviewed(&s, &p, "k");
+    let v = validated(&s, &id, &rev, "k");
+    assert_eq!(v["valid"], true, "{v}");
+}

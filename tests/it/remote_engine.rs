@@ -605,8 +605,10 @@ fn doctor_asks_an_engine_only_for_the_images_its_profiles_use() {
 }
 
 /// A job on a remote engine gets its dependency set like its workspace: fetched here (on this
-/// machine's engine, behind the egress proxy), then uploaded into a volume there once per set
-/// and reused by the next job; mounted read-only.
+/// machine's engine, behind the egress proxy), then uploaded into a volume there (once per set
+/// and process: a volume another process filled is not believed) and mounted read-only. The
+/// engine holds no set this machine no longer uses: a fill removes the other sets' volumes no
+/// job mounts and the fillers an interrupted upload left.
 #[test]
 fn a_remote_job_gets_its_dependency_set_uploaded_once_and_read_only() {
     if !docker() || !crate::toolchain::toolchain() {
@@ -649,4 +651,46 @@ fn a_remote_job_gets_its_dependency_set_uploaded_once_and_read_only() {
         .map(str::to_string)
         .collect();
     assert_eq!(volumes.len(), 1, "one volume per set: {volumes:?}");
+    // A filler an interrupted upload left, then a new set (its fetch script edited).
+    let instance = engine.out(&[
+        "volume",
+        "inspect",
+        "-f",
+        "{{index .Labels \"airlock.deps_instance\"}}",
+        &volumes[0],
+    ]);
+    let instance = instance.trim();
+    assert!(!instance.is_empty());
+    engine.out(&[
+        "create",
+        "--name",
+        "airlock-depsfill-leftover",
+        "--label",
+        &format!("airlock.deps_instance={instance}"),
+        IMAGE,
+        "true",
+    ]);
+    f.commit(
+        &[(
+            "fetch.sh",
+            "echo from-the-new-set > \"$AIRLOCK_DEPS/data.txt\"\n",
+            false,
+        )],
+        "fetch anew",
+    );
+    let third = f
+        .run(&["--profile", "g"], &["sh", "-c", show])
+        .json
+        .unwrap();
+    assert_eq!(third["output"], "from-the-new-set\nread-only\n", "{third}");
+    let now: Vec<String> = engine
+        .out(&["volume", "ls", "-q"])
+        .lines()
+        .filter(|v| v.starts_with("airlock-deps-"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(now.len(), 1, "the old set's volume is gone: {now:?}");
+    assert_ne!(now[0], volumes[0]);
+    let left = engine.out(&["ps", "-a", "-q", "--filter", "name=airlock-depsfill"]);
+    assert!(left.trim().is_empty(), "fillers left: {left}");
 }

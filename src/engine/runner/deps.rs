@@ -515,11 +515,34 @@ impl Runner {
                 lease.dir().to_path_buf(),
             )),
             Some(volumes) => {
-                let name = format!("airlock-deps-{}", &lease.digest()[..32]);
-                volumes
+                let name = crate::sandbox::volumes::deps_volume_name(lease.digest());
+                let filled = volumes
                     .ensure_readonly(&name, lease.dir())
                     .await
                     .map_err(|e| format!("the set on engine {}: {e}", engine.name))?;
+                if filled {
+                    // The engine holds no more sets than this machine's store: the volumes of
+                    // sets evicted here (or left by an earlier process) go once no job mounts
+                    // them.
+                    let keep: std::collections::BTreeSet<String> = self
+                        .deps
+                        .store()
+                        .map(|s| s.mounted_digests())
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|d| crate::sandbox::volumes::deps_volume_name(d))
+                        .chain([name.clone()])
+                        .collect();
+                    match volumes.prune_readonly(&keep).await {
+                        Ok(gone) if !gone.is_empty() => {
+                            tracing::info!(engine = %engine.name, volumes = ?gone, "dependency-set volumes removed")
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(engine = %engine.name, error = %e, "pruning dependency-set volumes")
+                        }
+                    }
+                }
                 Ok(crate::sandbox::WorkspaceSource::Volume(name))
             }
         }
