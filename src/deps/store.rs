@@ -271,7 +271,7 @@ impl SetStore {
         if !set.join(IMAGE).is_file() {
             return Ok(None);
         }
-        match self.mount_verified(key, &set) {
+        match self.mount_verified(key, &set, None) {
             Ok(m) => {
                 let mut st = self.state.lock().expect("set store state");
                 st.tick += 1;
@@ -289,9 +289,18 @@ impl SetStore {
     }
 
     /// Mounts `set` read-only at this process's mount point and checks every path against its
-    /// manifest.
-    fn mount_verified(&self, key: &str, set: &Path) -> Result<Mounted, String> {
-        let manifest: Manifest = {
+    /// manifest; `sealed`: the manifest this process made of the same filesystem moments ago
+    /// (publishing it), whose paths need no second reading.
+    fn mount_verified(
+        &self,
+        key: &str,
+        set: &Path,
+        sealed: Option<Manifest>,
+    ) -> Result<Mounted, String> {
+        let check = sealed.is_none();
+        let manifest: Manifest = if let Some(m) = sealed {
+            m
+        } else {
             let path = set.join(MANIFEST);
             let mut text = Vec::new();
             use std::io::Read;
@@ -319,7 +328,12 @@ impl SetStore {
         let bytes = std::fs::metadata(set.join(IMAGE))
             .map(|m| m.blocks() * 512)
             .unwrap_or(0);
-        match verify(&dir, &manifest) {
+        let verified = if check {
+            verify(&dir, &manifest)
+        } else {
+            Ok(())
+        };
+        match verified {
             Ok(()) => Ok(Mounted {
                 key: key.to_string(),
                 digest: manifest.digest(),
@@ -429,7 +443,7 @@ impl SetStore {
             .map_err(io("fsync", &incoming.dir.join(IMAGE)))?;
         let to = self.root.join(SETS).join(&incoming.key);
         // Never over another process's set of the same key: that one stands.
-        match nix::fcntl::renameat2(
+        let ours = match nix::fcntl::renameat2(
             nix::fcntl::AT_FDCWD,
             &incoming.dir,
             nix::fcntl::AT_FDCWD,
@@ -438,18 +452,33 @@ impl SetStore {
         ) {
             Ok(()) => {
                 incoming.dir = PathBuf::new();
+                true
             }
-            Err(nix::errno::Errno::EEXIST) | Err(nix::errno::Errno::ENOTEMPTY) => {}
+            Err(nix::errno::Errno::EEXIST) | Err(nix::errno::Errno::ENOTEMPTY) => false,
             Err(e) => return Err(io("publish", &to)(std::io::Error::from(e))),
-        }
+        };
         drop(incoming);
         if let Ok(d) = std::fs::File::open(self.root.join(SETS)) {
             let _ = d.sync_all();
         }
+        let key = manifest.key.clone();
+        // Leased before eviction runs, so the set just made is never the one evicted.
+        let lease = if ours {
+            let m = self
+                .mount_verified(&key, &to, Some(manifest))
+                .map_err(StoreError::Tool)?;
+            let mut st = self.state.lock().expect("set store state");
+            st.tick += 1;
+            m.last_used.store(st.tick, Ordering::Relaxed);
+            let m = Arc::new(m);
+            st.mounted.insert(key.clone(), m.clone());
+            Lease(m)
+        } else {
+            self.get(&key)?
+                .ok_or_else(|| StoreError::Tool(format!("set {key} vanished once published")))?
+        };
         self.evict(self.bound);
-        self.get(&manifest.key)?.ok_or_else(|| {
-            StoreError::Tool(format!("set {} vanished once published", manifest.key))
-        })
+        Ok(lease)
     }
 
     /// Evicts least recently used sets no job holds until the published ones use at most
@@ -713,4 +742,125 @@ fn verify(dir: &Path, manifest: &Manifest) -> Result<(), String> {
         })
         .unwrap_or_default();
     Err(format!("{first:?} is not as the manifest records it"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SET_BYTES: u64 = 8 << 20;
+
+    fn store(bound: u64) -> (tempfile::TempDir, SetStore) {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "the set store is tested as root (loop mounts; the CI machine runs as root)"
+        );
+        let d = tempfile::tempdir().unwrap();
+        let s = SetStore::open(d.path(), bound).unwrap();
+        (d, s)
+    }
+
+    /// A set of `key` holding `files`, fetched (written) and published by `s`.
+    fn published(s: &SetStore, key: &str, files: &[(&str, &str)]) -> Lease {
+        let incoming = s.begin(key, SET_BYTES, 1024, (0, 0)).unwrap();
+        for (p, text) in files {
+            let at = incoming.mount_dir().join(p);
+            std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+            std::fs::write(at, text).unwrap();
+        }
+        s.publish(incoming, vec![]).unwrap()
+    }
+
+    #[test]
+    fn a_published_set_is_verified_by_the_next_process_and_a_tampered_one_discarded() {
+        let (d, s) = store(1 << 30);
+        let lease = published(&s, "k1", &[("a/b.txt", "bytes\n"), ("c", "c\n")]);
+        assert_eq!(
+            std::fs::read_to_string(lease.dir().join("a/b.txt")).unwrap(),
+            "bytes\n"
+        );
+        let digest = lease.digest().to_string();
+        assert_eq!(s.mounted_digests(), vec![digest.clone()]);
+        drop(lease);
+        s.close();
+        // The next process: the set is mounted and checked, and has the same digest.
+        let s2 = SetStore::open(d.path(), 1 << 30).unwrap();
+        let again = s2.get("k1").unwrap().expect("the published set");
+        assert_eq!(again.digest(), digest);
+        drop(again);
+        s2.close();
+        // The manifest edited to record other bytes: no longer the filesystem's; discarded.
+        let manifest = d.path().join("deps/sets/k1/manifest");
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        let m: Manifest = serde_json::from_str(&text).unwrap();
+        let mut edited = m.clone();
+        edited.entries.insert(
+            "c".into(),
+            Entry::File {
+                mode: 0o644,
+                size: 2,
+                sha256: hex::encode(sha2::Sha256::digest(b"d\n")),
+            },
+        );
+        std::fs::write(&manifest, serde_json::to_vec(&edited).unwrap()).unwrap();
+        let s3 = SetStore::open(d.path(), 1 << 30).unwrap();
+        assert!(s3.get("k1").unwrap().is_none());
+        assert_eq!(s3.status().discarded, 1);
+        assert_eq!(s3.status().sets, 0, "the discarded set is gone");
+        // A manifest naming another key is refused too.
+        published(&s3, "k2", &[("x", "x\n")]);
+        s3.close();
+        let manifest = d.path().join("deps/sets/k2/manifest");
+        let mut m: Manifest =
+            serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+        m.key = "k3".into();
+        std::fs::write(&manifest, serde_json::to_vec(&m).unwrap()).unwrap();
+        let s4 = SetStore::open(d.path(), 1 << 30).unwrap();
+        assert!(s4.get("k2").unwrap().is_none());
+    }
+
+    #[test]
+    fn eviction_takes_the_least_recently_used_set_no_job_holds_never_the_one_just_made() {
+        // A bound below one set's blocks: each publish evicts what it can.
+        let (_d, s) = store(1);
+        let a = published(&s, "a", &[("f", "a\n")]);
+        assert_eq!(s.status().sets, 1, "the set just made stays while leased");
+        let b = published(&s, "b", &[("f", "b\n")]);
+        assert_eq!(s.status().sets, 2, "both are held");
+        drop(a);
+        let c = published(&s, "c", &[("f", "c\n")]);
+        let left: Vec<String> = std::fs::read_dir(_d.path().join("deps/sets"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        assert_eq!(left, vec!["b", "c"], "a, held by no job, went");
+        assert_eq!(s.status().evicted, 1);
+        assert!(s.get("a").unwrap().is_none());
+        assert_eq!(std::fs::read_to_string(b.dir().join("f")).unwrap(), "b\n");
+        assert_eq!(std::fs::read_to_string(c.dir().join("f")).unwrap(), "c\n");
+        drop((b, c));
+        s.close();
+    }
+
+    #[test]
+    fn a_set_holds_only_files_directories_and_symlinks_and_a_dead_fetch_is_swept() {
+        let (d, s) = store(1 << 30);
+        let incoming = s.begin("p", SET_BYTES, 1024, (0, 0)).unwrap();
+        nix::unistd::mkfifo(
+            &incoming.mount_dir().join("fifo"),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        let e = s.publish(incoming, vec![]).expect_err("a fifo is refused");
+        assert!(e.to_string().contains("only files"), "{e}");
+        assert_eq!(s.status().sets, 0);
+        // What a dead process left: a half-made set with its mount, a read-only mount.
+        let dead = d.path().join("deps/incoming/q.999999999.x");
+        std::fs::create_dir_all(dead.join("mnt")).unwrap();
+        let swept = sweep_dead_at(d.path()).unwrap();
+        assert_eq!(swept, vec![dead.display().to_string()]);
+        assert!(!dead.exists());
+    }
 }

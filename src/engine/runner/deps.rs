@@ -275,6 +275,7 @@ impl Runner {
             .ok_or("a fresh fetch key is already locked")?;
         let workspaces = crate::workspace::HostBind::new(&self.data.root);
         use crate::workspace::Workspaces;
+        let t = std::time::Instant::now();
         let staged = workspaces
             .stage(crate::workspace::StageRequest {
                 repo: plan.repo.clone(),
@@ -294,6 +295,10 @@ impl Runner {
             })
             .await
             .map_err(|e| format!("staging the revision for the fetch: {e}"))?;
+        tracing::debug!(
+            ms = t.elapsed().as_millis() as u64,
+            "fetch: checkout staged"
+        );
         let result = self
             .fetch_in(plan, profile, store, &engine, &key, staged.as_ref())
             .await;
@@ -314,6 +319,7 @@ impl Runner {
         staged: &dyn crate::workspace::JobWorkspace,
     ) -> Result<Lease, String> {
         let sets = &self.deps;
+        let t = std::time::Instant::now();
         let incoming = {
             let (store, set_key) = (store.clone(), plan.key.clone());
             let (bytes, inodes) = (sets.bounds.max_set_bytes, sets.bounds.max_set_inodes);
@@ -323,6 +329,11 @@ impl Runner {
                 .expect("making a set's filesystem does not panic")
                 .map_err(|e| format!("the set's filesystem: {e}"))?
         };
+        tracing::debug!(
+            ms = t.elapsed().as_millis() as u64,
+            "fetch: set filesystem made"
+        );
+        let t = std::time::Instant::now();
         let workspace = staged
             .attach()
             .map_err(|e| format!("the fetch's checkout: {e}"))?;
@@ -438,6 +449,8 @@ impl Runner {
             .run(&spec, sets.bounds.fetch_timeout, &mut on_phase, cancel)
             .await;
         proxy_task.abort();
+        tracing::debug!(ms = t.elapsed().as_millis() as u64, "fetch: container ran");
+        let t = std::time::Instant::now();
         let outcome = ran.map_err(|e| format!("the fetch's container: {e}"))?;
         let output = outcome.output.text.trim().to_string();
         let refused = log.refusals();
@@ -493,10 +506,15 @@ impl Runner {
         let _ = std::fs::remove_file(&ca_in_set);
         let resolved = resolved(plan, &incoming.mount_dir());
         let store = store.clone();
-        tokio::task::spawn_blocking(move || store.publish(incoming, resolved))
+        let published = tokio::task::spawn_blocking(move || store.publish(incoming, resolved))
             .await
             .expect("publishing a set does not panic")
-            .map_err(|e| format!("sealing the fetched set: {e}"))
+            .map_err(|e| format!("sealing the fetched set: {e}"));
+        tracing::debug!(
+            ms = t.elapsed().as_millis() as u64,
+            "fetch: set sealed and published"
+        );
+        published
     }
 
     /// Where a job on `engine` mounts its set from: the read-only host mount on an engine of
