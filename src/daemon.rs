@@ -74,6 +74,7 @@ impl Daemon {
                 images_dir: None,
                 check_listen: false,
                 docker: !fake,
+                egress: false,
             },
         )
         .await;

@@ -213,6 +213,10 @@ pub struct Metrics {
     pub tree_cache_discarded: Counter,
     pub dependency_lookups: Family<ResultLabel, Counter>,
     pub dependency_fetch_seconds: Hist<ResultLabel>,
+    pub dependency_sets: Gauge,
+    pub dependency_set_bytes: Gauge,
+    pub dependency_evictions: Counter,
+    pub dependency_discarded: Counter,
 }
 
 impl Default for Metrics {
@@ -262,6 +266,10 @@ impl Metrics {
             tree_cache_discarded: Counter::default(),
             dependency_lookups: Family::default(),
             dependency_fetch_seconds: Family::new_with_constructor(seconds),
+            dependency_sets: Gauge::default(),
+            dependency_set_bytes: Gauge::default(),
+            dependency_evictions: Counter::default(),
+            dependency_discarded: Counter::default(),
         };
         {
             let mut r = m.registry.lock().expect("never poisoned");
@@ -442,6 +450,26 @@ impl Metrics {
                 "Time a dependency fetch took, by whether it published a set (ok) or failed",
                 m.dependency_fetch_seconds.clone(),
             );
+            r.register(
+                "dependency_sets",
+                "Published dependency sets in this data dir",
+                m.dependency_sets.clone(),
+            );
+            r.register(
+                "dependency_set_bytes",
+                "Bytes the published dependency sets' filesystems use (bounded by dependencies.cache_bytes)",
+                m.dependency_set_bytes.clone(),
+            );
+            r.register(
+                "dependency_evictions",
+                "Dependency sets evicted (least recently used, held by no job)",
+                m.dependency_evictions.clone(),
+            );
+            r.register(
+                "dependency_discarded",
+                "Dependency sets discarded: not as their manifest records them (torn or tampered)",
+                m.dependency_discarded.clone(),
+            );
         }
         m
     }
@@ -453,6 +481,18 @@ impl Metrics {
                 result: result.to_string(),
             })
             .inc();
+    }
+
+    /// The dependency set store's figures now.
+    pub fn record_dependency_store(&self, st: &crate::deps::store::StoreStatus) {
+        self.dependency_sets
+            .set(i64::try_from(st.sets).unwrap_or(i64::MAX));
+        self.dependency_set_bytes
+            .set(i64::try_from(st.bytes).unwrap_or(i64::MAX));
+        let ev = &self.dependency_evictions;
+        ev.inc_by(st.evicted.saturating_sub(ev.get()));
+        let dis = &self.dependency_discarded;
+        dis.inc_by(st.discarded.saturating_sub(dis.get()));
     }
 
     /// Times one dependency fetch.

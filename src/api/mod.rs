@@ -206,7 +206,8 @@ pub fn metrics_router(state: AppState) -> Router {
     hygiene::wrap(routes)
 }
 
-/// `GET /metrics`: OpenMetrics text ([`crate::metrics::CONTENT_TYPE`]); the state gauges are read from SQLite now.
+/// `GET /metrics`: OpenMetrics text ([`crate::metrics::CONTENT_TYPE`]); the state gauges are read from SQLite (and
+/// the dependency set store) now.
 /// Unauthenticated, like the probes: it holds counts, never names, ids or content.
 async fn metrics(State(st): State<AppState>) -> Response {
     let ctx = &st.service.ctx;
@@ -224,6 +225,11 @@ async fn metrics(State(st): State<AppState>) -> Response {
         }
     }
     ctx.metrics.set_engines(&ctx.pool);
+    if let Some(store) = ctx.deps.store().cloned()
+        && let Ok(st) = tokio::task::spawn_blocking(move || store.status()).await
+    {
+        ctx.metrics.record_dependency_store(&st);
+    }
     (
         [(
             axum::http::header::CONTENT_TYPE,

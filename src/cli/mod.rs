@@ -473,6 +473,7 @@ async fn dispatch(cmd: Command) -> ExitCode {
                     images_dir: images_dir.is_dir().then_some(images_dir),
                     check_listen: true,
                     docker: true,
+                    egress: true,
                 },
             )
             .await;

@@ -144,11 +144,23 @@ pub fn dialable(ip: IpAddr) -> Result<(), String> {
 pub struct EgressLog {
     refused: Mutex<Vec<String>>,
     admitted: std::sync::atomic::AtomicU64,
+    /// Refusals are expected (a probe): kept, not logged.
+    quiet: bool,
 }
 
 impl EgressLog {
+    /// A log whose refusals are kept but not logged (`airlock doctor` asks for one on purpose).
+    pub fn quiet() -> EgressLog {
+        EgressLog {
+            quiet: true,
+            ..EgressLog::default()
+        }
+    }
+
     fn refuse(&self, fetch: &str, why: String) {
-        tracing::warn!(fetch, reason = %why, "egress refused");
+        if !self.quiet {
+            tracing::warn!(fetch, reason = %why, "egress refused");
+        }
         let mut r = self
             .refused
             .lock()
@@ -183,6 +195,19 @@ pub fn listen_in(pid: u32, port: u16) -> std::io::Result<std::net::TcpListener> 
         let l = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port))?;
         l.set_nonblocking(true)?;
         Ok(l)
+    })
+    .join()
+    .map_err(|_| std::io::Error::other("the thread entering the namespace panicked"))?
+}
+
+/// A connection to `127.0.0.1:port` made from inside the network namespace of process `pid`
+/// (what a fetch's tool does to reach the proxy), from a thread that enters it and ends.
+pub fn connect_in(pid: u32, port: u16) -> std::io::Result<std::net::TcpStream> {
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
+    std::thread::spawn(move || -> std::io::Result<std::net::TcpStream> {
+        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+            .map_err(std::io::Error::from)?;
+        std::net::TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, port))
     })
     .join()
     .map_err(|_| std::io::Error::other("the thread entering the namespace panicked"))?
@@ -296,6 +321,10 @@ async fn handle(
         .await
         {
             Ok(Ok(mut upstream)) => {
+                // Each side's writes go out as they come: the tools' small requests and TLS
+                // records would otherwise wait on Nagle's algorithm at every round trip.
+                let _ = client.set_nodelay(true);
+                let _ = upstream.set_nodelay(true);
                 log.admitted
                     .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 tracing::debug!(fetch, %dest, %addr, "egress admitted");

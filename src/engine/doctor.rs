@@ -3,6 +3,7 @@
 //! listen address, which it binds itself) before it opens anything and refuses with the first
 //! failing one.
 
+mod dependencies;
 mod engines;
 
 use crate::config::Config;
@@ -63,13 +64,13 @@ impl Report {
         let mut out = String::new();
         for c in &self.checks {
             out.push_str(&format!(
-                "{:<4}  {:<11}  {}\n",
+                "{:<4}  {:<12}  {}\n",
                 if c.ok { "ok" } else { "FAIL" },
                 c.name,
                 c.detail
             ));
             if let Some(f) = &c.fix {
-                out.push_str(&format!("{:<4}  {:<11}  fix: {f}\n", "", ""));
+                out.push_str(&format!("{:<4}  {:<12}  fix: {f}\n", "", ""));
             }
         }
         out.push_str(if self.ok {
@@ -91,6 +92,9 @@ pub struct Options {
     /// Check the engine (docker, cgroups, images, the probe container): off only for the
     /// test builds' scripted fake runtime.
     pub docker: bool,
+    /// Try the egress path to every `[egress] allow` destination (doctor does; serve does
+    /// not: a registry that is down must not keep the daemon from starting).
+    pub egress: bool,
 }
 
 fn pass(name: &'static str, detail: impl Into<String>) -> Check {
@@ -192,6 +196,16 @@ pub async fn run(config: &Config, data_dir: &Path, opts: &Options) -> Report {
                 "load the loop module, run as root, or set checkout_filesystem = \"directory\"",
             ),
         },
+    );
+    checks.push(
+        dependencies::check(
+            sandbox.as_ref(),
+            config,
+            data_dir,
+            seccomp.as_ref().ok(),
+            opts.egress,
+        )
+        .await,
     );
     checks.push(attestation_keys(config));
     checks.push(data_dir_check(data_dir));

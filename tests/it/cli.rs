@@ -266,6 +266,7 @@ fn doctor_passes_here_and_names_each_failing_check_with_its_fix() {
             "images",
             "probe",
             "checkouts",
+            "dependencies",
             "attestations",
             "data_dir",
             "free_space",

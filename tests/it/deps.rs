@@ -811,6 +811,8 @@ fn concurrent_jobs_on_one_key_fetch_once_and_candidate_verifications_get_the_set
         "airlock_dependency_fetch_seconds_count{result=\"ok\"} 1",
         "airlock_dependency_lookups_total{result=\"miss\"} 1",
         "airlock_dependency_lookups_total{result=\"hit\"} 1",
+        "airlock_dependency_sets 1\n",
+        "airlock_dependency_discarded_total 0\n",
     ] {
         assert!(metrics.contains(line), "{line}: {metrics}");
     }
@@ -873,4 +875,71 @@ fn a_validation_runs_its_tests_with_the_profiles_dependency_set() {
     let (id, rev) = reviewed(&s, &p, "k");
     let v = validated(&s, &id, &rev, "k");
     assert_eq!(v["valid"], true, "{v}");
+}
+
+/// `airlock doctor` tries the egress path a fetch takes (a container with no network, the
+/// proxy in its namespace) to every `[egress] allow` destination: one that accepts connections
+/// answers, one whose name does not resolve fails the check naming it, and a destination not
+/// listed is refused by the proxy.
+#[test]
+fn doctor_asks_every_allowed_destination_through_the_egress_path() {
+    if !docker() {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in listener.incoming().flatten() {
+            drop(c);
+        }
+    });
+    let d = tempfile::tempdir().unwrap();
+    let doctor = |allow: &str| {
+        let cfg = d.path().join("airlock.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "listen = \"127.0.0.1:0\"\ndata_dir = \"{}\"\n[egress]\nallow = [{allow}]\n\
+                 [profiles.g]\nimage = \"airlock/minimal:latest\"\n\
+                 [[profiles.g.dependencies]]\necosystem = \"generic\"\nname = \"g\"\n\
+                 files = [\"f\"]\nfetch = [\"true\"]\n",
+                d.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let o = Command::new(BIN)
+            .args(["doctor", "--json", "--config"])
+            .arg(&cfg)
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "dependencies")
+            .unwrap()
+            .clone()
+    };
+    let good = format!("\"127.0.0.1:{port}\"");
+    let c = doctor(&good);
+    assert_eq!(c["ok"], true, "{c}");
+    let detail = c["detail"].as_str().unwrap();
+    assert!(detail.contains("profiles g: 0 sets"), "{detail}");
+    assert!(
+        detail.contains(&format!("127.0.0.1:{port} answers")),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("a destination not listed is refused"),
+        "{detail}"
+    );
+    let c = doctor(&format!("{good}, \"no-such-host.invalid:443\""));
+    assert_eq!(c["ok"], false, "{c}");
+    let detail = c["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("no-such-host.invalid:443 does not: HTTP/1.1 403"),
+        "{detail}"
+    );
+    assert!(c["fix"].as_str().unwrap().contains("[egress] allow"), "{c}");
 }
