@@ -146,7 +146,7 @@ fn build_step_reaching_the_network_fails_clearly() {
     }
     let f = Fixture::new(&[(
         "fetch.py",
-        "import urllib.request\nurllib.request.urlopen('https://pypi.org/simple/six/', timeout=10)\nprint('fetched')\n",
+        "import urllib.request\nurllib.request.urlopen('https://registry.example/simple/six/', timeout=10)\nprint('fetched')\n",
         false,
     )]);
     let v = run_toolchain(&f, &["python3", "fetch.py"]);
