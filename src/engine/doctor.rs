@@ -446,26 +446,14 @@ async fn probe(
             "check the data dir",
         );
     }
-    let env = crate::engine::runner::environment::EnvironmentSpec::resolve(
+    let spec = probe_spec(
         s,
         profile,
         &image_id,
         seccomp,
-        crate::config::CheckoutFilesystem::Directory,
+        dir.path(),
+        vec!["cat".into(), format!("{}/token", profile.working_dir)],
     );
-    let key = crate::ids::new_creation_key();
-    let spec = ContainerSpec {
-        runtime: env.runtime.clone(),
-        run: RunIdentity {
-            creation_key: key.clone(),
-            verification_id: format!("doctor_{key}"),
-            instance_id: "doctor".into(),
-            argv: vec!["cat".into(), format!("{}/token", profile.working_dir)],
-            workspace: WorkspaceSource::HostBind(dir.path().to_path_buf()),
-            deps: None,
-            output: None,
-        },
-    };
     let (_tx, cancel) = tokio::sync::watch::channel(false);
     let mut phases = |_: Phase| Ok(());
     let ran = s
@@ -504,6 +492,38 @@ async fn probe(
             e.to_string(),
             "the engine must accept the seccomp profile and bind mounts from this host",
         ),
+    }
+}
+
+/// A container of `profile` hardened like every job (its environment resolved as a job's),
+/// running `argv` over `workspace` bind-mounted: doctor's probes.
+fn probe_spec(
+    s: &Sandbox,
+    profile: &crate::config::Profile,
+    image_id: &str,
+    seccomp: &crate::sandbox::seccomp::SeccompProfile,
+    workspace: &Path,
+    argv: Vec<String>,
+) -> ContainerSpec {
+    let env = crate::engine::runner::environment::EnvironmentSpec::resolve(
+        s,
+        profile,
+        image_id,
+        seccomp,
+        crate::config::CheckoutFilesystem::Directory,
+    );
+    let key = crate::ids::new_creation_key();
+    ContainerSpec {
+        runtime: env.runtime.clone(),
+        run: RunIdentity {
+            creation_key: key.clone(),
+            verification_id: format!("doctor_{key}"),
+            instance_id: "doctor".into(),
+            argv,
+            workspace: WorkspaceSource::HostBind(workspace.to_path_buf()),
+            deps: None,
+            output: None,
+        },
     }
 }
 

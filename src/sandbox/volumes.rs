@@ -94,13 +94,21 @@ impl DockerVolumes {
         }
     }
 
-    async fn start_holder(&self, name: &str, spec: &VolumeSpec) -> Result<(), SandboxError> {
-        let docker = self.sandbox.docker();
-        let body = ContainerCreateBody {
+    /// A helper container of Airlock's own image mounting `volume` read-write at
+    /// [`HOLDER_MOUNT`], hardened like a job (no network, no capabilities, no new privileges,
+    /// the seccomp profile, read-only root, tiny pids and memory limits).
+    fn helper_body(
+        &self,
+        volume: &str,
+        cmd: Vec<String>,
+        user: Option<String>,
+        labels: HashMap<String, String>,
+    ) -> ContainerCreateBody {
+        ContainerCreateBody {
             image: Some(HOLDER_IMAGE.to_string()),
-            cmd: Some(vec!["sleep".into(), "2147483647".into()]),
-            user: Some(format!("{}:{}", spec.uid, spec.gid)),
-            labels: Some(self.labels(name)),
+            cmd: Some(cmd),
+            user,
+            labels: Some(labels),
             network_disabled: Some(true),
             host_config: Some(HostConfig {
                 network_mode: Some("none".into()),
@@ -115,7 +123,7 @@ impl DockerVolumes {
                 memory_swap: Some(HOLDER_MEMORY_BYTES),
                 mounts: Some(vec![Mount {
                     target: Some(HOLDER_MOUNT.into()),
-                    source: Some(name.to_string()),
+                    source: Some(volume.to_string()),
                     typ: Some(MountType::VOLUME),
                     read_only: Some(false),
                     ..Default::default()
@@ -123,7 +131,17 @@ impl DockerVolumes {
                 ..Default::default()
             }),
             ..Default::default()
-        };
+        }
+    }
+
+    async fn start_holder(&self, name: &str, spec: &VolumeSpec) -> Result<(), SandboxError> {
+        let docker = self.sandbox.docker();
+        let body = self.helper_body(
+            name,
+            vec!["sleep".into(), "2147483647".into()],
+            Some(format!("{}:{}", spec.uid, spec.gid)),
+            self.labels(name),
+        );
         let holder = Self::holder(name);
         docker
             .create_container(
@@ -404,28 +422,12 @@ impl DockerVolumes {
                         .name(&filler)
                         .build(),
                 ),
-                ContainerCreateBody {
-                    image: Some(HOLDER_IMAGE.to_string()),
-                    cmd: Some(vec!["true".into()]),
-                    labels: Some(HashMap::from([(
-                        LABEL_DEPS_INSTANCE.to_string(),
-                        self.instance_id.clone(),
-                    )])),
-                    network_disabled: Some(true),
-                    host_config: Some(HostConfig {
-                        network_mode: Some("none".into()),
-                        readonly_rootfs: Some(true),
-                        mounts: Some(vec![Mount {
-                            target: Some(HOLDER_MOUNT.into()),
-                            source: Some(name.to_string()),
-                            typ: Some(MountType::VOLUME),
-                            read_only: Some(false),
-                            ..Default::default()
-                        }]),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
+                self.helper_body(
+                    name,
+                    vec!["true".into()],
+                    None,
+                    HashMap::from([(LABEL_DEPS_INSTANCE.to_string(), self.instance_id.clone())]),
+                ),
             )
             .await
             .map_err(docker_err("create set filler"))?;

@@ -378,11 +378,46 @@ open(os.environ["AIRLOCK_DEPS"] + "/results.txt", "w").write("\n".join(out) + "\
 /// allowlist names a port nothing listens on).
 fn generic(script: &str, extra: &str) -> Fixture {
     Fixture::new(&[("fetch.sh", script, true), ("README", "hi\n", false)]).with_config(&format!(
-        "[egress]\nallow = [\"127.0.0.1:9\"]\n{extra}\
-         [profiles.g]\nimage = \"{TOOLCHAIN}\"\n\
+        "[egress]\nallow = [\"127.0.0.1:9\"]\n{extra}{}",
+        generic_profile()
+    ))
+}
+
+/// Profile `g`: a generic set made by the revision's `fetch.sh`.
+fn generic_profile() -> String {
+    format!(
+        "[profiles.g]\nimage = \"{TOOLCHAIN}\"\n\
          [[profiles.g.dependencies]]\necosystem = \"generic\"\nname = \"g\"\n\
          files = [\"fetch.sh\"]\nfetch = [\"sh\", \"fetch.sh\"]\n"
-    ))
+    )
+}
+
+/// A daemon (started with `start`) whose `ws1` runs on profile `g`, its repository holding
+/// `fetch.sh` (`script`) and `files`.
+fn daemon_with_generic_set(
+    start: impl FnOnce(&str) -> Server,
+    extra: &str,
+    script: &str,
+    files: &[(&str, &str)],
+) -> Server {
+    let mut s = start(&format!(
+        "[egress]\nallow = [\"127.0.0.1:9\"]\n{}{extra}",
+        generic_profile()
+    ));
+    std::fs::write(s.repo.join("fetch.sh"), script).unwrap();
+    for (path, text) in files {
+        std::fs::write(s.repo.join(path), text).unwrap();
+    }
+    git(&s.repo, &["add", "-A"]);
+    git(&s.repo, &["commit", "-q", "-m", "fetch.sh"]);
+    let text = std::fs::read_to_string(&s.config).unwrap().replacen(
+        "[workspaces.ws1]\n",
+        "[workspaces.ws1]\nprofile = \"g\"\n",
+        1,
+    );
+    std::fs::write(&s.config, text).unwrap();
+    s.restart(None);
+    s
 }
 
 /// Raw bytes written over a published set's file in its image (root, while no process runs):
@@ -736,26 +771,12 @@ fn concurrent_jobs_on_one_key_fetch_once_and_candidate_verifications_get_the_set
     if !docker() || !crate::toolchain::toolchain() {
         return;
     }
-    let mut s = Server::start_with(&format!(
-        "[egress]\nallow = [\"127.0.0.1:9\"]\n\
-         [profiles.g]\nimage = \"{TOOLCHAIN}\"\n\
-         [[profiles.g.dependencies]]\necosystem = \"generic\"\nname = \"g\"\n\
-         files = [\"fetch.sh\"]\nfetch = [\"sh\", \"fetch.sh\"]\n"
-    ));
-    std::fs::write(
-        s.repo.join("fetch.sh"),
+    let s = daemon_with_generic_set(
+        Server::start_with,
+        "",
         "sleep 2; echo fetched-once > \"$AIRLOCK_DEPS/data.txt\"\n",
-    )
-    .unwrap();
-    git(&s.repo, &["add", "-A"]);
-    git(&s.repo, &["commit", "-q", "-m", "fetch.sh"]);
-    let text = std::fs::read_to_string(&s.config).unwrap().replacen(
-        "[workspaces.ws1]\n",
-        "[workspaces.ws1]\nprofile = \"g\"\n",
-        1,
+        &[],
     );
-    std::fs::write(&s.config, text).unwrap();
-    s.restart(None);
     let submit = |key: &str| {
         let addr = s.addr.clone();
         let key = key.to_string();
@@ -830,40 +851,19 @@ fn concurrent_jobs_on_one_key_fetch_once_and_candidate_verifications_get_the_set
 /// set: nothing else puts the file there).
 #[test]
 fn a_validation_runs_its_tests_with_the_profiles_dependency_set() {
-    use crate::support::governed::{reviewed, validated};
+    use crate::support::governed::{claimed, reviewed, validated};
     use serde_json::json;
     if !docker() || !crate::toolchain::toolchain() || !crate::toolchain::built("git") {
         return;
     }
-    let mut s = Server::governed_with(&format!(
-        "[egress]\nallow = [\"127.0.0.1:9\"]\n\
-         [profiles.g]\nimage = \"{TOOLCHAIN}\"\n\
-         [[profiles.g.dependencies]]\necosystem = \"generic\"\nname = \"g\"\n\
-         files = [\"fetch.sh\"]\nfetch = [\"sh\", \"fetch.sh\"]\n\
-         [workspaces.ws1.roles]\nbob = [\"reviewer\"]\n\
-         [workspaces.ws1.policy]\nsecurity_review = \"never\"\nhuman_approval = \"never\"\n"
-    ));
-    std::fs::write(
-        s.repo.join("fetch.sh"),
+    let s = daemon_with_generic_set(
+        Server::governed_with,
+        "[workspaces.ws1.roles]\nbob = [\"reviewer\"]\n\
+         [workspaces.ws1.policy]\nsecurity_review = \"never\"\nhuman_approval = \"never\"\n",
         "echo validated-with-set > \"$AIRLOCK_DEPS/data.txt\"\n",
-    )
-    .unwrap();
-    std::fs::write(s.repo.join("a.txt"), "a\n").unwrap();
-    git(&s.repo, &["add", "-A"]);
-    git(&s.repo, &["commit", "-q", "-m", "fetch.sh"]);
-    let text = std::fs::read_to_string(&s.config).unwrap().replacen(
-        "[workspaces.ws1]\n",
-        "[workspaces.ws1]\nprofile = \"g\"\n",
-        1,
+        &[("a.txt", "a\n")],
     );
-    std::fs::write(&s.config, text).unwrap();
-    s.restart(None);
-    s.ok(
-        ALICE,
-        "claim.acquire",
-        json!({"workspace_id": "ws1", "task_id": "t1", "resource_id": "directory:",
-               "mode": "write", "idempotency_key": "c"}),
-    );
+    claimed(&s, "directory:", "c");
     let p = s.ok(
         ALICE,
         "proposal.create",

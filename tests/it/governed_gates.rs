@@ -6,7 +6,7 @@
 //! recovery sweeps the temp files an interrupted apply left.
 
 use crate::support::daemon::{ALICE, BOB, Server, wait_for};
-use crate::support::governed::{reviewed, validated};
+use crate::support::governed::{claimed as claim, reviewed, validated};
 use crate::support::http::request;
 use crate::support::repo::git;
 use serde_json::{Value, json};
@@ -26,16 +26,6 @@ fn server(extra: &str) -> Option<Server> {
     git(&s.repo, &["add", "-A"]);
     git(&s.repo, &["commit", "-q", "-m", "files"]);
     Some(s)
-}
-
-fn claim(s: &Server, resource: &str, key: &str) -> Value {
-    s.ok(
-        ALICE,
-        "claim.acquire",
-        json!({"workspace_id": "ws1", "task_id": "t1", "resource_id": resource,
-               "mode": "write", "idempotency_key": key}),
-    )["claim"]
-        .clone()
 }
 
 fn edit(path: &str, from: &str, to: &str) -> String {

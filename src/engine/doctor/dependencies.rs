@@ -6,7 +6,7 @@
 
 use super::{Check, fail, pass};
 use crate::config::Config;
-use crate::sandbox::{ContainerSpec, Phase, RunIdentity, Sandbox, WorkspaceSource};
+use crate::sandbox::{Phase, Sandbox};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::sync::Arc;
@@ -139,28 +139,15 @@ async fn probe(
         .prefix(".airlock-doctor-egress-")
         .tempdir_in(&base)
         .map_err(|e| format!("{}: {e}", base.display()))?;
-    let env = crate::engine::runner::environment::EnvironmentSpec::resolve(
+    let mut spec = super::probe_spec(
         s,
         profile,
         &image_id,
         seccomp,
-        crate::config::CheckoutFilesystem::Directory,
+        dir.path(),
+        vec!["sleep".into(), EGRESS_PROBE_SECONDS.to_string()],
     );
-    let key = crate::ids::new_creation_key();
-    let mut runtime = env.runtime.clone();
-    runtime.workspace_read_only = true;
-    let spec = ContainerSpec {
-        runtime,
-        run: RunIdentity {
-            creation_key: key.clone(),
-            verification_id: format!("doctor_{key}"),
-            instance_id: "doctor".into(),
-            argv: vec!["sleep".into(), EGRESS_PROBE_SECONDS.to_string()],
-            workspace: WorkspaceSource::HostBind(dir.path().to_path_buf()),
-            deps: None,
-            output: None,
-        },
-    };
+    spec.runtime.workspace_read_only = true;
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<String>();
     let allow = Arc::new(config.egress.clone());

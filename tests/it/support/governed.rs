@@ -4,6 +4,17 @@
 use super::daemon::{ALICE, BOB, Server, wait_for};
 use serde_json::{Value, json};
 
+/// alice's write claim on `resource` for task `t1`; returns the claim.
+pub fn claimed(s: &Server, resource: &str, key: &str) -> Value {
+    s.ok(
+        ALICE,
+        "claim.acquire",
+        json!({"workspace_id": "ws1", "task_id": "t1", "resource_id": resource,
+               "mode": "write", "idempotency_key": key}),
+    )["claim"]
+        .clone()
+}
+
 /// Requests review of the proposal `p` (a `proposal.create` answer) and casts bob's approving
 /// vote on its current revision; returns (proposal id, revision).
 pub fn reviewed(s: &Server, p: &Value, key: &str) -> (Value, String) {
