@@ -523,7 +523,11 @@ fn a_tampered_set_is_discarded_and_a_killed_fetch_publishes_nothing() {
         })
         .collect()
     };
-    wait_for_secs(|| !fetches().is_empty(), 60, "the fetch's container runs");
+    crate::support::daemon::wait_for_secs(
+        || !fetches().is_empty(),
+        60,
+        "the fetch's container runs",
+    );
     let incoming = || {
         std::fs::read_dir(f.data.join("deps/incoming"))
             .unwrap()
@@ -555,19 +559,11 @@ fn a_tampered_set_is_discarded_and_a_killed_fetch_publishes_nothing() {
         "{report}"
     );
     assert_eq!(incoming(), 0, "{report}");
-    wait_for_secs(|| fetches().is_empty(), 30, "the fetch's container removed");
-}
-
-/// Polls `f` every 200 ms for up to `secs`.
-fn wait_for_secs(mut f: impl FnMut() -> bool, secs: u64, what: &str) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    while !f() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting: {what}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    crate::support::daemon::wait_for_secs(
+        || fetches().is_empty(),
+        30,
+        "the fetch's container removed",
+    );
 }
 
 /// A fetch that fails settles the job `error` (never `failed`), saying why: the fetch's exit

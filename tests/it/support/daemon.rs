@@ -414,8 +414,13 @@ pub fn conflicted(s: &Server) -> (String, u64, String) {
     )
 }
 
-pub fn wait_for(mut f: impl FnMut() -> bool, what: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+pub fn wait_for(f: impl FnMut() -> bool, what: &str) {
+    wait_for_secs(f, 30, what)
+}
+
+/// Polls `f` every 200 ms for up to `secs` seconds.
+pub fn wait_for_secs(mut f: impl FnMut() -> bool, secs: u64, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
     while !f() {
         assert!(
             std::time::Instant::now() < deadline,
