@@ -8,6 +8,12 @@
 use serde::Serialize;
 use serde_json::Value;
 
+/// SHA-256 of bytes, as lowercase hex: the form every digest Airlock records takes.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
 /// The canonical text of any serializable value.
 pub fn to_string<T: Serialize + ?Sized>(value: &T) -> String {
     let v = serde_json::to_value(value).expect("a value for canonical JSON serializes");

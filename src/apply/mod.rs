@@ -32,7 +32,6 @@ use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{Mode, SFlag};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
@@ -81,9 +80,7 @@ fn errno(e: Errno) -> std::io::Error {
     std::io::Error::from_raw_os_error(e as i32)
 }
 
-pub(crate) fn sha256_hex(b: &[u8]) -> String {
-    hex::encode(Sha256::digest(b))
-}
+pub(crate) use crate::canonical::sha256_hex;
 
 /// What a path holds, as far as apply cares.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -246,7 +246,7 @@ impl SetInputs {
     /// The set's key: the SHA-256 of the canonical form of its inputs.
     pub fn key(&self) -> String {
         let v = serde_json::json!({"version": 1, "inputs": self});
-        crate::engine::runner::environment::sha256_hex(crate::canonical::to_string(&v).as_bytes())
+        crate::canonical::sha256_hex(crate::canonical::to_string(&v).as_bytes())
     }
 
     /// The first required file the revision lacks: `(ecosystem, path)`.

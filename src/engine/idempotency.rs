@@ -90,7 +90,7 @@ impl Keyed {
         if plain.len() <= crate::candidate::MAX_IDEMPOTENCY_KEY_BYTES {
             plain
         } else {
-            format!("sha256:{}", crate::apply::sha256_hex(plain.as_bytes()))
+            format!("sha256:{}", crate::canonical::sha256_hex(plain.as_bytes()))
         }
     }
 

@@ -5,7 +5,6 @@ use crate::config::{CheckoutFilesystem, Profile};
 use crate::sandbox::seccomp::SeccompProfile;
 use crate::sandbox::{ContainerRuntime, RuntimeSpec};
 use crate::staging::CheckoutFs;
-use sha2::{Digest, Sha256};
 
 /// The resolved environment: everything that decides how a job runs, except its argv.
 #[derive(Debug, Clone)]
@@ -38,10 +37,7 @@ pub struct DependencyInputs {
     pub lockfiles: std::collections::BTreeMap<String, String>,
 }
 
-/// SHA-256 hex of bytes.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
+pub use crate::canonical::sha256_hex;
 
 impl EnvironmentSpec {
     /// Resolves `profile` with the image id `engine` reported for its image, rendered as

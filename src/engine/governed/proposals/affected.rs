@@ -4,7 +4,6 @@ use crate::domain::claim::{ResourceId, directory_contains};
 use crate::engine::service::ServiceError;
 use crate::limits;
 use crate::patch::Patch;
-use sha2::{Digest, Sha256};
 
 /// Does resource `r` cover the touched path `path` (so no `file:` resource is added for it)?
 pub(super) fn names_path(r: &ResourceId, path: &str) -> bool {
@@ -51,10 +50,6 @@ pub(super) fn affected_resources(
         ));
     }
     Ok(out)
-}
-
-pub(super) fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 #[cfg(test)]

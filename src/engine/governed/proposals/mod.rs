@@ -13,6 +13,7 @@ mod preview;
 mod reads;
 
 use super::requests::check_text;
+use crate::canonical::sha256_hex;
 use crate::config::Permission;
 pub(in crate::engine::governed) use crate::domain::claim::covers as claim_covers;
 use crate::domain::claim::{ClaimState, ResourceId};
@@ -26,7 +27,7 @@ use crate::store::Inserted;
 use crate::store::claims::ClaimFilter;
 use crate::store::proposals::{NewDecision, ProposalRow, RevisionRow};
 use crate::wire::{ProposalAttachParams, ProposalCreateParams, ProposalTransitionParams};
-use affected::{affected_resources, sha256_hex};
+use affected::affected_resources;
 
 /// The private part of a proposal row: what the wire object carries beyond the columns.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
