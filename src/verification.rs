@@ -82,7 +82,20 @@ pub struct DependencyRecord {
     /// the job had it; null when it could not be fetched.
     pub sha256: Option<String>,
     /// The packages it resolved to, as package URLs with their digests.
-    pub resolved: Vec<crate::deps::spec::Resolved>,
+    pub resolved: Vec<Resolved>,
+}
+
+/// One package a dependency set resolved to, as the attestation lists it (SLSA's resource
+/// descriptor: a package URL and the digest its registry and lockfile give).
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
+)]
+#[serde(deny_unknown_fields)]
+pub struct Resolved {
+    /// `pkg:cargo/<name>@<version>`, `pkg:pypi/<name>@<version>`, `pkg:npm/<name>@<version>`.
+    pub uri: String,
+    /// Algorithm -> hex (or, for npm, the lockfile's `integrity` as given).
+    pub digest: std::collections::BTreeMap<String, String>,
 }
 
 /// Where a settled job's time went, in milliseconds. Writing the recovery artifact and

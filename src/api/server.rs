@@ -8,7 +8,10 @@
 //! - a keep-alive connection with no request in progress is closed after
 //!   `keep_alive_idle_seconds`; a request is in progress until its response body has ended
 //!   (or was dropped), so a streamed response (a followed log, the event stream) is never cut
-//!   by this timer however long it lasts;
+//!   by this timer however long it lasts; and a response that has ended but is still being
+//!   written out to a client that reads slowly (its socket full) keeps the connection busy
+//!   until its last byte is written, so the timer counts from the last write, never from the
+//!   end of a body the client has not received yet;
 //! - the body must arrive within `body_read_timeout_seconds` of the headers (enforced by the
 //!   handler, which then has the control call budget for the work), so one request takes at
 //!   most header + body + budget;
@@ -57,7 +60,98 @@ pub struct Conn {
     dispatching: AtomicUsize,
     /// Milliseconds since the server started when the connection last became idle.
     idle_since_ms: AtomicU64,
+    /// Milliseconds since the server started when bytes were last written to the socket.
+    last_write_ms: AtomicU64,
+    /// The last write found the socket full: a response is still going out.
+    write_blocked: std::sync::atomic::AtomicBool,
     close: Notify,
+}
+
+impl Conn {
+    /// Idle for the keep-alive timer: no request in progress, nothing waiting to be written,
+    /// and for how long since the later of the last request's end and the last write.
+    fn idle_for(&self, now_ms: u64) -> Option<Duration> {
+        if self.requests.load(Ordering::SeqCst) > 0 || self.write_blocked.load(Ordering::SeqCst) {
+            return None;
+        }
+        let since = self
+            .idle_since_ms
+            .load(Ordering::SeqCst)
+            .max(self.last_write_ms.load(Ordering::SeqCst));
+        Some(Duration::from_millis(now_ms.saturating_sub(since)))
+    }
+}
+
+/// A connection's socket that tells its [`Conn`] when bytes go out and when a write finds the
+/// socket full, for the idle judgement.
+struct Watched {
+    stream: tokio::net::TcpStream,
+    conn: Arc<Conn>,
+    epoch: Instant,
+}
+
+impl Watched {
+    fn wrote<T>(&self, r: &std::task::Poll<std::io::Result<T>>) {
+        match r {
+            std::task::Poll::Pending => self.conn.write_blocked.store(true, Ordering::SeqCst),
+            std::task::Poll::Ready(_) => {
+                self.conn.write_blocked.store(false, Ordering::SeqCst);
+                self.conn
+                    .last_write_ms
+                    .store(self.epoch.elapsed().as_millis() as u64, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for Watched {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Watched {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.wrote(&r);
+        r
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.wrote(&r);
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
 }
 
 /// Marks a request of a connection as being served (body read, work started) while held.
@@ -194,6 +288,8 @@ pub async fn serve(
             requests: AtomicUsize::new(0),
             dispatching: AtomicUsize::new(0),
             idle_since_ms: AtomicU64::new(epoch.elapsed().as_millis() as u64),
+            last_write_ms: AtomicU64::new(0),
+            write_blocked: std::sync::atomic::AtomicBool::new(false),
             close: Notify::new(),
         });
         let id = {
@@ -258,7 +354,12 @@ pub async fn serve(
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_read_timeout)
                 .keep_alive(true);
-            let served = builder.serve_connection(TokioIo::new(stream), svc);
+            let watched = Watched {
+                stream,
+                conn: conn.clone(),
+                epoch,
+            };
+            let served = builder.serve_connection(TokioIo::new(watched), svc);
             tokio::pin!(served);
             let mut tick = tokio::time::interval(crate::limits::IDLE_CHECK_INTERVAL);
             let mut draining = false;
@@ -279,10 +380,9 @@ pub async fn serve(
                         served.as_mut().graceful_shutdown();
                     }
                     _ = tick.tick() => {
-                        let idle_ms = epoch.elapsed().as_millis() as u64
-                            - conn.idle_since_ms.load(Ordering::SeqCst).min(epoch.elapsed().as_millis() as u64);
-                        if conn.requests.load(Ordering::SeqCst) == 0
-                            && Duration::from_millis(idle_ms) >= limits.keep_alive_idle
+                        if conn
+                            .idle_for(epoch.elapsed().as_millis() as u64)
+                            .is_some_and(|idle| idle >= limits.keep_alive_idle)
                         {
                             tracing::debug!(%peer, "idle keep-alive connection closed");
                             break;
@@ -359,8 +459,27 @@ mod tests {
             requests: AtomicUsize::new(requests),
             dispatching: AtomicUsize::new(dispatching),
             idle_since_ms: AtomicU64::new(idle_since_ms),
+            last_write_ms: AtomicU64::new(0),
+            write_blocked: std::sync::atomic::AtomicBool::new(false),
             close: Notify::new(),
         })
+    }
+
+    #[test]
+    fn a_response_still_going_out_keeps_its_connection_from_the_idle_timer() {
+        let c = conn(0, 0, 1_000);
+        assert_eq!(c.idle_for(3_000), Some(Duration::from_secs(2)));
+        // The body ended at 1 s, but the client has not read it all: a write found the
+        // socket full. Not idle, however long that lasts.
+        c.write_blocked.store(true, Ordering::SeqCst);
+        assert_eq!(c.idle_for(60_000), None);
+        // Its last bytes went out at 59 s: idle from then.
+        c.write_blocked.store(false, Ordering::SeqCst);
+        c.last_write_ms.store(59_000, Ordering::SeqCst);
+        assert_eq!(c.idle_for(60_000), Some(Duration::from_secs(1)));
+        // A request in progress is never idle.
+        c.requests.store(1, Ordering::SeqCst);
+        assert_eq!(c.idle_for(120_000), None);
     }
 
     #[test]

@@ -260,18 +260,7 @@ impl SetInputs {
     }
 }
 
-/// One package a set resolved to, as the attestation lists it (SLSA's resource descriptor:
-/// a package URL and the digest its registry and lockfile give).
-#[derive(
-    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize, utoipa::ToSchema,
-)]
-#[serde(deny_unknown_fields)]
-pub struct Resolved {
-    /// `pkg:cargo/<name>@<version>`, `pkg:pypi/<name>@<version>`, `pkg:npm/<name>@<version>`.
-    pub uri: String,
-    /// Algorithm -> hex (or, for npm, the lockfile's `integrity` as given).
-    pub digest: BTreeMap<String, String>,
-}
+pub use crate::verification::Resolved;
 
 /// Packages a `Cargo.lock` pins from a registry (those with a checksum), in its order.
 pub fn cargo_resolved(lock: &str) -> Vec<Resolved> {
