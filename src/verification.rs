@@ -85,6 +85,20 @@ pub struct DependencyRecord {
     pub resolved: Vec<Resolved>,
 }
 
+impl Verification {
+    /// Ends this `running` verification as `settlement` says (its status and `error`): the
+    /// only way a record's status changes.
+    pub fn settle(
+        &mut self,
+        settlement: crate::domain::verification::Settlement<'_>,
+    ) -> Result<(), crate::domain::IllegalTransition> {
+        let (status, error) = self.status.on(settlement)?;
+        self.status = status;
+        self.error = error;
+        Ok(())
+    }
+}
+
 /// One package a dependency set resolved to, as the attestation lists it (SLSA's resource
 /// descriptor: a package URL and the digest its registry and lockfile give).
 #[derive(

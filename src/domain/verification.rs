@@ -1,5 +1,7 @@
-//! A verification's status and how a finished job is classified.
+//! A verification's status, its one transition (`running` to a terminal status, by a
+//! [`Settlement`]) and how a finished job is classified.
 
+use super::IllegalTransition;
 use serde::{Deserialize, Serialize};
 
 /// Status of a verification. `Running` is the only non-terminal state.
@@ -125,6 +127,8 @@ pub enum Unfinished {
     /// The job's dependency set could not be had (its fetch failed, was refused egress, hit a
     /// bound, or the set could not be mounted there): why.
     Dependencies(String),
+    /// A recorded job that never started could not be taken up again after a restart: why.
+    NotResumed(String),
 }
 
 /// The error recorded when a run was interrupted before its result was durable.
@@ -159,12 +163,82 @@ impl Unfinished {
                 (Status::Error, format!("recovery artifact rejected: {e}"))
             }
             Unfinished::Dependencies(why) => (Status::Error, format!("dependencies: {why}")),
+            Unfinished::NotResumed(why) => (
+                Status::Error,
+                format!("the job could not be resumed after a restart: {why}"),
+            ),
             Unfinished::EngineUnresponsive { engine, what } => (
                 Status::Error,
                 format!(
                     "engine {engine} stopped answering: {what}; the job's result is unknown and it is not rerun (its container is removed once the engine answers again)"
                 ),
             ),
+        }
+    }
+}
+
+/// What ends a `running` verification: the only ways to a terminal status.
+#[derive(Debug, Clone)]
+pub enum Settlement<'a> {
+    /// The job ran to an end Airlock observed, judged with its source check ([`classify`]).
+    Judged {
+        end: &'a JobEnd,
+        check: &'a SourceCheck,
+        cx: Context<'a>,
+    },
+    /// The command never reached an end Airlock could judge ([`Unfinished::settle`]).
+    Unfinished(&'a Unfinished),
+    /// Recovery found the result durable in its artifact: exactly that status and reason.
+    Restored {
+        status: Status,
+        error: Option<String>,
+    },
+}
+
+impl Settlement<'_> {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Settlement::Judged { .. } => "judge",
+            Settlement::Unfinished(_) => "settle unfinished",
+            Settlement::Restored { .. } => "restore",
+        }
+    }
+}
+
+impl Status {
+    /// The status and reason (the verification's `error`) `settlement` ends this one with. Only
+    /// `running` ends, once; a restored status must be terminal.
+    pub fn on(
+        self,
+        settlement: Settlement<'_>,
+    ) -> Result<(Status, Option<String>), IllegalTransition> {
+        let illegal = IllegalTransition {
+            machine: "verification",
+            from: self.as_str(),
+            event: settlement.as_str(),
+        };
+        match self {
+            Status::Running => {}
+            Status::Passed
+            | Status::Failed
+            | Status::TimedOut
+            | Status::Cancelled
+            | Status::Error
+            | Status::SourceChanged => return Err(illegal),
+        }
+        match settlement {
+            Settlement::Judged { end, check, cx } => Ok(classify(end, check, cx)),
+            Settlement::Unfinished(why) => {
+                let (status, reason) = why.settle();
+                Ok((status, Some(reason)))
+            }
+            Settlement::Restored { status, error } => {
+                if status.is_terminal() {
+                    Ok((status, error))
+                } else {
+                    Err(illegal)
+                }
+            }
         }
     }
 }
@@ -288,6 +362,53 @@ mod tests {
         for (end, check, want) in cases {
             assert_eq!(classify(&end, &check, CX).0, want, "{end:?} {check:?}");
         }
+    }
+
+    #[test]
+    fn only_running_settles_once_and_a_restored_status_is_terminal() {
+        let interrupted = Unfinished::Interrupted;
+        let judged = Settlement::Judged {
+            end: &JobEnd::TimedOut,
+            check: &SourceCheck::NotRun,
+            cx: CX,
+        };
+        for from in Status::ALL {
+            for s in [
+                judged.clone(),
+                Settlement::Unfinished(&interrupted),
+                Settlement::Restored {
+                    status: Status::Passed,
+                    error: None,
+                },
+            ] {
+                let to = from.on(s.clone());
+                if from == Status::Running {
+                    assert!(to.as_ref().is_ok_and(|(t, _)| t.is_terminal()), "{s:?}");
+                } else {
+                    let e = to.expect_err("a terminal status never moves");
+                    assert_eq!((e.machine, e.from), ("verification", from.as_str()));
+                }
+            }
+        }
+        assert_eq!(
+            Status::Running.on(judged).unwrap(),
+            (Status::TimedOut, Some("timed out after 5 s".into()))
+        );
+        assert_eq!(
+            Status::Running
+                .on(Settlement::Unfinished(&interrupted))
+                .unwrap(),
+            (Status::Error, Some(INTERRUPTED.into()))
+        );
+        assert!(
+            Status::Running
+                .on(Settlement::Restored {
+                    status: Status::Running,
+                    error: None
+                })
+                .is_err(),
+            "an artifact cannot restore a run to running"
+        );
     }
 
     #[test]

@@ -369,7 +369,8 @@ impl RevisionJobs {
 
     /// Starts again every job that was recorded and never started (after a restart): each
     /// exactly once, in the order submitted, on the same creation key; one whose profile or
-    /// image changed meanwhile is settled `error` saying so. Returns how many were resumed.
+    /// image changed meanwhile is settled `error` saying so (artifact first: one whose artifact
+    /// cannot be written stays as it is, for the next start). Returns how many were resumed.
     pub async fn resume_unstarted(&self) -> Result<usize, ServiceError> {
         let mut resumed = 0;
         for (row, mut v) in self.ctx.data.store.unstarted_jobs().await? {
@@ -400,9 +401,12 @@ impl RevisionJobs {
                     tracing::warn!(job_id = %row.job_id, "queued job held by another process");
                 }
                 Err(e) => {
-                    let why = format!("the job could not be resumed after a restart: {e}");
-                    tracing::warn!(job_id = %row.job_id, error = %why, "queued job settled");
-                    self.jobs.runner.settle_unrun(v, why).await?;
+                    tracing::warn!(job_id = %row.job_id, error = %e, "queued job could not be resumed; settled error");
+                    // Not settled without its artifact: it stays recorded, unstarted, and is
+                    // taken up again at the next start (the other jobs go on).
+                    if let Err(e) = self.jobs.runner.settle_unrun(v, e.to_string()).await {
+                        tracing::error!(job_id = %row.job_id, error = %e, "queued job not settled; retried at the next start");
+                    }
                 }
             }
         }

@@ -31,6 +31,7 @@ mod serve_events;
 mod serve_governed;
 mod serve_history;
 mod serve_hygiene;
+mod serve_job_restarts;
 mod serve_jobs;
 mod serve_lifecycle;
 mod serve_lists;

@@ -1,7 +1,7 @@
 //! `job.*` over real HTTP on real Docker: submit a revision, show, list, cancel, follow the log
-//! live, fair queues across workspaces, the queue bound, kill -9 with queued and running jobs,
-//! and what a run token may do. `airlock run --follow` prints the output as it arrives.
+//! live, fair queues across workspaces, the queue bound, and what a run token may do. `airlock run --follow` prints the output as it arrives.
 
+use crate::support::jobs::{id, settled, show, submit};
 use crate::support::*;
 use serde_json::{Value, json};
 use std::io::{Read, Write};
@@ -15,38 +15,6 @@ fn run_b_token() -> String {
         "[[tokens]]\nsha256 = \"{}\"\nrun_id = \"run_b\"\nworkspace_id = \"ws2\"\n",
         sha(RUN_B)
     )
-}
-
-fn submit(s: &Server, token: &str, ws: &str, argv: &[&str], key: &str) -> Value {
-    s.ok(
-        token,
-        "job.submit",
-        json!({"workspace_id": ws, "revision": "main", "argv": argv, "idempotency_key": key}),
-    )["job"]
-        .clone()
-}
-
-fn show(s: &Server, token: &str, ws: &str, id: &str) -> Value {
-    s.ok(token, "job.show", json!({"workspace_id": ws, "job_id": id}))["job"].clone()
-}
-
-fn settled(s: &Server, token: &str, ws: &str, id: &str) -> Value {
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let j = show(s, token, ws, id);
-        if !matches!(j["state"].as_str(), Some("queued" | "running")) {
-            return j;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "job never settled: {j}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn id(j: &Value) -> String {
-    j["job_id"].as_str().unwrap().to_string()
 }
 
 /// Rewrites ws1's section of the config with `keys` (replacing the last call's) and restarts
@@ -610,65 +578,6 @@ fn one_busy_workspace_cannot_starve_another_and_its_queue_is_bounded() {
         assert_eq!(settled(&s, ALICE, "ws1", &id(j))["state"], "passed");
     }
     assert_eq!(settled(&s, RUN_B, "ws2", &id(&other))["state"], "passed");
-}
-
-#[test]
-fn kill_9_with_jobs_queued_and_running_resumes_the_queued_once_and_judges_the_running() {
-    if !docker() {
-        return;
-    }
-    let mut s = Server::start_with("max_concurrent_verifications = 1\n");
-    let since = unix_now().saturating_sub(1);
-    let running = submit(
-        &s,
-        ALICE,
-        "ws1",
-        &["sh", "-c", "echo started; sleep 60"],
-        "r",
-    );
-    let q1 = submit(&s, ALICE, "ws1", &["echo", "one"], "q1");
-    let q2 = submit(&s, ALICE, "ws1", &["echo", "two"], "q2");
-    let rkey = running["verification"]["creation_key"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    wait_for(
-        || !containers_with_key(&rkey).is_empty(),
-        "the running job's container",
-    );
-    assert_eq!(show(&s, ALICE, "ws1", &id(&q2))["state"], "queued");
-    s.kill9();
-    s.restart(None);
-    let r = settled(&s, ALICE, "ws1", &id(&running));
-    assert_eq!(r["state"], "error", "{r}");
-    assert!(containers_with_key(&rkey).is_empty());
-    let log = s.ok(
-        ALICE,
-        "job.log",
-        json!({"workspace_id": "ws1", "job_id": id(&running)}),
-    );
-    assert!(
-        log["log"].as_str().unwrap().ends_with(
-            "[airlock: the daemon stopped while this job ran; its output was not kept]\n"
-        ),
-        "{log}"
-    );
-    for (j, out) in [(&q1, "one\n"), (&q2, "two\n")] {
-        let done = settled(&s, ALICE, "ws1", &id(j));
-        assert_eq!(done["state"], "passed", "{done}");
-        assert_eq!(done["verification"]["output"], out);
-        let key = j["verification"]["creation_key"].as_str().unwrap();
-        assert_eq!(
-            create_events(key, since),
-            1,
-            "a queued job runs exactly once"
-        );
-    }
-    assert_eq!(
-        create_events(&rkey, since),
-        1,
-        "the interrupted job is never rerun"
-    );
 }
 
 #[test]

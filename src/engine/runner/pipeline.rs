@@ -11,7 +11,7 @@ use super::environment::EnvironmentSpec;
 use super::pool::{BuiltImage, Needs, Placed, PoolEngine};
 use super::{Runner, WorkerLock};
 use crate::config::Profile;
-use crate::domain::verification::{self as outcome, SourceCheck, Unfinished, classify};
+use crate::domain::verification::{self as outcome, Settlement, SourceCheck, Unfinished};
 use crate::engine::crash;
 use crate::engine::error::Refusal;
 use crate::ids;
@@ -770,17 +770,16 @@ impl Runner {
         } else {
             SourceCheck::NotRun
         };
-        let (status, reason) = classify(
-            &outcome.end,
-            &check,
-            outcome::Context {
+        v.settle(Settlement::Judged {
+            end: &outcome.end,
+            check: &check,
+            cx: outcome::Context {
                 commit: &p.commit,
                 memory_bytes: p.spec.runtime.memory_bytes,
                 timeout_seconds: p.timeout_seconds,
             },
-        );
-        v.status = status;
-        v.error = reason;
+        })
+        .expect("the run being judged was recorded running and is settled once");
         timings
     }
 }
@@ -846,7 +845,6 @@ impl StageTimings {
 
 /// Settles `v` for a run that never reached a job end Airlock could classify.
 pub(super) fn unfinished(v: &mut Verification, why: Unfinished) {
-    let (status, reason) = why.settle();
-    v.status = status;
-    v.error = Some(reason);
+    v.settle(Settlement::Unfinished(&why))
+        .expect("a run that did not finish was recorded running and is settled once");
 }

@@ -283,6 +283,17 @@ async fn recover_one(
     let settled = match blocking(|| data.artifacts.read(&id, &v.creation_key)) {
         Ok(Some(body)) => {
             let mut result = body.result;
+            // The artifact's result is the run's end: a terminal status for a running row.
+            if let Err(illegal) = v
+                .status
+                .on(crate::domain::verification::Settlement::Restored {
+                    status: result.status,
+                    error: result.error.clone(),
+                })
+            {
+                report.failures.push(format!("{id}: {illegal}"));
+                return;
+            }
             // Written unsigned (no key then): what recovery settles, it signs.
             if result.attestation.is_none() {
                 attest.attest_verification(&mut result);
@@ -346,10 +357,14 @@ async fn mark_error(
     now: time::OffsetDateTime,
     report: &mut Report,
 ) -> bool {
-    let (status, error) = why.settle();
     let mut e = v.clone();
-    e.status = status;
-    e.error = Some(error.clone());
+    if let Err(illegal) = e.settle(crate::domain::verification::Settlement::Unfinished(&why)) {
+        report
+            .failures
+            .push(format!("{}: {illegal}", v.verification_id));
+        return false;
+    }
+    let (status, error) = (e.status, e.error.clone().unwrap_or_default());
     e.finished_at = Some(ids::rfc3339(now));
     e.attestation = None;
     attest.attest_verification(&mut e);

@@ -6,6 +6,7 @@ pub mod egress;
 pub mod engine2;
 pub mod governed;
 pub mod http;
+pub mod jobs;
 pub mod repo;
 pub mod schema;
 

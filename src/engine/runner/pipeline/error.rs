@@ -40,6 +40,14 @@ pub enum RunError {
     /// The store failed to record the `running` row; nothing ran.
     #[error("cannot record the verification: {0}")]
     Record(#[source] crate::store::StoreError),
+    /// The recovery artifact of a result could not be written, so its row was not settled;
+    /// recovery will settle it (never as a pass).
+    #[error("cannot write the artifact of {verification_id}: {source}")]
+    Artifact {
+        verification_id: String,
+        #[source]
+        source: crate::artifacts::ArtifactIoError,
+    },
     /// The store failed to settle a verification whose artifact is durable; recovery will
     /// settle it from the artifact.
     #[error("cannot settle {verification_id}: {source}")]
@@ -63,6 +71,7 @@ impl RunError {
             | RunError::Host { .. }
             | RunError::Invariant(_)
             | RunError::Record(_)
+            | RunError::Artifact { .. }
             | RunError::Settle { .. } => true,
         }
     }
@@ -116,6 +125,13 @@ impl From<RunError> for crate::engine::error::ServiceError {
                 source,
             }),
             RunError::Invariant(m) => internal(Internal::Invariant(m.to_string())),
+            RunError::Artifact {
+                verification_id,
+                source,
+            } => internal(Internal::Artifact {
+                what: format!("writing the artifact of {verification_id}"),
+                source,
+            }),
             RunError::Record(s) | RunError::Settle { source: s, .. } => ServiceError::from(s),
         }
     }

@@ -1,9 +1,10 @@
 //! Jobs a restarted daemon takes up again: recorded, never started, so nothing of them ran.
 
 use super::{Prepared, RunError, Started};
+use crate::domain::verification::{Settlement, Unfinished};
 use crate::engine::runner::{Runner, WorkerLock};
 use crate::ids;
-use crate::verification::{Status, Verification};
+use crate::verification::Verification;
 
 impl Runner {
     /// Takes up a recorded job that never started (a restarted daemon resumes it): its worker
@@ -36,19 +37,23 @@ impl Runner {
     }
 
     /// Settles a recorded job that never ran as `error` with `why` (signed, then the
-    /// artifact, then the row), when it cannot be resumed.
+    /// artifact, then the row), when it cannot be resumed. Without its artifact the row is not
+    /// settled: it stays `running`, and recovery settles it (interrupted, never a pass).
     pub async fn settle_unrun(
         &self,
         mut v: Verification,
         why: String,
     ) -> Result<Verification, RunError> {
-        v.status = Status::Error;
-        v.error = Some(why);
+        v.settle(Settlement::Unfinished(&Unfinished::NotResumed(why)))
+            .map_err(|_| RunError::Invariant("a recorded job that never started is not running"))?;
         v.finished_at = Some(ids::rfc3339(self.clock.now()));
         self.attest.attest_verification(&mut v);
-        if let Err(e) = crate::engine::context::blocking(|| self.data.artifacts.write_timed(&v)) {
-            tracing::warn!(error = %e, "artifact of an unrun job not written; the row is settled");
-        }
+        crate::engine::context::blocking(|| self.data.artifacts.write_timed(&v)).map_err(
+            |source| RunError::Artifact {
+                verification_id: v.verification_id.clone(),
+                source,
+            },
+        )?;
         self.data
             .store
             .settle(&v)
