@@ -42,18 +42,27 @@ fn affected_by(proposal_id: &str, json: &str) -> Result<Vec<ResourceId>, StoreEr
         .collect())
 }
 
+/// The proposal whose end releases claims: which one, its current revision, its workspace
+/// and author.
+pub(super) struct EndingProposal<'a> {
+    pub proposal_id: &'a str,
+    pub current_revision: &'a str,
+    pub workspace_id: &'a str,
+    pub author: &'a str,
+}
+
 /// Inside the transaction that accepts, withdraws or rejects `proposal`: releases every claim
 /// of its author marked `release_on = proposal_end` that covers one of the current revision's
 /// affected resources, each with its event. A claim that another open proposal of the author
 /// still needs, or that another open apply holds, is kept. Answers the released ids.
 pub(super) fn release_at_proposal_end(
     tx: &rusqlite::Transaction,
-    proposal: &super::proposals::ProposalRow,
+    proposal: EndingProposal<'_>,
     actor: &str,
     at: &str,
 ) -> Result<Vec<String>, StoreError> {
     let affected = affected_by(
-        &proposal.proposal_id,
+        proposal.proposal_id,
         &tx.query_row(
             "SELECT affected_resources FROM proposal_revisions WHERE proposal_id = ?1 AND revision = ?2",
             params![proposal.proposal_id, proposal.current_revision],
@@ -106,7 +115,7 @@ pub(super) fn release_at_proposal_end(
         let held = parsed(&c)?;
         if !affected.iter().any(|a| covers(&held, a))
             || still_needed.iter().any(|a| covers(&held, a))
-            || super::applies::claim_holder(tx, &c.claim_id)?.is_some()
+            || super::fences::claim_holder(tx, &c.claim_id)?.is_some()
         {
             continue;
         }

@@ -4,6 +4,7 @@
 //! state change, and transitions that compare-and-set the prior state.
 
 use super::candidates::insert_binding_checked;
+use super::events::event;
 use super::{Store, StoreError};
 use crate::domain::claim::{
     ClaimEvent, ClaimMode, ClaimState, ContentionState, ReleaseOn, ResourceId, Span, overlap,
@@ -131,26 +132,6 @@ pub(super) fn row(r: &rusqlite::Row) -> rusqlite::Result<ClaimRow> {
     })
 }
 
-#[allow(clippy::too_many_arguments)] // one column each; a struct would only rename them
-pub(super) fn event(
-    tx: &rusqlite::Transaction,
-    workspace_id: &str,
-    subject: &str,
-    kind: &str,
-    actor: &str,
-    prior: Option<&str>,
-    new: Option<&str>,
-    payload: &str,
-    at: &str,
-) -> rusqlite::Result<()> {
-    tx.execute(
-        "INSERT INTO events (workspace_id, subject, kind, actor, prior, new, payload, at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![workspace_id, subject, kind, actor, prior, new, payload, at],
-    )?;
-    Ok(())
-}
-
 /// Takes the resource's next fencing token (its counter only grows) for `claim_id`, with the
 /// resource's event, inside the grant's transaction.
 pub(super) fn issue_token(
@@ -200,7 +181,7 @@ pub(super) fn not_being_applied(
     workspace_id: &str,
     resource: &ResourceId,
 ) -> Result<(), StoreError> {
-    for (txn, path) in super::applies::held_paths(tx, workspace_id)? {
+    for (txn, path) in super::fences::held_paths(tx, workspace_id)? {
         let file = ResourceId::File { path: path.clone() };
         if overlap(resource, &file, None).is_some() {
             return Err(StoreError::fenced(format!(
@@ -479,7 +460,7 @@ impl Store {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let id = &t.claim_id;
             let current = claim_by_id(&tx, id)?;
-            super::applies::claim_fence(&tx, id)?;
+            super::fences::claim_fence(&tx, id)?;
             if current.version != t.expected_version {
                 return Err(StoreError::Conflict(format!(
                     "claim {id} is at version {}, not {}",
@@ -607,7 +588,7 @@ impl Store {
             };
             let mut n = 0;
             for c in &due {
-                if super::applies::claim_holder(&tx, &c.claim_id)?.is_some() {
+                if super::fences::claim_holder(&tx, &c.claim_id)?.is_some() {
                     continue;
                 }
                 let next = c.status.on(ClaimEvent::Expire)?;

@@ -1,7 +1,8 @@
 //! Contentions: the refused acquires a claim challenged, listed and resolved
 //! exactly once, each resolution one transaction with its events.
 
-use super::claims::{CLAIM_COLUMNS, ClaimRow, event, row};
+use super::claims::{CLAIM_COLUMNS, ClaimRow, row};
+use super::events::event;
 use super::{Store, StoreError};
 use crate::domain::claim::ContentionState;
 use crate::domain::claim::{ClaimEvent, ClaimMode, ClaimState, ResourceId, overlap};
@@ -193,7 +194,7 @@ impl Store {
                     session_id,
                 } => {
                     claim.status.on(ClaimEvent::Transfer)?;
-                    super::applies::claim_fence(&tx, &claim.claim_id)?;
+                    super::fences::claim_fence(&tx, &claim.claim_id)?;
                     if claim.expires_at <= r.now {
                         return Err(StoreError::Conflict("the challenged claim has expired; nothing to transfer".into()));
                     }

@@ -10,6 +10,8 @@ mod candidates;
 pub mod claim_ends;
 pub mod claims;
 pub mod contentions;
+mod events;
+mod fences;
 pub mod gauges;
 pub mod jobs;
 pub mod lists;
@@ -77,7 +79,7 @@ fn verification_event(
 
 impl NewEvent {
     pub(crate) fn insert(&self, tx: &rusqlite::Transaction) -> rusqlite::Result<()> {
-        claims::event(
+        events::event(
             tx,
             &self.workspace_id,
             &self.subject,

@@ -4,7 +4,7 @@
 //! at all. A revision row names a patch artifact that was fsynced before the transaction began.
 
 use super::candidates::{existing_binding, insert_binding, insert_binding_checked};
-use super::claims::event;
+use super::events::event;
 use super::{Binding, Inserted, Store, StoreError};
 use crate::domain::proposal::{ProposalEvent, ProposalState};
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
@@ -24,6 +24,18 @@ pub struct ProposalRow {
     pub record: String,
     /// The row's position (a paging cursor).
     pub seq: i64,
+}
+
+impl ProposalRow {
+    /// What ending this proposal releases claims by.
+    pub(super) fn ending(&self) -> super::claim_ends::EndingProposal<'_> {
+        super::claim_ends::EndingProposal {
+            proposal_id: &self.proposal_id,
+            current_revision: &self.current_revision,
+            workspace_id: &self.workspace_id,
+            author: &self.author,
+        }
+    }
 }
 
 /// One immutable revision of a proposal's patch.
@@ -172,7 +184,7 @@ impl Store {
         self.call(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let p = load(&tx, &id)?;
-            super::applies::proposal_fence(&tx, &id)?;
+            super::fences::proposal_fence(&tx, &id)?;
             if p.version != expected_version {
                 return Err(StoreError::Conflict(format!(
                     "proposal {id} is at version {}, not expected_version {expected_version}",
@@ -249,7 +261,7 @@ impl Store {
         self.call(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let p = load(&tx, &id)?;
-            super::applies::proposal_fence(&tx, &id)?;
+            super::fences::proposal_fence(&tx, &id)?;
             // A state that no longer allows the move is the answer (an apply that landed
             // meanwhile makes a withdrawal illegal, not merely late).
             let next = p.status.on(ev)?;
@@ -266,7 +278,7 @@ impl Store {
             }
             let mut payload = serde_json::json!({"revision": p.current_revision});
             if next.is_terminal() {
-                let released = super::claim_ends::release_at_proposal_end(&tx, &p, &actor, &at)?;
+                let released = super::claim_ends::release_at_proposal_end(&tx, p.ending(), &actor, &at)?;
                 if !released.is_empty() {
                     payload["released_claims"] = released.into();
                 }

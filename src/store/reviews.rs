@@ -5,7 +5,7 @@
 //! and idempotency binding.
 
 use super::candidates::insert_binding_checked;
-use super::claims::event;
+use super::events::event;
 use super::{Binding, Store, StoreError};
 use crate::domain::policy::{ApprovalEvent, ApprovalState, SecurityVerdict, VoteKind};
 use crate::domain::proposal::ProposalState;
@@ -204,7 +204,7 @@ fn require_current(
             "proposal {proposal_id} is {status}, not in_review"
         )));
     }
-    super::applies::proposal_fence(tx, proposal_id)?;
+    super::fences::proposal_fence(tx, proposal_id)?;
     Ok(ws)
 }
 
