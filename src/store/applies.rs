@@ -475,11 +475,12 @@ impl Store {
             if next == TxState::Applied {
                 // Re-based first: the proposal's end may then release some of them.
                 for (claim_id, hash) in &rebase {
-                    tx.execute(
+                    let n = tx.execute(
                         "UPDATE claims SET record = json_set(record, '$.base_hash', ?1), version = version + 1
                          WHERE claim_id = ?2",
                         params![hash, claim_id],
                     )?;
+                    super::changed_one(n, || format!("claim {claim_id}"))?;
                     event(
                         &tx,
                         &cur.workspace_id,

@@ -179,10 +179,11 @@ impl Store {
                 Resolution::ExtendLease { ttl_seconds } => {
                     claim.status.on(ClaimEvent::Extend)?;
                     let expiry = claim.expires_at.max(r.now.saturating_add(ttl_seconds));
-                    tx.execute(
-                        "UPDATE claims SET expires_at = ?1, version = version + 1 WHERE claim_id = ?2",
-                        params![expiry, claim.claim_id],
+                    let n = tx.execute(
+                        "UPDATE claims SET expires_at = ?1, version = version + 1 WHERE claim_id = ?2 AND version = ?3",
+                        params![expiry, claim.claim_id, claim.version],
                     )?;
+                    super::changed_one(n, || format!("claim {}", claim.claim_id))?;
                     event(&tx, &r.workspace_id, &claim.claim_id, "claim.extend", &r.actor,
                         Some(claim.status.as_str()), Some(claim.status.as_str()),
                         &serde_json::json!({"expires_at": expiry, "contention": cont.contention_id}).to_string(), &r.at)?;
@@ -236,12 +237,13 @@ impl Store {
                         &claim.claim_id,
                         &r.at,
                     )?;
-                    tx.execute(
+                    let n = tx.execute(
                         "UPDATE claims SET holder = ?1, mode = ?2, fencing_token = ?3, record = ?4,
                             task_id = ?5, session_id = ?6, version = version + 1
-                         WHERE claim_id = ?7",
-                        params![cont.requester, mode.as_str(), token, record, task_id, session_id, claim.claim_id],
+                         WHERE claim_id = ?7 AND version = ?8",
+                        params![cont.requester, mode.as_str(), token, record, task_id, session_id, claim.claim_id, claim.version],
                     )?;
+                    super::changed_one(n, || format!("claim {}", claim.claim_id))?;
                     event(&tx, &r.workspace_id, &claim.claim_id, "claim.transfer", &r.actor,
                         Some(claim.status.as_str()), Some(claim.status.as_str()),
                         &serde_json::json!({"from": claim.holder, "to": cont.requester, "fencing_token": token,
@@ -249,13 +251,14 @@ impl Store {
                     changed_claim = Some(claim.claim_id.clone());
                 }
             }
-            tx.execute(
+            let n = tx.execute(
                 "UPDATE contentions SET state = ?6,
                     record = json_set(record, '$.resolution', ?1, '$.reason', ?2, '$.resolved_by', ?3, '$.resolved_at', ?4)
                  WHERE contention_id = ?5 AND state = ?7",
                 params![resolution_name, r.reason, r.actor, r.at, cont.contention_id,
                         ContentionState::Resolved.as_str(), ContentionState::Open.as_str()],
             )?;
+            super::changed_one(n, || format!("contention {}", cont.contention_id))?;
             event(&tx, &r.workspace_id, &cont.contention_id, "contention.resolve", &r.actor,
                 Some(ContentionState::Open.as_str()), Some(ContentionState::Resolved.as_str()),
                 &serde_json::json!({"resolution": resolution_name, "reason": r.reason}).to_string(), &r.at)?;

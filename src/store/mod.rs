@@ -93,6 +93,19 @@ impl NewEvent {
     }
 }
 
+/// A compare-and-set update's check: exactly one row changed, else `conflict` naming `what`
+/// (the transaction is then rolled back, nothing of it kept).
+pub(crate) fn changed_one(n: usize, what: impl FnOnce() -> String) -> Result<(), StoreError> {
+    if n == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::Conflict(format!(
+            "{} changed meanwhile",
+            what()
+        )))
+    }
+}
+
 /// Store errors.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

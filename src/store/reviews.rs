@@ -10,10 +10,9 @@ use super::{Binding, Store, StoreError};
 use crate::domain::policy::{ApprovalEvent, ApprovalState, SecurityVerdict, VoteKind};
 use crate::domain::proposal::ProposalState;
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
-use serde::Serialize;
 
 /// A vote as stored.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct VoteRow {
     pub vote_id: String,
     pub proposal_id: String,
@@ -30,7 +29,7 @@ pub struct VoteRow {
 }
 
 /// A security review as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SecurityReviewRow {
     pub review_id: String,
     pub proposal_id: String,
@@ -42,7 +41,7 @@ pub struct SecurityReviewRow {
 }
 
 /// A human approval as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApprovalRow {
     pub approval_id: String,
     pub workspace_id: String,
@@ -51,7 +50,6 @@ pub struct ApprovalRow {
     pub requested_by: String,
     pub state: ApprovalState,
     pub decided_by: Option<String>,
-    #[serde(rename = "override")]
     pub override_votes: bool,
     pub reason_md: Option<String>,
     pub created_at: String,
@@ -59,7 +57,7 @@ pub struct ApprovalRow {
 }
 
 /// A decision as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecisionRow {
     pub decision_id: String,
     pub workspace_id: String,

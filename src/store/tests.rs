@@ -317,3 +317,112 @@ fn no_state_is_a_literal_in_the_stores_sql() {
         found.join("\n")
     );
 }
+
+/// Every `CHECK (column IN (...))` list of the schema, as the migrations leave it, holds exactly
+/// the names of the state machine's or enum's values that column stores: a state added to a
+/// machine without a migration (or the reverse) fails here, not on the first row that uses it.
+#[test]
+fn every_check_list_in_the_schema_is_its_enums_values() {
+    use crate::domain::{candidate, claim, policy, proposal, transaction};
+    let d = tempfile::tempdir().unwrap();
+    let c = open_connection(&d.path().join("db")).unwrap();
+    let mut lists: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let mut st = c
+        .prepare("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND sql IS NOT NULL")
+        .unwrap();
+    let tables: Vec<(String, String)> = st
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    for (table, sql) in tables {
+        let flat = sql.split_whitespace().collect::<Vec<_>>().join(" ");
+        let mut rest = flat.as_str();
+        while let Some(at) = rest.find("CHECK (") {
+            rest = &rest[at + "CHECK (".len()..];
+            let Some((column, after)) = rest.split_once(" IN (") else {
+                continue;
+            };
+            if column.contains(' ') {
+                continue;
+            }
+            let values = after.split(')').next().unwrap();
+            if !values.starts_with('\'') {
+                continue;
+            }
+            let names: Vec<String> = values
+                .split(',')
+                .map(|v| v.trim().trim_matches('\'').to_string())
+                .collect();
+            lists.insert(format!("{table}.{column}"), names);
+        }
+    }
+    fn names<T: Copy>(all: &[T], name: fn(T) -> &'static str) -> Vec<String> {
+        all.iter().map(|v| name(*v).to_string()).collect()
+    }
+    let expected: Vec<(&str, Vec<String>)> = vec![
+        ("verifications.status", names(&Status::ALL, Status::as_str)),
+        (
+            "candidates.state",
+            names(
+                &candidate::CandidateState::ALL,
+                candidate::CandidateState::as_str,
+            ),
+        ),
+        (
+            "claims.mode",
+            names(&claim::ClaimMode::ALL, claim::ClaimMode::as_str),
+        ),
+        (
+            "claims.status",
+            names(&claim::ClaimState::ALL, claim::ClaimState::as_str),
+        ),
+        (
+            "claims.release_on",
+            names(&claim::ReleaseOn::ALL, claim::ReleaseOn::as_str),
+        ),
+        (
+            "contentions.state",
+            names(&claim::ContentionState::ALL, claim::ContentionState::as_str),
+        ),
+        (
+            "proposals.status",
+            names(
+                &proposal::ProposalState::ALL,
+                proposal::ProposalState::as_str,
+            ),
+        ),
+        (
+            "votes.vote",
+            names(&policy::VoteKind::ALL, policy::VoteKind::as_str),
+        ),
+        (
+            "security_reviews.verdict",
+            names(
+                &policy::SecurityVerdict::ALL,
+                policy::SecurityVerdict::as_str,
+            ),
+        ),
+        (
+            "approvals.state",
+            names(&policy::ApprovalState::ALL, policy::ApprovalState::as_str),
+        ),
+        (
+            "transactions.status",
+            names(&transaction::TxState::ALL, transaction::TxState::as_str),
+        ),
+    ];
+    for (column, want) in &expected {
+        let mut got = lists
+            .remove(*column)
+            .unwrap_or_else(|| panic!("no CHECK list for {column}"));
+        let mut want = want.clone();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want, "{column}");
+    }
+    assert!(
+        lists.is_empty(),
+        "CHECK lists no enum is compared with: {lists:?}"
+    );
+}

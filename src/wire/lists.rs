@@ -87,6 +87,6 @@ pub struct ApprovalListParams {
 /// `human.approval_list`'s answer: oldest first.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ApprovalPage {
-    pub approvals: Vec<crate::store::reviews::ApprovalRow>,
+    pub approvals: Vec<super::views::Approval>,
     pub next_cursor: Option<String>,
 }

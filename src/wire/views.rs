@@ -103,15 +103,75 @@ pub struct ProposalReply {
     pub review_plan: Option<Option<ReviewPlan>>,
 }
 
+/// A vote, as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Vote {
+    pub vote_id: String,
+    pub proposal_id: String,
+    pub revision: String,
+    pub voter: String,
+    /// The roles the voter held when voting.
+    pub roles: Vec<String>,
+    pub vote: crate::domain::policy::VoteKind,
+    pub confidence: f64,
+    pub reason_md: String,
+    /// The voter's newest vote on this revision (older ones are history).
+    pub current: bool,
+    pub created_at: String,
+}
+
+/// A security review, as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct SecurityReview {
+    pub review_id: String,
+    pub proposal_id: String,
+    pub revision: String,
+    pub reviewer: String,
+    pub verdict: crate::domain::policy::SecurityVerdict,
+    pub notes_md: String,
+    pub created_at: String,
+}
+
+/// A human approval, as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Approval {
+    pub approval_id: String,
+    pub workspace_id: String,
+    pub proposal_id: String,
+    pub revision: String,
+    pub requested_by: String,
+    pub state: crate::domain::policy::ApprovalState,
+    pub decided_by: Option<String>,
+    #[serde(rename = "override")]
+    pub override_votes: bool,
+    pub reason_md: Option<String>,
+    pub created_at: String,
+    pub decided_at: Option<String>,
+}
+
+/// A decision, as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Decision {
+    pub decision_id: String,
+    pub workspace_id: String,
+    pub proposal_id: Option<String>,
+    pub revision: Option<String>,
+    pub task_id: Option<String>,
+    pub decision: String,
+    pub decided_by: String,
+    pub rationale_md: String,
+    pub created_at: String,
+}
+
 /// The review side of a proposal's current revision: its plan, votes, security reviews,
 /// approvals and the verdict.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ReviewPicture {
     /// Null until review is requested for the current revision.
     pub review_plan: Option<ReviewPlan>,
-    pub votes: Vec<crate::store::reviews::VoteRow>,
-    pub security_reviews: Vec<crate::store::reviews::SecurityReviewRow>,
-    pub approvals: Vec<crate::store::reviews::ApprovalRow>,
+    pub votes: Vec<Vote>,
+    pub security_reviews: Vec<SecurityReview>,
+    pub approvals: Vec<Approval>,
     pub verdict: crate::domain::policy::Verdict,
 }
 
@@ -136,37 +196,37 @@ pub struct ProposalListReply {
 /// `vote.cast`.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct VoteReply {
-    pub vote: crate::store::reviews::VoteRow,
+    pub vote: Vote,
 }
 
 /// `vote.list`: oldest first, history included.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct VoteListReply {
-    pub votes: Vec<crate::store::reviews::VoteRow>,
+    pub votes: Vec<Vote>,
 }
 
 /// `security.review`.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct SecurityReviewReply {
-    pub security_review: crate::store::reviews::SecurityReviewRow,
+    pub security_review: SecurityReview,
 }
 
 /// `human.request_approval` and `human.decide`.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ApprovalReply {
-    pub approval: crate::store::reviews::ApprovalRow,
+    pub approval: Approval,
 }
 
 /// `decision.record`.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct DecisionReply {
-    pub decision: crate::store::reviews::DecisionRow,
+    pub decision: Decision,
 }
 
 /// `decision.list`: oldest first.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct DecisionListReply {
-    pub decisions: Vec<crate::store::reviews::DecisionRow>,
+    pub decisions: Vec<Decision>,
 }
 
 /// `policy.evaluate`: the verdict for the proposal's current revision.

@@ -2,8 +2,8 @@
 //! permission and MCP audience, with the reply shapes they share.
 
 use super::*;
-use crate::store::reviews::{ApprovalRow, DecisionRow, SecurityReviewRow, VoteRow};
 use crate::wire as w;
+use crate::wire::{Approval, Decision, SecurityReview, Vote};
 use Field as F;
 
 use crate::config::Permission as P;
@@ -80,7 +80,7 @@ const VALIDATION: Reply = Reply::Fields(&[(
     F::Typed(schema_of::<crate::engine::governed::validation::ValidationView>),
 )]);
 const JOB: Reply = Reply::Fields(&[("job", F::Typed(schema_of::<w::jobs::JobView>))]);
-const APPROVAL: Reply = Reply::Fields(&[("approval", F::Typed(schema_of::<ApprovalRow>))]);
+const APPROVAL: Reply = Reply::Fields(&[("approval", F::Typed(schema_of::<Approval>))]);
 
 fn empty(out: &mut Schemas) -> String {
     out.entry("Empty".into())
@@ -507,12 +507,9 @@ pub const METHODS: &[Method] = &[
             ("decisions", F::ListOf(schema_of::<w::ProposalDecisionView>)),
             // Null until review is requested for the current revision.
             ("review_plan", F::OptTyped(schema_of::<w::ReviewPlan>)),
-            ("votes", F::ListOf(schema_of::<VoteRow>)),
-            (
-                "security_reviews",
-                F::ListOf(schema_of::<SecurityReviewRow>),
-            ),
-            ("approvals", F::ListOf(schema_of::<ApprovalRow>)),
+            ("votes", F::ListOf(schema_of::<Vote>)),
+            ("security_reviews", F::ListOf(schema_of::<SecurityReview>)),
+            ("approvals", F::ListOf(schema_of::<Approval>)),
             (
                 "verdict",
                 F::Typed(schema_of::<crate::domain::policy::Verdict>),
@@ -561,7 +558,7 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::VoteCastParams>,
         "a member with review, or a run holding a role; never the author",
-        Reply::Fields(&[("vote", F::Typed(schema_of::<VoteRow>))]),
+        Reply::Fields(&[("vote", F::Typed(schema_of::<Vote>))]),
         REVIEWERS,
         "Vote on a revision",
     ),
@@ -570,7 +567,7 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::VoteListParams>,
         "view",
-        Reply::Fields(&[("votes", F::ListOf(schema_of::<VoteRow>))]),
+        Reply::Fields(&[("votes", F::ListOf(schema_of::<Vote>))]),
         READERS,
         "List votes",
     ),
@@ -579,7 +576,7 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::SecurityReviewParams>,
         "a reviewer holding security; never the author",
-        Reply::Fields(&[("security_review", F::Typed(schema_of::<SecurityReviewRow>))]),
+        Reply::Fields(&[("security_review", F::Typed(schema_of::<SecurityReview>))]),
         REVIEWERS,
         "Record a security review",
     ),
@@ -606,7 +603,7 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::DecisionRecordParams>,
         "a member with review, approve or admin, or a run holding a role",
-        Reply::Fields(&[("decision", F::Typed(schema_of::<DecisionRow>))]),
+        Reply::Fields(&[("decision", F::Typed(schema_of::<Decision>))]),
         DECIDERS,
         "Record a decision",
     ),
@@ -615,7 +612,7 @@ pub const METHODS: &[Method] = &[
         Body::Small,
         schema_of::<w::DecisionListParams>,
         "view",
-        Reply::Fields(&[("decisions", F::ListOf(schema_of::<DecisionRow>))]),
+        Reply::Fields(&[("decisions", F::ListOf(schema_of::<Decision>))]),
         READERS,
         "List decisions",
     ),

@@ -121,7 +121,7 @@ impl Proposals {
                     continue;
                 }
             }
-            approvals.push(a.clone());
+            approvals.push(a.clone().into());
         }
         // The cursor follows the rows read, so a page thinned by the filter still moves on.
         Ok(ApprovalPage {

@@ -294,9 +294,9 @@ impl Proposals {
             .collect();
         Ok(crate::wire::ReviewPicture {
             review_plan: plan,
-            votes,
-            security_reviews: reviews,
-            approvals,
+            votes: votes.into_iter().map(Into::into).collect(),
+            security_reviews: reviews.into_iter().map(Into::into).collect(),
+            approvals: approvals.into_iter().map(Into::into).collect(),
             verdict: self.verdict(ws, p, risk).await?,
         })
     }
@@ -334,7 +334,7 @@ impl Proposals {
                 .vote(&id)
                 .await?
                 .ok_or_else(|| ServiceError::internal("a bound vote is gone"))?;
-            return Ok(w::VoteReply { vote: v });
+            return Ok(w::VoteReply { vote: v.into() });
         }
         let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
         let (_, roles) = self.reviewer(actor, &p.workspace_id, &row.author, "vote on")?;
@@ -357,7 +357,7 @@ impl Proposals {
             })
             .await
             .map_err(evidence_refused)?;
-        Ok(w::VoteReply { vote: v })
+        Ok(w::VoteReply { vote: v.into() })
     }
 
     /// `vote.list`: oldest first, history included (`current` marks each voter's newest).
@@ -378,7 +378,9 @@ impl Proposals {
             .store
             .votes(&row.proposal_id, p.revision)
             .await?;
-        Ok(w::VoteListReply { votes })
+        Ok(w::VoteListReply {
+            votes: votes.into_iter().map(Into::into).collect(),
+        })
     }
 
     /// `security.review`: by a reviewer holding the `security` role.
@@ -409,7 +411,9 @@ impl Proposals {
                 .into_iter()
                 .find(|r| r.review_id == id)
                 .ok_or_else(|| ServiceError::internal("a bound security review is gone"))?;
-            return Ok(w::SecurityReviewReply { security_review: r });
+            return Ok(w::SecurityReviewReply {
+                security_review: r.into(),
+            });
         }
         let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
         let (_, roles) = self.reviewer(actor, &p.workspace_id, &row.author, "review")?;
@@ -435,7 +439,9 @@ impl Proposals {
             )
             .await
             .map_err(evidence_refused)?;
-        Ok(w::SecurityReviewReply { security_review: r })
+        Ok(w::SecurityReviewReply {
+            security_review: r.into(),
+        })
     }
 
     /// `human.request_approval`: by the author or a member with `review`, `approve` or
@@ -490,7 +496,7 @@ impl Proposals {
                 }
                 other => evidence_refused(other),
             })?;
-        Ok(w::ApprovalReply { approval: a })
+        Ok(w::ApprovalReply { approval: a.into() })
     }
 
     /// The human approvals of a proposal, oldest first (the web page's approve/deny list).
@@ -499,12 +505,13 @@ impl Proposals {
         actor: &Actor,
         workspace_id: &str,
         proposal_id: &str,
-    ) -> Result<Vec<crate::store::reviews::ApprovalRow>, ServiceError> {
+    ) -> Result<Vec<w::Approval>, ServiceError> {
         self.ctx.governed(actor, workspace_id, Permission::View)?;
         let rows = self.ctx.data.store.approvals(proposal_id).await?;
         Ok(rows
             .into_iter()
             .filter(|a| a.workspace_id == workspace_id)
+            .map(Into::into)
             .collect())
     }
 
@@ -515,7 +522,7 @@ impl Proposals {
         actor: &Actor,
         workspace_id: &str,
         proposal_id: &str,
-    ) -> Result<Vec<crate::store::reviews::SecurityReviewRow>, ServiceError> {
+    ) -> Result<Vec<w::SecurityReview>, ServiceError> {
         self.ctx.governed(actor, workspace_id, Permission::View)?;
         let row = self.proposal_in(workspace_id, proposal_id).await?;
         Ok(self
@@ -523,7 +530,10 @@ impl Proposals {
             .data
             .store
             .security_reviews(&row.proposal_id)
-            .await?)
+            .await?
+            .into_iter()
+            .map(Into::into)
+            .collect())
     }
 
     /// Whether `actor` holds review `role` in the workspace (the web page offers the security
@@ -544,7 +554,7 @@ impl Proposals {
             .approval(approval_id)
             .await?
             .ok_or_else(|| ServiceError::internal("a bound approval is gone"))?;
-        Ok(w::ApprovalReply { approval: a })
+        Ok(w::ApprovalReply { approval: a.into() })
     }
 
     /// `human.decide`: a member with `approve` (never a run token, never the author, never
@@ -638,7 +648,9 @@ impl Proposals {
             )
             .await
             .map_err(evidence_refused)?;
-        Ok(w::ApprovalReply { approval: decided })
+        Ok(w::ApprovalReply {
+            approval: decided.into(),
+        })
     }
 
     /// `decision.record`: an immutable decision, alone, about a task, or about a proposal
@@ -701,7 +713,7 @@ impl Proposals {
                 .decision(&id)
                 .await?
                 .ok_or_else(|| ServiceError::internal("a bound decision is gone"))?;
-            return Ok(w::DecisionReply { decision: d });
+            return Ok(w::DecisionReply { decision: d.into() });
         }
         let revision = match (&p.proposal_id, &p.revision) {
             (None, Some(_)) => {
@@ -742,7 +754,7 @@ impl Proposals {
                 }
                 other => other.into(),
             })?;
-        Ok(w::DecisionReply { decision: d })
+        Ok(w::DecisionReply { decision: d.into() })
     }
 
     /// `decision.list`: oldest first.
@@ -760,7 +772,9 @@ impl Proposals {
             .store
             .decisions(&p.workspace_id, p.proposal_id, p.task_id, limit)
             .await?;
-        Ok(w::DecisionListReply { decisions: rows })
+        Ok(w::DecisionListReply {
+            decisions: rows.into_iter().map(Into::into).collect(),
+        })
     }
 
     /// `policy.evaluate`: the verdict for the current revision only.
@@ -785,5 +799,71 @@ impl Proposals {
             status: row.status,
             verdict,
         })
+    }
+}
+
+// The review rows as the API shows them (the store's rows are not API objects).
+impl From<crate::store::reviews::VoteRow> for w::Vote {
+    fn from(r: crate::store::reviews::VoteRow) -> Self {
+        w::Vote {
+            vote_id: r.vote_id,
+            proposal_id: r.proposal_id,
+            revision: r.revision,
+            voter: r.voter,
+            roles: r.roles,
+            vote: r.vote,
+            confidence: r.confidence,
+            reason_md: r.reason_md,
+            current: r.current,
+            created_at: r.created_at,
+        }
+    }
+}
+
+impl From<crate::store::reviews::SecurityReviewRow> for w::SecurityReview {
+    fn from(r: crate::store::reviews::SecurityReviewRow) -> Self {
+        w::SecurityReview {
+            review_id: r.review_id,
+            proposal_id: r.proposal_id,
+            revision: r.revision,
+            reviewer: r.reviewer,
+            verdict: r.verdict,
+            notes_md: r.notes_md,
+            created_at: r.created_at,
+        }
+    }
+}
+
+impl From<crate::store::reviews::ApprovalRow> for w::Approval {
+    fn from(r: crate::store::reviews::ApprovalRow) -> Self {
+        w::Approval {
+            approval_id: r.approval_id,
+            workspace_id: r.workspace_id,
+            proposal_id: r.proposal_id,
+            revision: r.revision,
+            requested_by: r.requested_by,
+            state: r.state,
+            decided_by: r.decided_by,
+            override_votes: r.override_votes,
+            reason_md: r.reason_md,
+            created_at: r.created_at,
+            decided_at: r.decided_at,
+        }
+    }
+}
+
+impl From<crate::store::reviews::DecisionRow> for w::Decision {
+    fn from(r: crate::store::reviews::DecisionRow) -> Self {
+        w::Decision {
+            decision_id: r.decision_id,
+            workspace_id: r.workspace_id,
+            proposal_id: r.proposal_id,
+            revision: r.revision,
+            task_id: r.task_id,
+            decision: r.decision,
+            decided_by: r.decided_by,
+            rationale_md: r.rationale_md,
+            created_at: r.created_at,
+        }
     }
 }
