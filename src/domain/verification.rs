@@ -111,8 +111,6 @@ pub enum Unfinished {
     Sandbox(String),
     /// No engine could take the job within its timeout (the last reason).
     NotPlaced(String),
-    /// The recovery artifact could not be written, so the result is not durable.
-    ArtifactWrite(String),
     /// Recovery found the run interrupted before its result was durable.
     Interrupted,
     /// Recovery found the run interrupted, and the engine it may have run on has not answered
@@ -145,10 +143,6 @@ impl Unfinished {
             Unfinished::Staging(e) => (Status::Error, format!("staging failed: {e}")),
             Unfinished::Sandbox(e) => (Status::Error, format!("sandbox failure: {e}")),
             Unfinished::NotPlaced(e) => (Status::Error, format!("not placed on an engine: {e}")),
-            Unfinished::ArtifactWrite(e) => (
-                Status::Error,
-                format!("recovery artifact could not be written: {e}"),
-            ),
             Unfinished::Interrupted => (Status::Error, INTERRUPTED.into()),
             Unfinished::EngineLost {
                 engine,
@@ -193,6 +187,10 @@ pub enum Settlement<'a> {
         status: Status,
         error: Option<String>,
     },
+    /// The settled result's artifact could not be written (why), so that result is not durable
+    /// and is never what is stored: the one move out of a terminal status, to `error`, taken
+    /// before the row is written.
+    Undurable(&'a str),
 }
 
 impl Settlement<'_> {
@@ -201,13 +199,15 @@ impl Settlement<'_> {
             Settlement::Judged { .. } => "judge",
             Settlement::Unfinished(_) => "settle unfinished",
             Settlement::Restored { .. } => "restore",
+            Settlement::Undurable(_) => "artifact write failed",
         }
     }
 }
 
 impl Status {
     /// The status and reason (the verification's `error`) `settlement` ends this one with. Only
-    /// `running` ends, once; a restored status must be terminal.
+    /// `running` ends, once; a restored status must be terminal; a settled result whose
+    /// artifact could not be written becomes `error`.
     pub fn on(
         self,
         settlement: Settlement<'_>,
@@ -217,22 +217,27 @@ impl Status {
             from: self.as_str(),
             event: settlement.as_str(),
         };
-        match self {
-            Status::Running => {}
+        let running = match self {
+            Status::Running => true,
             Status::Passed
             | Status::Failed
             | Status::TimedOut
             | Status::Cancelled
             | Status::Error
-            | Status::SourceChanged => return Err(illegal),
-        }
-        match settlement {
-            Settlement::Judged { end, check, cx } => Ok(classify(end, check, cx)),
-            Settlement::Unfinished(why) => {
+            | Status::SourceChanged => false,
+        };
+        match (running, settlement) {
+            (false, Settlement::Undurable(why)) => Ok((
+                Status::Error,
+                Some(format!("recovery artifact could not be written: {why}")),
+            )),
+            (true, Settlement::Undurable(_)) | (false, _) => Err(illegal),
+            (true, Settlement::Judged { end, check, cx }) => Ok(classify(end, check, cx)),
+            (true, Settlement::Unfinished(why)) => {
                 let (status, reason) = why.settle();
                 Ok((status, Some(reason)))
             }
-            Settlement::Restored { status, error } => {
+            (true, Settlement::Restored { status, error }) => {
                 if status.is_terminal() {
                     Ok((status, error))
                 } else {
@@ -409,6 +414,25 @@ mod tests {
                 .is_err(),
             "an artifact cannot restore a run to running"
         );
+    }
+
+    #[test]
+    fn a_settled_result_whose_artifact_failed_becomes_error_and_nothing_else_does() {
+        for from in Status::ALL {
+            let to = from.on(Settlement::Undurable("disk full"));
+            if from == Status::Running {
+                assert!(to.is_err(), "a run not yet settled has no artifact to lose");
+            } else {
+                assert_eq!(
+                    to.unwrap(),
+                    (
+                        Status::Error,
+                        Some("recovery artifact could not be written: disk full".into())
+                    ),
+                    "from {from:?}"
+                );
+            }
+        }
     }
 
     #[test]

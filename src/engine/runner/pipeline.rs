@@ -396,7 +396,8 @@ impl Runner {
             Ok((_, fsyncs)) => self.metrics.fsync_seconds.observe(fsyncs.as_secs_f64()),
             Err(e) => {
                 // What is settled is not what was signed: the settled record is signed anew.
-                unfinished(&mut v, Unfinished::ArtifactWrite(e.to_string()));
+                v.settle(Settlement::Undurable(&e.to_string()))
+                    .expect("the pipeline settles the record before writing its artifact");
                 self.attest.attest_verification(&mut v);
             }
         }
