@@ -1,14 +1,15 @@
 //! `airlock backup DEST`: a consistent copy of a data dir, taken while the daemon runs.
 //!
-//! The database is copied first, by SQLite's online backup API from a read-only connection (one
-//! step, so the copy is one snapshot of the committed state, WAL included; the daemon's writers
-//! are not blocked). The file trees are copied after it: every file a committed row refers to
+//! The database is copied first, by the store's snapshot (SQLite's online backup API from a
+//! read-only connection, in one step: one snapshot of the committed state, WAL included; the
+//! daemon's writers are not blocked). The file trees are copied after it: every file a committed row refers to
 //! (a patch revision, a verification's recovery artifact, a rollback artifact, a transcript) is
 //! made durable before its row commits, so it exists when the snapshot is taken and is copied
 //! with it. A file written after the snapshot is copied too and is harmless: recovery at the
 //! restored daemon's start judges artifacts against the rows, as after any crash. Checkouts,
-//! locks and the daemon's lock file are not copied (their directories are created empty) (they belong to running jobs, which the
-//! restored daemon's recovery settles from their artifacts or marks `error`).
+//! locks and the daemon's lock file are not copied (their directories are created empty: they
+//! belong to running jobs, which the restored daemon's recovery settles from their artifacts or
+//! marks `error`).
 //!
 //! Everything lands under a new directory (refused if DEST exists), each file and directory
 //! fsynced, the database last renamed into place: a DEST holding `airlock.db` is complete.
@@ -17,7 +18,6 @@
 //! never touches the original's containers (its recovery destroys only containers labelled
 //! with its own instance id).
 
-use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -30,9 +30,6 @@ pub const COPIED_TREES: [&str; 5] = [
     "patches",
     "transactions",
 ];
-
-/// The pause before retrying a backup step the daemon's lock held off.
-const BUSY_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// What one backup copied.
 #[derive(Debug, Serialize)]
@@ -63,7 +60,7 @@ pub enum BackupError {
     #[error("SQLite backup of {path}: {source}")]
     Sqlite {
         path: PathBuf,
-        source: rusqlite::Error,
+        source: crate::store::StoreError,
     },
 }
 
@@ -89,55 +86,12 @@ pub fn backup(root: &Path, dest: &Path) -> Result<BackupReport, BackupError> {
         Err(e) => return Err(io("create", dest)(e)),
     }
     let partial = dest.join("airlock.db.partial");
-    let sqlite = |source| BackupError::Sqlite {
-        path: database.clone(),
-        source,
-    };
-    let src = Connection::open_with_flags(
-        &database,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(sqlite)?;
-    src.busy_timeout(crate::limits::SQLITE_BUSY_TIMEOUT)
-        .map_err(sqlite)?;
-    {
-        let mut dst = Connection::open(&partial).map_err(sqlite)?;
-        {
-            let copy = rusqlite::backup::Backup::new(&src, &mut dst).map_err(sqlite)?;
-            // One step of every page: the copy is one read snapshot, never restarted by the
-            // daemon's writes between steps.
-            loop {
-                match copy.step(-1).map_err(sqlite)? {
-                    rusqlite::backup::StepResult::Done => break,
-                    rusqlite::backup::StepResult::More => {}
-                    rusqlite::backup::StepResult::Busy | rusqlite::backup::StepResult::Locked => {
-                        std::thread::sleep(BUSY_RETRY);
-                    }
-                    _ => {}
-                }
-            }
+    crate::store::snapshot::copy_database(&database, &partial).map_err(|source| {
+        BackupError::Sqlite {
+            path: database.clone(),
+            source,
         }
-        // The copy is another data dir: its first start takes an instance id of its own, so
-        // that started beside the original it never takes the original's containers for its
-        // own (see `Store::instance`).
-        let has_meta: bool = dst
-            .query_row(
-                "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(sqlite)?;
-        if has_meta {
-            dst.execute(
-                "INSERT INTO meta (key, value) \
-                 SELECT ?1, value FROM meta WHERE key = 'instance_id' \
-                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                [crate::store::COPIED_FROM_KEY],
-            )
-            .map_err(sqlite)?;
-        }
-    }
-    drop(src);
+    })?;
     fsync_file(&partial)?;
     let mut report = BackupReport {
         dest: dest.to_path_buf(),
@@ -264,11 +218,8 @@ mod tests {
     #[test]
     fn a_backup_holds_the_committed_rows_and_the_trees_and_refuses_an_existing_dest() {
         let root = tempfile::tempdir().unwrap();
-        let conn = Connection::open(root.path().join("airlock.db")).unwrap();
-        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
-        conn.execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (1), (2);")
-            .unwrap();
-        // The rows are in the WAL only (the connection stays open, no checkpoint).
+        // Two rows in the WAL only (the connection stays open, no checkpoint).
+        let conn = crate::store::snapshot::tests::wal_only_rows(&root.path().join("airlock.db"));
         std::fs::create_dir_all(root.path().join("patches")).unwrap();
         std::fs::write(root.path().join("patches/abc.patch"), b"diff").unwrap();
         std::fs::write(root.path().join("patches/.x.json.tmp.k"), b"half").unwrap();
@@ -278,11 +229,10 @@ mod tests {
         let dest = out.path().join("b");
         let r = backup(root.path(), &dest).unwrap();
         assert_eq!((r.files, r.skipped_temp_files), (1, 1));
-        let copy = Connection::open(dest.join("airlock.db")).unwrap();
-        let n: i64 = copy
-            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(n, 2);
+        assert_eq!(
+            crate::store::snapshot::tests::rows(&dest.join("airlock.db")),
+            2
+        );
         assert_eq!(
             std::fs::read(dest.join("patches/abc.patch")).unwrap(),
             b"diff"

@@ -15,6 +15,7 @@ pub mod canonical;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod crash;
 pub mod daemon;
 pub mod deps;
 pub mod domain;

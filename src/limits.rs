@@ -385,3 +385,6 @@ pub const MAX_CA_BUNDLE_BYTES: u64 = 4 << 20;
 pub const FETCH_CA_FILE: &str = ".airlock-ca.pem";
 /// Output a fetch keeps for its error (its head and tail).
 pub const MAX_FETCH_OUTPUT_QUOTED: usize = 4 * 1024;
+
+/// Most labels of one engine (`[[engines]] labels`), and of a profile's `engine_labels`.
+pub const MAX_ENGINE_LABELS: usize = 16;

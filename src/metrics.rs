@@ -25,6 +25,18 @@ pub struct EngineLabel {
     pub engine: String,
 }
 
+/// One engine's state at a scrape, as the pool reports it (metrics know no pool).
+#[derive(Debug, Clone, Copy)]
+pub struct EngineSample<'a> {
+    pub name: &'a str,
+    pub running: usize,
+    /// It takes jobs (no down reason).
+    pub up: bool,
+    pub failures: u64,
+    /// Images whose id there differs from this machine's.
+    pub image_mismatches: usize,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EngineStatus {
     pub engine: String,
@@ -523,25 +535,22 @@ impl Metrics {
         self.contentions_open.set(g.contentions_open);
     }
 
-    /// Sets each engine's gauges from the pool now: jobs running, whether it takes jobs, and
-    /// its failure count (a counter that only moves up).
-    pub fn set_engines(&self, pool: &crate::engine::runner::pool::Pool) {
-        for e in pool.engines() {
+    /// Sets each engine's gauges from what the pool says now: jobs running, whether it takes
+    /// jobs, its failure count (a counter that only moves up) and its image mismatches.
+    pub fn set_engines<'a>(&self, engines: impl IntoIterator<Item = EngineSample<'a>>) {
+        for e in engines {
             let label = EngineLabel {
-                engine: e.name.clone(),
+                engine: e.name.to_string(),
             };
             self.engine_running
                 .get_or_create(&label)
-                .set(e.running() as i64);
-            self.engine_up
-                .get_or_create(&label)
-                .set(i64::from(e.down_reason().is_none()));
+                .set(e.running as i64);
+            self.engine_up.get_or_create(&label).set(i64::from(e.up));
             let failures = self.engine_failures.get_or_create(&label);
-            failures.inc_by(e.failures().saturating_sub(failures.get()));
-            self.engine_image_mismatches.get_or_create(&label).set(
-                e.image_mismatches(pool.reference(), &pool.watched_images())
-                    .len() as i64,
-            );
+            failures.inc_by(e.failures.saturating_sub(failures.get()));
+            self.engine_image_mismatches
+                .get_or_create(&label)
+                .set(e.image_mismatches as i64);
         }
     }
 

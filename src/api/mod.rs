@@ -210,34 +210,17 @@ pub fn metrics_router(state: AppState) -> Router {
 /// the dependency set store) now.
 /// Unauthenticated, like the probes: it holds counts, never names, ids or content.
 async fn metrics(State(st): State<AppState>) -> Response {
-    let ctx = &st.service.ctx;
-    match ctx
-        .data
-        .store
-        .gauges(ctx.clock.now().unix_timestamp())
-        .await
-    {
-        Ok(g) => ctx
-            .metrics
-            .set_gauges(&g, &crate::metrics::KnownStates::all()),
-        Err(e) => {
-            return ApiError(ServiceError::internal(format!("metrics: {e}")), None).into_response();
-        }
+    match st.service.ctx.scrape_metrics().await {
+        Ok(text) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                crate::metrics::CONTENT_TYPE,
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => ApiError(e, None).into_response(),
     }
-    ctx.metrics.set_engines(&ctx.pool);
-    if let Some(store) = ctx.deps.store().cloned()
-        && let Ok(st) = tokio::task::spawn_blocking(move || store.status()).await
-    {
-        ctx.metrics.record_dependency_store(&st);
-    }
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            crate::metrics::CONTENT_TYPE,
-        )],
-        ctx.metrics.encode(),
-    )
-        .into_response()
 }
 
 /// `GET /openapi.json`: the API's OpenAPI 3.1 document. Unauthenticated: it describes the

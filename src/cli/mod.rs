@@ -5,9 +5,10 @@ mod call;
 mod images;
 
 use crate::config::{Config, DEFAULT_PROFILE};
+use crate::crash;
 use crate::engine::runner::pipeline::{RunError, RunRequest};
 use crate::engine::runner::recovery;
-use crate::engine::{Context, DataDir, crash};
+use crate::engine::{Context, DataDir};
 use crate::limits;
 use crate::sandbox::Sandbox;
 use crate::verification::Status;

@@ -17,8 +17,7 @@ pub const MAX_ENGINE_JOBS: usize = 256;
 pub const DEFAULT_ENGINE_LOST_AFTER_SECONDS: u64 = 3600;
 /// Allowed `engine_lost_after_seconds`: a minute to a week.
 pub const ENGINE_LOST_AFTER_SECONDS: std::ops::RangeInclusive<u64> = 60..=604_800;
-/// Most labels of one engine.
-pub const MAX_ENGINE_LABELS: usize = 16;
+pub use crate::limits::MAX_ENGINE_LABELS;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -105,24 +104,6 @@ fn invalid(field: String, message: impl Into<String>) -> ConfigError {
     }
 }
 
-pub(super) fn check_name(field: String, name: &str, what: &str) -> Result<(), ConfigError> {
-    let ok = !name.is_empty()
-        && name.len() <= MAX_ENGINE_NAME_BYTES
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(
-            field,
-            format!(
-                "{what} {name:?} must be 1 to {MAX_ENGINE_NAME_BYTES} bytes of ASCII letters, digits, '-', '_' or '.'"
-            ),
-        ))
-    }
-}
-
 fn parse_host(field: String, host: &str) -> Result<EngineHost, ConfigError> {
     if let Some(path) = host.strip_prefix("unix://") {
         if !path.starts_with('/') {
@@ -172,7 +153,7 @@ pub(super) fn parse(
     for (i, e) in raw.into_iter().enumerate() {
         let at = |key: &str| format!("engines[{i}].{key}");
         let name = e.name.ok_or_else(|| invalid(at("name"), "is required"))?;
-        check_name(at("name"), &name, "engine name")?;
+        super::check_name(at("name"), &name, "engine name")?;
         if engines.iter().any(|o| o.name == name) {
             return Err(invalid(
                 at("name"),
@@ -239,7 +220,7 @@ pub(super) fn parse(
             ));
         }
         for l in &e.labels {
-            check_name(at("labels"), l, "label")?;
+            super::check_name(at("labels"), l, "label")?;
         }
         if matches!(host, EngineHost::Tcp { .. })
             && checkouts == super::CheckoutFilesystem::Directory

@@ -218,19 +218,19 @@ pub(super) fn resolve_profile(name: &str, p: RawProfile) -> Result<Profile, Conf
         ));
     }
     let engine_labels = p.engine_labels;
-    if engine_labels.len() > super::engines::MAX_ENGINE_LABELS {
+    if engine_labels.len() > crate::limits::MAX_ENGINE_LABELS {
         return Err(invalid(
             name,
             "engine_labels",
             format!(
                 "has {} labels; the limit is {}",
                 engine_labels.len(),
-                super::engines::MAX_ENGINE_LABELS
+                crate::limits::MAX_ENGINE_LABELS
             ),
         ));
     }
     for l in &engine_labels {
-        super::engines::check_name(format!("profiles.{name}.engine_labels"), l, "label")?;
+        super::check_name(format!("profiles.{name}.engine_labels"), l, "label")?;
     }
     Ok(Profile {
         name: name.to_string(),

@@ -3,14 +3,13 @@
 //! workspaces' repositories. Built once at start-up; cheap to clone.
 
 use super::DataDir;
+pub use super::clock::Clock;
 use crate::config::Config;
 use crate::sandbox::Runtime;
 use crate::sandbox::seccomp::SeccompProfile;
 use crate::staging::Repo;
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
-use time::OffsetDateTime;
 
 /// What every workflow shares.
 #[derive(Clone)]
@@ -29,8 +28,9 @@ pub struct Context {
     repos: Arc<HashMap<String, Repo>>,
     /// The signing key and the public keys of attestations.
     pub attest: Arc<crate::engine::attesting::Attestor>,
-    /// One call per idempotency key at a time (see [`crate::engine::idempotency`]).
-    pub key_gates: Arc<crate::engine::idempotency::KeyGates>,
+    /// Idempotency keys: checked, stamped, one call per key at a time, replays found (see
+    /// [`crate::engine::idempotency`]).
+    pub keys: Arc<crate::engine::idempotency::Keys>,
     /// The dependency sets jobs get.
     pub deps: Arc<crate::engine::runner::deps::DependencySets>,
     /// Set to true when the process stops (what a shared dependency fetch is cancelled by).
@@ -68,6 +68,10 @@ impl Context {
         let deps = Arc::new(crate::engine::runner::deps::DependencySets::new(
             &config, &data.root,
         ));
+        let keys = Arc::new(crate::engine::idempotency::Keys::new(
+            data.store.clone(),
+            clock.clone(),
+        ));
         Ok(Context {
             pool: Arc::new(local_pool(&config, runtime, &data, &seccomp)),
             attest,
@@ -77,7 +81,7 @@ impl Context {
             clock,
             metrics: Arc::default(),
             repos: Arc::new(repos),
-            key_gates: Arc::default(),
+            keys,
             deps,
             stopping: Arc::new(tokio::sync::watch::channel(false).0),
         })
@@ -94,6 +98,10 @@ impl Context {
         let deps = Arc::new(crate::engine::runner::deps::DependencySets::new(
             &config, &data.root,
         ));
+        let keys = Arc::new(crate::engine::idempotency::Keys::new(
+            data.store.clone(),
+            Clock::System,
+        ));
         Ok(Context {
             pool: Arc::new(local_pool(&config, runtime, &data, &seccomp)),
             attest: Arc::new(crate::engine::attesting::Attestor::load(&config)?),
@@ -103,7 +111,7 @@ impl Context {
             clock: Clock::System,
             metrics: Arc::default(),
             repos: Arc::default(),
-            key_gates: Arc::default(),
+            keys,
             deps,
             stopping: Arc::new(tokio::sync::watch::channel(false).0),
         })
@@ -219,47 +227,3 @@ fn local_pool(
 
 /// The name results carry for the engine of a configuration without `[[engines]]`.
 pub const DEFAULT_ENGINE_NAME: &str = "local";
-
-/// The clock. In builds with the `test-hooks` feature, tests may point `AIRLOCK_TEST_CLOCK_FILE`
-/// at a file holding an RFC 3339 time; other builds always use the system clock.
-#[derive(Debug, Clone)]
-pub enum Clock {
-    System,
-    File(PathBuf),
-}
-
-/// Environment variable naming the test clock file.
-pub const TEST_CLOCK_ENV: &str = "AIRLOCK_TEST_CLOCK_FILE";
-
-impl Clock {
-    pub fn from_env() -> Clock {
-        if !cfg!(feature = "test-hooks") {
-            return Clock::System;
-        }
-        match std::env::var_os(TEST_CLOCK_ENV) {
-            Some(p) if !p.is_empty() => Clock::File(PathBuf::from(p)),
-            _ => Clock::System,
-        }
-    }
-
-    pub fn now(&self) -> OffsetDateTime {
-        match self {
-            Clock::System => crate::ids::now(),
-            Clock::File(p) => std::fs::read_to_string(p)
-                .ok()
-                .and_then(|t| {
-                    OffsetDateTime::parse(t.trim(), &time::format_description::well_known::Rfc3339)
-                        .ok()
-                })
-                .unwrap_or_else(crate::ids::now),
-        }
-    }
-}
-
-/// Runs blocking work (git plumbing, hashing, fsynced file writes) from async code without
-/// stalling the runtime: tokio hands this worker thread's other tasks to another worker first
-/// (`block_in_place`). Borrowing is allowed, unlike `spawn_blocking`, so a handler can pass
-/// the candidate it holds under its lock. The daemon runs on the multi-thread runtime.
-pub fn blocking<R>(f: impl FnOnce() -> R) -> R {
-    tokio::task::block_in_place(f)
-}

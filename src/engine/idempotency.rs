@@ -1,22 +1,23 @@
 //! The one idempotent-mutation mechanism every workflow uses. A call that changes something
 //! carries an idempotency key; [`Keyed`] is that key checked, with the operation it is bound
 //! under and the digest of the call's parameters (the key left out). Before acting, the
-//! workflow asks [`Context::replay_of`]: an earlier call with the same actor, operation, key
+//! workflow asks [`Keys::replay_of`]: an earlier call with the same actor, operation, key
 //! and digest is a replay (its recorded result id is answered), the same key with other
 //! parameters is `conflict`. The change then commits [`Keyed::binding`] in its own
 //! transaction, so the key is bound exactly when the change is durable. A key is made by
-//! [`Context::keyed`], which stamps it with the context's clock: the binding records when the
+//! [`Keys::keyed`], which stamps it with the context's clock: the binding records when the
 //! call arrived by the same clock every other row of the call uses.
 //!
-//! **One call per key at a time.** [`Context::replay_of`] first takes the key's gate (one per
+//! **One call per key at a time.** [`Keys::replay_of`] first takes the key's gate (one per
 //! workspace, actor, operation and key, in this process) and the [`Keyed`] holds it until it
 //! is dropped with the call: a second call with the same key, racing the first or retried
 //! while the first still works (after a `503` for the call's budget), waits for it and then
 //! finds its binding, answering the replay. No work is started twice for one key.
 
-use super::Context;
-use super::service::{Actor, ServiceError};
-use crate::store::Binding;
+use crate::engine::actor::Actor;
+use crate::engine::clock::Clock;
+use crate::engine::error::ServiceError;
+use crate::store::{Binding, Store};
 
 /// A checked idempotency key, the operation it binds, and the digest of its call.
 #[derive(Debug, Clone)]
@@ -26,19 +27,30 @@ pub struct Keyed {
     pub operation: String,
     /// When the call arrived (RFC 3339, by the context's clock): the binding's `created_at`.
     pub at: String,
-    /// The key's gate, once [`Context::replay_of`] took it; let go with the last clone.
+    /// The key's gate, once [`Keys::replay_of`] took it; let go with the last clone.
     hold: std::sync::Arc<std::sync::Mutex<Option<tokio::sync::OwnedMutexGuard<()>>>>,
 }
 
-/// The gates of the keys calls are using now, by workspace, actor, operation and key.
-#[derive(Default)]
-pub struct KeyGates {
+/// The idempotency keys of this process's calls: each checked and stamped by the clock, the
+/// gates of the keys calls are using now (by workspace, actor, operation and key), and the
+/// store their bindings are read from.
+pub struct Keys {
     gates: std::sync::Mutex<
         std::collections::HashMap<String, std::sync::Weak<tokio::sync::Mutex<()>>>,
     >,
+    store: Store,
+    clock: Clock,
 }
 
-impl KeyGates {
+impl Keys {
+    pub fn new(store: Store, clock: Clock) -> Keys {
+        Keys {
+            gates: Default::default(),
+            store,
+            clock,
+        }
+    }
+
     /// The gate of `id`, made when no call holds or waits for it.
     fn gate(&self, id: String) -> std::sync::Arc<tokio::sync::Mutex<()>> {
         let mut gates = self.gates.lock().expect("key gates are never poisoned");
@@ -113,7 +125,7 @@ impl Keyed {
     }
 }
 
-impl Context {
+impl Keys {
     /// `key` checked, for `operation`, with the digest of the call's parameters (serialized
     /// without the key), stamped now.
     pub fn keyed<T: serde::Serialize>(
@@ -125,14 +137,19 @@ impl Context {
         self.keyed_digest(operation, key, crate::candidate::digest(params_without_key))
     }
 
-    /// [`Context::keyed`] with a digest the caller computed.
+    /// [`Keys::keyed`] with a digest the caller computed.
     pub fn keyed_digest(
         &self,
         operation: impl Into<String>,
         key: &str,
         digest: String,
     ) -> Result<Keyed, ServiceError> {
-        Keyed::checked(operation, key, digest, self.now_rfc3339())
+        Keyed::checked(
+            operation,
+            key,
+            digest,
+            crate::ids::rfc3339(self.clock.now()),
+        )
     }
 
     /// The result id an earlier call with this key recorded (a replay), if any; the key with
@@ -156,11 +173,10 @@ impl Context {
                 k.operation,
                 k.key
             );
-            let guard = self.key_gates.gate(id).lock_owned().await;
+            let guard = self.gate(id).lock_owned().await;
             *k.hold.lock().expect("a key's hold is never poisoned") = Some(guard);
         }
         match self
-            .data
             .store
             .binding(workspace_id, &actor.key(), &k.operation, &k.key)
             .await?

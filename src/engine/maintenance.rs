@@ -6,7 +6,7 @@
 //! one having succeeded.
 
 use super::runner::recovery;
-use super::service::Service;
+use crate::engine::service::Service;
 
 /// One maintenance pass. Runs before the listener opens and then every
 /// `maintenance_interval_seconds`.

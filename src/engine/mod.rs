@@ -3,8 +3,9 @@
 pub mod actor;
 pub mod admission;
 pub mod attesting;
+pub mod blocking;
+pub mod clock;
 pub mod context;
-pub mod crash;
 pub mod doctor;
 pub mod error;
 pub mod governed;
@@ -17,6 +18,7 @@ pub mod maintenance;
 pub mod request;
 pub mod revision_jobs;
 pub mod runner;
+pub mod scrape;
 pub mod service;
 pub mod workers;
 

@@ -7,8 +7,9 @@
 use super::Context;
 use super::jobs::Jobs;
 use super::runner::pipeline::{Link, RunError};
-use super::service::{Actor, ServiceError};
 use crate::config::Permission;
+use crate::engine::actor::Actor;
+use crate::engine::error::ServiceError;
 use crate::limits;
 use crate::store::jobs::{JobFilter, JobRow, JobWithRun};
 use crate::verification::Status;
@@ -84,7 +85,7 @@ impl RevisionJobs {
         let timeout = p.timeout_seconds.unwrap_or(limits::DEFAULT_TIMEOUT_SECONDS);
         let labels = check_labels(&p.labels)?;
         let profile = p.profile.clone().unwrap_or_else(|| ws.profile.clone());
-        let keyed = self.ctx.keyed(
+        let keyed = self.ctx.keys.keyed(
             SUBMIT,
             &p.idempotency_key,
             &JobSubmitParams {
@@ -95,7 +96,7 @@ impl RevisionJobs {
                 ..p.clone()
             },
         )?;
-        if let Some(job_id) = self.ctx.replay_of(&ws.id, actor, &keyed).await? {
+        if let Some(job_id) = self.ctx.keys.replay_of(&ws.id, actor, &keyed).await? {
             return self.view(&ws.id, &job_id).await;
         }
         crate::verification::validate_argv(&p.argv)
@@ -115,7 +116,7 @@ impl RevisionJobs {
         let repo = self.ctx.repo(&ws.id).clone();
         let commit = {
             let (repo, rev) = (repo.clone(), p.revision.clone());
-            super::context::blocking(move || repo.resolve_commit(&rev))
+            super::blocking::blocking(move || repo.resolve_commit(&rev))
         }
         .map_err(|e| match e {
             // Named by the workspace, never by the repository's path on this host.

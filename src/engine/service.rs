@@ -12,7 +12,7 @@ use time::OffsetDateTime;
 
 pub use super::actor::{Actor, SystemTask, authenticate};
 pub use super::admission::{Admission, AdmissionFn, Admitted, Operation, default_admission};
-pub use super::context::blocking;
+pub use super::blocking::blocking;
 pub use super::error::{Internal, Refusal, ServiceError};
 
 /// The daemon's service: one value per workflow, each holding the context and only the

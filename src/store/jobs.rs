@@ -21,7 +21,7 @@ pub struct JobRow {
     pub queued_at: String,
     pub started_at: Option<String>,
     /// Where a settled run's time went (read only; written when it settles).
-    pub phases: Option<crate::wire::jobs::JobPhases>,
+    pub phases: Option<crate::verification::JobPhases>,
 }
 
 /// What `job.list` filters on.

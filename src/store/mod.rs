@@ -18,6 +18,7 @@ pub mod lists;
 mod migrations;
 pub mod proposals;
 pub mod reviews;
+pub mod snapshot;
 
 pub use candidates::{Binding, Inserted, StoredCandidate};
 
@@ -529,7 +530,7 @@ impl Store {
     pub async fn settle_with_phases(
         &self,
         v: &Verification,
-        phases: Option<crate::wire::jobs::JobPhases>,
+        phases: Option<crate::verification::JobPhases>,
     ) -> Result<(), StoreError> {
         if !v.status.is_terminal() {
             return Err(StoreError::Conflict(format!(

@@ -293,7 +293,7 @@ impl HostBind {
         let (allocated, leased) = std::thread::scope(|scope| {
             let allocating = scope.spawn(|| Repo::allocate_checkout(checkouts, &req.key, req.fs));
             let leased = cache.lease(&req.repo, &req.commit, (req.uid, req.gid), &|| {
-                crate::engine::crash::point(crate::engine::crash::CrashPoint::TreeCacheFilled)
+                crate::crash::point(crate::crash::CrashPoint::TreeCacheFilled)
             });
             (
                 allocating

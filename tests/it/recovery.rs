@@ -5,7 +5,7 @@ use crate::support::*;
 use serde_json::Value;
 use std::time::Duration;
 
-use airlock::engine::crash::CrashPoint;
+use airlock::crash::CrashPoint;
 
 /// The test that drives each crash point. The match is exhaustive, so a new crash point does not
 /// compile until a test covers it.

@@ -261,7 +261,7 @@ fn every_crash_point_on_the_remote_engine_recovers_and_leaves_nothing() {
         return;
     }
     let engine = SecondEngine::start(&[IMAGE]);
-    for point in airlock::engine::crash::CrashPoint::ALL
+    for point in airlock::crash::CrashPoint::ALL
         .into_iter()
         .filter(|p| p.is_pipeline())
     {

@@ -84,6 +84,33 @@ fn mount_image(img: &Path, at: &Path, opts: &str) -> bool {
     })
 }
 
+/// Unmounts every mount under `dir`, deepest first, retrying while one is busy.
+fn unmount_everything_under(dir: &Path) {
+    let dir = dir.canonicalize().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut under: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4).map(String::from))
+            .filter(|m| Path::new(m).starts_with(&dir))
+            .collect();
+        if under.is_empty() {
+            return;
+        }
+        under.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        for m in &under {
+            let _ = Command::new("umount").arg(m).status();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still mounted under {}: {under:?}",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn is_mount_point(p: &Path) -> bool {
     let p = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
     std::fs::read_to_string("/proc/self/mountinfo")
@@ -588,6 +615,10 @@ fn raw_writes_into_the_cache_image_are_caught_by_the_content_check() {
         (Some(REAL), "filled")
     );
     let img = f.data.join("tree-cache/cache.img");
+    // The run's clean shutdown unmounts the cache unless a job's lazily detached overlay still
+    // held it: debugfs reads the image itself (no journal replay), so the image must be
+    // unmounted, its journal checkpointed, before it is read.
+    unmount_everything_under(&f.data.join("tree-cache"));
     let debugfs = |req: &str| -> String {
         let out = Command::new("debugfs")
             .args(["-R", req])

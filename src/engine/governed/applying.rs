@@ -18,8 +18,9 @@ use crate::domain::claim::ClaimState;
 use crate::domain::policy::evaluate;
 use crate::domain::proposal::ProposalEvent;
 use crate::domain::transaction::{FailureCode, TxEvent, TxState};
+use crate::engine::actor::Actor;
+use crate::engine::error::ServiceError;
 use crate::engine::governed::{Applies, Claims, Proposals, Validations};
-use crate::engine::service::{Actor, ServiceError};
 use crate::limits;
 use crate::store::applies::{ApplyFacts, ApplyGate, Fence, GateRefusal, Move, TxRow};
 use crate::wire::{
@@ -172,7 +173,7 @@ impl Applies {
         let worktree = self
             .ctx
             .governed(actor, &p.workspace_id, Permission::Apply)?;
-        let k = self.ctx.keyed(
+        let k = self.ctx.keys.keyed(
             "patch.apply",
             &p.idempotency_key,
             &ApplyParams {
@@ -182,7 +183,7 @@ impl Applies {
         )?;
         let lock = self.apply_lock(&p.workspace_id)?;
         let _guard = lock.lock().await;
-        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
             let t = self.tx_in(&p.workspace_id, &id).await?;
             return self.replayed_apply(&t).await;
         }
@@ -377,7 +378,7 @@ impl Applies {
             )
             .await?;
         record = Self::tx_record(&t)?;
-        crate::engine::crash::point(crate::engine::crash::CrashPoint::ApplyAfterPrepared);
+        crate::crash::point(crate::crash::CrashPoint::ApplyAfterPrepared);
         let plan = Plan {
             transaction_id: transaction_id.clone(),
             head: vrec.worktree_head.clone(),
@@ -420,7 +421,7 @@ impl Applies {
                 return Err(answer);
             }
         };
-        crate::engine::crash::point(crate::engine::crash::CrashPoint::ApplyAfterStaged);
+        crate::crash::point(crate::crash::CrashPoint::ApplyAfterStaged);
         let mut r = record.clone();
         r.rollback_sha256 = Some(rb.digest());
         let t = self
@@ -433,7 +434,7 @@ impl Applies {
                 &json!({"rollback_sha256": rb.digest()}).to_string(),
             )
             .await?;
-        crate::engine::crash::point(crate::engine::crash::CrashPoint::ApplyAfterInstalling);
+        crate::crash::point(crate::crash::CrashPoint::ApplyAfterInstalling);
         let t = self
             .finish_install(worktree, t, r, rb, &actor.key())
             .await?;

@@ -6,8 +6,9 @@
 use super::requests::{check_text, next_cursor, page_limit, parse_cursor};
 use crate::config::Permission;
 use crate::domain::claim::{ClaimEvent, ClaimState, ResourceId, extended_expiry};
+use crate::engine::actor::Actor;
+use crate::engine::error::ServiceError;
 use crate::engine::governed::Claims;
-use crate::engine::service::{Actor, ServiceError};
 use crate::limits;
 use crate::store::StoreError;
 use crate::store::claims::{Acquire, Acquired, ClaimRow, Transition};
@@ -210,7 +211,7 @@ impl Claims {
         let actor_key = actor.key();
         // The digest covers the defaults as resolved, so a later change of a default does not
         // turn a replay into another request.
-        let k = self.ctx.keyed(
+        let k = self.ctx.keys.keyed(
             "claim.acquire",
             &p.idempotency_key,
             &ClaimAcquireParams {
@@ -220,7 +221,7 @@ impl Claims {
                 ..p.clone()
             },
         )?;
-        if let Some(claim_id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(claim_id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
             let c = self.claim_in(&p.workspace_id, &claim_id).await?;
             return Ok(ClaimReply {
                 claim: self.claim_view(&c)?,
@@ -313,7 +314,7 @@ impl Claims {
     ) -> Result<ClaimReply, ServiceError> {
         self.ctx
             .governed(actor, &p.workspace_id, Permission::Propose)?;
-        let k = self.ctx.keyed(
+        let k = self.ctx.keys.keyed(
             "claim.extend",
             &p.idempotency_key,
             &ClaimExtendParams {
@@ -322,7 +323,7 @@ impl Claims {
             },
         )?;
         check_ttl(p.ttl_seconds)?;
-        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
             let c = self.claim_in(&p.workspace_id, &id).await?;
             return Ok(ClaimReply {
                 claim: self.claim_view(&c)?,
@@ -393,7 +394,7 @@ impl Claims {
         let key = p.idempotency_key.clone().ok_or_else(|| {
             ServiceError::invalid_field("idempotency_key", "claim.release needs an idempotency_key")
         })?;
-        let k = self.ctx.keyed(
+        let k = self.ctx.keys.keyed(
             "claim.release",
             &key,
             &ClaimKeyedParams {
@@ -401,7 +402,7 @@ impl Claims {
                 ..p.clone()
             },
         )?;
-        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
             let c = self.claim_in(&p.workspace_id, &id).await?;
             return Ok(ClaimReleaseReply {
                 claim: self.claim_view(&c)?,
@@ -498,7 +499,7 @@ impl Claims {
             .governed(actor, &p.workspace_id, Permission::Propose)?;
         let k = match &p.idempotency_key {
             None => None,
-            Some(key) => Some(self.ctx.keyed(
+            Some(key) => Some(self.ctx.keys.keyed(
                 "claim.heartbeat",
                 key,
                 &ClaimKeyedParams {
@@ -508,7 +509,7 @@ impl Claims {
             )?),
         };
         if let Some(k) = &k
-            && let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, k).await?
+            && let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, k).await?
         {
             let c = self.claim_in(&p.workspace_id, &id).await?;
             return Ok(ClaimReply {
@@ -578,7 +579,7 @@ impl Claims {
                 )));
             }
         };
-        let k = self.ctx.keyed(
+        let k = self.ctx.keys.keyed(
             operation,
             &p.idempotency_key,
             &ClaimAdminParams {
@@ -589,7 +590,7 @@ impl Claims {
         if let Some(r) = &p.reason {
             check_text("reason", r, true)?;
         }
-        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
             let c = self.claim_in(&p.workspace_id, &id).await?;
             return Ok(ClaimReply {
                 claim: self.claim_view(&c)?,

@@ -5,8 +5,9 @@ use super::claims::Record;
 use super::requests::{check_text, next_cursor, page_limit, parse_cursor};
 use crate::config::Permission;
 use crate::domain::claim::{ClaimState, ResourceId};
+use crate::engine::actor::Actor;
+use crate::engine::error::ServiceError;
 use crate::engine::governed::Claims;
-use crate::engine::service::{Actor, ServiceError};
 use crate::wire::{
     ContentionListParams, ContentionState, ContentionView, ResolutionKind, ResolveContentionParams,
 };
@@ -119,7 +120,7 @@ impl Claims {
         use crate::store::contentions::{Resolution, Resolve};
         self.ctx
             .governed(actor, &p.workspace_id, Permission::Admin)?;
-        let k = self.ctx.keyed(
+        let k = self.ctx.keys.keyed(
             "claim.resolve_contention",
             &p.idempotency_key,
             &ResolveContentionParams {
@@ -131,6 +132,7 @@ impl Claims {
         let actor_key = actor.key();
         if self
             .ctx
+            .keys
             .replay_of(&p.workspace_id, actor, &k)
             .await?
             .is_some()

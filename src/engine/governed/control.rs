@@ -11,8 +11,9 @@ use crate::config::Permission;
 use crate::domain::git::FileMode;
 use crate::domain::proposal::Risk;
 use crate::domain::transaction::{ControlAction, TxEvent};
+use crate::engine::actor::Actor;
+use crate::engine::error::ServiceError;
 use crate::engine::governed::Applies;
-use crate::engine::service::{Actor, ServiceError};
 use crate::wire::{
     ApplyParams, ClaimAcquireParams, ProposalCreateParams, TransactionControlParams,
     TransactionParams,
@@ -67,7 +68,7 @@ impl Applies {
         let worktree = self
             .ctx
             .governed(actor, &p.workspace_id, Permission::Apply)?;
-        let k = self.ctx.keyed(
+        let k = self.ctx.keys.keyed(
             "transaction.control",
             &p.idempotency_key,
             &TransactionControlParams {
@@ -92,7 +93,7 @@ impl Applies {
         };
         // A replay answers what the first call did (compensate replays through the keys it
         // derives for its claims and proposal).
-        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
             return match p.action {
                 ControlAction::Retry => {
                     let t = self.tx_in(&p.workspace_id, &id).await?;

@@ -6,7 +6,8 @@ use super::validation::ValidationView;
 use super::{Proposals, Validations};
 use crate::config::Permission;
 use crate::domain::policy::ApprovalState;
-use crate::engine::service::{Actor, ServiceError};
+use crate::engine::actor::Actor;
+use crate::engine::error::ServiceError;
 use crate::wire::{ApprovalFilter, ApprovalListParams, ApprovalPage, ValidationListParams};
 use serde::Serialize;
 

@@ -3,7 +3,8 @@
 
 use crate::config::Permission;
 use crate::engine::Context;
-use crate::engine::service::{Actor, ServiceError};
+use crate::engine::actor::Actor;
+use crate::engine::error::ServiceError;
 use crate::limits;
 
 /// An opaque paging cursor: `<prefix><position>`, as a previous page's `next_cursor` said;

@@ -5,8 +5,9 @@ use super::claims::Record;
 use super::requests::{Keyed, check_text};
 use crate::config::Permission;
 use crate::domain::claim::{ClaimEvent, ClaimState, ResourceId, Span};
+use crate::engine::actor::Actor;
+use crate::engine::error::ServiceError;
 use crate::engine::governed::Claims;
-use crate::engine::service::{Actor, ServiceError};
 use crate::store::Inserted;
 use crate::store::claims::{ClaimFilter, Transition};
 use crate::wire::{EndSessionParams, ReconcileParams, ResourceShowParams};
@@ -95,7 +96,7 @@ impl Claims {
         let worktree = self
             .ctx
             .governed(actor, &p.workspace_id, Permission::Admin)?;
-        let k = self.ctx.keyed(
+        let k = self.ctx.keys.keyed(
             "claim.reconcile",
             &p.idempotency_key,
             &ReconcileParams {
@@ -103,7 +104,7 @@ impl Claims {
                 ..p.clone()
             },
         )?;
-        if let Some(answer) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(answer) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
             return stored_answer(&answer);
         }
         let rows = self
@@ -192,7 +193,7 @@ impl Claims {
         self.ctx
             .governed(actor, &p.workspace_id, Permission::Propose)?;
         check_text("session_id", &p.session_id, true)?;
-        let k = self.ctx.keyed(
+        let k = self.ctx.keys.keyed(
             "claim.end_session",
             &p.idempotency_key,
             &EndSessionParams {
@@ -200,7 +201,7 @@ impl Claims {
                 ..p.clone()
             },
         )?;
-        if let Some(answer) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(answer) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
             return stored_answer(&answer);
         }
         let rows = self
@@ -372,7 +373,7 @@ impl Claims {
                 Permission::Propose
             },
         )?;
-        let k = self.ctx.keyed(
+        let k = self.ctx.keys.keyed(
             "claim.resume",
             &p.idempotency_key,
             &crate::wire::ClaimResumeParams {
@@ -380,7 +381,7 @@ impl Claims {
                 ..p.clone()
             },
         )?;
-        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
             let c = self.claim_in(&p.workspace_id, &id).await?;
             return Ok(crate::wire::ClaimReply {
                 claim: self.claim_view(&c)?,

@@ -14,8 +14,9 @@ use crate::domain::policy::{
     VoteEvidence, evaluate,
 };
 use crate::domain::proposal::{ProposalState, Risk, is_revision};
+use crate::engine::actor::Actor;
+use crate::engine::error::ServiceError;
 use crate::engine::governed::Proposals;
-use crate::engine::service::{Actor, ServiceError};
 use crate::limits;
 use crate::store::proposals::ProposalRow;
 use crate::store::reviews::{DecisionRow, NewVote, ReviewEvidence as StoredReview};
@@ -309,7 +310,7 @@ impl Proposals {
     ) -> Result<w::VoteReply, ServiceError> {
         self.ctx
             .governed(actor, &p.workspace_id, Permission::View)?;
-        let k = self.ctx.keyed(
+        let k = self.ctx.keys.keyed(
             "vote.cast",
             &p.idempotency_key,
             &VoteCastParams {
@@ -326,7 +327,7 @@ impl Proposals {
                 format!("confidence is {confidence}; it must be between 0.0 and 1.0"),
             ));
         }
-        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
             let v = self
                 .ctx
                 .data
@@ -391,7 +392,7 @@ impl Proposals {
     ) -> Result<w::SecurityReviewReply, ServiceError> {
         self.ctx
             .governed(actor, &p.workspace_id, Permission::View)?;
-        let k = self.ctx.keyed(
+        let k = self.ctx.keys.keyed(
             "security.review",
             &p.idempotency_key,
             &SecurityReviewParams {
@@ -401,7 +402,7 @@ impl Proposals {
         )?;
         check_revision(&p.revision)?;
         check_md("notes_md", &p.notes_md, false)?;
-        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
             let r = self
                 .ctx
                 .data
@@ -453,7 +454,7 @@ impl Proposals {
     ) -> Result<w::ApprovalReply, ServiceError> {
         self.ctx
             .governed(actor, &p.workspace_id, Permission::View)?;
-        let k = self.ctx.keyed(
+        let k = self.ctx.keys.keyed(
             "human.request_approval",
             &p.idempotency_key,
             &RequestApprovalParams {
@@ -462,7 +463,7 @@ impl Proposals {
             },
         )?;
         check_revision(&p.revision)?;
-        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
             return self.approval_reply(&id).await;
         }
         let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
@@ -575,7 +576,7 @@ impl Proposals {
             .authorize(actor, &p.workspace_id, Permission::Approve)?;
         self.ctx
             .governed(actor, &p.workspace_id, Permission::Approve)?;
-        let k = self.ctx.keyed(
+        let k = self.ctx.keys.keyed(
             "human.decide",
             &p.idempotency_key,
             &HumanDecideParams {
@@ -591,7 +592,7 @@ impl Proposals {
                 "override needs approve: true (a denial overrides nothing)",
             ));
         }
-        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
             return self.approval_reply(&id).await;
         }
         let not_found = || {
@@ -679,7 +680,7 @@ impl Proposals {
                     .into(),
             ));
         }
-        let k = self.ctx.keyed(
+        let k = self.ctx.keys.keyed(
             "decision.record",
             &p.idempotency_key,
             &DecisionRecordParams {
@@ -705,7 +706,7 @@ impl Proposals {
         if let Some(r) = &p.revision {
             check_revision(r)?;
         }
-        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
             let d = self
                 .ctx
                 .data

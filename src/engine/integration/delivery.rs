@@ -486,7 +486,7 @@ impl Integration {
             // Anything else is git failing, not a competing change: a malfunction.
             return Err(ServiceError::from(e));
         }
-        crate::engine::crash::point(crate::engine::crash::CrashPoint::DeliverAfterRefs);
+        crate::crash::point(crate::crash::CrashPoint::DeliverAfterRefs);
         self.settle_delivery(&mut l, receipt, actor).await?;
         self.hydrate(l.c).await
     }

@@ -4,7 +4,10 @@
 use crate::artifacts::write_atomic;
 use crate::candidate::{self, EvidencePacket, EvidenceSource, MAX_TRANSCRIPT_BYTES};
 use crate::config::{Permission, is_identifier};
-use crate::engine::service::{Actor, Integration, ServiceError, blocking, parse_time};
+use crate::engine::actor::Actor;
+use crate::engine::blocking::blocking;
+use crate::engine::error::ServiceError;
+use crate::engine::service::{Integration, parse_time};
 use crate::staging::plumbing::RefOp;
 use crate::store::{Binding, Inserted};
 use crate::wire::{RecordParams, ShowParams};

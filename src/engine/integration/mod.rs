@@ -32,12 +32,13 @@ use crate::candidate::{
 };
 use crate::config::Permission;
 use crate::domain::git::{FileMode, ObjectKind};
+use crate::engine::actor::{Actor, SystemTask};
+use crate::engine::admission::{Admission, Admitted, Operation};
+use crate::engine::blocking::blocking;
+use crate::engine::error::ServiceError;
 use crate::engine::idempotency::Keyed;
 use crate::engine::runner::pipeline::{CandidateLink, Link, RunError, Step};
-use crate::engine::service::{
-    Actor, Admission, Admitted, Integration, Operation, ServiceError, SystemTask, blocking,
-    parse_time,
-};
+use crate::engine::service::{Integration, parse_time};
 use crate::limits;
 use crate::staging::Repo;
 use crate::staging::plumbing::{CommitStamp, RefOp};
@@ -125,7 +126,7 @@ impl Integration {
         digest: &str,
     ) -> Result<Begun, ServiceError> {
         let actor_key = actor.key();
-        let keyed = self.ctx.keyed_digest(
+        let keyed = self.ctx.keys.keyed_digest(
             format!("{}/{candidate_id}", op.as_str()),
             idempotency_key,
             digest.to_string(),
@@ -140,6 +141,7 @@ impl Integration {
         let admitted = self.admit_on(actor, op, true, &l.c)?;
         let replayed = self
             .ctx
+            .keys
             .replay_of(workspace_id, actor, &key.keyed)
             .await?
             .is_some();

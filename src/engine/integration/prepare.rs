@@ -286,7 +286,7 @@ impl Integration {
             .await?;
         match inserted {
             Inserted::New => {
-                crate::engine::crash::point(crate::engine::crash::CrashPoint::PrepareAfterInsert);
+                crate::crash::point(crate::crash::CrashPoint::PrepareAfterInsert);
                 // A new candidate owns no refs yet, and its evidence refs were just read.
                 let fresh = KnownRefs::Fresh {
                     evidence: evidence_refs,
@@ -356,7 +356,7 @@ impl Integration {
                 return Ok(l.c);
             }
         };
-        crate::engine::crash::point(crate::engine::crash::CrashPoint::PrepareAfterRetain);
+        crate::crash::point(crate::crash::CrashPoint::PrepareAfterRetain);
         let retained = started.elapsed();
         blocking(|| self.assemble(&repo, &mut l, Some(owned)))?;
         let assembled = started.elapsed() - retained;

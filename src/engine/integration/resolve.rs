@@ -168,7 +168,7 @@ impl Integration {
                     files: p.files.clone(),
                 });
                 self.save(&mut l, None, None).await?;
-                crate::engine::crash::point(crate::engine::crash::CrashPoint::ResolveAfterIntent);
+                crate::crash::point(crate::crash::CrashPoint::ResolveAfterIntent);
             }
         }
         if let Err(e) = blocking(|| self.apply_pending_resolution(&mut l)) {

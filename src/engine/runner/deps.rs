@@ -125,8 +125,8 @@ impl Runner {
         tree: &str,
         profile: &Profile,
         image_id: &str,
-    ) -> Result<Option<DepsPlan>, super::pipeline::RunError> {
-        use super::pipeline::RunError;
+    ) -> Result<Option<DepsPlan>, super::error::RunError> {
+        use super::error::RunError;
         if profile.dependencies.is_empty() {
             return Ok(None);
         }
@@ -137,7 +137,7 @@ impl Runner {
                 if files.contains_key(&path) {
                     continue;
                 }
-                let entry = crate::engine::context::blocking(|| repo.tree_entry(tree, &path))
+                let entry = crate::engine::blocking::blocking(|| repo.tree_entry(tree, &path))
                     .map_err(RunError::from_git)?;
                 let content = match entry {
                     Some(e)
@@ -148,7 +148,7 @@ impl Runner {
                         ) =>
                     {
                         Some(
-                            crate::engine::context::blocking(|| repo.read_blob(&e.oid))
+                            crate::engine::blocking::blocking(|| repo.read_blob(&e.oid))
                                 .map_err(RunError::from_git)?,
                         )
                     }

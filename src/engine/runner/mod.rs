@@ -4,6 +4,7 @@
 
 pub mod deps;
 pub mod environment;
+pub mod error;
 pub mod pipeline;
 pub mod pool;
 pub mod recovery;

@@ -1,18 +1,17 @@
 //! The verification pipeline: validate, resolve the spec, insert `running`, stage, run, destroy,
 //! check the sources, write the artifact, settle, clean up.
 
-mod error;
 mod placement;
 mod resume;
 
-pub use error::RunError;
+pub use super::error::RunError;
 
 use super::environment::EnvironmentSpec;
 use super::pool::{BuiltImage, Needs, Placed, PoolEngine};
 use super::{Runner, WorkerLock};
 use crate::config::Profile;
+use crate::crash;
 use crate::domain::verification::{self as outcome, Settlement, SourceCheck, Unfinished};
-use crate::engine::crash;
 use crate::engine::error::Refusal;
 use crate::ids;
 use crate::limits;
@@ -392,7 +391,7 @@ impl Runner {
 
         // Durability before acknowledgement: the artifact, then the row.
         let t_artifact = Instant::now();
-        match crate::engine::context::blocking(|| self.data.artifacts.write_timed(&v)) {
+        match crate::engine::blocking::blocking(|| self.data.artifacts.write_timed(&v)) {
             Ok((_, fsyncs)) => self.metrics.fsync_seconds.observe(fsyncs.as_secs_f64()),
             Err(e) => {
                 // What is settled is not what was signed: the settled record is signed anew.

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 pub use crate::domain::verification::INTERRUPTED;
 use crate::domain::verification::Unfinished;
-use crate::engine::context::blocking;
+use crate::engine::blocking::blocking;
 
 /// What one recovery pass found and did. Printed as JSON by `airlock recover`.
 #[derive(Debug, Default, Serialize)]

@@ -1,8 +1,8 @@
 //! The signed statement of an applied transaction.
 
 use super::TxRecord;
+use crate::engine::error::ServiceError;
 use crate::engine::governed::Applies;
-use crate::engine::service::ServiceError;
 use crate::store::applies::TxRow;
 
 impl Applies {

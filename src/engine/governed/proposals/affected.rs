@@ -1,7 +1,7 @@
 //! Which resources a patch affects, and which claims cover them (pure).
 
 use crate::domain::claim::{ResourceId, directory_contains};
-use crate::engine::service::ServiceError;
+use crate::engine::error::ServiceError;
 use crate::limits;
 use crate::patch::Patch;
 

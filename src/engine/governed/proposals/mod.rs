@@ -18,8 +18,9 @@ use crate::config::Permission;
 pub(in crate::engine::governed) use crate::domain::claim::covers as claim_covers;
 use crate::domain::claim::{ClaimState, ResourceId};
 use crate::domain::proposal::{ProposalEvent, ProposalState, Risk};
+use crate::engine::actor::Actor;
+use crate::engine::error::ServiceError;
 use crate::engine::governed::{Claims, Proposals};
-use crate::engine::service::{Actor, ServiceError};
 use crate::limits;
 use crate::patch::coverage::Held;
 use crate::patch::{ChangeKind, Patch};
@@ -310,7 +311,7 @@ impl Proposals {
         let worktree = self
             .ctx
             .governed(actor, &p.workspace_id, Permission::Propose)?;
-        let k = self.ctx.keyed(
+        let k = self.ctx.keys.keyed(
             "proposal.create",
             &p.idempotency_key,
             &ProposalCreateParams {
@@ -367,7 +368,7 @@ impl Proposals {
         let raw = self.patch_bytes(p.patch.clone(), p.patch_base64.clone())?;
         let patch = self.checked_patch(&raw)?;
         let author = actor.key();
-        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
             let row = self.proposal_in(&p.workspace_id, &id).await?;
             return self.proposal_reply(&row).await;
         }
@@ -445,7 +446,7 @@ impl Proposals {
         let worktree = self
             .ctx
             .governed(actor, &p.workspace_id, Permission::Propose)?;
-        let k = self.ctx.keyed(
+        let k = self.ctx.keys.keyed(
             "proposal.attach_patch",
             &p.idempotency_key,
             &ProposalAttachParams {
@@ -456,7 +457,7 @@ impl Proposals {
         let raw = self.patch_bytes(p.patch.clone(), p.patch_base64.clone())?;
         let patch = self.checked_patch(&raw)?;
         let author = actor.key();
-        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
             let row = self.proposal_in(&p.workspace_id, &id).await?;
             return self.proposal_reply(&row).await;
         }
@@ -575,7 +576,7 @@ impl Proposals {
                 )));
             }
         };
-        let k = self.ctx.keyed(
+        let k = self.ctx.keys.keyed(
             method,
             &p.idempotency_key,
             &ProposalTransitionParams {
@@ -596,7 +597,7 @@ impl Proposals {
             (None, _) => {}
         }
         let key = actor.key();
-        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
             let row = self.proposal_in(&p.workspace_id, &id).await?;
             return self.transition_reply(&row, event).await;
         }

@@ -3,8 +3,9 @@
 use super::super::requests::{next_cursor, page_limit, parse_cursor};
 use super::Record;
 use crate::config::Permission;
+use crate::engine::actor::Actor;
+use crate::engine::error::ServiceError;
 use crate::engine::governed::Proposals;
-use crate::engine::service::{Actor, ServiceError};
 use crate::store::proposals::{ProposalFilter, ProposalRow};
 use crate::wire::{
     ListOrder, ProposalGetReply, ProposalListParams, ProposalListReply, ProposalParams,

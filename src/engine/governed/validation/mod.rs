@@ -10,8 +10,9 @@ use crate::apply::Fingerprint;
 use crate::config::Permission;
 use crate::domain::claim::{ClaimState, ResourceId};
 use crate::domain::validation::{StageEvent, StageName, StageState};
+use crate::engine::actor::Actor;
+use crate::engine::error::ServiceError;
 use crate::engine::governed::{Claims, Proposals, Validations};
-use crate::engine::service::{Actor, ServiceError};
 use crate::patch::coverage::Held;
 use crate::store::applies::ValidationRow;
 use crate::verification::Status;
@@ -310,7 +311,7 @@ impl Validations {
         let worktree = self
             .ctx
             .governed(actor, &p.workspace_id, Permission::View)?;
-        let k = self.ctx.keyed(
+        let k = self.ctx.keys.keyed(
             "patch.validate",
             &p.idempotency_key,
             &ValidateParams {
@@ -318,7 +319,7 @@ impl Validations {
                 ..p.clone()
             },
         )?;
-        if let Some(id) = self.ctx.replay_of(&p.workspace_id, actor, &k).await? {
+        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
             let (row, rec) = self.validation_in(&p.workspace_id, &id).await?;
             return self.validation_reply(&row, &rec).await;
         }

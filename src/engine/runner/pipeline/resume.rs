@@ -48,7 +48,7 @@ impl Runner {
             .map_err(|_| RunError::Invariant("a recorded job that never started is not running"))?;
         v.finished_at = Some(ids::rfc3339(self.clock.now()));
         self.attest.attest_verification(&mut v);
-        crate::engine::context::blocking(|| self.data.artifacts.write_timed(&v)).map_err(
+        crate::engine::blocking::blocking(|| self.data.artifacts.write_timed(&v)).map_err(
             |source| RunError::Artifact {
                 verification_id: v.verification_id.clone(),
                 source,
