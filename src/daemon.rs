@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::engine::service::{Service, default_admission};
 use crate::engine::{Clock, Context, DataDir, maintenance};
 use crate::limits;
-use crate::sandbox::{Runtime, Sandbox};
+use crate::sandbox::Runtime;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
@@ -49,22 +49,12 @@ impl Daemon {
         let runtime: Runtime = if fake {
             tracing::warn!("{TEST_FAKE_RUNTIME_ENV}=1: jobs run on the scripted fake runtime");
             Arc::new(crate::sandbox::fake::FakeRuntime::new())
-        } else if let Some(first) = config.engines.first() {
-            // The pool is built from every entry once the data dir is open; this one resolves
-            // nothing by itself.
-            let kind = crate::sandbox::pool_workspace_kind(&config);
-            Arc::new(
-                Sandbox::reach_engine(first, kind)
-                    .await
-                    .map_err(|e| StartError::Failed(e.to_string()))?
-                    .0,
-            )
         } else {
-            Arc::new(
-                Sandbox::connect()
-                    .await
-                    .map_err(|e| StartError::Failed(e.to_string()))?,
-            )
+            // With `[[engines]]`, the pool is built from every entry once the data dir is
+            // open; this (the first) resolves nothing by itself.
+            crate::sandbox::connect_configured(&config)
+                .await
+                .map_err(|e| StartError::Failed(e.to_string()))?
         };
         // `airlock doctor`'s checks (the listener is bound later, by the caller).
         let report = crate::engine::doctor::run(

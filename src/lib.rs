@@ -33,3 +33,6 @@ pub mod verification;
 pub mod wire;
 pub mod workspace;
 pub mod worktree;
+
+#[cfg(test)]
+mod architecture_tests;

@@ -1,7 +1,9 @@
-//! `airlock images build` and `airlock images push`.
+//! `airlock images build` and `airlock images push`: the sandbox images are Docker images
+//! (built from `images/` by this machine's engine, copied to `[[engines]]` over the Docker
+//! API), so this command talks to the Docker backend itself, not through the runtime seam.
 
 use super::{Common, fail, load, print_json, refuse};
-use crate::sandbox::{Sandbox, images};
+use crate::sandbox::docker::{DockerRuntime, images};
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -23,7 +25,7 @@ pub(super) async fn build_images(
             Err(e) => return fail(e),
         },
     };
-    let sandbox = match Sandbox::connect().await {
+    let sandbox = match DockerRuntime::connect().await {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
@@ -73,12 +75,12 @@ pub(super) async fn push_images(common: &Common, only: &[String]) -> ExitCode {
             "no [[engines]] are configured: jobs run on this machine's engine, which has the images `airlock images build` made",
         );
     }
-    let local = match Sandbox::connect().await {
+    let local = match DockerRuntime::connect().await {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
     let mut images: Vec<String> = config.profiles.values().map(|p| p.image.clone()).collect();
-    images.push(crate::sandbox::volumes::HOLDER_IMAGE.to_string());
+    images.push(crate::sandbox::HOLDER_IMAGE.to_string());
     images.sort();
     images.dedup();
     if let Some(unknown) = only.iter().find(|o| !images.contains(o)) {
@@ -94,7 +96,7 @@ pub(super) async fn push_images(common: &Common, only: &[String]) -> ExitCode {
     let mut out = Vec::new();
     let mut failed = false;
     for e in &config.engines {
-        let to = match Sandbox::connect_engine(e, kind).await {
+        let to = match DockerRuntime::connect_engine(e, kind).await {
             Ok(s) => s,
             Err(err) => {
                 failed = true;

@@ -10,7 +10,6 @@ use crate::engine::runner::pipeline::{RunError, RunRequest};
 use crate::engine::runner::recovery;
 use crate::engine::{Context, DataDir};
 use crate::limits;
-use crate::sandbox::Sandbox;
 use crate::verification::Status;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
@@ -363,7 +362,7 @@ async fn dispatch(cmd: Command) -> ExitCode {
             images::build_images(
                 name,
                 &images_dir,
-                crate::sandbox::images::BuildOptions { with_rust },
+                crate::sandbox::docker::images::BuildOptions { with_rust },
             )
             .await
         }
@@ -380,9 +379,8 @@ async fn dispatch(cmd: Command) -> ExitCode {
                 Ok(d) => d,
                 Err(e) => return fail(e),
             };
-            let sandbox: crate::sandbox::Runtime = match Sandbox::connect_configured(&config).await
-            {
-                Ok(s) => std::sync::Arc::new(s),
+            let sandbox = match crate::sandbox::connect_configured(&config).await {
+                Ok(s) => s,
                 Err(e) => return fail(e),
             };
             let seccomp = match crate::sandbox::seccomp::load() {
@@ -546,7 +544,7 @@ async fn run(common: &Common, follow: bool, req: RunRequest) -> ExitCode {
     if let Err(e) = crate::engine::runner::check_checkout_support(&config) {
         return refuse(e);
     }
-    let sandbox = match Sandbox::connect_configured(&config).await {
+    let sandbox = match crate::sandbox::connect_configured(&config).await {
         Ok(s) => s,
         Err(e) => return refuse(e),
     };
@@ -554,12 +552,7 @@ async fn run(common: &Common, follow: bool, req: RunRequest) -> ExitCode {
         Ok(d) => d,
         Err(e) => return refuse(e),
     };
-    let ctx = match Context::for_run(
-        std::sync::Arc::new(config),
-        data,
-        std::sync::Arc::new(sandbox),
-        seccomp,
-    ) {
+    let ctx = match Context::for_run(std::sync::Arc::new(config), data, sandbox, seccomp) {
         Ok(c) => c,
         Err(e) => return refuse(e),
     };

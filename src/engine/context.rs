@@ -170,8 +170,7 @@ pub async fn configured_pool(
     let kind = crate::sandbox::pool_workspace_kind(config);
     let mut engines = Vec::new();
     for e in &config.engines {
-        let (sandbox, down) = crate::sandbox::Sandbox::reach_engine(e, kind).await?;
-        let runtime: Runtime = Arc::new(sandbox);
+        let (runtime, down) = crate::sandbox::reach(e, kind).await?;
         let workspaces = workspaces_of(runtime.as_ref(), data, seccomp, config.tree_cache_bytes);
         let engine = PoolEngine::new(&e.name, runtime, workspaces, e.max_jobs, e.labels.clone());
         if let Some(why) = down {
@@ -184,9 +183,8 @@ pub async fn configured_pool(
     // from), never whatever a configured engine says its tags are.
     let reference = crate::engine::runner::pool::images::Reference::new(
         "this machine's engine, where `airlock images build` makes the images",
-        crate::sandbox::Sandbox::connect()
+        crate::sandbox::connect_local()
             .await
-            .map(|s| Arc::new(s) as Runtime)
             .map_err(|e| e.to_string()),
     );
     let pool = Pool::new(engines, reference);
@@ -199,7 +197,7 @@ pub async fn configured_pool(
 pub fn images_of(config: &Config) -> Vec<String> {
     let mut images: Vec<String> = config.profiles.values().map(|p| p.image.clone()).collect();
     if crate::sandbox::pool_workspace_kind(config) == crate::sandbox::spec::WorkspaceKind::Volume {
-        images.push(crate::sandbox::volumes::HOLDER_IMAGE.to_string());
+        images.push(crate::sandbox::HOLDER_IMAGE.to_string());
     }
     images.sort();
     images.dedup();

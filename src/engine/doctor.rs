@@ -7,7 +7,7 @@ mod dependencies;
 mod engines;
 
 use crate::config::Config;
-use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity, Sandbox, WorkspaceSource};
+use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity, Runtime, WorkspaceSource};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -119,14 +119,14 @@ fn fail(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -
 pub async fn run(config: &Config, data_dir: &Path, opts: &Options) -> Report {
     let mut checks = vec![];
     let connected = if opts.docker {
-        Some(Sandbox::connect().await)
+        Some(crate::sandbox::connect_local().await)
     } else {
         None
     };
     let sandbox = match connected {
         None => None,
         Some(connected) => match connected {
-            Ok(s) => match s.engine_facts().await {
+            Ok(s) => match s.facts().await {
                 Ok(f) => {
                     checks.push(pass(
                         "docker",
@@ -333,7 +333,7 @@ fn cgroups(version: &str, driver: &str) -> Check {
 /// The images Airlock needs present: the default profile's, every workspace's profile's, and
 /// the git profile's when a workspace is governed (its dry run). Other profiles' images are
 /// reported when missing but do not fail the check.
-async fn images(s: &Sandbox, config: &Config, images_dir: Option<&Path>) -> Check {
+async fn images(s: &Runtime, config: &Config, images_dir: Option<&Path>) -> Check {
     let mut needed = vec![crate::config::DEFAULT_PROFILE.to_string()];
     for ws in config.workspaces.values() {
         needed.push(ws.profile.clone());
@@ -361,12 +361,13 @@ async fn images(s: &Sandbox, config: &Config, images_dir: Option<&Path>) -> Chec
         };
         let local = p
             .image
-            .strip_prefix(crate::sandbox::images::IMAGE_REPOSITORY_PREFIX)
+            .strip_prefix(crate::sandbox::docker::images::IMAGE_REPOSITORY_PREFIX)
             .and_then(|r| r.strip_suffix(":latest"));
         if let (Some(name), Some(dir)) = (local, images_dir)
             && dir.join(name).is_dir()
         {
-            let want = crate::sandbox::images::content_sha(dir, name, Default::default()).ok();
+            let want =
+                crate::sandbox::docker::images::content_sha(dir, name, Default::default()).ok();
             if want.is_some() && label != want {
                 problems.push(format!(
                     "{} is older than {}",
@@ -396,7 +397,7 @@ async fn images(s: &Sandbox, config: &Config, images_dir: Option<&Path>) -> Chec
 /// no network), reads back a token from a bind-mounted directory beside the data dir: proof
 /// that the engine accepts the profile and sees this host's files.
 async fn probe(
-    s: &Sandbox,
+    s: &Runtime,
     config: &Config,
     data_dir: &Path,
     seccomp: &crate::sandbox::seccomp::SeccompProfile,
@@ -498,7 +499,7 @@ async fn probe(
 /// A container of `profile` hardened like every job (its environment resolved as a job's),
 /// running `argv` over `workspace` bind-mounted: doctor's probes.
 fn probe_spec(
-    s: &Sandbox,
+    s: &Runtime,
     profile: &crate::config::Profile,
     image_id: &str,
     seccomp: &crate::sandbox::seccomp::SeccompProfile,
@@ -506,7 +507,7 @@ fn probe_spec(
     argv: Vec<String>,
 ) -> ContainerSpec {
     let env = crate::engine::runner::environment::EnvironmentSpec::resolve(
-        s,
+        s.as_ref(),
         profile,
         image_id,
         seccomp,

@@ -182,7 +182,7 @@ impl EngineVolumes for FakeVolumes {
                 let doomed: Vec<String> = held
                     .keys()
                     .filter(|n| {
-                        n.starts_with(super::volumes::DEPS_VOLUME_PREFIX) && !keep.contains(*n)
+                        n.starts_with(super::runtime::DEPS_VOLUME_PREFIX) && !keep.contains(*n)
                     })
                     .cloned()
                     .collect();
@@ -208,7 +208,28 @@ impl ContainerRuntime for FakeRuntime {
     /// Docker's rendering: the fake stands in for the local engine, so its jobs record the
     /// hash a Docker run of the same environment would.
     fn environment_form(&self, spec: &super::RuntimeSpec) -> serde_json::Value {
-        super::hashed_form(spec)
+        super::docker::render::hashed_form(spec)
+    }
+
+    fn workspace_kind(&self) -> super::spec::WorkspaceKind {
+        super::spec::WorkspaceKind::HostBind
+    }
+
+    fn facts(&self) -> BoxFuture<'_, Result<super::EngineFacts, SandboxError>> {
+        Box::pin(async move {
+            self.answer()?;
+            Ok(super::EngineFacts {
+                version: "fake".into(),
+                api_version: "fake".into(),
+                client_api_version: "fake".into(),
+                cgroup_version: "2".into(),
+                cgroup_driver: "fake".into(),
+            })
+        })
+    }
+
+    fn image_content_sha<'a>(&'a self, _image: &'a str) -> BoxFuture<'a, Option<Option<String>>> {
+        Box::pin(async { Some(None) })
     }
 
     /// Workflow tests run the fake on host checkouts; a test that wants uploaded workspaces

@@ -1,39 +1,26 @@
-//! The container runtime: the only module that names bollard.
-//!
-//! One job = one container, created with the hardening baseline, attached before start, drained
-//! with a bounded capture, killed at the deadline or on cancellation, and always destroyed
-//! (explicit removal confirmed by listing by label, plus a guard for panics and dropped futures).
+//! The container runtime seam, engine-neutral: the [`ContainerRuntime`] and [`EngineVolumes`]
+//! traits (runtime.rs), the job's spec (spec.rs), bounded output capture, the seccomp profile,
+//! the errors and outcomes every backend reports, and the factory from a configuration to a
+//! runtime ([`connect`], [`connect_local`], [`reach`]). Backends are modules of their own:
+//! [`docker`] (the only module that names bollard) and [`fake`] (scripted, for workflow
+//! tests).
 
 pub mod capture;
+pub mod docker;
 pub mod fake;
-pub mod images;
-mod ping;
 pub mod runtime;
 pub mod seccomp;
 pub mod spec;
-pub mod volumes;
 
-pub use runtime::{ContainerRuntime, Runtime};
-pub use spec::{
-    ContainerSpec, OutputTap, PER_RUN_FIELDS, RunIdentity, RuntimeSpec, WorkspaceSource,
-    hashed_form, render,
-};
+pub use runtime::{ContainerRuntime, EngineVolumes, Runtime};
 
-use crate::limits;
-use bollard::Docker;
-use bollard::errors::Error as DockerError;
-use bollard::query_parameters::{
-    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, EventsOptionsBuilder,
-    KillContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
-    WaitContainerOptionsBuilder,
-};
-use capture::{CapturedOutput, OutputCapture};
-use futures_util::StreamExt;
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
-use tokio::sync::watch;
+/// The image of the container that keeps an engine's workspace volumes mounted (for engines
+/// sharing no filesystem with Airlock): built with the profiles' images and checked like them.
+pub const HOLDER_IMAGE: &str = "airlock/minimal:latest";
+pub use spec::{ContainerSpec, OutputTap, RunIdentity, RuntimeSpec, WorkspaceSource};
+
+use capture::CapturedOutput;
+use std::time::Duration;
 
 /// Label present on every container Airlock creates.
 pub const LABEL_MANAGED: &str = "airlock.managed";
@@ -45,24 +32,23 @@ pub const LABEL_VERIFICATION_ID: &str = "airlock.verification_id";
 /// another's containers on a shared engine.
 pub const LABEL_INSTANCE: &str = "airlock.instance";
 
-/// Default Docker socket when `DOCKER_HOST` is unset.
-pub const DEFAULT_DOCKER_SOCKET: &str = "/var/run/docker.sock";
-
 /// Errors of the container runtime. Expected outcomes (non-zero exit, timeout, OOM) are not
 /// errors: they are [`JobEnd`] values.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
-    #[error("cannot reach the Docker engine at {endpoint}: {message}")]
+    #[error("cannot reach the container engine at {endpoint}: {message}")]
     Unreachable { endpoint: String, message: String },
     #[error(
-        "image {image} is not in the Docker engine: run `airlock images build` (images are built locally from images/; nothing is pulled)"
+        "image {image} is not in the engine: run `airlock images build` (images are built locally from images/; nothing is pulled)"
     )]
     ImageMissing { image: String },
-    #[error("docker {op} failed: {source}")]
-    Docker {
+    /// The engine answered a call with an error: which engine kind, which call, and what it
+    /// said.
+    #[error("{engine} {op} failed: {message}")]
+    Engine {
+        engine: &'static str,
         op: &'static str,
-        #[source]
-        source: DockerError,
+        message: String,
     },
     /// The engine did not answer a call within its bound: it hangs (stopped, overloaded, cut
     /// off). Nothing more is asked of it for this job.
@@ -79,9 +65,17 @@ pub enum SandboxError {
     /// The caller's phase hook refused a step (admission): nothing more ran.
     #[error("{step} refused: {reason}")]
     Refused { step: &'static str, reason: String },
-    /// A runtime other than Docker (the scripted fake) failed.
+    /// The runtime failed in a way no engine call names (the scripted fake, a refused kind of
+    /// workspace, a process the engine cannot give).
     #[error("container runtime failed: {0}")]
     Runtime(String),
+}
+
+impl SandboxError {
+    /// Whether the engine stopped answering (as opposed to answering with an error).
+    pub fn is_unresponsive(&self) -> bool {
+        matches!(self, SandboxError::Unresponsive { .. })
+    }
 }
 
 /// What every engine of a configuration's pool mounts: uploaded volumes as soon as one engine
@@ -98,7 +92,7 @@ pub fn pool_workspace_kind(config: &crate::config::Config) -> spec::WorkspaceKin
 /// A job gets the kind of workspace its engine takes. A local engine's volume was never
 /// uploaded into (it would be created empty on first mount, and the job would run on nothing);
 /// a remote engine never gets a bind mount (the path is this host's, not the engine's).
-fn matching_workspace(
+pub(crate) fn matching_workspace(
     engine: spec::WorkspaceKind,
     w: &WorkspaceSource,
 ) -> Result<(), SandboxError> {
@@ -117,36 +111,7 @@ fn matching_workspace(
     }
 }
 
-fn docker_err(op: &'static str) -> impl FnOnce(DockerError) -> SandboxError {
-    move |source| match source {
-        DockerError::RequestTimeoutError => SandboxError::Unresponsive {
-            op,
-            seconds: limits::ENGINE_CALL_TIMEOUT_SECS,
-        },
-        source => SandboxError::Docker { op, source },
-    }
-}
-
-impl SandboxError {
-    /// Whether the engine stopped answering (as opposed to answering with an error).
-    pub fn is_unresponsive(&self) -> bool {
-        matches!(self, SandboxError::Unresponsive { .. })
-            || matches!(
-                self,
-                SandboxError::Docker {
-                    source: DockerError::RequestTimeoutError,
-                    ..
-                }
-            )
-    }
-}
-
-fn is_status(e: &DockerError, codes: &[u16]) -> bool {
-    matches!(e, DockerError::DockerResponseServerError { status_code, .. } if codes.contains(status_code))
-}
-
-/// Deterministic container name for a creation key.
-/// The engine's own account of itself (see [`Sandbox::engine_facts`]).
+/// The engine's own account of itself (see [`ContainerRuntime::facts`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineFacts {
     pub version: String,
@@ -157,6 +122,7 @@ pub struct EngineFacts {
     pub cgroup_driver: String,
 }
 
+/// Deterministic container name for a creation key.
 pub fn container_name(creation_key: &str) -> String {
     format!("airlock-{creation_key}")
 }
@@ -196,652 +162,38 @@ pub struct ManagedContainer {
     pub creation_key: Option<String>,
 }
 
-/// The Docker-backed runtime.
-#[derive(Clone)]
-pub struct Sandbox {
-    docker: Docker,
-    /// What the engine's jobs mount: a host checkout (it shares this host's filesystem) or a
-    /// volume it holds (a `tcp://` engine).
-    workspace_kind: spec::WorkspaceKind,
+/// The runtime of this machine's engine: `DOCKER_HOST` when set, else the default socket.
+pub async fn connect_local() -> Result<Runtime, SandboxError> {
+    Ok(std::sync::Arc::new(docker::DockerRuntime::connect().await?))
 }
 
-impl Sandbox {
-    /// Connects to `DOCKER_HOST` when set, else the default socket, and negotiates the API
-    /// version down to the engine's. Fails with the endpoint it tried.
-    pub async fn connect() -> Result<Sandbox, SandboxError> {
-        let host = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty());
-        let endpoint = match &host {
-            Some(h) => format!("{h} (from DOCKER_HOST)"),
-            None => format!("unix://{DEFAULT_DOCKER_SOCKET} (DOCKER_HOST is unset)"),
-        };
-        let unreachable = |message: String| SandboxError::Unreachable {
-            endpoint: endpoint.clone(),
-            message,
-        };
-        let socket = match &host {
-            None => Some(DEFAULT_DOCKER_SOCKET),
-            Some(h) => h.strip_prefix("unix://"),
-        };
-        if let Some(socket) = socket {
-            // A local socket: the API version from `/_ping`'s header (under a millisecond),
-            // where bollard's negotiation asks `/version` (10-16 ms here: the engine asks
-            // containerd and runc for theirs), which every one-shot `airlock run` paid.
-            let version = negotiation(&endpoint, ping::api_version(socket)).await?;
-            let docker =
-                Docker::connect_with_socket(socket, limits::ENGINE_CALL_TIMEOUT_SECS, &version)
-                    .map_err(|e| unreachable(e.to_string()))?;
-            return Ok(Sandbox {
-                docker,
-                workspace_kind: spec::WorkspaceKind::HostBind,
-            });
-        }
-        let docker = Docker::connect_with_defaults()
-            .map_err(|e| unreachable(e.to_string()))?
-            .with_timeout(limits::ENGINE_CALL_TIMEOUT);
-        Self::negotiated(docker, spec::WorkspaceKind::HostBind, &endpoint).await
-    }
-
-    /// The first configured engine, reached as [`Sandbox::reach_engine`] does (it may not
-    /// answer yet), or (none configured) as [`Sandbox::connect`] connects.
-    pub async fn connect_configured(
-        config: &crate::config::Config,
-    ) -> Result<Sandbox, SandboxError> {
-        match config.engines.first() {
-            None => Self::connect().await,
-            Some(e) => Ok(Self::reach_engine(e, pool_workspace_kind(config)).await?.0),
-        }
-    }
-
-    /// Connects to one `[[engines]]` entry: its socket, or TCP with mutual TLS (plaintext only
-    /// where the configuration allowed it, on loopback); its jobs take workspaces of `kind`.
-    pub async fn connect_engine(
-        e: &crate::config::engines::EngineConfig,
-        kind: spec::WorkspaceKind,
-    ) -> Result<Sandbox, SandboxError> {
-        let (sandbox, down) = Self::reach_engine(e, kind).await?;
-        match down {
-            None => Ok(sandbox),
-            Some(message) => Err(SandboxError::Unreachable {
-                endpoint: format!("{} (engine {:?})", e.host, e.name),
-                message,
-            }),
-        }
-    }
-
-    /// Like [`Sandbox::connect_engine`], but an engine that does not answer yet is still
-    /// returned (on the client's own API version) with the reason, so a pool can take it out
-    /// of placement and probe it later. Only a configuration the client cannot use (a
-    /// certificate file that does not load) is an error.
-    pub async fn reach_engine(
-        e: &crate::config::engines::EngineConfig,
-        kind: spec::WorkspaceKind,
-    ) -> Result<(Sandbox, Option<String>), SandboxError> {
-        use crate::config::engines::EngineHost;
-        let endpoint = format!("{} (engine {:?})", e.host, e.name);
-        let unreachable = |message: String| SandboxError::Unreachable {
-            endpoint: endpoint.clone(),
-            message,
-        };
-        let timeout = limits::ENGINE_CALL_TIMEOUT_SECS;
-        let version = bollard::API_DEFAULT_VERSION;
-        let docker = match (&e.host, &e.tls) {
-            (EngineHost::Unix(path), _) => {
-                Docker::connect_with_socket(&path.to_string_lossy(), timeout, version)
-            }
-            (EngineHost::Tcp { host, port }, Some(tls)) => Docker::connect_with_ssl(
-                &format!("{host}:{port}"),
-                &tls.key,
-                &tls.cert,
-                &tls.ca,
-                timeout,
-                version,
-            ),
-            (EngineHost::Tcp { host, port }, None) => {
-                Docker::connect_with_http(&format!("tcp://{host}:{port}"), timeout, version)
-            }
-        }
-        .map_err(|err| unreachable(err.to_string()))?;
-        match Self::negotiated(docker.clone(), kind, &endpoint).await {
-            Ok(s) => Ok((s, None)),
-            Err(SandboxError::Unreachable { message, .. }) => Ok((
-                Sandbox {
-                    docker,
-                    workspace_kind: kind,
-                },
-                Some(message),
-            )),
-            Err(other) => Err(other),
-        }
-    }
-
-    async fn negotiated(
-        docker: Docker,
-        workspace_kind: spec::WorkspaceKind,
-        endpoint: &str,
-    ) -> Result<Sandbox, SandboxError> {
-        let docker = negotiation(endpoint, docker.negotiate_version()).await?;
-        Ok(Sandbox {
-            docker,
-            workspace_kind,
-        })
-    }
-
-    /// What this engine's jobs mount.
-    pub fn workspace_kind(&self) -> spec::WorkspaceKind {
-        self.workspace_kind
-    }
-
-    pub(crate) fn docker(&self) -> &Docker {
-        &self.docker
-    }
-
-    /// The client for a transfer (an upload, an image build or load), whose body is sent
-    /// before the engine answers: bounded by [`limits::DOCKER_TRANSFER_TIMEOUT_SECS`].
-    pub(crate) fn transfers(&self) -> Docker {
-        self.docker
-            .clone()
-            .with_timeout(Duration::from_secs(limits::DOCKER_TRANSFER_TIMEOUT_SECS))
-    }
-
-    /// What the engine says about itself: (version, API version, cgroup version, cgroup
-    /// driver), for `airlock doctor`.
-    pub async fn engine_facts(&self) -> Result<EngineFacts, SandboxError> {
-        let v = self
-            .docker
-            .version()
-            .await
-            .map_err(|source| SandboxError::Docker {
-                op: "version",
-                source,
-            })?;
-        let i = self
-            .docker
-            .info()
-            .await
-            .map_err(|source| SandboxError::Docker { op: "info", source })?;
-        Ok(EngineFacts {
-            version: v.version.unwrap_or_default(),
-            api_version: v.api_version.unwrap_or_default(),
-            client_api_version: self.docker.client_version().to_string(),
-            cgroup_version: i.cgroup_version.map(|c| c.to_string()).unwrap_or_default(),
-            cgroup_driver: i.cgroup_driver.map(|c| c.to_string()).unwrap_or_default(),
-        })
-    }
-
-    /// Resolves an image reference to its id, or says how to build it.
-    pub async fn image_id(&self, image: &str) -> Result<String, SandboxError> {
-        match self.docker.inspect_image(image).await {
-            Ok(i) => i.id.ok_or_else(|| SandboxError::ImageMissing {
-                image: image.to_string(),
-            }),
-            Err(e) if is_status(&e, &[404]) => Err(SandboxError::ImageMissing {
-                image: image.to_string(),
-            }),
-            Err(e) => Err(SandboxError::Docker {
-                op: "inspect image",
-                source: e,
-            }),
-        }
-    }
-
-    /// Runs one job to its end and destroys its container. `phase` is called as the job moves
-    /// on; `cancel` flipping to `true` kills the job (outcome `Cancelled`).
-    pub async fn run(
-        &self,
-        spec: &ContainerSpec,
-        timeout: Duration,
-        phase: &mut PhaseHook<'_>,
-        cancel: watch::Receiver<bool>,
-    ) -> Result<JobOutcome, SandboxError> {
-        matching_workspace(self.workspace_kind, &spec.run.workspace)?;
-        let name = spec.name();
-        let mut guard = RemovalGuard {
-            sandbox: self.clone(),
-            name: name.clone(),
-            armed: true,
-        };
-        let result = self.run_inner(spec, timeout, phase, cancel).await;
-        // An engine that stopped answering is asked nothing more for this job: the guard's
-        // removal runs in the background, and recovery removes what it leaves once the engine
-        // answers again.
-        if let Err(e) = &result
-            && e.is_unresponsive()
-        {
-            return result;
-        }
-        let removed = self
-            .destroy(Some(&name), &spec.run.creation_key, None)
-            .await;
-        guard.armed = false;
-        let outcome = result?;
-        removed?;
-        let _ = phase(Phase::Destroyed);
-        Ok(outcome)
-    }
-
-    async fn run_inner(
-        &self,
-        spec: &ContainerSpec,
-        timeout: Duration,
-        phase: &mut PhaseHook<'_>,
-        mut cancel: watch::Receiver<bool>,
-    ) -> Result<JobOutcome, SandboxError> {
-        let name = spec.name();
-        phase(Phase::Creating).map_err(|reason| SandboxError::Refused {
-            step: "container creation",
-            reason,
-        })?;
-        let created = self
-            .docker
-            .create_container(
-                Some(CreateContainerOptionsBuilder::default().name(&name).build()),
-                render(&spec.runtime, &spec.run),
-            )
-            .await
-            .map_err(docker_err("create container"))?;
-        let id = created.id;
-        let _ = phase(Phase::Created {
-            container_id: id.clone(),
-        });
-        let attached = self
-            .docker
-            .attach_container(
-                &id,
-                Some(
-                    AttachContainerOptionsBuilder::default()
-                        .stdout(true)
-                        .stderr(true)
-                        .stream(true)
-                        .logs(false)
-                        .build(),
-                ),
-            )
-            .await
-            .map_err(docker_err("attach"))?;
-        drop(attached.input);
-        let mut output = attached.output;
-
-        // A second OOM signal beside State.OOMKilled, which has been unreliable on some kernels
-        // and cgroup versions: the engine's own "oom" event for this container.
-        let oom_seen = Arc::new(AtomicBool::new(false));
-        let oom_task = {
-            let docker = self.docker.clone();
-            let flag = oom_seen.clone();
-            let filters = HashMap::from([
-                ("container", vec![id.clone()]),
-                ("event", vec!["oom".to_string()]),
-            ]);
-            let opts = EventsOptionsBuilder::default().filters(&filters).build();
-            tokio::spawn(async move {
-                let mut events = docker.events(Some(opts));
-                while let Some(Ok(ev)) = events.next().await {
-                    if ev.action.as_deref() == Some("oom") {
-                        flag.store(true, Ordering::SeqCst);
-                    }
-                }
-            })
-        };
-        let (wait_tx, mut wait_rx) = tokio::sync::oneshot::channel::<Option<i64>>();
-        let wait_task = {
-            let docker = self.docker.clone();
-            let id = id.clone();
-            tokio::spawn(async move {
-                let opts = WaitContainerOptionsBuilder::default()
-                    .condition("next-exit")
-                    .build();
-                let mut wait = Box::pin(docker.wait_container(&id, Some(opts)));
-                let code = match wait.next().await {
-                    Some(Ok(r)) => Some(r.status_code),
-                    Some(Err(DockerError::DockerContainerWaitError { code, .. })) => Some(code),
-                    _ => None,
-                };
-                let _ = wait_tx.send(code);
-            })
-        };
-
-        phase(Phase::Starting).map_err(|reason| SandboxError::Refused {
-            step: "container start",
-            reason,
-        })?;
-        self.docker
-            .start_container(&id, None)
-            .await
-            .map_err(docker_err("start container"))?;
-        let started = Instant::now();
-        let deadline = tokio::time::Instant::now() + timeout;
-        let _ = phase(Phase::Started);
-
-        let mut capture = OutputCapture::tapped(spec.run.output.clone());
-        let mut end: Option<JobEnd> = None;
-        // Drain output until EOF, the deadline, or cancellation. The deadline is polled beside
-        // the stream, so a flood cannot hold it off.
-        loop {
-            tokio::select! {
-                item = output.next() => match item {
-                    Some(Ok(log)) => capture.push(&log.into_bytes()),
-                    Some(Err(e)) => {
-                        tracing::warn!(container = %name, error = %e, "output stream ended with an error");
-                        break;
-                    }
-                    None => break,
-                },
-                _ = tokio::time::sleep_until(deadline) => { end = Some(JobEnd::TimedOut); break; }
-                _ = cancelled(&mut cancel) => { end = Some(JobEnd::Cancelled); break; }
-            }
-        }
-        drop(output);
-        // Output closed: wait for the exit itself. The wait request may have reached the engine
-        // after a very fast exit, so the state is also polled.
-        let mut exit_code: Option<i64> = None;
-        // An inspection that found the container exited is its final state: kept for below.
-        let mut exited: Option<bollard::models::ContainerInspectResponse> = None;
-        if end.is_none() {
-            let mut tick = tokio::time::interval(limits::EXIT_POLL_INTERVAL);
-            loop {
-                tokio::select! {
-                    code = &mut wait_rx => { exit_code = code.ok().flatten(); break; }
-                    _ = tick.tick() => {
-                        let info = self.docker.inspect_container(&id, None).await
-                            .map_err(docker_err("inspect container"))?;
-                        if let Some(st) = info.state.as_ref().filter(|st| has_exited(st)) {
-                            exit_code = st.exit_code;
-                            exited = Some(info);
-                            break;
-                        }
-                    }
-                    _ = tokio::time::sleep_until(deadline) => { end = Some(JobEnd::TimedOut); break; }
-                    _ = cancelled(&mut cancel) => { end = Some(JobEnd::Cancelled); break; }
-                }
-            }
-        }
-        let duration = started.elapsed();
-        wait_task.abort();
-        // The image the container used comes from the inspection after its end, which the exit
-        // code needs anyway: one round trip fewer than asking at creation.
-        let (end, observed_image) = match end {
-            Some(e) => {
-                // Airlock's clock: the engine has a short while to confirm the kill, however
-                // long its calls may otherwise take.
-                tokio::time::timeout(limits::ENGINE_KILL_TIMEOUT, self.kill(&id))
-                    .await
-                    .map_err(|_| SandboxError::Unresponsive {
-                        op: "kill container",
-                        seconds: limits::ENGINE_KILL_TIMEOUT.as_secs(),
-                    })??;
-                let image = self
-                    .docker
-                    .inspect_container(&id, None)
-                    .await
-                    .map_err(docker_err("inspect container"))?
-                    .image
-                    .unwrap_or_default();
-                (e, image)
-            }
-            None => {
-                let info = match exited {
-                    Some(info) => info,
-                    None => self
-                        .docker
-                        .inspect_container(&id, None)
-                        .await
-                        .map_err(docker_err("inspect container"))?,
-                };
-                let st = info.state.unwrap_or_default();
-                let code = exit_code.or(st.exit_code).unwrap_or(-1);
-                // Give the event stream a moment: the engine emits "oom" around the exit.
-                if !st.oom_killed.unwrap_or(false) && code != 0 {
-                    tokio::time::sleep(limits::OOM_EVENT_GRACE).await;
-                }
-                let oom_killed = st.oom_killed.unwrap_or(false) || oom_seen.load(Ordering::SeqCst);
-                (
-                    JobEnd::Exited { code, oom_killed },
-                    info.image.unwrap_or_default(),
-                )
-            }
-        };
-        oom_task.abort();
-        Ok(JobOutcome {
-            end,
-            output: capture.finish(),
-            container_id: id,
-            observed_image,
-            duration,
-        })
-    }
-
-    async fn kill(&self, id: &str) -> Result<(), SandboxError> {
-        match self
-            .docker
-            .kill_container(
-                id,
-                Some(
-                    KillContainerOptionsBuilder::default()
-                        .signal("SIGKILL")
-                        .build(),
-                ),
-            )
-            .await
-        {
-            Ok(()) => Ok(()),
-            Err(e) if is_status(&e, &[404, 409]) => Ok(()),
-            Err(e) => Err(docker_err("kill container")(e)),
-        }
-    }
-
-    /// Lists containers (any state) carrying `label` (`key` or `key=value`).
-    async fn list_by_label(
-        &self,
-        labels: &[String],
-    ) -> Result<Vec<ManagedContainer>, SandboxError> {
-        let filters = HashMap::from([("label", labels.to_vec())]);
-        let list = self
-            .docker
-            .list_containers(Some(
-                ListContainersOptionsBuilder::default()
-                    .all(true)
-                    .filters(&filters)
-                    .build(),
-            ))
-            .await
-            .map_err(docker_err("list containers"))?;
-        Ok(list
-            .into_iter()
-            .filter_map(|c| {
-                let creation_key = c
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(LABEL_CREATION_KEY).cloned());
-                c.id.map(|id| ManagedContainer { id, creation_key })
-            })
-            .collect())
-    }
-
-    /// Containers of this data dir's instance.
-    pub async fn list_managed(
-        &self,
-        instance_id: &str,
-    ) -> Result<Vec<ManagedContainer>, SandboxError> {
-        self.list_by_label(&[
-            format!("{LABEL_MANAGED}=true"),
-            format!("{LABEL_INSTANCE}={instance_id}"),
-        ])
-        .await
-    }
-
-    /// The host pid of a running container's first process. Only an engine on this host has
-    /// pids Airlock can use; another's are refused.
-    pub async fn container_pid(&self, id: &str) -> Result<u32, SandboxError> {
-        if self.workspace_kind == spec::WorkspaceKind::Volume {
-            return Err(SandboxError::Runtime(
-                "a remote engine's processes are not on this host".into(),
-            ));
-        }
-        let info = self
-            .docker
-            .inspect_container(id, None)
-            .await
-            .map_err(docker_err("inspect container"))?;
-        match info.state.and_then(|s| s.pid) {
-            Some(pid) if pid > 0 => Ok(pid as u32),
-            _ => Err(SandboxError::Runtime(format!(
-                "container {id} has no running process"
-            ))),
-        }
-    }
-
-    /// Containers labelled with a creation key.
-    pub async fn list_by_creation_key(
-        &self,
-        key: &str,
-    ) -> Result<Vec<ManagedContainer>, SandboxError> {
-        self.list_by_label(&[format!("{LABEL_CREATION_KEY}={key}")])
-            .await
-    }
-
-    /// Force-removes every container labelled with `creation_key` (and, given `owner`, also
-    /// labelled with that data dir instance), then confirms by listing that none remains.
-    /// Returns how many were removed.
-    ///
-    /// Given `name` (a job this process created), the named container is removed first and the
-    /// listing then confirms and finds any other (two engine calls when there is just the
-    /// one, the common case); containers the listing finds that were not tried yet are
-    /// removed at once, ones already tried after a delay. Recovery gives `owner` and no name:
-    /// a container is removed only when its labels say it is that instance's.
-    pub async fn destroy(
-        &self,
-        name: Option<&str>,
-        creation_key: &str,
-        owner: Option<&str>,
-    ) -> Result<usize, SandboxError> {
-        let mut removed = 0;
-        let mut last_error = String::new();
-        let mut tried: std::collections::HashSet<String> = Default::default();
-        let mut labels = vec![format!("{LABEL_CREATION_KEY}={creation_key}")];
-        if let Some(owner) = owner {
-            labels.push(format!("{LABEL_INSTANCE}={owner}"));
-        }
-        let mut targets: Vec<String> = match name {
-            Some(name) => vec![name.to_string()],
-            None => self
-                .list_by_label(&labels)
-                .await?
-                .into_iter()
-                .map(|c| c.id)
-                .collect(),
-        };
-        let mut attempt = 0;
-        while attempt < limits::CONTAINER_REMOVE_ATTEMPTS {
-            for t in &targets {
-                tried.insert(t.clone());
-                match self
-                    .docker
-                    .remove_container(
-                        t,
-                        Some(
-                            RemoveContainerOptionsBuilder::default()
-                                .force(true)
-                                .v(true)
-                                .build(),
-                        ),
-                    )
-                    .await
-                {
-                    Ok(()) => removed += 1,
-                    Err(DockerError::RequestTimeoutError) => {
-                        return Err(docker_err("remove container")(
-                            DockerError::RequestTimeoutError,
-                        ));
-                    }
-                    Err(e) if is_status(&e, &[404]) => {}
-                    // 409: removal already in progress; confirmed by the listing below.
-                    Err(e) if is_status(&e, &[409]) => last_error = e.to_string(),
-                    Err(e) => last_error = e.to_string(),
-                }
-            }
-            targets = self
-                .list_by_label(&labels)
-                .await?
-                .into_iter()
-                .map(|c| c.id)
-                .collect();
-            if targets.is_empty() {
-                return Ok(removed);
-            }
-            if targets.iter().all(|t| tried.contains(t)) {
-                attempt += 1;
-                tokio::time::sleep(limits::CONTAINER_REMOVE_RETRY_DELAY * attempt).await;
-            }
-        }
-        Err(SandboxError::NotRemoved {
-            name: name.map_or_else(|| container_name(creation_key), str::to_string),
-            attempts: limits::CONTAINER_REMOVE_ATTEMPTS,
-            message: last_error,
-        })
-    }
+/// The runtime of one `[[engines]]` entry, answering now; its jobs take workspaces of `kind`.
+pub async fn connect(
+    e: &crate::config::engines::EngineConfig,
+    kind: spec::WorkspaceKind,
+) -> Result<Runtime, SandboxError> {
+    Ok(std::sync::Arc::new(
+        docker::DockerRuntime::connect_engine(e, kind).await?,
+    ))
 }
 
-/// The engine's API version as `asked` finds it, within [`limits::DOCKER_NEGOTIATE_TIMEOUT`];
-/// either failure is [`SandboxError::Unreachable`] naming `endpoint`.
-async fn negotiation<T, E: std::fmt::Display>(
-    endpoint: &str,
-    asked: impl std::future::Future<Output = Result<T, E>>,
-) -> Result<T, SandboxError> {
-    let unreachable = |message: String| SandboxError::Unreachable {
-        endpoint: endpoint.to_string(),
-        message,
-    };
-    tokio::time::timeout(limits::DOCKER_NEGOTIATE_TIMEOUT, asked)
-        .await
-        .map_err(|_| {
-            unreachable(format!(
-                "no answer within {} s",
-                limits::DOCKER_NEGOTIATE_TIMEOUT.as_secs()
-            ))
-        })?
-        .map_err(|e| unreachable(e.to_string()))
+/// The runtime of one `[[engines]]` entry even when it does not answer yet (with the reason),
+/// so a pool can take it out of placement and probe it later. Only a configuration the client
+/// cannot use (a certificate file that does not load) is an error.
+pub async fn reach(
+    e: &crate::config::engines::EngineConfig,
+    kind: spec::WorkspaceKind,
+) -> Result<(Runtime, Option<String>), SandboxError> {
+    let (r, down) = docker::DockerRuntime::reach_engine(e, kind).await?;
+    Ok((std::sync::Arc::new(r), down))
 }
 
-/// Resolves once `rx` says "cancel" (or its sender is gone), holding no borrow across awaits.
-async fn cancelled(rx: &mut watch::Receiver<bool>) {
-    let _ = rx.wait_for(|c| *c).await;
-}
-
-/// True once a started container is no longer running.
-fn has_exited(st: &bollard::models::ContainerState) -> bool {
-    use bollard::models::ContainerStateStatusEnum as S;
-    st.running != Some(true) && !matches!(st.status, Some(S::CREATED) | Some(S::RUNNING))
-}
-
-/// Removes the container if the run future is dropped or panics before explicit removal.
-struct RemovalGuard {
-    sandbox: Sandbox,
-    name: String,
-    armed: bool,
-}
-
-impl Drop for RemovalGuard {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let sandbox = self.sandbox.clone();
-        let name = self.name.clone();
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                let _ = sandbox
-                    .docker
-                    .remove_container(
-                        &name,
-                        Some(
-                            RemoveContainerOptionsBuilder::default()
-                                .force(true)
-                                .v(true)
-                                .build(),
-                        ),
-                    )
-                    .await;
-            });
-        }
+/// The configuration's first engine (reached, it may not answer yet), or this machine's when
+/// none is configured: what one-shot commands run on.
+pub async fn connect_configured(config: &crate::config::Config) -> Result<Runtime, SandboxError> {
+    match config.engines.first() {
+        None => connect_local().await,
+        Some(e) => Ok(reach(e, pool_workspace_kind(config)).await?.0),
     }
 }
 

@@ -1,10 +1,14 @@
 //! The container runtime seam: the surface the engine uses to run jobs and recover from
-//! crashes. [`super::Sandbox`] implements it on real Docker; [`super::fake::FakeRuntime`] is a
+//! crashes. [`super::docker::DockerRuntime`] implements it on real Docker;
+//! [`super::fake::FakeRuntime`] is a
 //! scripted stand-in for workflow tests (assembly, authorization, idempotency, expiry,
 //! delivery), never for sandbox limits, container lifecycle or recovery, which are proven on
 //! Docker.
 
-use super::{ContainerSpec, JobOutcome, ManagedContainer, PhaseHook, RuntimeSpec, SandboxError};
+use super::{
+    ContainerSpec, EngineFacts, JobOutcome, ManagedContainer, PhaseHook, RuntimeSpec, SandboxError,
+    spec::WorkspaceKind,
+};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -28,8 +32,19 @@ pub trait ContainerRuntime: Send + Sync {
     /// `None` when its jobs take bind-mounted host checkouts.
     fn volumes(&self, instance_id: &str, seccomp_json: &str) -> Option<Arc<dyn EngineVolumes>>;
 
+    /// What this engine's jobs mount: a host checkout (it shares this host's filesystem) or
+    /// a volume it holds.
+    fn workspace_kind(&self) -> WorkspaceKind;
+
+    /// What the engine says about itself (version, API version, cgroups), for `airlock doctor`.
+    fn facts(&self) -> BoxFuture<'_, Result<EngineFacts, SandboxError>>;
+
     /// The id of an image reference, or [`SandboxError::ImageMissing`].
     fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, SandboxError>>;
+
+    /// The `airlock.content_sha256` label of an image (the digest of the build context it was
+    /// built from): `None` when there is no such image, `Some(None)` when it has no label.
+    fn image_content_sha<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Option<Option<String>>>;
 
     /// Runs one job to its end and destroys its container. `phase` is called as the job moves
     /// on and may refuse creation or start; `cancel` flipping to `true` ends it as cancelled.
@@ -65,59 +80,6 @@ pub trait ContainerRuntime: Send + Sync {
 /// The runtime as the engine holds it.
 pub type Runtime = Arc<dyn ContainerRuntime>;
 
-impl ContainerRuntime for super::Sandbox {
-    fn environment_form(&self, spec: &RuntimeSpec) -> serde_json::Value {
-        super::spec::hashed_form_for(spec, self.workspace_kind())
-    }
-
-    fn volumes(&self, instance_id: &str, seccomp_json: &str) -> Option<Arc<dyn EngineVolumes>> {
-        match self.workspace_kind() {
-            super::spec::WorkspaceKind::HostBind => None,
-            super::spec::WorkspaceKind::Volume => Some(Arc::new(
-                super::volumes::DockerVolumes::new(self.clone(), instance_id, seccomp_json),
-            )),
-        }
-    }
-
-    fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, SandboxError>> {
-        Box::pin(super::Sandbox::image_id(self, image))
-    }
-
-    fn run<'a>(
-        &'a self,
-        spec: &'a ContainerSpec,
-        timeout: Duration,
-        phase: &'a mut PhaseHook<'a>,
-        cancel: watch::Receiver<bool>,
-    ) -> BoxFuture<'a, Result<JobOutcome, SandboxError>> {
-        Box::pin(super::Sandbox::run(self, spec, timeout, phase, cancel))
-    }
-
-    fn destroy<'a>(
-        &'a self,
-        creation_key: &'a str,
-        instance_id: &'a str,
-    ) -> BoxFuture<'a, Result<usize, SandboxError>> {
-        Box::pin(super::Sandbox::destroy(
-            self,
-            None,
-            creation_key,
-            Some(instance_id),
-        ))
-    }
-
-    fn list_managed<'a>(
-        &'a self,
-        instance_id: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<ManagedContainer>, SandboxError>> {
-        Box::pin(super::Sandbox::list_managed(self, instance_id))
-    }
-
-    fn container_pid<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<u32, SandboxError>> {
-        Box::pin(super::Sandbox::container_pid(self, id))
-    }
-}
-
 /// One file of a workspace an engine holds itself (a volume's content).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VolumeFile {
@@ -132,6 +94,15 @@ pub struct VolumeSpec {
     pub inodes: u64,
     pub uid: u32,
     pub gid: u32,
+}
+
+/// How a dependency-set volume's name begins; the rest is the set's digest.
+pub const DEPS_VOLUME_PREFIX: &str = "airlock-deps-";
+
+/// The volume an engine holds the dependency set of content digest `digest` in
+/// ([`EngineVolumes::ensure_readonly`]).
+pub fn deps_volume_name(digest: &str) -> String {
+    format!("{DEPS_VOLUME_PREFIX}{}", &digest[..digest.len().min(32)])
 }
 
 /// A volume's files by path (`/`-separated, relative to the volume's root).

@@ -6,7 +6,7 @@
 
 use super::{Check, fail, pass};
 use crate::config::Config;
-use crate::sandbox::{Phase, Sandbox};
+use crate::sandbox::{Phase, Runtime};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::sync::Arc;
@@ -20,7 +20,7 @@ const DESTINATION_ANSWER: std::time::Duration = std::time::Duration::from_secs(2
 /// Whether dependency sets can be kept here, and (`egress`) whether each allowed destination
 /// answers through the egress path.
 pub(super) async fn check(
-    s: Option<&Sandbox>,
+    s: Option<&Runtime>,
     config: &Config,
     data_dir: &Path,
     seccomp: Option<&crate::sandbox::seccomp::SeccompProfile>,
@@ -118,7 +118,7 @@ pub(super) async fn check(
 /// container's namespace; `Err` when the path itself could not be made or let an unlisted
 /// destination through.
 async fn probe(
-    s: &Sandbox,
+    s: &Runtime,
     config: &Config,
     data_dir: &Path,
     seccomp: &crate::sandbox::seccomp::SeccompProfile,

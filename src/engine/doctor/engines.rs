@@ -4,10 +4,10 @@
 use super::{Check, PROBE_TIMEOUT_SECONDS, fail, pass};
 use crate::config::Config;
 use crate::limits;
-use crate::sandbox::runtime::{ContainerRuntime, VolumeFile, VolumeFiles, VolumeSpec};
+use crate::sandbox::runtime::{VolumeFile, VolumeFiles, VolumeSpec};
 use crate::sandbox::seccomp::SeccompProfile;
 use crate::sandbox::spec::WorkspaceKind;
-use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity, Sandbox, WorkspaceSource};
+use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity, Runtime, WorkspaceSource};
 
 /// The images an engine's jobs use: those of the profiles whose `engine_labels` it carries,
 /// and the workspace holder's on a pool of uploaded workspaces.
@@ -19,7 +19,7 @@ fn images_for(config: &Config, e: &crate::config::engines::EngineConfig) -> Vec<
         .map(|p| p.image.clone())
         .collect();
     if crate::sandbox::pool_workspace_kind(config) == crate::sandbox::spec::WorkspaceKind::Volume {
-        images.push(crate::sandbox::volumes::HOLDER_IMAGE.to_string());
+        images.push(crate::sandbox::HOLDER_IMAGE.to_string());
     }
     images.sort();
     images.dedup();
@@ -31,7 +31,7 @@ fn images_for(config: &Config, e: &crate::config::engines::EngineConfig) -> Vec<
 /// machine's engine built, and a probe job run there the way its jobs run (an uploaded
 /// workspace on an engine that holds them).
 pub(super) async fn check(
-    local: &Sandbox,
+    local: &Runtime,
     config: &Config,
     seccomp: Option<&SeccompProfile>,
 ) -> Check {
@@ -39,14 +39,14 @@ pub(super) async fn check(
     let mut problems = vec![];
     let kind = crate::sandbox::pool_workspace_kind(config);
     for e in &config.engines {
-        let s = match Sandbox::connect_engine(e, kind).await {
+        let s = match crate::sandbox::connect(e, kind).await {
             Ok(s) => s,
             Err(err) => {
                 problems.push(format!("{}: {err}", e.name));
                 continue;
             }
         };
-        let facts = match s.engine_facts().await {
+        let facts = match s.facts().await {
             Ok(f) => f,
             Err(err) => {
                 problems.push(format!("{}: {err}", e.name));
@@ -124,7 +124,7 @@ pub(super) async fn check(
 /// token from its workspace: uploaded into a quota'd volume on an engine that holds its jobs'
 /// workspaces, bind-mounted from a temporary directory otherwise. Its milliseconds, or why not.
 async fn probe_job(
-    s: &Sandbox,
+    s: &Runtime,
     profile: &crate::config::Profile,
     seccomp: &SeccompProfile,
 ) -> Result<u128, String> {
@@ -182,7 +182,11 @@ async fn probe_job(
         }
     };
     let env = crate::engine::runner::environment::EnvironmentSpec::resolve(
-        s, profile, &image_id, seccomp, fs,
+        s.as_ref(),
+        profile,
+        &image_id,
+        seccomp,
+        fs,
     );
     let spec = ContainerSpec {
         runtime: env.runtime.clone(),

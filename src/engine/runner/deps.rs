@@ -533,7 +533,7 @@ impl Runner {
                 lease.dir().to_path_buf(),
             )),
             Some(volumes) => {
-                let name = crate::sandbox::volumes::deps_volume_name(lease.digest());
+                let name = crate::sandbox::runtime::deps_volume_name(lease.digest());
                 let filled = volumes
                     .ensure_readonly(&name, lease.dir())
                     .await
@@ -548,7 +548,7 @@ impl Runner {
                         .map(|s| s.mounted_digests())
                         .unwrap_or_default()
                         .iter()
-                        .map(|d| crate::sandbox::volumes::deps_volume_name(d))
+                        .map(|d| crate::sandbox::runtime::deps_volume_name(d))
                         .chain([name.clone()])
                         .collect();
                     match volumes.prune_readonly(&keep).await {

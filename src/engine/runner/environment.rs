@@ -220,7 +220,7 @@ mod tests {
         let spec = EnvironmentSpec::resolve(&FakeRuntime::new(), &p, "sha256:1", &seccomp, L);
         assert_eq!(
             spec.container,
-            crate::sandbox::hashed_form(&spec.runtime),
+            crate::sandbox::docker::render::hashed_form(&spec.runtime),
             "the fake renders as Docker does"
         );
         assert_eq!(

@@ -501,7 +501,7 @@ impl Runner {
         if crate::sandbox::pool_workspace_kind(&self.config)
             == crate::sandbox::spec::WorkspaceKind::Volume
         {
-            let holder = crate::sandbox::volumes::HOLDER_IMAGE;
+            let holder = crate::sandbox::HOLDER_IMAGE;
             match self.pool.built_image_id(holder).await {
                 Ok(id) => images.push((holder.to_string(), id)),
                 Err(why) => {

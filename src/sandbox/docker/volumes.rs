@@ -16,9 +16,10 @@
 //! container. An engine host that can spare a block device can use a loop-mounted ext4 volume
 //! instead (`type=ext4`, `device=<image>`), whose content survives unmounting; not built yet.
 
-use super::runtime::{BoxFuture, EngineVolumes, VolumeFile, VolumeFiles, VolumeSpec};
-use super::{Sandbox, SandboxError, docker_err, is_status};
+use super::{DockerRuntime, docker_err, is_status};
 use crate::limits;
+use crate::sandbox::SandboxError;
+use crate::sandbox::runtime::{BoxFuture, EngineVolumes, VolumeFile, VolumeFiles, VolumeSpec};
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, VolumeCreateRequest};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder, ListVolumesOptionsBuilder,
@@ -27,9 +28,7 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 use std::collections::HashMap;
 
-/// The image the holder runs: Airlock's own minimal image (busybox), built by
-/// `airlock images build` and present on every engine that runs jobs.
-pub const HOLDER_IMAGE: &str = "airlock/minimal:latest";
+pub use crate::sandbox::HOLDER_IMAGE;
 /// Where the holder mounts the volume.
 const HOLDER_MOUNT: &str = "/w";
 /// Label naming the creation key a holder and its volume belong to.
@@ -47,18 +46,11 @@ const HOLDER_MEMORY_BYTES: i64 = 32 << 20;
 /// Label naming the instance whose dependency-set volume (or set filler container) this is
 /// (never a workspace's).
 pub const LABEL_DEPS_INSTANCE: &str = "airlock.deps_instance";
-/// How a dependency-set volume's name begins; the rest is the set's digest.
-pub const DEPS_VOLUME_PREFIX: &str = "airlock-deps-";
-
-/// The volume a remote engine holds the dependency set of content digest `digest` in.
-pub fn deps_volume_name(digest: &str) -> String {
-    format!("{DEPS_VOLUME_PREFIX}{}", &digest[..digest.len().min(32)])
-}
 
 /// The volumes of one engine that one data dir's instance owns.
 #[derive(Clone)]
 pub struct DockerVolumes {
-    sandbox: Sandbox,
+    sandbox: DockerRuntime,
     instance_id: String,
     seccomp_json: String,
     /// Dependency-set volumes this process filled (reused as they are).
@@ -66,7 +58,7 @@ pub struct DockerVolumes {
 }
 
 impl DockerVolumes {
-    pub fn new(sandbox: Sandbox, instance_id: &str, seccomp_json: &str) -> DockerVolumes {
+    pub fn new(sandbox: DockerRuntime, instance_id: &str, seccomp_json: &str) -> DockerVolumes {
         DockerVolumes {
             sandbox,
             instance_id: instance_id.to_string(),
@@ -398,7 +390,7 @@ impl DockerVolumes {
             .map_err(docker_err("create volume"))?;
         let files = {
             let dir = dir.to_path_buf();
-            tokio::task::spawn_blocking(move || super::runtime::files_of(&dir))
+            tokio::task::spawn_blocking(move || crate::sandbox::runtime::files_of(&dir))
                 .await
                 .expect("reading a set does not panic")?
         };

@@ -3,7 +3,8 @@
 //! optional `image.toml` naming host files (with the Debian package that provides them) to copy
 //! into the build context.
 
-use super::{Sandbox, SandboxError};
+use super::{DockerRuntime, docker_err};
+use crate::sandbox::SandboxError;
 use bollard::query_parameters::{BuildImageOptionsBuilder, TagImageOptionsBuilder};
 use futures_util::StreamExt;
 use serde::Deserialize;
@@ -345,7 +346,7 @@ fn collect_dir(
     Ok(())
 }
 
-impl Sandbox {
+impl DockerRuntime {
     /// Builds `images_dir/<name>` unless an image with the same content hash exists, then
     /// points `airlock/<name>:latest` at it. Progress goes to `progress`.
     pub async fn build_image(
@@ -582,10 +583,7 @@ impl Sandbox {
             .docker()
             .inspect_image(&tagged)
             .await
-            .map_err(|source| SandboxError::Docker {
-                op: "inspect image",
-                source,
-            })?;
+            .map_err(|source| docker_err("inspect image")(source))?;
         self.tag(&tagged, &repo, "latest").await?;
         let _ = writeln!(
             progress,
@@ -615,10 +613,7 @@ impl Sandbox {
                 ),
             )
             .await
-            .map_err(|source| SandboxError::Docker {
-                op: "tag image",
-                source,
-            })
+            .map_err(|source| docker_err("tag image")(source))
     }
 }
 
@@ -724,7 +719,7 @@ mod tests {
     }
 }
 
-/// What [`Sandbox::copy_image_to`] did for one image on one engine.
+/// What [`DockerRuntime::copy_image_to`] did for one image on one engine.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Copied {
     pub reference: String,
@@ -736,14 +731,14 @@ pub struct Copied {
 /// Chunks of an image export buffered between this engine and the one loading it.
 const COPY_BUFFER_CHUNKS: usize = 16;
 
-impl Sandbox {
+impl DockerRuntime {
     /// Makes `to` hold `reference` with exactly this engine's image id: a `docker save` stream
     /// from here into `to`'s image load endpoint (an image's id is its config's digest, so a
     /// loaded image keeps it). Nothing is sent when `to` already has that id; a load that
     /// ends with another id is an error.
     pub async fn copy_image_to(
         &self,
-        to: &Sandbox,
+        to: &DockerRuntime,
         reference: &str,
     ) -> Result<Copied, SandboxError> {
         let want = self.image_id(reference).await?;
@@ -785,10 +780,7 @@ impl Sandbox {
             None,
         );
         while let Some(step) = load.next().await {
-            let info = step.map_err(|source| SandboxError::Docker {
-                op: "load image",
-                source,
-            })?;
+            let info = step.map_err(|source| docker_err("load image")(source))?;
             if let Some(e) = info.error_detail {
                 return Err(SandboxError::Runtime(format!(
                     "loading {reference}: {}",
