@@ -8,6 +8,7 @@
 //! - `fake-oom`: killed for memory (exit 137, OOM);
 //! - `fake-hang`: runs until the deadline (timed out) or a cancel (cancelled);
 //! - `fake-fail <message>`: the runtime itself fails;
+//! - `fake-lose-scratch`: exits 0, and the runtime hands back no scratch files;
 //! - anything else: exits 0 with no output.
 //!
 //! Every image exists (its id is `sha256:fake:<reference>`, unless a test made the engine lie
@@ -43,6 +44,19 @@ pub struct FakeRuntime {
 impl FakeRuntime {
     pub fn new() -> FakeRuntime {
         FakeRuntime::default()
+    }
+
+    /// A fake engine whose workspace volumes die with the job
+    /// ([`super::runtime::VolumeLifetime::DiesWithJob`]): nothing is uploaded ahead, each job
+    /// gets its tree in its spec and hands its files back in its outcome.
+    pub fn with_scratch_volumes() -> FakeRuntime {
+        FakeRuntime {
+            volumes: FakeVolumes {
+                scratch: true,
+                ..FakeVolumes::default()
+            },
+            ..FakeRuntime::default()
+        }
     }
 
     /// Makes the engine stop (or start again) answering container listings and removals.
@@ -82,9 +96,24 @@ impl FakeRuntime {
 #[derive(Default, Clone)]
 pub struct FakeVolumes {
     held: Arc<Mutex<HashMap<String, VolumeFiles>>>,
+    /// Scratch that dies with the job (as a Kubernetes `emptyDir`) instead of named volumes.
+    scratch: bool,
+    /// Volumes uploaded so far.
+    uploads: Arc<std::sync::atomic::AtomicUsize>,
+    /// Scratch workspaces filled so far (one per job that got one).
+    scratch_fills: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl FakeVolumes {
+    /// Volumes uploaded so far.
+    pub fn uploads(&self) -> usize {
+        self.uploads.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Scratch workspaces the runtime filled so far.
+    pub fn scratch_fills(&self) -> usize {
+        self.scratch_fills.load(std::sync::atomic::Ordering::SeqCst)
+    }
     fn with<R>(&self, f: impl FnOnce(&mut HashMap<String, VolumeFiles>) -> R) -> R {
         f(&mut self
             .held
@@ -111,6 +140,14 @@ impl FakeVolumes {
 }
 
 impl EngineVolumes for FakeVolumes {
+    fn lifetime(&self) -> super::runtime::VolumeLifetime {
+        if self.scratch {
+            super::runtime::VolumeLifetime::DiesWithJob
+        } else {
+            super::runtime::VolumeLifetime::OutlivesContainer
+        }
+    }
+
     fn upload<'a>(
         &'a self,
         name: &'a str,
@@ -123,6 +160,8 @@ impl EngineVolumes for FakeVolumes {
                     return Err(SandboxError::Runtime(format!("volume {name:?} exists")));
                 }
                 held.insert(name.to_string(), files);
+                self.uploads
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 Ok(())
             })
         })
@@ -293,6 +332,16 @@ impl ContainerRuntime for FakeRuntime {
             let argv = job_argv(spec);
             let arg = |i: usize| argv.get(i).cloned().unwrap_or_default();
             let mut output = OutputCapture::tapped(spec.run.output.clone());
+            // A scratch workspace lives as long as this job: filled now, handed back at the end.
+            let mut scratch = match &spec.run.workspace {
+                WorkspaceSource::Scratch { files, .. } => {
+                    self.volumes
+                        .scratch_fills
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    Some(files.0.as_ref().clone())
+                }
+                WorkspaceSource::HostBind(_) | WorkspaceSource::Volume(_) => None,
+            };
             let end = match argv.first().map(String::as_str) {
                 Some("fake-exit") => {
                     output.push(arg(2).as_bytes());
@@ -307,6 +356,18 @@ impl ContainerRuntime for FakeRuntime {
                             std::fs::write(dir.join(arg(1)), arg(2)).map_err(|e| e.to_string())
                         }
                         WorkspaceSource::Volume(name) => self.volumes.write(name, &arg(1), &arg(2)),
+                        WorkspaceSource::Scratch { .. } => {
+                            if let Some(files) = scratch.as_mut() {
+                                files.insert(
+                                    arg(1),
+                                    VolumeFile::File {
+                                        executable: false,
+                                        bytes: arg(2).into_bytes(),
+                                    },
+                                );
+                            }
+                            Ok(())
+                        }
                     };
                     match written {
                         Ok(()) => Ok(JobEnd::Exited {
@@ -325,6 +386,13 @@ impl ContainerRuntime for FakeRuntime {
                     _ = cancel.wait_for(|c| *c) => JobEnd::Cancelled,
                 }),
                 Some("fake-fail") => Err(SandboxError::Runtime(arg(1))),
+                Some("fake-lose-scratch") => {
+                    scratch = None;
+                    Ok(JobEnd::Exited {
+                        code: 0,
+                        oom_killed: false,
+                    })
+                }
                 _ => Ok(JobEnd::Exited {
                     code: 0,
                     oom_killed: false,
@@ -342,6 +410,7 @@ impl ContainerRuntime for FakeRuntime {
                 container_id: format!("fake-{key}"),
                 observed_image: spec.runtime.image_id.clone(),
                 duration: started.elapsed(),
+                scratch,
             })
         })
     }

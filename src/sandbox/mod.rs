@@ -11,6 +11,7 @@ pub mod fake;
 pub mod runtime;
 pub mod seccomp;
 pub mod spec;
+pub mod volumes;
 
 pub use runtime::{ContainerRuntime, EngineVolumes, Runtime};
 
@@ -99,9 +100,13 @@ pub(crate) fn matching_workspace(
     match (engine, w) {
         (spec::WorkspaceKind::HostBind, WorkspaceSource::HostBind(_))
         | (spec::WorkspaceKind::Volume, WorkspaceSource::Volume(_)) => Ok(()),
-        (spec::WorkspaceKind::HostBind, WorkspaceSource::Volume(v)) => Err(SandboxError::Runtime(
-            format!("workspace volume {v:?}: this engine's jobs take bind-mounted checkouts"),
-        )),
+        (spec::WorkspaceKind::Volume, WorkspaceSource::Scratch { .. }) => Ok(()),
+        (spec::WorkspaceKind::HostBind, WorkspaceSource::Volume(v))
+        | (spec::WorkspaceKind::HostBind, WorkspaceSource::Scratch { name: v, .. }) => {
+            Err(SandboxError::Runtime(format!(
+                "workspace volume {v:?}: this engine's jobs take bind-mounted checkouts"
+            )))
+        }
         (spec::WorkspaceKind::Volume, WorkspaceSource::HostBind(p)) => {
             Err(SandboxError::Runtime(format!(
                 "workspace {}: this engine shares no filesystem with Airlock; its jobs take uploaded volumes",
@@ -153,6 +158,9 @@ pub struct JobOutcome {
     pub container_id: String,
     pub observed_image: String,
     pub duration: Duration,
+    /// A scratch workspace's files as the job left them, read back by the runtime before the
+    /// job's resources were removed ([`WorkspaceSource::Scratch`]); `None` for any other.
+    pub scratch: Option<volumes::VolumeFiles>,
 }
 
 /// A managed container found by listing labels.
@@ -212,5 +220,12 @@ mod tests {
         assert!(e.to_string().contains("\"never-uploaded\""), "{e}");
         let e = matching_workspace(Volume, &bind).unwrap_err();
         assert!(e.to_string().contains("shares no filesystem"), "{e}");
+        let scratch = WorkspaceSource::Scratch {
+            name: "job".into(),
+            files: spec::ScratchFiles(Default::default()),
+        };
+        assert!(matching_workspace(Volume, &scratch).is_ok());
+        let e = matching_workspace(HostBind, &scratch).unwrap_err();
+        assert!(e.to_string().contains("\"job\""), "{e}");
     }
 }

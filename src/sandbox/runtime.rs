@@ -5,11 +5,13 @@
 //! delivery), never for sandbox limits, container lifecycle or recovery, which are proven on
 //! Docker.
 
+pub use super::volumes::{
+    DEPS_VOLUME_PREFIX, VolumeFile, VolumeFiles, VolumeSpec, deps_volume_name, files_of,
+};
 use super::{
     ContainerSpec, EngineFacts, JobOutcome, ManagedContainer, PhaseHook, RuntimeSpec, SandboxError,
     spec::WorkspaceKind,
 };
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -80,33 +82,21 @@ pub trait ContainerRuntime: Send + Sync {
 /// The runtime as the engine holds it.
 pub type Runtime = Arc<dyn ContainerRuntime>;
 
-/// One file of a workspace an engine holds itself (a volume's content).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum VolumeFile {
-    File { executable: bool, bytes: Vec<u8> },
-    Symlink { target: String },
-}
-
-/// What a volume is made with: its hard quota and the sandbox user who owns it and its files.
+/// How long an engine's workspace volume lives, which decides when its tree goes in and comes
+/// back out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct VolumeSpec {
-    pub disk_bytes: u64,
-    pub inodes: u64,
-    pub uid: u32,
-    pub gid: u32,
+pub enum VolumeLifetime {
+    /// A named volume that outlives its container (Docker's): [`EngineVolumes::upload`] fills it
+    /// before the run, the container mounts it by name ([`super::WorkspaceSource::Volume`]),
+    /// and [`EngineVolumes::download`] reads it back after the container is destroyed.
+    OutlivesContainer,
+    /// Scratch space that dies with the job (a Kubernetes `emptyDir`): nothing is uploaded
+    /// ahead. The job's spec carries the tree ([`super::WorkspaceSource::Scratch`]); the
+    /// runtime fills the scratch as the job starts (an init step) and hands its files back in
+    /// [`super::JobOutcome::scratch`] before the job's resources are removed. The workspace
+    /// backend judges and harvests those files; there is nothing to delete afterwards.
+    DiesWithJob,
 }
-
-/// How a dependency-set volume's name begins; the rest is the set's digest.
-pub const DEPS_VOLUME_PREFIX: &str = "airlock-deps-";
-
-/// The volume an engine holds the dependency set of content digest `digest` in
-/// ([`EngineVolumes::ensure_readonly`]).
-pub fn deps_volume_name(digest: &str) -> String {
-    format!("{DEPS_VOLUME_PREFIX}{}", &digest[..digest.len().min(32)])
-}
-
-/// A volume's files by path (`/`-separated, relative to the volume's root).
-pub type VolumeFiles = BTreeMap<String, VolumeFile>;
 
 /// Workspaces an engine holds itself, as named volumes its containers mount: what an uploading
 /// workspace backend ([`crate::workspace::uploads`]) writes a job's tree into before the run
@@ -114,6 +104,12 @@ pub type VolumeFiles = BTreeMap<String, VolumeFile>;
 /// scripted fake holds them in memory ([`super::fake::FakeVolumes`]); the local Docker engine
 /// does not need them (its jobs' checkouts are bind-mounted).
 pub trait EngineVolumes: Send + Sync {
+    /// How long this engine's workspace volumes live; by default they outlive their
+    /// container (filled before the run, read back after it).
+    fn lifetime(&self) -> VolumeLifetime {
+        VolumeLifetime::OutlivesContainer
+    }
+
     /// Creates volume `name` as `spec` says, holding `files`; refused when it already exists.
     fn upload<'a>(
         &'a self,
@@ -157,47 +153,4 @@ pub trait EngineVolumes: Send + Sync {
         &'a self,
         keep: &'a std::collections::BTreeSet<String>,
     ) -> BoxFuture<'a, Result<Vec<String>, SandboxError>>;
-}
-
-/// Every file and symlink beneath `dir` as a volume's files (directories follow from them).
-pub fn files_of(dir: &std::path::Path) -> Result<VolumeFiles, SandboxError> {
-    use std::os::unix::fs::PermissionsExt;
-    let fail = |p: &std::path::Path, e: std::io::Error| {
-        SandboxError::Runtime(format!("reading {}: {e}", p.display()))
-    };
-    let mut out = VolumeFiles::new();
-    let mut todo = vec![std::path::PathBuf::new()];
-    while let Some(rel) = todo.pop() {
-        let at = dir.join(&rel);
-        for e in std::fs::read_dir(&at).map_err(|e| fail(&at, e))? {
-            let e = e.map_err(|e| fail(&at, e))?;
-            let path = rel.join(e.file_name());
-            let name = path.to_string_lossy().into_owned();
-            if name == "lost+found" {
-                continue;
-            }
-            let meta = std::fs::symlink_metadata(e.path()).map_err(|err| fail(&e.path(), err))?;
-            if meta.is_dir() {
-                todo.push(path);
-            } else if meta.file_type().is_symlink() {
-                let target = std::fs::read_link(e.path()).map_err(|err| fail(&e.path(), err))?;
-                out.insert(
-                    name,
-                    VolumeFile::Symlink {
-                        target: target.to_string_lossy().into_owned(),
-                    },
-                );
-            } else {
-                let bytes = std::fs::read(e.path()).map_err(|err| fail(&e.path(), err))?;
-                out.insert(
-                    name,
-                    VolumeFile::File {
-                        executable: meta.permissions().mode() & 0o111 != 0,
-                        bytes,
-                    },
-                );
-            }
-        }
-    }
-    Ok(out)
 }

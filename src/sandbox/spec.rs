@@ -4,6 +4,7 @@
 //! per-run fields is what `environment_sha256` hashes ([`super::ContainerRuntime::environment_form`]).
 
 use super::container_name;
+use super::volumes::VolumeFiles;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -69,14 +70,29 @@ impl std::fmt::Debug for OutputTap {
     }
 }
 
-/// How a job's checkout reaches its container. Today the engine shares this host's filesystem,
-/// so the checkout is bind-mounted; a remote engine or a Kubernetes backend would upload it.
+/// How a job's checkout reaches its container: bind-mounted from this host, a volume the engine
+/// holds (uploaded before the run), or scratch space the runtime fills as the job starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WorkspaceSource {
     /// A host directory bind-mounted into the container.
     HostBind(PathBuf),
     /// A volume the engine holds, already filled by an uploading workspace backend.
     Volume(String),
+    /// Scratch space that dies with the job ([`super::runtime::VolumeLifetime::DiesWithJob`]):
+    /// the runtime fills it with `files` as the job starts and hands its files back in
+    /// [`super::JobOutcome::scratch`].
+    Scratch { name: String, files: ScratchFiles },
+}
+
+/// The tree a scratch workspace starts with (shared, never copied per clone; its `Debug` says
+/// how many files, not what they hold).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ScratchFiles(pub std::sync::Arc<VolumeFiles>);
+
+impl std::fmt::Debug for ScratchFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ScratchFiles({} files)", self.0.len())
+    }
 }
 
 /// Which kind of workspace an engine's jobs get (part of what `environment_sha256` names; the
@@ -91,7 +107,8 @@ impl WorkspaceSource {
     pub fn kind(&self) -> WorkspaceKind {
         match self {
             WorkspaceSource::HostBind(_) => WorkspaceKind::HostBind,
-            WorkspaceSource::Volume(_) => WorkspaceKind::Volume,
+            // The job sees the same quota'd volume however long it lives.
+            WorkspaceSource::Volume(_) | WorkspaceSource::Scratch { .. } => WorkspaceKind::Volume,
         }
     }
 }

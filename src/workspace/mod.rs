@@ -79,6 +79,11 @@ pub trait JobWorkspace: Send + Sync {
     /// Called just before the container is created.
     fn attach(&self) -> Result<WorkspaceSource, StagingError>;
 
+    /// The job has ended: a scratch workspace's files as the runtime handed them back
+    /// ([`crate::sandbox::JobOutcome::scratch`]), before the harvest and the source check read
+    /// them. Nothing for a workspace that outlives its container.
+    fn ended(&self, _scratch: Option<crate::sandbox::volumes::VolumeFiles>) {}
+
     /// After the container is destroyed: the files the job left beneath `limits.dir` (never
     /// following a symlink), then that directory removed, so the source check still sees any
     /// other change.

@@ -2,6 +2,10 @@
 //! each job's tree is read from git here (trusted code), uploaded into a volume the engine holds
 //! and mounts, and read back after the container is destroyed: the job's output files, then the
 //! source check against the tree as it was uploaded. No host path reaches the container.
+//!
+//! An engine whose volumes die with the job ([`VolumeLifetime::DiesWithJob`]) gets nothing
+//! ahead: the tree travels in the job's spec ([`WorkspaceSource::Scratch`]), and what the job
+//! left comes back with its outcome; the harvest and the source check read those files.
 
 use super::{
     ChangedPaths, HarvestLimits, Harvested, JobWorkspace, StageRequest, Transfers, Workspaces,
@@ -9,7 +13,10 @@ use super::{
 use crate::apply::Image;
 use crate::domain::git::FileMode;
 use crate::sandbox::WorkspaceSource;
-use crate::sandbox::runtime::{BoxFuture, EngineVolumes, VolumeFile, VolumeFiles, VolumeSpec};
+use crate::sandbox::runtime::{
+    BoxFuture, EngineVolumes, VolumeFile, VolumeFiles, VolumeLifetime, VolumeSpec,
+};
+use crate::sandbox::spec::ScratchFiles;
 use crate::staging::{CheckoutFs, StagingError};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -122,10 +129,14 @@ impl Workspaces for Uploads {
             let files = tokio::task::spawn_blocking(move || read_tree(&req, &spec))
                 .await
                 .expect("reading a tree does not panic")?;
-            self.volumes
-                .upload(&key, &spec, files.clone())
-                .await
-                .map_err(engine)?;
+            let lifetime = self.volumes.lifetime();
+            if lifetime == VolumeLifetime::OutlivesContainer {
+                self.volumes
+                    .upload(&key, &spec, files.clone())
+                    .await
+                    .map_err(engine)?;
+            }
+            // A scratch workspace's tree goes with the job's spec: counted as uploaded then.
             let moved = Transfers {
                 uploads: 1,
                 upload_bytes: content_bytes(&files),
@@ -134,8 +145,10 @@ impl Workspaces for Uploads {
             };
             Ok(Box::new(Uploaded {
                 volumes: self.volumes.clone(),
+                lifetime,
                 name: key,
-                staged: files,
+                staged: ScratchFiles(Arc::new(files)),
+                handed_back: Mutex::new(None),
                 moved: Mutex::new(moved),
             }) as Box<dyn JobWorkspace>)
         })
@@ -157,20 +170,38 @@ impl Workspaces for Uploads {
 /// One job's uploaded workspace and the tree it was given.
 struct Uploaded {
     volumes: Arc<dyn EngineVolumes>,
+    lifetime: VolumeLifetime,
     name: String,
-    staged: VolumeFiles,
+    staged: ScratchFiles,
+    /// A scratch workspace's files as the runtime handed them back when the job ended.
+    handed_back: Mutex<Option<VolumeFiles>>,
     moved: Mutex<Transfers>,
 }
 
 impl Uploaded {
+    /// The workspace's files now: read back from the engine's volume, or (scratch) what the
+    /// runtime handed back when the job ended.
     async fn files(&self) -> Result<VolumeFiles, StagingError> {
         let started = Instant::now();
-        let files = self
-            .volumes
-            .download(&self.name)
-            .await
-            .map_err(engine)?
-            .ok_or_else(|| StagingError::Volume(format!("volume {} is gone", self.name)))?;
+        let files = match self.lifetime {
+            VolumeLifetime::OutlivesContainer => self
+                .volumes
+                .download(&self.name)
+                .await
+                .map_err(engine)?
+                .ok_or_else(|| StagingError::Volume(format!("volume {} is gone", self.name)))?,
+            VolumeLifetime::DiesWithJob => self
+                .handed_back
+                .lock()
+                .expect("the handed-back files are not poisoned")
+                .clone()
+                .ok_or_else(|| {
+                    StagingError::Volume(format!(
+                        "scratch workspace {}: the engine handed back no files when the job ended",
+                        self.name
+                    ))
+                })?,
+        };
         let mut moved = self
             .moved
             .lock()
@@ -191,9 +222,25 @@ impl JobWorkspace for Uploaded {
     }
 
     /// The volume is named by the job's creation key and only this backend writes it before the
-    /// run; there is no host path to swap, so the engine mounts it by name.
+    /// run; there is no host path to swap, so the engine mounts it by name. Scratch space is
+    /// filled by the runtime from the tree the spec carries.
     fn attach(&self) -> Result<WorkspaceSource, StagingError> {
-        Ok(WorkspaceSource::Volume(self.name.clone()))
+        Ok(match self.lifetime {
+            VolumeLifetime::OutlivesContainer => WorkspaceSource::Volume(self.name.clone()),
+            VolumeLifetime::DiesWithJob => WorkspaceSource::Scratch {
+                name: self.name.clone(),
+                files: self.staged.clone(),
+            },
+        })
+    }
+
+    fn ended(&self, scratch: Option<VolumeFiles>) {
+        if self.lifetime == VolumeLifetime::DiesWithJob {
+            *self
+                .handed_back
+                .lock()
+                .expect("the handed-back files are not poisoned") = scratch;
+        }
     }
 
     fn harvest<'a>(&'a self, limits: &'a HarvestLimits) -> BoxFuture<'a, Harvested> {
@@ -234,10 +281,23 @@ impl JobWorkspace for Uploaded {
                 }
                 out.push((rel.to_string(), image));
             }
-            self.volumes
-                .remove_dir(&self.name, &limits.dir)
-                .await
-                .map_err(|e| format!("remove the job's {}: {e}", limits.dir))?;
+            match self.lifetime {
+                VolumeLifetime::OutlivesContainer => self
+                    .volumes
+                    .remove_dir(&self.name, &limits.dir)
+                    .await
+                    .map_err(|e| format!("remove the job's {}: {e}", limits.dir))?,
+                VolumeLifetime::DiesWithJob => {
+                    if let Some(files) = self
+                        .handed_back
+                        .lock()
+                        .expect("the handed-back files are not poisoned")
+                        .as_mut()
+                    {
+                        files.retain(|path, _| !path.starts_with(&prefix));
+                    }
+                }
+            }
             Ok(out)
         })
     }
@@ -249,6 +309,7 @@ impl JobWorkspace for Uploaded {
             let now = self.files().await?;
             let changed: Vec<&String> = self
                 .staged
+                .0
                 .iter()
                 .filter(|(path, file)| now.get(*path) != Some(*file))
                 .map(|(path, _)| path)

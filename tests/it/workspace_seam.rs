@@ -314,8 +314,34 @@ async fn run_uploaded(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_on_uploaded_workspaces_is_judged_from_the_volume_and_never_touches_a_host_checkout()
 {
-    let f = tree_fixture();
     let fake = Arc::new(FakeRuntime::new());
+    judged_from_the_engines_files(fake.clone()).await;
+    assert_eq!(fake.volumes().uploads(), 4, "one volume per run");
+    assert_eq!(fake.volumes().scratch_fills(), 0);
+}
+
+/// An engine whose scratch dies with the job (a Kubernetes `emptyDir`): nothing is uploaded
+/// ahead, the tree travels in the spec, and the same judgements come from the files the
+/// runtime hands back when the job ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_on_scratch_that_dies_with_the_job_is_judged_from_what_the_engine_handed_back() {
+    let fake = Arc::new(FakeRuntime::with_scratch_volumes());
+    judged_from_the_engines_files(fake.clone()).await;
+    assert_eq!(fake.volumes().uploads(), 0, "nothing goes ahead of the job");
+    assert_eq!(fake.volumes().scratch_fills(), 4, "each job filled its own");
+
+    // An engine that hands nothing back leaves nothing to judge: error, never a pass.
+    let f = tree_fixture();
+    let v = run_uploaded(&f, fake.clone(), &["fake-lose-scratch"], None).await;
+    assert_eq!(v.status.as_str(), "error", "{v:?}");
+    let why = v.error.unwrap_or_default();
+    assert!(why.contains("handed back no files"), "{why}");
+}
+
+/// A passing run, a changed tracked file, an added file and a harvest, each judged from the
+/// engine's files (never a host checkout), on `fake`'s kind of volume.
+async fn judged_from_the_engines_files(fake: Arc<FakeRuntime>) {
+    let f = tree_fixture();
     let checkouts = f.data.join("checkouts");
     let nothing_left = |what: &str| {
         let left = std::fs::read_dir(&checkouts)
@@ -323,7 +349,6 @@ async fn a_run_on_uploaded_workspaces_is_judged_from_the_volume_and_never_touche
             .unwrap_or(0);
         assert_eq!(left, 0, "{what}: no host checkout");
     };
-
     let v = run_uploaded(&f, fake.clone(), &["true"], None).await;
     assert_eq!(v.status.as_str(), "passed", "{:?}", v.error);
     nothing_left("a passing run");

@@ -696,7 +696,7 @@ impl Runner {
             let ran_for = o.duration.as_micros() as u64;
             timings.destroy_us = between(2, 3).saturating_sub(ran_for);
         }
-        let outcome = match ran {
+        let mut outcome = match ran {
             Ok(o) => o,
             Err(e) if e.is_unresponsive() => {
                 // An engine that stopped answering takes no more jobs until a check finds it
@@ -732,6 +732,7 @@ impl Runner {
                 return timings;
             }
         };
+        workspace.ended(outcome.scratch.take());
         v.container_id = Some(outcome.container_id.clone());
         v.observed_image = Some(outcome.observed_image.clone());
         v.output = outcome.output.text;

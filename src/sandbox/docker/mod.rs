@@ -232,6 +232,11 @@ impl DockerRuntime {
         cancel: watch::Receiver<bool>,
     ) -> Result<JobOutcome, SandboxError> {
         matching_workspace(self.workspace_kind, &spec.run.workspace)?;
+        if let super::WorkspaceSource::Scratch { name, .. } = &spec.run.workspace {
+            return Err(SandboxError::Runtime(format!(
+                "workspace {name:?}: a Docker engine's volumes outlive their container, so its jobs take uploaded volumes, never scratch space"
+            )));
+        }
         let name = spec.name();
         let mut guard = RemovalGuard {
             sandbox: self.clone(),
@@ -444,6 +449,7 @@ impl DockerRuntime {
             container_id: id,
             observed_image,
             duration,
+            scratch: None,
         })
     }
 

@@ -82,6 +82,14 @@ fn mount(source: &WorkspaceSource, target: &str, read_only: bool) -> Mount {
             read_only: Some(read_only),
             ..Default::default()
         },
+        // Refused before rendering (a Docker volume outlives its container); rendered as
+        // the scratch Docker would give, so the renderer stays total.
+        WorkspaceSource::Scratch { .. } => Mount {
+            target: Some(target.to_string()),
+            typ: Some(MountType::TMPFS),
+            read_only: Some(read_only),
+            ..Default::default()
+        },
     }
 }
 
