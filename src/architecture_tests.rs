@@ -516,3 +516,37 @@ fn no_import_runs_back_up_a_layer() {
     }
     assert_eq!(broken, Vec::<String>::new());
 }
+
+/// The longest a test file may grow: past it, a file holds more than one subject.
+const MAX_TEST_FILE_LINES: usize = 800;
+
+#[test]
+fn no_test_file_is_over_the_bound() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut stack = vec![root.clone()];
+    let mut long = Vec::new();
+    let mut seen = 0;
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                seen += 1;
+                let n = std::fs::read_to_string(&p).unwrap().lines().count();
+                if n > MAX_TEST_FILE_LINES {
+                    long.push(format!(
+                        "{}: {n} lines",
+                        p.strip_prefix(&root).unwrap().display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(seen > 40, "the integration tests were found ({seen} files)");
+    assert_eq!(
+        long,
+        Vec::<String>::new(),
+        "at most {MAX_TEST_FILE_LINES} lines"
+    );
+}

@@ -166,7 +166,7 @@ impl Daemon {
         }
         // Jobs recorded and never started run now (before recovery, which leaves them alone).
         let resumed = service
-            .revision_jobs
+            .jobs
             .resume_unstarted()
             .await
             .map_err(|e| StartError::Failed(format!("resuming queued jobs: {e}")))?;
@@ -252,14 +252,14 @@ impl Daemon {
         };
         // Followers of live logs end at once when shutdown begins, so they never hold the
         // connection drain open while their jobs wait to be cancelled.
-        let logs = self.service.jobs.logs.clone();
+        let logs = self.service.background.logs.clone();
         let service = self.service.clone();
         let shutdown = async move {
             shutdown.await;
             logs.stop_followers();
             // A call waiting for its own run (a validation's dry run) answers once that run is
             // cancelled, instead of holding the drain open until it ends.
-            service.jobs.stop_inline();
+            service.background.stop_inline();
             // Dependency fetches (shared by jobs) end too.
             service.ctx.stopping.send_replace(true);
         };

@@ -5,7 +5,6 @@
 #![deny(unsafe_code)]
 
 pub mod api;
-pub mod apply;
 pub mod artifacts;
 pub mod attest;
 pub mod backup;
@@ -21,6 +20,7 @@ pub mod deps;
 pub mod domain;
 pub mod engine;
 pub mod ids;
+pub mod install;
 pub mod limits;
 pub mod metrics;
 pub mod patch;

@@ -84,28 +84,16 @@ pub(super) async fn dispatch(
             .await?
         }
         "job.submit" => Reply::Value(to(&crate::wire::jobs::JobReply {
-            job: svc
-                .revision_jobs
-                .submit(actor, parse(method, body)?)
-                .await?,
+            job: svc.jobs.submit(actor, parse(method, body)?).await?,
         })),
         "job.show" => Reply::Value(to(&crate::wire::jobs::JobReply {
-            job: svc.revision_jobs.show(actor, parse(method, body)?).await?,
+            job: svc.jobs.show(actor, parse(method, body)?).await?,
         })),
         "job.cancel" => Reply::Value(to(&crate::wire::jobs::JobReply {
-            job: svc
-                .revision_jobs
-                .cancel(actor, parse(method, body)?)
-                .await?,
+            job: svc.jobs.cancel(actor, parse(method, body)?).await?,
         })),
-        "job.list" => Reply::Value(to(&svc
-            .revision_jobs
-            .list(actor, parse(method, body)?)
-            .await?)),
-        "job.log" => Reply::Value(to(&svc
-            .revision_jobs
-            .log(actor, parse(method, body)?)
-            .await?)),
+        "job.list" => Reply::Value(to(&svc.jobs.list(actor, parse(method, body)?).await?)),
+        "job.log" => Reply::Value(to(&svc.jobs.log(actor, parse(method, body)?).await?)),
         "integration.delete" => {
             svc.integration.delete(actor, parse(method, body)?).await?;
             Reply::Value(json!({}))

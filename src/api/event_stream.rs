@@ -143,7 +143,7 @@ async fn answer(
         after,
         pending: VecDeque::new(),
         changes: ctx.data.store.changes(),
-        stopping: st.service.jobs.logs.stopping(),
+        stopping: st.service.background.logs.stopping(),
         done: false,
         _permit: permit,
         _dispatching: conn.as_ref().map(server::ConnHandle::dispatching),

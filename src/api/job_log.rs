@@ -4,8 +4,8 @@
 //! follower that falls behind is dropped with a note; the job never waits for it.
 
 use super::{ApiError, AppState, authenticate, bearer, hygiene, server};
+use crate::engine::jobs::Following;
 use crate::engine::live_log::LogEvent;
-use crate::engine::revision_jobs::Following;
 use crate::engine::service::ServiceError;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
@@ -76,7 +76,7 @@ async fn answer(
     let token = bearer(headers)?;
     let actor = authenticate(&st.service.ctx.config, token)
         .ok_or_else(|| ServiceError::Unauthenticated("unknown bearer token".into()))?;
-    let jobs = &st.service.revision_jobs;
+    let jobs = &st.service.jobs;
     let workspace = jobs.workspace_visible_to(&actor, job_id).await?;
     let text = |body: Body| {
         let mut r = Response::new(body);

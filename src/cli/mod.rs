@@ -496,7 +496,7 @@ async fn recover_transactions(
     config: Config,
     data: DataDir,
     sandbox: crate::sandbox::Runtime,
-) -> Result<crate::engine::governed::recovering::TxRecovery, String> {
+) -> Result<crate::engine::governed::applying::recovery::TxRecovery, String> {
     let seccomp = crate::sandbox::seccomp::load().map_err(|e| e.to_string())?;
     let ctx = Context::new(
         std::sync::Arc::new(config),

@@ -283,7 +283,7 @@ pub struct Transaction<'a> {
 }
 
 pub fn transaction(t: &Transaction<'_>, verifier: &Verifier) -> Statement {
-    use crate::apply::Fingerprint;
+    use crate::install::Fingerprint;
     let mut subject = Vec::new();
     if let Some(head) = t.head_before {
         subject.push(Subject::one(

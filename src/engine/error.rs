@@ -231,9 +231,9 @@ impl From<StoreError> for ServiceError {
 
 /// An apply step's error: what the worktree or the rollback artifact refuses is a
 /// precondition the operator can act on; an I/O failure is a malfunction with its source.
-impl From<crate::apply::ApplyError> for ServiceError {
-    fn from(e: crate::apply::ApplyError) -> Self {
-        use crate::apply::ApplyError as A;
+impl From<crate::install::ApplyError> for ServiceError {
+    fn from(e: crate::install::ApplyError) -> Self {
+        use crate::install::ApplyError as A;
         match e {
             A::Io { path, op, source } => ServiceError::Internal(Arc::new(Internal::Io {
                 what: format!("{op} {path:?} in the worktree"),
@@ -274,7 +274,7 @@ mod tests {
 
     #[test]
     fn an_apply_io_failure_is_a_malfunction_and_a_refusal_a_precondition() {
-        use crate::apply::ApplyError;
+        use crate::install::ApplyError;
         let io = ServiceError::from(ApplyError::Io {
             path: "a.txt".into(),
             op: "rename",

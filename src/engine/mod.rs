@@ -3,6 +3,7 @@
 pub mod actor;
 pub mod admission;
 pub mod attesting;
+pub mod background;
 pub mod blocking;
 pub mod clock;
 pub mod context;
@@ -16,7 +17,6 @@ pub mod layout;
 pub mod live_log;
 pub mod maintenance;
 pub mod request;
-pub mod revision_jobs;
 pub mod runner;
 pub mod scrape;
 pub mod service;

@@ -21,11 +21,11 @@ pub struct Service {
     pub ctx: Context,
     /// Verifications in the background (candidates' and validations' tests), at most
     /// `max_concurrent_verifications` at once.
-    pub jobs: Arc<super::jobs::Jobs>,
+    pub background: Arc<super::background::Background>,
     /// Candidate integration: prepare, resolve, verify, evidence, delivery.
     pub integration: Integration,
     /// Verification jobs on a revision, submitted over the API (`job.*`).
-    pub revision_jobs: super::revision_jobs::RevisionJobs,
+    pub jobs: super::jobs::Jobs,
     /// The governed path's workflows.
     pub claims: crate::engine::governed::Claims,
     pub proposals: crate::engine::governed::Proposals,
@@ -35,29 +35,32 @@ pub struct Service {
 
 impl Service {
     pub fn new(ctx: Context, admission: AdmissionFn) -> Service {
-        let jobs = Arc::new(super::jobs::Jobs::new(ctx.clone()));
+        let background = Arc::new(super::background::Background::new(ctx.clone()));
         let proposals = crate::engine::governed::Proposals::new(ctx.clone());
         Service {
             claims: proposals.claims(),
-            validations: crate::engine::governed::Validations::new(proposals.clone(), jobs.clone()),
-            applies: crate::engine::governed::Applies::new(proposals.clone(), jobs.clone()),
+            validations: crate::engine::governed::Validations::new(
+                proposals.clone(),
+                background.clone(),
+            ),
+            applies: crate::engine::governed::Applies::new(proposals.clone(), background.clone()),
             proposals,
-            revision_jobs: super::revision_jobs::RevisionJobs::new(ctx.clone(), jobs.clone()),
+            jobs: super::jobs::Jobs::new(ctx.clone(), background.clone()),
             integration: Integration {
                 ctx: ctx.clone(),
                 admission,
-                jobs: jobs.clone(),
+                background: background.clone(),
                 candidate_locks: Arc::default(),
                 read_cache: Arc::default(),
             },
-            jobs,
+            background,
             ctx,
         }
     }
 
     /// The first asynchronous persistence failure, if there was one.
     pub fn persistence_failure(&self) -> Option<String> {
-        self.jobs.persistence_failure()
+        self.background.persistence_failure()
     }
 }
 
@@ -70,7 +73,7 @@ pub(crate) type CachedCandidate = (u64, Arc<crate::candidate::Candidate>);
 pub struct Integration {
     pub ctx: Context,
     pub admission: AdmissionFn,
-    pub(crate) jobs: Arc<super::jobs::Jobs>,
+    pub(crate) background: Arc<super::background::Background>,
     candidate_locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
     /// Parsed candidate records by id, each with the stored version it was parsed from; reads
     /// use an entry only while the store still holds that version.

@@ -332,8 +332,8 @@ pub struct EventView {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct PathHashes {
     pub path: String,
-    pub before: crate::apply::Fingerprint,
-    pub after: crate::apply::Fingerprint,
+    pub before: crate::install::Fingerprint,
+    pub after: crate::install::Fingerprint,
 }
 
 /// One contention (`claim.contentions`): who asked for what, which claim stood in the way,
@@ -544,7 +544,7 @@ pub struct RecoveryView {
     pub transaction_id: String,
     pub status: crate::domain::transaction::TxState,
     pub repository_state: RepositoryState,
-    pub paths: Vec<crate::apply::PathReport>,
+    pub paths: Vec<crate::install::PathReport>,
     pub actions: Vec<crate::domain::transaction::ControlAction>,
     pub blocked_reason: Option<String>,
     /// Why the rollback artifact could not be read, if it could not.

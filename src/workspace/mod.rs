@@ -13,7 +13,7 @@
 
 pub mod uploads;
 
-use crate::apply::Image;
+use crate::install::Image;
 use crate::sandbox::WorkspaceSource;
 use crate::sandbox::runtime::BoxFuture;
 use crate::staging::cache::{Lease, Lookup, TreeCache};
@@ -362,7 +362,7 @@ impl JobWorkspace for HostCheckout {
         let h = limits.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
-                let got = crate::apply::collect_tree(&tree, &h.dir, h.max_files, h.max_bytes);
+                let got = crate::install::collect_tree(&tree, &h.dir, h.max_files, h.max_bytes);
                 let removed = match std::fs::remove_dir_all(tree.join(&h.dir)) {
                     Ok(()) => Ok(()),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -10,8 +10,8 @@
 use super::{
     ChangedPaths, HarvestLimits, Harvested, JobWorkspace, StageRequest, Transfers, Workspaces,
 };
-use crate::apply::Image;
 use crate::domain::git::FileMode;
+use crate::install::Image;
 use crate::sandbox::WorkspaceSource;
 use crate::sandbox::runtime::{
     BoxFuture, EngineVolumes, VolumeFile, VolumeFiles, VolumeLifetime, VolumeSpec,

@@ -31,7 +31,7 @@ fn covered_by(p: CrashPoint) -> &'static str {
         CrashPoint::ApplyAfterPrepared
         | CrashPoint::ApplyAfterStaged
         | CrashPoint::ApplyAfterInstalling => {
-            "serve_apply::a_crash_at_every_apply_phase_recovers_to_exactly_pre_or_exactly_post"
+            "serve_apply_crashes::a_crash_at_every_apply_phase_recovers_to_exactly_pre_or_exactly_post"
         }
         CrashPoint::TreeCacheFilled => {
             "warm::a_kill_during_cache_population_leaves_the_entry_discarded_on_restart"

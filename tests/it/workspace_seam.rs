@@ -392,7 +392,7 @@ async fn judged_from_the_engines_files(fake: Arc<FakeRuntime>) {
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0].0, "result.txt");
     assert!(
-        matches!(&got[0].1, airlock::apply::Image::File { bytes, .. } if bytes == b"ok"),
+        matches!(&got[0].1, airlock::install::Image::File { bytes, .. } if bytes == b"ok"),
         "{got:?}"
     );
     nothing_left("a harvesting run");

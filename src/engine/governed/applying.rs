@@ -8,11 +8,11 @@
 //! rename, `applied` (and the proposal `accepted`) after every path holds its post-image.
 
 mod attesting;
+pub mod recovery;
 
 use super::requests::{Keyed, next_cursor, page_limit, parse_cursor};
 use super::reviews::evidence_of;
 use super::validation::Record as ValidationRecord;
-use crate::apply::{self, Change, Image, Plan};
 use crate::config::Permission;
 use crate::domain::claim::ClaimState;
 use crate::domain::policy::evaluate;
@@ -21,6 +21,7 @@ use crate::domain::transaction::{FailureCode, TxEvent, TxState};
 use crate::engine::actor::Actor;
 use crate::engine::error::ServiceError;
 use crate::engine::governed::{Applies, Claims, Proposals, Validations};
+use crate::install::{self, Change, Image, Plan};
 use crate::limits;
 use crate::store::applies::{ApplyFacts, ApplyGate, Fence, GateRefusal, Move, TxRow};
 use crate::wire::{
@@ -443,21 +444,21 @@ impl Applies {
 
     /// After `prepared`: every path the validation read still holds the image it saw, no
     /// claim it relied on is stale (its resource changed since the grant, by anything but an
-    /// apply under it), then [`apply::prepare`] stages the post-images and writes the
+    /// apply under it), then [`install::prepare`] stages the post-images and writes the
     /// rollback artifact. `Ok(Err(reason))` is a refusal: nothing visible changed.
     async fn prepare_checked(
         &self,
         worktree: &std::path::Path,
         vrec: &ValidationRecord,
         plan: Plan,
-    ) -> Result<Result<apply::Rollback, NotPrepared>, ServiceError> {
+    ) -> Result<Result<install::Rollback, NotPrepared>, ServiceError> {
         let expected = vrec.pre_images.clone();
         let wt = worktree.to_path_buf();
         let unchanged = tokio::task::spawn_blocking(move || -> Result<(), NotPrepared> {
             let root = crate::beneath::Root::open(&wt)
                 .map_err(|e| NotPrepared::Failed(ServiceError::worktree(e)))?;
             for (path, fp) in &expected {
-                let now = apply::current(&root, path).map_err(NotPrepared::from)?;
+                let now = install::current(&root, path).map_err(NotPrepared::from)?;
                 if now.fingerprint() != *fp {
                     return Err(NotPrepared::Refused(format!(
                         "{path:?} changed since it was validated"
@@ -491,8 +492,8 @@ impl Applies {
             let root = crate::beneath::Root::open(&wt)
                 .map_err(|e| NotPrepared::Failed(ServiceError::worktree(e)))?;
             // The tree may have changed since validation (a link elsewhere now on the way).
-            apply::links_stay_inside(&root, &plan.changes).map_err(NotPrepared::Refused)?;
-            apply::prepare(&root, &plan, Some(&expected), &dir).map_err(NotPrepared::from)
+            install::links_stay_inside(&root, &plan.changes).map_err(NotPrepared::Refused)?;
+            install::prepare(&root, &plan, Some(&expected), &dir).map_err(NotPrepared::from)
         })
         .await
         .expect("prepare does not panic"))
@@ -512,12 +513,12 @@ impl Applies {
                 .iter()
                 .map(|pi| {
                     let after = match (&pi.fingerprint, &pi.blob) {
-                        (apply::Fingerprint::Absent, _) => Image::Absent,
-                        (apply::Fingerprint::File { executable, .. }, Some(b)) => Image::File {
+                        (install::Fingerprint::Absent, _) => Image::Absent,
+                        (install::Fingerprint::File { executable, .. }, Some(b)) => Image::File {
                             executable: *executable,
                             bytes: repo.read_blob(b).map_err(|e| e.to_string())?,
                         },
-                        (apply::Fingerprint::Symlink { .. }, Some(b)) => Image::Symlink {
+                        (install::Fingerprint::Symlink { .. }, Some(b)) => Image::Symlink {
                             target: String::from_utf8_lossy(
                                 &repo.read_blob(b).map_err(|e| e.to_string())?,
                             )
@@ -551,14 +552,14 @@ impl Applies {
         worktree: &std::path::Path,
         t: TxRow,
         mut r: TxRecord,
-        rb: apply::Rollback,
+        rb: install::Rollback,
         actor: &str,
     ) -> Result<TxRow, ServiceError> {
         let wt = worktree.to_path_buf();
         let rb2 = rb.clone();
         let installed = tokio::task::spawn_blocking(move || {
             let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
-            apply::finish_forward(&root, &rb2).map_err(|e| e.to_string())
+            install::finish_forward(&root, &rb2).map_err(|e| e.to_string())
         })
         .await
         .expect("install does not panic");
@@ -761,13 +762,13 @@ enum NotPrepared {
     Failed(ServiceError),
 }
 
-impl From<apply::ApplyError> for NotPrepared {
-    fn from(e: apply::ApplyError) -> Self {
+impl From<install::ApplyError> for NotPrepared {
+    fn from(e: install::ApplyError) -> Self {
         match e {
-            e @ apply::ApplyError::Io { .. } => NotPrepared::Failed(ServiceError::from(e)),
-            e @ (apply::ApplyError::Refused { .. }
-            | apply::ApplyError::Artifact(_)
-            | apply::ApplyError::ArtifactMissing(_)) => NotPrepared::Refused(e.to_string()),
+            e @ install::ApplyError::Io { .. } => NotPrepared::Failed(ServiceError::from(e)),
+            e @ (install::ApplyError::Refused { .. }
+            | install::ApplyError::Artifact(_)
+            | install::ApplyError::ArtifactMissing(_)) => NotPrepared::Refused(e.to_string()),
         }
     }
 }

@@ -6,7 +6,6 @@
 //! retried transaction's) as a new transaction linked to the failed or cancelled one.
 
 use super::requests::Keyed;
-use crate::apply::{self, Image, PathState};
 use crate::config::Permission;
 use crate::domain::git::FileMode;
 use crate::domain::proposal::Risk;
@@ -14,6 +13,7 @@ use crate::domain::transaction::{ControlAction, TxEvent};
 use crate::engine::actor::Actor;
 use crate::engine::error::ServiceError;
 use crate::engine::governed::Applies;
+use crate::install::{self, Image, PathState};
 use crate::wire::{
     ApplyParams, ClaimAcquireParams, ProposalCreateParams, TransactionControlParams,
     TransactionParams,
@@ -135,9 +135,9 @@ impl Applies {
                 let id = p.transaction_id.clone();
                 let wt = worktree.clone();
                 tokio::task::spawn_blocking(move || -> Result<(), ServiceError> {
-                    let rb = apply::read_artifact(&dir, &id)?;
+                    let rb = install::read_artifact(&dir, &id)?;
                     let root = crate::beneath::Root::open(&wt).map_err(ServiceError::worktree)?;
-                    Ok(apply::undo_prepare(&root, &rb)?)
+                    Ok(install::undo_prepare(&root, &rb)?)
                 })
                 .await
                 .expect("undo does not panic")?;
@@ -223,7 +223,7 @@ impl Applies {
             .validation_in(&p.workspace_id, &t.validation_id)
             .await?;
         let mut r = Self::tx_record(&t)?;
-        let images: Vec<(String, Option<apply::Fingerprint>, apply::Fingerprint)> = vrec
+        let images: Vec<(String, Option<install::Fingerprint>, install::Fingerprint)> = vrec
             .pre_images
             .iter()
             .map(|(path, pre)| {
@@ -243,7 +243,7 @@ impl Applies {
             let mut pre = true;
             let mut neither = vec![];
             for (path, after, before) in &images {
-                let now = apply::current(&root, path)?.fingerprint();
+                let now = install::current(&root, path)?.fingerprint();
                 // A path the patch only reads (a copy source) is the same on both sides.
                 let after = after.as_ref().unwrap_or(before);
                 let (is_post, is_pre) = (now == *after, now == *before);
@@ -255,7 +255,7 @@ impl Applies {
             }
             // Either way, the staged copies an interrupted apply left are not needed.
             if post || pre {
-                apply::remove_staged(&root, &id, &paths)?;
+                install::remove_staged(&root, &id, &paths)?;
             }
             if post {
                 return Ok(TxEvent::ResolveApplied);
@@ -388,13 +388,13 @@ impl Applies {
         let id = p.transaction_id.clone();
         let wt = worktree.to_path_buf();
         let (rb, now, states) = tokio::task::spawn_blocking(move || {
-            let rb = apply::read_artifact(&dir, &id)?;
+            let rb = install::read_artifact(&dir, &id)?;
             let root = crate::beneath::Root::open(&wt).map_err(ServiceError::worktree)?;
-            let states = apply::inspect(&root, &rb)?;
+            let states = install::inspect(&root, &rb)?;
             let now = rb
                 .entries
                 .iter()
-                .map(|e| apply::current(&root, &e.path))
+                .map(|e| install::current(&root, &e.path))
                 .collect::<Result<Vec<_>, _>>()?;
             Ok::<_, ServiceError>((rb, now, states))
         })

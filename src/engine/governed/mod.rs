@@ -8,7 +8,6 @@ pub mod contentions;
 pub mod control;
 pub mod lists;
 pub mod proposals;
-pub mod recovering;
 pub mod requests;
 pub mod resources;
 pub mod reviews;
@@ -43,7 +42,7 @@ pub struct Validations {
     pub ctx: Context,
     proposals: Proposals,
     /// Where a validation's tests run (beside candidate verifications, one bound for both).
-    jobs: Arc<crate::engine::jobs::Jobs>,
+    background: Arc<crate::engine::background::Background>,
 }
 
 /// The journaled apply, its transactions, their control actions and their recovery.
@@ -80,17 +79,23 @@ impl Proposals {
 }
 
 impl Validations {
-    pub fn new(proposals: Proposals, jobs: Arc<crate::engine::jobs::Jobs>) -> Validations {
+    pub fn new(
+        proposals: Proposals,
+        background: Arc<crate::engine::background::Background>,
+    ) -> Validations {
         Validations {
             ctx: proposals.ctx.clone(),
             proposals,
-            jobs,
+            background,
         }
     }
 }
 
 impl Applies {
-    pub fn new(proposals: Proposals, jobs: Arc<crate::engine::jobs::Jobs>) -> Applies {
+    pub fn new(
+        proposals: Proposals,
+        background: Arc<crate::engine::background::Background>,
+    ) -> Applies {
         let locks = proposals
             .ctx
             .config
@@ -102,7 +107,7 @@ impl Applies {
             ctx: proposals.ctx.clone(),
             locks: Arc::new(locks),
             claims: proposals.claims.clone(),
-            validations: Validations::new(proposals.clone(), jobs),
+            validations: Validations::new(proposals.clone(), background),
             proposals,
         }
     }

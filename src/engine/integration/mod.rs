@@ -19,7 +19,7 @@ pub mod lifecycle;
 pub mod prepare;
 pub mod read;
 pub mod resolve;
-pub mod verification;
+pub mod verify;
 
 use crate::artifacts::write_atomic;
 use crate::candidate::{

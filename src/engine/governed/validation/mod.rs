@@ -6,13 +6,13 @@
 //! test runs as a verification against a private commit of the worktree's HEAD tree with the
 //! post-images, asynchronously) and `policy` (reported).
 
-use crate::apply::Fingerprint;
 use crate::config::Permission;
 use crate::domain::claim::{ClaimState, ResourceId};
 use crate::domain::validation::{StageEvent, StageName, StageState};
 use crate::engine::actor::Actor;
 use crate::engine::error::ServiceError;
 use crate::engine::governed::{Claims, Proposals, Validations};
+use crate::install::Fingerprint;
 use crate::patch::coverage::Held;
 use crate::store::applies::ValidationRow;
 use crate::verification::Status;
@@ -20,7 +20,7 @@ use crate::wire::{ValidateParams, ValidationShowParams};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
-mod jobs;
+mod sandboxed;
 
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub(super) struct Stage {
@@ -119,7 +119,7 @@ pub struct ValidationReply {
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 struct PathImage {
     path: String,
-    image: crate::apply::Fingerprint,
+    image: crate::install::Fingerprint,
 }
 
 fn stage(name: StageName, event: StageEvent, reason: impl Into<String>, t: Instant) -> Stage {

@@ -92,7 +92,7 @@ impl Integration {
         let extra = self.owned_evidence_check(&c);
         let repo = self.ctx.repo(&p.workspace_id).clone();
         let prepared = self
-            .jobs
+            .background
             .runner
             .prepare_commit(
                 repo,
@@ -131,9 +131,9 @@ impl Integration {
         });
         // Room in the workspace's queue before anything is recorded: the bound is shared with
         // submitted jobs and validation tests.
-        let room = self.jobs.reserve(&p.workspace_id)?;
+        let room = self.background.reserve(&p.workspace_id)?;
         let started = self
-            .jobs
+            .background
             .runner
             .begin(
                 prepared,
@@ -149,19 +149,21 @@ impl Integration {
                 RunError::Refused(r) => ServiceError::internal(r.message),
                 e => ServiceError::from(e),
             })?;
-        self.jobs.spawn(room, started);
+        self.background.spawn(room, started);
         self.hydrate(c).await
     }
 
     /// Cancels one worker of this process and waits (bounded) until it has settled.
     pub(super) async fn cancel_worker(&self, verification_id: &str) -> bool {
-        self.jobs.cancel(verification_id, limits::SETTLE_WAIT).await
+        self.background
+            .cancel(verification_id, limits::SETTLE_WAIT)
+            .await
     }
 
     /// Cancels every worker of this process (daemon shutdown). Returns how many did not settle
     /// within `wait`.
     pub async fn cancel_all_workers(&self, wait: Duration) -> usize {
-        self.jobs.cancel_all(wait).await
+        self.background.cancel_all(wait).await
     }
 
     /// Cancels every running verification of a candidate (before deletion or expiry).

@@ -3,8 +3,8 @@
 //! and the expected tests (verifications of the worktree's HEAD tree with the post-images).
 
 use super::{PostImage, Record};
-use crate::apply::{Fingerprint, Image};
 use crate::engine::governed::Validations;
+use crate::install::{Fingerprint, Image};
 use crate::limits;
 use crate::verification::Status;
 
@@ -90,7 +90,7 @@ impl Validations {
             paths
                 .into_iter()
                 .map(|p| {
-                    crate::apply::current(&root, &p)
+                    crate::install::current(&root, &p)
                         .map(|i| (p, i))
                         .map_err(|e| e.to_string())
                 })
@@ -150,7 +150,7 @@ impl Validations {
 
         let slot = std::sync::Arc::new(std::sync::Mutex::new(None));
         let prepared = self
-            .jobs
+            .background
             .runner
             .prepare_commit(
                 self.ctx.repo(workspace_id).clone(),
@@ -172,7 +172,7 @@ impl Validations {
             });
         // Cancelled (and settled) by the daemon's shutdown like every job.
         let v = self
-            .jobs
+            .background
             .execute_inline(prepared)
             .await
             .map_err(|e| format!("the dry run failed to run: {e}"))?;
@@ -223,9 +223,9 @@ impl Validations {
         // Every symlink the patch leaves must resolve inside the tree, judged from its new
         // location and through the links it meets (the tree tells what the patch text
         // cannot: a renamed or copied link, a target through an existing link).
-        let changes: Vec<crate::apply::Change> = changed_paths
+        let changes: Vec<crate::install::Change> = changed_paths
             .iter()
-            .map(|path| crate::apply::Change {
+            .map(|path| crate::install::Change {
                 path: path.clone(),
                 after: post
                     .iter()
@@ -237,7 +237,7 @@ impl Validations {
         let wt = worktree.to_path_buf();
         tokio::task::spawn_blocking(move || {
             let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
-            crate::apply::links_stay_inside(&root, &changes)
+            crate::install::links_stay_inside(&root, &changes)
         })
         .await
         .expect("judging symlinks does not panic")?;
@@ -366,7 +366,7 @@ impl Validations {
                 None => "an expected test".to_string(),
             };
             let prepared = self
-                .jobs
+                .background
                 .runner
                 .prepare_commit(
                     self.ctx.repo(workspace_id).clone(),
@@ -380,11 +380,11 @@ impl Validations {
                 .map_err(|e| format!("{what} cannot start: {e}"))?;
             // Room in the workspace's queue first: the tests share its bounds with every job.
             let room = self
-                .jobs
+                .background
                 .reserve(workspace_id)
                 .map_err(|e| format!("{what} cannot be queued: {e}"))?;
             let started = self
-                .jobs
+                .background
                 .runner
                 .begin(prepared, None)
                 .await
@@ -397,7 +397,7 @@ impl Validations {
                     verification_id: id,
                 });
             }
-            self.jobs.spawn(room, started);
+            self.background.spawn(room, started);
         }
         Ok(())
     }

@@ -5,15 +5,15 @@
 //! is quarantined, never used. A transaction whose apply is still live (its lock held) is
 //! left alone. `transaction.recovery` answers the same judgement for one transaction.
 
-use super::applying::TxRecord;
-use crate::apply;
-use crate::apply::PathState;
+use super::TxRecord;
 use crate::config::Permission;
 use crate::domain::transaction::FailureCode;
 use crate::domain::transaction::{TxEvent, TxState};
 use crate::engine::actor::Actor;
 use crate::engine::error::ServiceError;
 use crate::engine::governed::Applies;
+use crate::install;
+use crate::install::PathState;
 use crate::store::applies::TxRow;
 use crate::wire::TransactionParams;
 use serde::Serialize;
@@ -56,15 +56,15 @@ impl Applies {
     async fn quarantine_if_corrupt(
         &self,
         transaction_id: &str,
-        e: &apply::ApplyError,
+        e: &install::ApplyError,
     ) -> Result<Option<String>, ServiceError> {
-        if matches!(e, apply::ApplyError::ArtifactMissing(_)) {
+        if matches!(e, install::ApplyError::ArtifactMissing(_)) {
             return Ok(None);
         }
         let layout = self.ctx.data.layout.clone();
         let id = transaction_id.to_string();
         let q = tokio::task::spawn_blocking(move || {
-            apply::quarantine_artifact(
+            install::quarantine_artifact(
                 &layout.transactions(),
                 &layout.transactions_quarantine(),
                 &id,
@@ -106,7 +106,7 @@ impl Applies {
             let mut r = Self::tx_record(&t)?;
             let dir = self.ctx.data.layout.transactions();
             let id = t.transaction_id.clone();
-            let artifact = tokio::task::spawn_blocking(move || apply::read_artifact(&dir, &id))
+            let artifact = tokio::task::spawn_blocking(move || install::read_artifact(&dir, &id))
                 .await
                 .expect("reading an artifact does not panic");
             let system = "system:recovery";
@@ -121,7 +121,7 @@ impl Applies {
                     let wt = worktree.clone();
                     let undone = tokio::task::spawn_blocking(move || {
                         let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
-                        apply::undo_prepare(&root, &rb).map_err(|e| e.to_string())
+                        install::undo_prepare(&root, &rb).map_err(|e| e.to_string())
                     })
                     .await
                     .expect("undo does not panic");
@@ -145,7 +145,7 @@ impl Applies {
                     let id = t.transaction_id.clone();
                     let removed = tokio::task::spawn_blocking(move || {
                         let root = crate::beneath::Root::open(&wt).map_err(|e| e.to_string())?;
-                        apply::remove_staged(&root, &id, &paths).map_err(|e| e.to_string())
+                        install::remove_staged(&root, &id, &paths).map_err(|e| e.to_string())
                     })
                     .await
                     .expect("cleanup does not panic")
@@ -289,10 +289,10 @@ impl Applies {
         let dir = self.ctx.data.layout.transactions();
         let id = t.transaction_id.clone();
         let inspected = tokio::task::spawn_blocking(move || {
-            let rb = apply::read_artifact(&dir, &id)?;
+            let rb = install::read_artifact(&dir, &id)?;
             let root = crate::beneath::Root::open(&worktree)
-                .map_err(|e| apply::ApplyError::Artifact(format!("the worktree: {e}")))?;
-            apply::inspect(&root, &rb)
+                .map_err(|e| install::ApplyError::Artifact(format!("the worktree: {e}")))?;
+            install::inspect(&root, &rb)
         })
         .await
         .expect("inspection does not panic");
@@ -304,7 +304,7 @@ impl Applies {
         );
         use crate::wire::RepositoryState as R;
         // The artifact is named by the digest the journal recorded, never by a host path.
-        let named = |e: apply::ApplyError| {
+        let named = |e: install::ApplyError| {
             let digest = r
                 .rollback_sha256
                 .as_deref()
@@ -312,7 +312,7 @@ impl Applies {
             format!("{e} (rollback artifact digest: {digest})")
         };
         let (paths, state, artifact_error) = match inspected {
-            Err(e @ apply::ApplyError::ArtifactMissing(_)) if never_installed => {
+            Err(e @ install::ApplyError::ArtifactMissing(_)) if never_installed => {
                 (vec![], R::NotStarted, Some(named(e)))
             }
             Err(e) => (vec![], R::Unknown, Some(named(e))),

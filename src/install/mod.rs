@@ -18,11 +18,11 @@
 //! Only the touched paths are read, hashed or written: the cost grows with the patch, not the
 //! worktree. The caller journals the phases (each committed before its side effect).
 
-mod recover;
+mod finish;
 #[cfg(test)]
 mod tests;
 
-pub use recover::{
+pub use finish::{
     PathReport, PathState, discard_preparation, finish_forward, inspect, remove_staged,
     undo_prepare,
 };
