@@ -22,6 +22,16 @@ fn open_fds(pid: u32) -> usize {
         .count()
 }
 
+/// Whether the server still holds `c` open: nothing to read yet (it neither closed it nor
+/// answered it with a timeout).
+fn still_open(c: &TcpStream) -> bool {
+    c.set_nonblocking(true).unwrap();
+    let mut b = [0u8; 1];
+    let open = matches!(c.peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+    c.set_nonblocking(false).unwrap();
+    open
+}
+
 #[test]
 fn a_thousand_idle_and_slow_connections_do_not_starve_the_daemon() {
     raise_own_fd_limit();
@@ -48,7 +58,6 @@ fn a_thousand_idle_and_slow_connections_do_not_starve_the_daemon() {
         }
         held.push(c);
     }
-    let started = Instant::now();
     for _ in 0..20 {
         let (st, body) = request(&s.addr, "GET", "/healthz", None, b"").expect("healthz answers");
         assert_eq!(st, 200, "{}", String::from_utf8_lossy(&body));
@@ -60,11 +69,12 @@ fn a_thousand_idle_and_slow_connections_do_not_starve_the_daemon() {
         );
         assert_eq!(st, 200, "{v}");
     }
-    // Well inside the 10 s header timeout: the held connections did not just time out first.
+    // Served while held connections are still open: the answers did not wait for the header
+    // and body timeouts to close them first (the server's own account, not this test's clock).
+    let open = held.iter().filter(|c| still_open(c)).count();
     assert!(
-        started.elapsed() < Duration::from_secs(8),
-        "{:?}",
-        started.elapsed()
+        open > 0,
+        "every held connection was closed before the answers came"
     );
     let fds = open_fds(s.pid());
     assert!(fds < 512 + 256, "the daemon holds {fds} file descriptors");

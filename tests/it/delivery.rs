@@ -705,7 +705,7 @@ fn serve_exits_non_zero_when_a_worker_could_not_settle_its_result() {
     let mut s = Server::start();
     let (cid, rev, _) = frozen(&s);
     let vid = verify(&s, &cid, &rev, &["sleep", "3"], 60, "v");
-    wait_container_of(&s, &cid, &vid);
+    let key = wait_container_of(&s, &cid, &vid);
     // Someone else settles the row under the worker: its compare-and-set from running fails,
     // so its result cannot be made durable as its own.
     let db = rusqlite::Connection::open(s.dir.path().join("data/airlock.db")).unwrap();
@@ -718,8 +718,12 @@ fn serve_exits_non_zero_when_a_worker_could_not_settle_its_result() {
         .unwrap();
     assert_eq!(n, 1);
     drop(db);
-    // The worker finishes (and fails to settle) within the sleep; then the daemon is stopped.
-    std::thread::sleep(Duration::from_secs(6));
+    // The job ends on its own: its container is destroyed, then the worker's settle fails.
+    // Stopping waits for a worker past its run, so the failure is in before the exit code.
+    wait_for(
+        || containers_with_key(&key).is_empty(),
+        "the job's container destroyed after its run",
+    );
     assert_eq!(
         s.stop(),
         Some(1),

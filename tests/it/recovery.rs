@@ -292,7 +292,7 @@ fn sigterm_during_run_cancels_with_an_artifact() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        // Wait until the container is running.
+        // Wait until the container runs (started: the command is under way).
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
             let rows = if f.data.join("airlock.db").exists() {
@@ -302,17 +302,16 @@ fn sigterm_during_run_cancels_with_an_artifact() {
             };
             let running = rows.iter().find(|r| r["status"] == "running");
             if running.is_some_and(|r| {
-                !containers_with_key(r["creation_key"].as_str().unwrap()).is_empty()
+                !running_containers_with_key(r["creation_key"].as_str().unwrap()).is_empty()
             }) {
                 break;
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "container never appeared"
+                "container never started"
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        std::thread::sleep(Duration::from_millis(500));
         std::process::Command::new("kill")
             .arg(format!("-{signal}"))
             .arg(child.id().to_string())

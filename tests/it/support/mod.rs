@@ -127,6 +127,20 @@ pub fn containers_with_key(key: &str) -> Vec<String> {
         .collect()
 }
 
+/// The containers of a creation key the engine reports running (started, not yet exited).
+pub fn running_containers_with_key(key: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args(["ps", "-q", "--filter"])
+        .arg(format!("label=airlock.creation_key={key}"))
+        .args(["--filter", "status=running"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
 /// How many containers were created for a creation key since `since` (unix seconds).
 pub fn create_events(key: &str, since: u64) -> usize {
     let until = std::time::SystemTime::now()
