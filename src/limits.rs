@@ -388,3 +388,11 @@ pub const MAX_FETCH_OUTPUT_QUOTED: usize = 4 * 1024;
 
 /// Most labels of one engine (`[[engines]] labels`), and of a profile's `engine_labels`.
 pub const MAX_ENGINE_LABELS: usize = 16;
+
+/// Largest answer sealed for byte-for-byte replay; a larger one is answered but not kept (its
+/// replays answer the result as it is then).
+pub const MAX_SEALED_REPLY_BYTES: usize = 256 * 1024;
+
+/// How long a keyed call's sealed answer is kept for replays (after that a replay still finds
+/// its binding and answers the result as it is then).
+pub const SEALED_REPLY_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);

@@ -291,6 +291,15 @@ pub(super) enum Reply {
 }
 
 impl Reply {
+    /// The answer's JSON bytes.
+    pub(super) fn into_bytes(self) -> Vec<u8> {
+        match self {
+            Reply::Value(v) => serde_json::to_vec(&v).expect("a JSON value serializes"),
+            Reply::Json(bytes) => bytes,
+            Reply::Shared(bytes) => bytes.to_vec(),
+        }
+    }
+
     /// The answer as a JSON value (the MCP tools answer structured content).
     pub(super) fn into_value(self) -> Value {
         match self {

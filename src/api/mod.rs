@@ -530,7 +530,16 @@ async fn run(
     use tracing::Instrument;
     let task = tokio::spawn(
         crate::engine::request::scope(request_id, async move {
-            dispatch(&svc, &bodies, &actor, &method_owned, &bytes).await
+            let reply = dispatch(&svc, &bodies, &actor, &method_owned, &bytes).await?;
+            // A keyed call answers what its key's first answer was, byte for byte (the
+            // workflow has authorised it and judged it a new call or a replay already).
+            if let Some(keyed) = crate::engine::idempotency::KeyedBody::of(&bytes) {
+                let sent = reply.into_bytes();
+                return Ok(Reply::Json(
+                    svc.ctx.keys.seal(&actor, &method_owned, keyed, sent).await,
+                ));
+            }
+            Ok(reply)
         })
         .instrument(tracing::Span::current()),
     );

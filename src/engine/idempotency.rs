@@ -8,6 +8,13 @@
 //! [`Keys::keyed`], which stamps it with the context's clock: the binding records when the
 //! call arrived by the same clock every other row of the call uses.
 //!
+//! **The same answer every time.** Once a keyed call has answered, [`Keys::seal`] keeps that
+//! answer (its bytes, under the workspace, actor, method and key, with the digest of the
+//! call's parameters), and every later answer of the key, a racing duplicate's or a retry's,
+//! is those bytes: the caller that lost a race or its connection reads exactly what the winner
+//! read. A call is authorised and judged (replay or conflict) by its workflow first; sealing
+//! only chooses which bytes a successful answer carries.
+//!
 //! **One call per key at a time.** [`Keys::replay_of`] first takes the key's gate (one per
 //! workspace, actor, operation and key, in this process) and the [`Keyed`] holds it until it
 //! is dropped with the call: a second call with the same key, racing the first or retried
@@ -17,6 +24,7 @@
 use crate::engine::actor::Actor;
 use crate::engine::clock::Clock;
 use crate::engine::error::ServiceError;
+use crate::store::replies::SealedReply;
 use crate::store::{Binding, Store};
 
 /// A checked idempotency key, the operation it binds, and the digest of its call.
@@ -43,6 +51,47 @@ pub struct Keys {
 }
 
 impl Keys {
+    /// The answer to send for a successful call of `method` by `actor` with the keyed request
+    /// `body`: the first answer sealed under its workspace, actor, method and key (this one,
+    /// if it is the first). Answers over
+    /// [`crate::limits::MAX_SEALED_REPLY_BYTES`], and a store that cannot seal answer `reply`
+    /// as it is.
+    pub async fn seal(
+        &self,
+        actor: &Actor,
+        method: &str,
+        body: KeyedBody,
+        reply: Vec<u8>,
+    ) -> Vec<u8> {
+        if reply.len() > crate::limits::MAX_SEALED_REPLY_BYTES {
+            return reply;
+        }
+        let sealed = SealedReply {
+            workspace_id: body.workspace_id,
+            actor_key: actor.key(),
+            method: method.to_string(),
+            idempotency_key: body.key,
+            digest: body.digest,
+            reply: reply.clone(),
+            sealed_at: crate::ids::rfc3339(self.clock.now()),
+        };
+        match self.store.seal_reply(sealed).await {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                tracing::warn!(method, error = %e, "an answer could not be sealed; its replays answer the result as it is then");
+                reply
+            }
+        }
+    }
+
+    /// Forgets the answers sealed longer ago than [`crate::limits::SEALED_REPLY_RETENTION`].
+    pub async fn prune_sealed(&self) -> Result<usize, crate::store::StoreError> {
+        let before = self.clock.now() - crate::limits::SEALED_REPLY_RETENTION;
+        self.store
+            .prune_sealed_replies(crate::ids::rfc3339(before))
+            .await
+    }
+
     pub fn new(store: Store, clock: Clock) -> Keys {
         Keys {
             gates: Default::default(),
@@ -72,6 +121,33 @@ impl Keys {
             .values()
             .filter(|g| g.strong_count() > 0)
             .count()
+    }
+}
+
+/// What a keyed request body names: its workspace, its idempotency key and the digest of the
+/// rest of it (canonical JSON).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyedBody {
+    pub workspace_id: String,
+    pub key: String,
+    pub digest: String,
+}
+
+impl KeyedBody {
+    /// The body's workspace, key and digest, when it names both (non-empty strings).
+    pub fn of(body: &[u8]) -> Option<KeyedBody> {
+        let mut v: serde_json::Value = serde_json::from_slice(body).ok()?;
+        let o = v.as_object_mut()?;
+        let key = match o.remove("idempotency_key")? {
+            serde_json::Value::String(k) if !k.is_empty() => k,
+            _ => return None,
+        };
+        let workspace_id = o.get("workspace_id")?.as_str()?.to_string();
+        Some(KeyedBody {
+            workspace_id,
+            key,
+            digest: crate::candidate::digest(&v),
+        })
     }
 }
 
@@ -217,5 +293,99 @@ mod tests {
         let e = key("").unwrap_err();
         assert_eq!(e.code(), "invalid_argument", "{e}");
         assert!(e.to_string().contains("idempotency_key"), "{e}");
+    }
+
+    #[test]
+    fn a_keyed_body_is_its_workspace_key_and_the_digest_of_the_rest() {
+        let a = KeyedBody::of(br#"{"workspace_id": "w", "x": 1, "idempotency_key": "k"}"#).unwrap();
+        let b =
+            KeyedBody::of(br#"{"idempotency_key": "other", "x": 1, "workspace_id": "w"}"#).unwrap();
+        assert_eq!((a.workspace_id.as_str(), a.key.as_str()), ("w", "k"));
+        assert_eq!(
+            a.digest, b.digest,
+            "the key and the order of fields are not parameters"
+        );
+        let c = KeyedBody::of(br#"{"workspace_id": "w", "x": 2, "idempotency_key": "k"}"#).unwrap();
+        assert_ne!(a.digest, c.digest);
+        for unkeyed in [
+            &br#"{"workspace_id": "w", "x": 1}"#[..],
+            br#"{"workspace_id": "w", "idempotency_key": ""}"#,
+            br#"{"idempotency_key": "k"}"#,
+            br#"[1]"#,
+            b"not json",
+        ] {
+            assert_eq!(
+                KeyedBody::of(unkeyed),
+                None,
+                "{}",
+                String::from_utf8_lossy(unkeyed)
+            );
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_first_answer_sealed_under_a_key_is_every_later_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = dir.path().join("clock");
+        let now = crate::ids::now();
+        std::fs::write(&clock, crate::ids::rfc3339(now)).unwrap();
+        let keys = Keys::new(
+            Store::open(&dir.path().join("db")).unwrap(),
+            Clock::File(clock.clone()),
+        );
+        let alice = Actor::Member {
+            member_id: "alice".into(),
+        };
+        let body = |x: u32, k: &str| {
+            KeyedBody::of(
+                format!(r#"{{"workspace_id":"w","x":{x},"idempotency_key":"{k}"}}"#).as_bytes(),
+            )
+            .unwrap()
+        };
+        let first = keys
+            .seal(&alice, "m", body(1, "k"), b"first".to_vec())
+            .await;
+        assert_eq!(first, b"first");
+        let again = keys
+            .seal(&alice, "m", body(1, "k"), b"rebuilt".to_vec())
+            .await;
+        assert_eq!(again, b"first", "a replay answers the sealed bytes");
+        // Another method, actor or key has its own answer; other parameters never get this one.
+        assert_eq!(
+            keys.seal(&alice, "n", body(1, "k"), b"n".to_vec()).await,
+            b"n"
+        );
+        let bob = Actor::Member {
+            member_id: "bob".into(),
+        };
+        assert_eq!(
+            keys.seal(&bob, "m", body(1, "k"), b"bob".to_vec()).await,
+            b"bob"
+        );
+        assert_eq!(
+            keys.seal(&alice, "m", body(2, "k"), b"other".to_vec())
+                .await,
+            b"other"
+        );
+        // An answer over the bound is sent but not kept.
+        let big = vec![b'x'; crate::limits::MAX_SEALED_REPLY_BYTES + 1];
+        assert_eq!(
+            keys.seal(&alice, "m", body(1, "big"), big.clone()).await,
+            big
+        );
+        assert_eq!(
+            keys.seal(&alice, "m", body(1, "big"), b"small".to_vec())
+                .await,
+            b"small"
+        );
+        // Within their retention they stay; past it they go, and a replay then answers anew.
+        assert_eq!(keys.prune_sealed().await.unwrap(), 0);
+        let later = now + crate::limits::SEALED_REPLY_RETENTION + std::time::Duration::from_secs(1);
+        std::fs::write(&clock, crate::ids::rfc3339(later)).unwrap();
+        assert_eq!(keys.prune_sealed().await.unwrap(), 4);
+        let anew = keys
+            .seal(&alice, "m", body(1, "k"), b"rebuilt".to_vec())
+            .await;
+        assert_eq!(anew, b"rebuilt");
     }
 }

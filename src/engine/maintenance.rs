@@ -72,6 +72,11 @@ pub async fn pass(service: &Service) {
         Ok(n) => tracing::info!(purged = n, "ended claims past claim_retention_days removed"),
         Err(e) => tracing::error!(error = %e, "claim retention failed; will retry"),
     }
+    match service.ctx.keys.prune_sealed().await {
+        Ok(0) => {}
+        Ok(n) => tracing::debug!(pruned = n, "sealed answers past their retention removed"),
+        Err(e) => tracing::error!(error = %e, "sealed answer retention failed; will retry"),
+    }
     pack_refs(service).await;
     let pruned = service.integration.prune_candidate_locks();
     if pruned > 0 {

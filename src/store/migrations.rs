@@ -313,6 +313,21 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         CREATE INDEX jobs_unstarted ON jobs (started_at) WHERE started_at IS NULL;
         ALTER TABLE verifications ADD COLUMN phases TEXT;",
     ),
+    (
+        14,
+        "the first answer of every keyed call, replayed byte for byte",
+        "CREATE TABLE sealed_replies (
+            workspace_id TEXT NOT NULL,
+            actor_key TEXT NOT NULL,
+            method TEXT NOT NULL,
+            idempotency_key TEXT NOT NULL,
+            digest TEXT NOT NULL,
+            reply BLOB NOT NULL,
+            sealed_at TEXT NOT NULL,
+            PRIMARY KEY (workspace_id, actor_key, method, idempotency_key)
+        );
+        CREATE INDEX sealed_replies_by_age ON sealed_replies (sealed_at);",
+    ),
 ];
 
 /// The newest schema version this binary knows.

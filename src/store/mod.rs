@@ -17,6 +17,7 @@ pub mod jobs;
 pub mod lists;
 mod migrations;
 pub mod proposals;
+pub mod replies;
 pub mod reviews;
 pub mod snapshot;
 
