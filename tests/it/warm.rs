@@ -619,6 +619,19 @@ fn raw_writes_into_the_cache_image_are_caught_by_the_content_check() {
     // held it: debugfs reads the image itself (no journal replay), so the image must be
     // unmounted, its journal checkpointed, before it is read.
     unmount_everything_under(&f.data.join("tree-cache"));
+    // A lazily detached mount leaves mountinfo at once but stays live (journal and all) until
+    // its last user lets go; the loop device is released only then.
+    wait_for(
+        || {
+            let out = Command::new("losetup")
+                .arg("-j")
+                .arg(&img)
+                .output()
+                .unwrap();
+            out.stdout.is_empty()
+        },
+        "the cache image's loop device released",
+    );
     let debugfs = |req: &str| -> String {
         let out = Command::new("debugfs")
             .args(["-R", req])
