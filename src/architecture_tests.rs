@@ -458,20 +458,25 @@ fn find_word_any(code: &str, needle: &str) -> bool {
 
 #[test]
 fn each_outside_crate_and_program_has_one_module_that_names_it() {
-    for (needle, home) in [
-        ("rusqlite", "store/"),
-        ("bollard", "sandbox/docker/"),
-        ("clap", "cli/"),
-        ("axum", "api/"),
-        ("git_command", "staging/"),
-        ("git_program", "staging/"),
-        ("command(\"git\")", "staging/"),
-        ("Command::new", "process/"),
-    ] {
+    let homes: [(&str, &[&str]); 10] = [
+        ("rusqlite", &["store/"]),
+        ("bollard", &["sandbox/docker/"]),
+        ("clap", &["cli/"]),
+        ("axum", &["api/"]),
+        ("git_command", &["staging/"]),
+        ("git_program", &["staging/"]),
+        ("command(\"git\")", &["staging/"]),
+        ("Command::new", &["process/"]),
+        // The store handle is the engine's (and the composition roots' that open it); the
+        // API and its pages reach data through the engine's methods only.
+        ("data.store", &["engine/", "cli/", "daemon.rs"]),
+        ("ctx.repo(", &["engine/"]),
+    ];
+    for (needle, home) in homes {
         assert_eq!(
-            naming(needle, &[home]),
+            naming(needle, home),
             Vec::<String>::new(),
-            "only {home} names {needle}"
+            "only {home:?} name {needle}"
         );
     }
 }
@@ -482,7 +487,7 @@ fn no_import_runs_back_up_a_layer() {
     let arrows = house.arrows();
     // (a module, the modules it may never import): the floors ARCHITECTURE.md draws.
     let above_store = ["engine/", "api/", "cli/", "daemon.rs", "wire/", "backup.rs"];
-    let rules: [(&str, &[&str]); 16] = [
+    let rules: [(&str, &[&str]); 17] = [
         (
             "domain/",
             &["engine/", "api/", "store/", "wire/", "sandbox/", "staging/"],
@@ -499,6 +504,8 @@ fn no_import_runs_back_up_a_layer() {
         ("engine/governed/", &["sandbox/docker/"]),
         ("engine/integration/", &["sandbox/docker/"]),
         ("workspace/", &["sandbox/docker/"]),
+        // The API and its pages call the engine only: no store, no git, no runtime.
+        ("api/", &["store/", "staging/", "sandbox/"]),
         ("staging/", &["engine/", "api/", "store/", "sandbox/"]),
         ("workspace/", &["engine/", "api/", "store/"]),
         ("metrics.rs", &["engine/", "api/"]),

@@ -5,7 +5,8 @@
 //! Each event is `id: <seq>`, `event: <kind>` and `data:` the `event.list` event as one JSON
 //! line. The stream starts after `since`, or after the `Last-Event-ID` a reconnecting client
 //! sends (it wins over `since`), or, with neither, at the end of the log (only new events). It
-//! reads the log in pages of [`EVENT_STREAM_PAGE`] when the store says something was written,
+//! reads the log through the engine's feed (pages of
+//! [`crate::engine::event_feed::EVENT_FEED_PAGE`]) when the store says something was written,
 //! so a slow client holds back only its own stream: nothing is buffered beyond one page. A
 //! comment line every [`EVENT_STREAM_HEARTBEAT`] keeps proxies from closing an idle stream. At
 //! most [`MAX_EVENT_STREAMS`] are open at once; when the daemon stops, each ends with an
@@ -22,8 +23,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-/// Events read from the log per query.
-pub const EVENT_STREAM_PAGE: u32 = 100;
 /// Event streams open at once (each holds a connection).
 pub const MAX_EVENT_STREAMS: usize = 64;
 /// The idle interval after which a stream sends a heartbeat comment.
@@ -96,8 +95,9 @@ async fn answer(
     let token = bearer(headers)?;
     let actor = authenticate(&st.service.ctx.config, token)
         .ok_or_else(|| ServiceError::Unauthenticated("unknown bearer token".into()))?;
-    let ctx = &st.service.ctx;
-    ctx.authorize(&actor, &q.workspace_id, Permission::View)?;
+    st.service
+        .ctx
+        .authorize(&actor, &q.workspace_id, Permission::View)?;
     let last_event_id = headers
         .get("last-event-id")
         .map(|v| {
@@ -130,20 +130,21 @@ async fn answer(
                 format!("{MAX_EVENT_STREAMS} event streams are open; close one or poll event.list"),
             )
         })?;
-    let store = ctx.data.store.clone();
-    let after = match last_event_id.or(since) {
-        Some(n) => n,
-        None => store.last_event_seq(&q.workspace_id).await?,
-    };
+    let feed = st
+        .service
+        .ctx
+        .event_feed(
+            &actor,
+            &q.workspace_id,
+            q.subject,
+            q.kind,
+            last_event_id.or(since),
+            st.service.background.logs.stopping(),
+        )
+        .await?;
     let state = Stream {
-        store,
-        workspace_id: q.workspace_id,
-        subject: q.subject,
-        kind: q.kind,
-        after,
+        feed,
         pending: VecDeque::new(),
-        changes: ctx.data.store.changes(),
-        stopping: st.service.background.logs.stopping(),
         done: false,
         _permit: permit,
         _dispatching: conn.as_ref().map(server::ConnHandle::dispatching),
@@ -167,23 +168,18 @@ async fn answer(
 }
 
 struct Stream {
-    store: crate::store::Store,
-    workspace_id: String,
-    subject: Option<String>,
-    kind: Option<String>,
-    after: i64,
+    feed: crate::engine::event_feed::EventFeed,
     pending: VecDeque<Event>,
-    changes: tokio::sync::watch::Receiver<u64>,
-    stopping: tokio::sync::watch::Receiver<bool>,
     done: bool,
     _permit: tokio::sync::OwnedSemaphorePermit,
     _dispatching: Option<server::Dispatching>,
 }
 
 impl Stream {
-    /// The next event: a pending one, else the next page of the log once something was
-    /// written, else the closing `airlock.stopping` when the daemon stops.
+    /// The next event: a pending one, else the feed's next page, else the closing
+    /// `airlock.stopping` when the daemon stops.
     async fn next(&mut self) -> Option<Event> {
+        use crate::engine::event_feed::FeedStep;
         loop {
             if let Some(e) = self.pending.pop_front() {
                 return Some(e);
@@ -191,66 +187,34 @@ impl Stream {
             if self.done {
                 return None;
             }
-            // Seen before the read: a write that lands after it wakes the wait below.
-            self.changes.borrow_and_update();
-            let rows =
-                match self
-                    .store
-                    .list_events(
-                        &self.workspace_id,
-                        self.subject.clone(),
-                        self.kind.clone(),
-                        self.after,
-                        EVENT_STREAM_PAGE,
-                    )
-                    .await
-                {
-                    Ok(rows) => rows,
-                    Err(e) => {
-                        tracing::error!(error = %e, "an event stream could not read the log");
-                        self.done = true;
-                        return Some(Event::default().event("airlock.error").data(
-                            "the event log could not be read; reconnect with Last-Event-ID",
-                        ));
+            match self.feed.step().await {
+                FeedStep::Events(events) => {
+                    for view in events {
+                        self.pending.push_back(
+                            Event::default()
+                                .id(view.seq.to_string())
+                                .event(view.kind.clone())
+                                .data(serde_json::to_string(&view).expect("an event serializes")),
+                        );
                     }
-                };
-            if !rows.is_empty() {
-                for (seq, subject, kind, actor, prior, new, payload, at) in rows {
-                    self.after = seq;
-                    let view = crate::wire::EventView {
-                        seq,
-                        subject,
-                        kind: kind.clone(),
-                        actor,
-                        prior,
-                        new,
-                        payload: serde_json::from_str(&payload).unwrap_or(serde_json::Value::Null),
-                        at,
-                    };
-                    self.pending.push_back(
+                }
+                FeedStep::Stopping => {
+                    self.done = true;
+                    return Some(
                         Event::default()
-                            .id(seq.to_string())
-                            .event(kind)
-                            .data(serde_json::to_string(&view).expect("an event serializes")),
+                            .event("airlock.stopping")
+                            .data("the daemon is stopping; reconnect with Last-Event-ID"),
                     );
                 }
-                continue;
-            }
-            if *self.stopping.borrow() {
-                self.done = true;
-                return Some(
-                    Event::default()
-                        .event("airlock.stopping")
-                        .data("the daemon is stopping; reconnect with Last-Event-ID"),
-                );
-            }
-            tokio::select! {
-                r = self.changes.changed() => {
-                    if r.is_err() {
-                        self.done = true;
-                    }
+                FeedStep::Failed => {
+                    self.done = true;
+                    return Some(
+                        Event::default()
+                            .event("airlock.error")
+                            .data("the event log could not be read; reconnect with Last-Event-ID"),
+                    );
                 }
-                _ = self.stopping.wait_for(|s| *s) => {}
+                FeedStep::Closed => return None,
             }
         }
     }

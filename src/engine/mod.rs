@@ -9,6 +9,7 @@ pub mod clock;
 pub mod context;
 pub mod doctor;
 pub mod error;
+pub mod event_feed;
 pub mod governed;
 pub mod idempotency;
 pub mod integration;

@@ -2,9 +2,6 @@
 
 use super::*;
 
-/// Largest piece of one resolution's diff shown on the candidate page.
-const RESOLUTION_DIFF_SHOWN: usize = 64 * 1024;
-
 pub(super) async fn candidate_page(
     State(st): State<AppState>,
     Signed(s): Signed,
@@ -96,44 +93,16 @@ pub(super) async fn candidate_page(
         urlencode(&id)
     );
     // What a decider approves: the target as it is now, and the request's verifications.
-    let repo = st.service.ctx.repo(&ws).clone();
-    let target = c["target_ref"].as_str().unwrap_or("").to_string();
-    let revs: Vec<String> = c["inputs"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|i| i["submission"]["retained_revision"].as_str())
-                .map(str::to_string)
-                .collect()
-        })
+    let crate::engine::integration::read::DeciderView {
+        target_now,
+        summaries,
+        resolution_diffs,
+    } = st
+        .service
+        .integration
+        .decider_view(&s.actor, &ws, &id)
+        .await
         .unwrap_or_default();
-    let resolution_commits: Vec<String> = c["resolutions"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|r| r["commit"].as_str())
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
-    let (target_now, summaries, resolution_diffs) = tokio::task::spawn_blocking(move || {
-        let refs: Vec<&str> = revs.iter().map(String::as_str).collect();
-        let diffs: Vec<Option<(String, bool)>> = resolution_commits
-            .iter()
-            .map(|r| {
-                repo.diff_bounded(&format!("{r}^"), r, RESOLUTION_DIFF_SHOWN)
-                    .ok()
-                    .map(|(b, cut)| (String::from_utf8_lossy(&b).into_owned(), cut))
-            })
-            .collect();
-        (
-            repo.ref_value(&target).ok().flatten(),
-            repo.commit_summaries(&refs).unwrap_or_default(),
-            diffs,
-        )
-    })
-    .await
-    .unwrap_or((None, vec![], vec![]));
     let excerpts = st
         .service
         .integration

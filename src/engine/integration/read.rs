@@ -243,4 +243,54 @@ impl Integration {
             })
             .collect())
     }
+
+    /// What a decider weighs beside the record: the target's value now, the inputs' commit
+    /// subjects and authors, and each resolution's diff (bounded by
+    /// [`RESOLUTION_DIFF_SHOWN`]; `None` where git could not give it).
+    pub async fn decider_view(
+        &self,
+        actor: &Actor,
+        workspace_id: &str,
+        candidate_id: &str,
+    ) -> Result<DeciderView, ServiceError> {
+        self.ctx.authorize(actor, workspace_id, Permission::View)?;
+        let c = self.load_candidate(workspace_id, candidate_id).await?;
+        let repo = self.ctx.repo(workspace_id).clone();
+        let revs: Vec<String> = c
+            .inputs
+            .iter()
+            .map(|i| i.submission.retained_revision.clone())
+            .collect();
+        let resolutions: Vec<String> = c.resolutions.iter().map(|r| r.commit.clone()).collect();
+        let target = c.target_ref.clone();
+        Ok(blocking(move || {
+            let refs: Vec<&str> = revs.iter().map(String::as_str).collect();
+            DeciderView {
+                target_now: repo.ref_value(&target).ok().flatten(),
+                summaries: repo.commit_summaries(&refs).unwrap_or_default(),
+                resolution_diffs: resolutions
+                    .iter()
+                    .map(|r| {
+                        repo.diff_bounded(&format!("{r}^"), r, RESOLUTION_DIFF_SHOWN)
+                            .ok()
+                            .map(|(b, cut)| (String::from_utf8_lossy(&b).into_owned(), cut))
+                    })
+                    .collect(),
+            }
+        }))
+    }
+}
+
+/// Most bytes of one resolution's diff a decider is shown.
+pub const RESOLUTION_DIFF_SHOWN: usize = 64 * 1024;
+
+/// What a decider weighs beside the candidate's record ([`Integration::decider_view`]).
+#[derive(Debug, Clone, Default)]
+pub struct DeciderView {
+    /// The target ref's value now (`None`: it does not exist).
+    pub target_now: Option<String>,
+    /// Each input's commit: its id, author and subject.
+    pub summaries: Vec<crate::staging::plumbing::CommitSummary>,
+    /// Each resolution's diff and whether it was cut short.
+    pub resolution_diffs: Vec<Option<(String, bool)>>,
 }
