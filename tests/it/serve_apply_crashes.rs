@@ -4,10 +4,39 @@
 //! quarantined and never used. Real Docker, a real worktree, a real daemon killed.
 
 use crate::serve_apply::{approved, files, post, server, strays, worktree};
-use crate::support::daemon::{ALICE, BOB};
+use crate::support::daemon::{ALICE, BOB, Server};
 use crate::support::governed::validated;
 use crate::support::http::request;
 use serde_json::{Value, json};
+
+/// A daemon that died mid-apply: the dead daemon, the worktree before, the proposal id and
+/// the validation.
+type DiedApplying = (Server, Vec<(String, String)>, Value, Value);
+
+/// A governed daemon on real Docker that died at crash point `point` while applying a
+/// validated, approved proposal.
+fn died_applying_at(point: &str) -> Option<DiedApplying> {
+    let mut s = server()?;
+    let pre = worktree(&s);
+    let (id, rev) = approved(&s, json!([]), "a");
+    let v = validated(&s, &id, &rev, "a");
+    s.restart(Some(point));
+    let body = json!({"workspace_id": "ws1", "proposal_id": id,
+                      "validation_id": v["validation_id"], "idempotency_key": "apply-1"});
+    let resp = request(
+        &s.addr,
+        "POST",
+        "/api/v1/patch.apply",
+        Some(ALICE),
+        body.to_string().as_bytes(),
+    );
+    assert!(
+        resp.is_none(),
+        "{point}: the daemon should have died mid-apply: {resp:?}"
+    );
+    s.wait_dead();
+    Some((s, pre, id, v))
+}
 
 #[test]
 fn a_crash_at_every_apply_phase_recovers_to_exactly_pre_or_exactly_post() {
@@ -16,25 +45,9 @@ fn a_crash_at_every_apply_phase_recovers_to_exactly_pre_or_exactly_post() {
         ("apply_after_staged", "cancelled", false),
         ("apply_after_installing", "applied", true),
     ] {
-        let Some(mut s) = server() else { return };
-        let pre = worktree(&s);
-        let (id, rev) = approved(&s, json!([]), "a");
-        let v = validated(&s, &id, &rev, "a");
-        s.restart(Some(point));
-        let body = json!({"workspace_id": "ws1", "proposal_id": id,
-                          "validation_id": v["validation_id"], "idempotency_key": "apply-1"});
-        let resp = request(
-            &s.addr,
-            "POST",
-            "/api/v1/patch.apply",
-            Some(ALICE),
-            body.to_string().as_bytes(),
-        );
-        assert!(
-            resp.is_none(),
-            "{point}: the daemon should have died mid-apply: {resp:?}"
-        );
-        s.wait_dead();
+        let Some((mut s, pre, id, v)) = died_applying_at(point) else {
+            return;
+        };
         // The next start recovers from the files before it listens.
         s.restart(None);
         let listed = s.ok(BOB, "transaction.list", json!({"workspace_id": "ws1"}));
@@ -165,22 +178,9 @@ fn a_corrupt_rollback_artifact_is_quarantined_and_never_used() {
         ("apply_after_staged", "cancelled"),
         ("apply_after_installing", "needs_attention"),
     ] {
-        let Some(mut s) = server() else { return };
-        let pre = worktree(&s);
-        let (id, rev) = approved(&s, json!([]), "a");
-        let v = validated(&s, &id, &rev, "a");
-        s.restart(Some(point));
-        let body = json!({"workspace_id": "ws1", "proposal_id": id,
-                          "validation_id": v["validation_id"], "idempotency_key": "apply-1"});
-        let resp = request(
-            &s.addr,
-            "POST",
-            "/api/v1/patch.apply",
-            Some(ALICE),
-            body.to_string().as_bytes(),
-        );
-        assert!(resp.is_none(), "{point}: the daemon should have died");
-        s.wait_dead();
+        let Some((mut s, pre, _, _)) = died_applying_at(point) else {
+            return;
+        };
         let txdir = s.dir.path().join("data/transactions");
         let artifact = std::fs::read_dir(&txdir)
             .unwrap()

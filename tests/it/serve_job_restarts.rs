@@ -5,7 +5,7 @@
 
 use crate::support::jobs::{id, settled, show, submit};
 use crate::support::*;
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[test]
 fn kill_9_with_jobs_queued_and_running_resumes_the_queued_once_and_judges_the_running() {
@@ -23,16 +23,7 @@ fn kill_9_with_jobs_queued_and_running_resumes_the_queued_once_and_judges_the_ru
     );
     let q1 = submit(&s, ALICE, "ws1", &["echo", "one"], "q1");
     let q2 = submit(&s, ALICE, "ws1", &["echo", "two"], "q2");
-    let rkey = running["verification"]["creation_key"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    wait_for(
-        || !containers_with_key(&rkey).is_empty(),
-        "the running job's container",
-    );
-    assert_eq!(show(&s, ALICE, "ws1", &id(&q2))["state"], "queued");
-    s.kill9();
+    let rkey = kill9_while(&mut s, &running, &q2);
     s.restart(None);
     let r = settled(&s, ALICE, "ws1", &id(&running));
     assert_eq!(r["state"], "error", "{r}");
@@ -78,16 +69,7 @@ fn a_queued_job_that_cannot_resume_is_settled_error_only_with_its_artifact() {
     let mut s = Server::start_with("max_concurrent_verifications = 1\n");
     let running = submit(&s, ALICE, "ws1", &["sleep", "60"], "r");
     let queued = submit(&s, ALICE, "ws1", &["echo", "never"], "q");
-    let rkey = running["verification"]["creation_key"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    wait_for(
-        || !containers_with_key(&rkey).is_empty(),
-        "the running job's container",
-    );
-    assert_eq!(show(&s, ALICE, "ws1", &id(&queued))["state"], "queued");
-    s.kill9();
+    kill9_while(&mut s, &running, &queued);
     // The default profile's environment changes while the daemon is down.
     let mut text = std::fs::read_to_string(&s.config).unwrap();
     text.push_str(
@@ -131,4 +113,20 @@ fn a_queued_job_that_cannot_resume_is_settled_error_only_with_its_artifact() {
         json!({"workspace_id": "ws1", "job_id": id(&queued)}),
     );
     assert_eq!(again["job"]["state"], "error");
+}
+
+/// Kills the daemon (SIGKILL) once `running`'s container runs, with `queued` still queued;
+/// returns the running job's creation key.
+fn kill9_while(s: &mut Server, running: &Value, queued: &Value) -> String {
+    let rkey = running["verification"]["creation_key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_for(
+        || !containers_with_key(&rkey).is_empty(),
+        "the running job's container",
+    );
+    assert_eq!(show(s, ALICE, "ws1", &id(queued))["state"], "queued");
+    s.kill9();
+    rkey
 }
