@@ -1,4 +1,4 @@
-//! Every idempotent method of the governed path raced with itself: two calls with one key and
+//! The idempotent methods of the governed path raced with themselves: two calls with one key and
 //! the same parameters, released together from a barrier with jitter on both sides, round
 //! after round. Both answer 200 with the same reply, byte for byte: one did the work, the other
 //! waited for its key and got the replay. Never a `409 conflict` for the same parameters, never
@@ -87,7 +87,7 @@ fn id_rev(p: &Value) -> (Value, String) {
 }
 
 #[test]
-fn every_idempotent_governed_method_raced_with_itself_answers_one_result_twice() {
+fn the_governed_methods_raced_with_themselves_answer_one_result_twice() {
     let s = Server::fake_governed_with(&format!(
         "{ROLES}[workspaces.ws1.policy]\nsecurity_review = \"never\"\nhuman_approval = \"never\"\n"
     ));
@@ -117,8 +117,62 @@ fn every_idempotent_governed_method_raced_with_itself_answers_one_result_twice()
         raced(
             &s,
             ALICE,
+            "claim.heartbeat",
+            json!({"workspace_id": "ws1", "claim_id": claim_id, "idempotency_key": key("beat")}),
+            round,
+        );
+        raced(
+            &s,
+            ALICE,
             "claim.release",
             json!({"workspace_id": "ws1", "claim_id": claim_id, "idempotency_key": key("release")}),
+            round,
+        );
+
+        // An admin's transitions: suspend, resume, revoke, force release.
+        let held = s.ok(
+            ALICE,
+            "claim.acquire",
+            json!({"workspace_id": "ws1", "task_id": "ta", "resource_id": format!("file:a{round}"),
+                   "mode": "write", "idempotency_key": key("acquire-a")}),
+        )["claim"]["claim_id"]
+            .clone();
+        raced(
+            &s,
+            ALICE,
+            "claim.suspend",
+            json!({"workspace_id": "ws1", "claim_id": held, "reason": "audit",
+                   "idempotency_key": key("suspend")}),
+            round,
+        );
+        raced(
+            &s,
+            ALICE,
+            "claim.resume",
+            json!({"workspace_id": "ws1", "claim_id": held, "idempotency_key": key("resume")}),
+            round,
+        );
+        raced(
+            &s,
+            ALICE,
+            "claim.revoke",
+            json!({"workspace_id": "ws1", "claim_id": held, "reason": "done",
+                   "idempotency_key": key("revoke")}),
+            round,
+        );
+        let forced = s.ok(
+            ALICE,
+            "claim.acquire",
+            json!({"workspace_id": "ws1", "task_id": "tf", "resource_id": format!("file:f{round}"),
+                   "mode": "write", "idempotency_key": key("acquire-f")}),
+        )["claim"]["claim_id"]
+            .clone();
+        raced(
+            &s,
+            ALICE,
+            "claim.force_release",
+            json!({"workspace_id": "ws1", "claim_id": forced, "reason": "stuck",
+                   "idempotency_key": key("force")}),
             round,
         );
 
