@@ -5,7 +5,7 @@
 //! the work done twice (each round's state is checked after). Fake runtime: the logic of the
 //! key, not the sandbox.
 
-use crate::support::daemon::{ALICE, BOB, ERIN, Server};
+use crate::support::daemon::{ALICE, BOB, DAVE, ERIN, Server};
 use crate::support::http::call;
 use serde_json::{Value, json};
 use std::sync::{Arc, Barrier};
@@ -173,6 +173,67 @@ fn the_governed_methods_raced_with_themselves_answer_one_result_twice() {
             "claim.force_release",
             json!({"workspace_id": "ws1", "claim_id": forced, "reason": "stuck",
                    "idempotency_key": key("force")}),
+            round,
+        );
+
+        // A contention resolved by the holder: the contender is turned away once.
+        let (_, held) = s.acquire(ALICE, &format!("file:k{round}"), "write", &key("keep"));
+        assert_eq!(
+            s.acquire(DAVE, &format!("file:k{round}"), "write", &key("want"))
+                .0,
+            409
+        );
+        let open = s.ok(
+            ALICE,
+            "claim.contentions",
+            json!({"workspace_id": "ws1", "state": "open"}),
+        );
+        let contention = open["contentions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["challenged_claim"] == held["claim"]["claim_id"])
+            .unwrap_or_else(|| panic!("round {round}: no contention: {open}"))["contention_id"]
+            .clone();
+        raced(
+            &s,
+            ALICE,
+            "claim.resolve_contention",
+            json!({"workspace_id": "ws1", "contention_id": contention,
+                   "resolution": "reject_contender", "reason": "mine",
+                   "idempotency_key": key("resolve")}),
+            round,
+        );
+
+        // A session's releasable claims ended together, and a reconcile of the holder's claims.
+        for i in 0..2 {
+            s.ok(
+                ALICE,
+                "claim.acquire",
+                json!({"workspace_id": "ws1", "task_id": "ts", "session_id": format!("s{round}"),
+                       "resource_id": format!("file:s{round}-{i}"), "mode": "write",
+                       "resume_policy": "release",
+                       "idempotency_key": key(&format!("session-{i}"))}),
+            );
+        }
+        let ended = raced(
+            &s,
+            ALICE,
+            "claim.end_session",
+            json!({"workspace_id": "ws1", "session_id": format!("s{round}"),
+                   "idempotency_key": key("end")}),
+            round,
+        );
+        assert_eq!(
+            ended["released"].as_array().map(Vec::len),
+            Some(2),
+            "round {round}: both of the session's claims, once: {ended}"
+        );
+        raced(
+            &s,
+            ALICE,
+            "claim.reconcile",
+            json!({"workspace_id": "ws1", "idempotency_key": key("reconcile")}),
             round,
         );
 
