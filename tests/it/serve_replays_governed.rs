@@ -355,10 +355,10 @@ fn the_governed_methods_raced_with_themselves_answer_one_result_twice() {
     );
 }
 
-/// The candidate flow's keyed mutations raced the same way: a verification and a delivery
-/// request, each started once per key.
+/// The candidate flow's keyed mutations raced the same way: a verification, a delivery
+/// request and a conflict's resolution, each done once per key.
 #[test]
-fn candidate_verify_and_request_delivery_raced_with_themselves_answer_one_result_twice() {
+fn candidate_verify_request_delivery_and_resolve_raced_with_themselves_answer_one_result_twice() {
     let s = Server::fake();
     let base = s.head();
     for round in 0..ROUNDS {
@@ -401,5 +401,37 @@ fn candidate_verify_and_request_delivery_raced_with_themselves_answer_one_result
         );
         let request = &crate::support::cand(&requested)["delivery_request"];
         assert_eq!(request["request_version"], 1, "round {round}: {requested}");
+
+        // A conflicted candidate's resolution, applied once.
+        let a = s.agent_commit(
+            &format!("a{round}"),
+            &base,
+            &[("clash.txt", &format!("A{round}\n"))],
+        );
+        let b = s.agent_commit(
+            &format!("b{round}"),
+            &base,
+            &[("clash.txt", &format!("B{round}\n"))],
+        );
+        let conflicted = s.prepare_pair(&base, &a, &b, &format!("pc{round}"));
+        let c = crate::support::cand(&conflicted);
+        assert_eq!(c["state"], "conflicted", "round {round}: {conflicted}");
+        let resolved = raced(
+            &s,
+            ALICE,
+            "integration.resolve",
+            json!({"workspace_id": "ws1", "candidate_id": c["candidate_id"],
+                   "expected_version": c["version"],
+                   "files": [{"path": "clash.txt", "content": "both\n"}],
+                   "idempotency_key": format!("res{round}")}),
+            round,
+        );
+        let after = crate::support::cand(&resolved);
+        assert_eq!(after["state"], "frozen", "round {round}: {resolved}");
+        assert_eq!(
+            after["resolutions"].as_array().map(Vec::len),
+            Some(1),
+            "round {round}: one resolution: {resolved}"
+        );
     }
 }
