@@ -12,10 +12,10 @@ pub(super) async fn dispatch(
 ) -> Result<Reply, ServiceError> {
     Ok(match method {
         "evidence.record" => Reply::Value(
-            json!({"evidence": to(&svc.integration.evidence_record(actor, parse(method, body)?).await?)}),
+            json!({"evidence": to(&svc.evidence.record(actor, parse(method, body)?).await?)}),
         ),
         "evidence.show" => Reply::Value(
-            json!({"evidence": to(&svc.integration.evidence_show(actor, parse(method, body)?).await?)}),
+            json!({"evidence": to(&svc.evidence.show(actor, parse(method, body)?).await?)}),
         ),
         "integration.prepare" => {
             candidate(

@@ -41,7 +41,7 @@ pub async fn pass(service: &Service) {
     if let Err(e) = service.integration.reconcile_deliveries().await {
         tracing::error!(error = %e, "delivery reconciliation failed; will retry");
     }
-    if let Err(e) = service.integration.expire_evidence().await {
+    if let Err(e) = service.evidence.expire().await {
         tracing::error!(error = %e, "evidence expiry failed; will retry");
     }
     match service.integration.expire_candidates().await {

@@ -22,7 +22,9 @@ pub struct Service {
     /// Verifications in the background (candidates' and validations' tests), at most
     /// `max_concurrent_verifications` at once.
     pub background: Arc<super::background::Background>,
-    /// Candidate integration: prepare, resolve, verify, evidence, delivery.
+    /// Evidence packets: record, show, expiry.
+    pub evidence: super::integration::evidence::Evidence,
+    /// Candidate integration: prepare, resolve, verify, delivery.
     pub integration: Integration,
     /// Verification jobs on a revision, submitted over the API (`job.*`).
     pub jobs: super::jobs::Jobs,
@@ -46,8 +48,10 @@ impl Service {
             applies: crate::engine::governed::Applies::new(proposals.clone(), background.clone()),
             proposals,
             jobs: super::jobs::Jobs::new(ctx.clone(), background.clone()),
+            evidence: super::integration::evidence::Evidence::new(ctx.clone()),
             integration: Integration {
                 ctx: ctx.clone(),
+                evidence: super::integration::evidence::Evidence::new(ctx.clone()),
                 admission,
                 background: background.clone(),
                 candidate_locks: Arc::default(),
@@ -72,6 +76,8 @@ pub(crate) type CachedCandidate = (u64, Arc<crate::candidate::Candidate>);
 #[derive(Clone)]
 pub struct Integration {
     pub ctx: Context,
+    /// The packets prepare reads.
+    pub(crate) evidence: super::integration::evidence::Evidence,
     pub admission: AdmissionFn,
     pub(crate) background: Arc<super::background::Background>,
     candidate_locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,

@@ -4,10 +4,11 @@
 use crate::artifacts::write_atomic;
 use crate::candidate::{self, EvidencePacket, EvidenceSource, MAX_TRANSCRIPT_BYTES};
 use crate::config::{Permission, is_identifier};
+use crate::engine::Context;
 use crate::engine::actor::Actor;
 use crate::engine::blocking::blocking;
 use crate::engine::error::ServiceError;
-use crate::engine::service::{Integration, parse_time};
+use crate::ids::parse_rfc3339 as parse_time;
 use crate::staging::plumbing::RefOp;
 use crate::store::{Binding, Inserted};
 use crate::wire::{RecordParams, ShowParams};
@@ -29,7 +30,19 @@ pub fn evidence_ref_name(evidence_ref: &str) -> String {
     format!("refs/airlock/evidence/{evidence_ref}")
 }
 
-impl Integration {
+/// The evidence workflow: `evidence.record` and `evidence.show`, the packets prepare reads,
+/// and their expiry. It holds the context only (no candidate lock, no admission: a packet
+/// belongs to a run, not to a candidate).
+#[derive(Clone)]
+pub struct Evidence {
+    ctx: Context,
+}
+
+impl Evidence {
+    pub fn new(ctx: Context) -> Evidence {
+        Evidence { ctx }
+    }
+
     fn evidence_dir(&self) -> PathBuf {
         self.ctx.data.layout.evidence()
     }
@@ -40,7 +53,7 @@ impl Integration {
     }
 
     /// Records an evidence packet (idempotent per actor and key).
-    pub async fn evidence_record(
+    pub async fn record(
         &self,
         actor: &Actor,
         p: RecordParams,
@@ -229,11 +242,7 @@ impl Integration {
     }
 
     /// `evidence.show`.
-    pub async fn evidence_show(
-        &self,
-        actor: &Actor,
-        p: ShowParams,
-    ) -> Result<EvidencePacket, ServiceError> {
+    pub async fn show(&self, actor: &Actor, p: ShowParams) -> Result<EvidencePacket, ServiceError> {
         self.ctx
             .authorize(actor, &p.workspace_id, Permission::View)?;
         let not_found = || {
@@ -258,7 +267,7 @@ impl Integration {
     }
 
     /// Purges expired packets: their private ref, transcript and row. Returns how many.
-    pub async fn expire_evidence(&self) -> Result<usize, ServiceError> {
+    pub async fn expire(&self) -> Result<usize, ServiceError> {
         let due = self
             .ctx
             .data

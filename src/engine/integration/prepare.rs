@@ -93,7 +93,7 @@ impl Integration {
         // of all of them are read in one `for-each-ref`.
         let mut packets = Vec::with_capacity(p.submissions.len());
         for s in &p.submissions {
-            packets.push(self.load_packet(&s.evidence_ref).await?);
+            packets.push(self.evidence.load_packet(&s.evidence_ref).await?);
         }
         let evidence_names: Vec<String> = packets
             .iter()
@@ -145,7 +145,7 @@ impl Integration {
                     ),
                 ));
             }
-            if self.packet_expired(&packet) {
+            if self.evidence.packet_expired(&packet) {
                 return Err(ServiceError::precondition_field(
                     field.clone(),
                     format!("{field}: evidence {} has expired", packet.evidence_ref),
@@ -159,7 +159,7 @@ impl Integration {
                     }
                     EvidenceSource::Transcript => {
                         packet.transcript_sha256.as_deref().is_some_and(|sum| {
-                            std::fs::read(self.transcript_path(&packet.evidence_ref))
+                            std::fs::read(self.evidence.transcript_path(&packet.evidence_ref))
                                 .is_ok_and(|b| hex::encode(Sha256::digest(&b)) == sum)
                         })
                     }
@@ -183,9 +183,10 @@ impl Integration {
             }
             let has_transcript = packet.transcript_sha256.is_some();
             if has_transcript {
-                transcript_bytes += std::fs::metadata(self.transcript_path(&packet.evidence_ref))
-                    .map(|m| m.len() as usize)
-                    .unwrap_or(0);
+                transcript_bytes +=
+                    std::fs::metadata(self.evidence.transcript_path(&packet.evidence_ref))
+                        .map(|m| m.len() as usize)
+                        .unwrap_or(0);
                 if transcript_bytes > MAX_TRANSCRIPT_BYTES {
                     return Err(ServiceError::exhausted_field(
                         field.clone(),
@@ -447,7 +448,7 @@ impl Integration {
             if std::fs::read(&dest).is_ok_and(|b| hex::encode(Sha256::digest(&b)) == *sum) {
                 continue;
             }
-            let bytes = std::fs::read(self.transcript_path(&input.evidence.evidence_ref))
+            let bytes = std::fs::read(self.evidence.transcript_path(&input.evidence.evidence_ref))
                 .map_err(|e| format!("input {tid}: transcript unavailable: {e}"))?;
             if hex::encode(Sha256::digest(&bytes)) != *sum {
                 return Err(format!("input {tid}: transcript checksum mismatch"));
