@@ -396,3 +396,6 @@ pub const MAX_SEALED_REPLY_BYTES: usize = 256 * 1024;
 /// How long a keyed call's sealed answer is kept for replays (after that a replay still finds
 /// its binding and answers the result as it is then).
 pub const SEALED_REPLY_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Longest engine name or label, in bytes.
+pub const MAX_ENGINE_NAME_BYTES: usize = 64;

@@ -9,8 +9,7 @@ use std::path::PathBuf;
 
 /// Most `[[engines]]` entries.
 pub const MAX_ENGINES: usize = 32;
-/// Longest engine name, in bytes.
-pub const MAX_ENGINE_NAME_BYTES: usize = 64;
+pub use crate::limits::MAX_ENGINE_NAME_BYTES;
 /// Most concurrent jobs one engine may be given.
 pub const MAX_ENGINE_JOBS: usize = 256;
 /// Seconds an engine may stay unreachable before its jobs are settled as lost, by default.

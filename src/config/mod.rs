@@ -11,6 +11,8 @@ pub use profile::Profile;
 use profile::{RawProfile, resolve_profile};
 pub mod engines;
 pub mod governance;
+mod names;
+pub(crate) use names::check_name;
 
 use crate::limits;
 use serde::Deserialize;
@@ -778,26 +780,5 @@ fn check_public_url(url: String) -> Result<String, ConfigError> {
         _ => Err(invalid(format!(
             "public_url {url:?} must be an http:// or https:// URL with a host"
         ))),
-    }
-}
-
-/// An engine name or a label (of an engine, or one a profile requires): 1 to
-/// [`engines::MAX_ENGINE_NAME_BYTES`] bytes of ASCII letters, digits, '-', '_' or '.'.
-pub(crate) fn check_name(field: String, name: &str, what: &str) -> Result<(), ConfigError> {
-    use engines::MAX_ENGINE_NAME_BYTES;
-    let ok = !name.is_empty()
-        && name.len() <= MAX_ENGINE_NAME_BYTES
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
-    if ok {
-        Ok(())
-    } else {
-        Err(ConfigError::Invalid {
-            field,
-            message: format!(
-                "{what} {name:?} must be 1 to {MAX_ENGINE_NAME_BYTES} bytes of ASCII letters, digits, '-', '_' or '.'"
-            ),
-        })
     }
 }
