@@ -481,6 +481,23 @@ fn each_outside_crate_and_program_has_one_module_that_names_it() {
     }
 }
 
+/// Every keyed call goes through the one prologue (`engine/idempotency.rs`): nothing else reads
+/// an idempotency binding or judges a reused key.
+#[test]
+fn every_keyed_call_goes_through_the_one_prologue() {
+    for needle in ["idempotency_binding", "used with different parameters"] {
+        assert_eq!(
+            naming(needle, &["engine/idempotency.rs", "store/"]),
+            Vec::<String>::new(),
+            "only the prologue names {needle}"
+        );
+    }
+    assert!(
+        !naming("idempotency_binding", &[]).is_empty(),
+        "the reader finds the prologue's own read"
+    );
+}
+
 #[test]
 fn no_import_runs_back_up_a_layer() {
     let house = House::read();

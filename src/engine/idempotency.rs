@@ -1,12 +1,14 @@
-//! The one idempotent-mutation mechanism every workflow uses. A call that changes something
-//! carries an idempotency key; [`Keyed`] is that key checked, with the operation it is bound
-//! under and the digest of the call's parameters (the key left out). Before acting, the
-//! workflow asks [`Keys::replay_of`]: an earlier call with the same actor, operation, key
-//! and digest is a replay (its recorded result id is answered), the same key with other
-//! parameters is `conflict`. The change then commits [`Keyed::binding`] in its own
-//! transaction, so the key is bound exactly when the change is durable. A key is made by
-//! [`Keys::keyed`], which stamps it with the context's clock: the binding records when the
-//! call arrived by the same clock every other row of the call uses.
+//! The one prologue every mutating call goes through. A call that changes something carries an
+//! idempotency key, and its workflow, once the caller is authorised and the parameters are
+//! checked, calls [`Keys::begin`] with the operation, the key and the call's parameters (the
+//! key left out): the key is checked, bound under the operation with the digest of those
+//! parameters and the time by the context's clock, its gate taken, and the store asked. The
+//! answer is a [`Prologue`]: [`Prologue::Replay`] when the same actor already committed the
+//! same call (answer its recorded result), [`Prologue::Fresh`] with the [`Keyed`] call
+//! otherwise, whose [`Keyed::binding`] the change commits in its own transaction, so the key
+//! is bound exactly when the change is durable; the same key with other parameters is
+//! `conflict`. A change whose insert finds the binding already there (another process won)
+//! asks [`Keyed::judge`] the same question. No workflow reads bindings itself.
 //!
 //! **The same answer every time.** Once a keyed call has answered, [`Keys::seal`] keeps that
 //! answer (its bytes, under the workspace, actor, method and key, with the digest of the
@@ -15,7 +17,7 @@
 //! read. A call is authorised and judged (replay or conflict) by its workflow first; sealing
 //! only chooses which bytes a successful answer carries.
 //!
-//! **One call per key at a time.** [`Keys::replay_of`] first takes the key's gate (one per
+//! **One call per key at a time.** [`Keys::begin`] first takes the key's gate (one per
 //! workspace, actor, operation and key, in this process) and the [`Keyed`] holds it until it
 //! is dropped with the call: a second call with the same key, racing the first or retried
 //! while the first still works (after a `503` for the call's budget), waits for it and then
@@ -35,7 +37,7 @@ pub struct Keyed {
     pub operation: String,
     /// When the call arrived (RFC 3339, by the context's clock): the binding's `created_at`.
     pub at: String,
-    /// The key's gate, once [`Keys::replay_of`] took it; let go with the last clone.
+    /// The key's gate, once [`Keys::begin`] took it; let go with the last clone.
     hold: std::sync::Arc<std::sync::Mutex<Option<tokio::sync::OwnedMutexGuard<()>>>>,
 }
 
@@ -182,6 +184,19 @@ impl Keyed {
         }
     }
 
+    /// The result of a binding already committed under this call's key (by a racing call of
+    /// another process, say) with the parameters' digest `bound`: `result_id` when they are
+    /// this call's parameters, `conflict` when they are others.
+    pub fn judge(&self, bound: &str, result_id: String) -> Result<String, ServiceError> {
+        if bound == self.digest {
+            Ok(result_id)
+        } else {
+            Err(ServiceError::Conflict(
+                "idempotency_key was already used with different parameters".into(),
+            ))
+        }
+    }
+
     /// The durable binding of this call, by `actor`, to `result_id`.
     pub fn binding(&self, workspace_id: &str, actor: &Actor, result_id: &str) -> Binding {
         self.binding_for(workspace_id, &actor.key(), result_id)
@@ -202,19 +217,41 @@ impl Keyed {
 }
 
 impl Keys {
-    /// `key` checked, for `operation`, with the digest of the call's parameters (serialized
-    /// without the key), stamped now.
-    pub fn keyed<T: serde::Serialize>(
+    /// The prologue of a mutating call by `actor` in `workspace_id` (see the module's doc):
+    /// `key` checked and bound under `operation` with the digest of `params_without_key` (the
+    /// call's parameters, defaults resolved, the key left out).
+    pub async fn begin<T: serde::Serialize>(
         &self,
+        workspace_id: &str,
+        actor: &Actor,
         operation: impl Into<String>,
         key: &str,
         params_without_key: &T,
-    ) -> Result<Keyed, ServiceError> {
-        self.keyed_digest(operation, key, crate::candidate::digest(params_without_key))
+    ) -> Result<Prologue, ServiceError> {
+        let digest = crate::candidate::digest(params_without_key);
+        self.begin_digest(workspace_id, actor, operation, key, digest)
+            .await
     }
 
-    /// [`Keys::keyed`] with a digest the caller computed.
-    pub fn keyed_digest(
+    /// [`Keys::begin`] with a digest the caller computed (of parameters it reduced first, a
+    /// transcript's hash for its bytes, say).
+    pub async fn begin_digest(
+        &self,
+        workspace_id: &str,
+        actor: &Actor,
+        operation: impl Into<String>,
+        key: &str,
+        digest: String,
+    ) -> Result<Prologue, ServiceError> {
+        let k = self.keyed_digest(operation, key, digest)?;
+        Ok(match self.replay_of(workspace_id, actor, &k).await? {
+            Some(result_id) => Prologue::Replay(result_id),
+            None => Prologue::Fresh(k),
+        })
+    }
+
+    /// `key` checked, for `operation`, with the call's digest, stamped now.
+    fn keyed_digest(
         &self,
         operation: impl Into<String>,
         key: &str,
@@ -231,7 +268,7 @@ impl Keys {
     /// The result id an earlier call with this key recorded (a replay), if any; the key with
     /// other parameters is `conflict`. Takes the key's gate first (see the module's doc): a
     /// call with the same key still at work is waited for, then replayed.
-    pub async fn replay_of(
+    async fn replay_of(
         &self,
         workspace_id: &str,
         actor: &Actor,
@@ -254,16 +291,24 @@ impl Keys {
         }
         match self
             .store
-            .binding(workspace_id, &actor.key(), &k.operation, &k.key)
+            .idempotency_binding(workspace_id, &actor.key(), &k.operation, &k.key)
             .await?
         {
             None => Ok(None),
-            Some((bound, result)) if bound == k.digest => Ok(Some(result)),
-            Some(_) => Err(ServiceError::Conflict(
-                "idempotency_key was already used with different parameters".into(),
-            )),
+            Some((bound, result)) => k.judge(&bound, result).map(Some),
         }
     }
+}
+
+/// What the prologue of a keyed call found.
+#[must_use]
+#[derive(Debug)]
+pub enum Prologue {
+    /// A new call: act, and commit [`Keyed::binding`] with the change. The key's gate is held
+    /// while this value (or a clone of its [`Keyed`]) lives.
+    Fresh(Keyed),
+    /// The same call, by the same actor, committed before: the result id it recorded.
+    Replay(String),
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use super::runner::pipeline::{Link, RunError};
 use crate::config::Permission;
 use crate::engine::actor::Actor;
 use crate::engine::error::ServiceError;
+use crate::engine::idempotency::Prologue;
 use crate::limits;
 use crate::store::jobs::{JobFilter, JobRow, JobWithRun};
 use crate::verification::Status;
@@ -85,20 +86,29 @@ impl Jobs {
         let timeout = p.timeout_seconds.unwrap_or(limits::DEFAULT_TIMEOUT_SECONDS);
         let labels = check_labels(&p.labels)?;
         let profile = p.profile.clone().unwrap_or_else(|| ws.profile.clone());
-        let keyed = self.ctx.keys.keyed(
-            SUBMIT,
-            &p.idempotency_key,
-            &JobSubmitParams {
-                idempotency_key: String::new(),
-                timeout_seconds: Some(timeout),
-                profile: Some(profile.clone()),
-                labels: labels.clone(),
-                ..p.clone()
-            },
-        )?;
-        if let Some(job_id) = self.ctx.keys.replay_of(&ws.id, actor, &keyed).await? {
-            return self.view(&ws.id, &job_id).await;
-        }
+        let keyed = match self
+            .ctx
+            .keys
+            .begin(
+                &ws.id,
+                actor,
+                SUBMIT,
+                &p.idempotency_key,
+                &JobSubmitParams {
+                    idempotency_key: String::new(),
+                    timeout_seconds: Some(timeout),
+                    profile: Some(profile.clone()),
+                    labels: labels.clone(),
+                    ..p.clone()
+                },
+            )
+            .await?
+        {
+            Prologue::Replay(job_id) => {
+                return self.view(&ws.id, &job_id).await;
+            }
+            Prologue::Fresh(k) => k,
+        };
         crate::verification::validate_argv(&p.argv)
             .map_err(|e| ServiceError::invalid_field("argv", e.to_string()))?;
         crate::verification::validate_timeout(timeout)

@@ -43,7 +43,7 @@ pub enum Inserted {
 
 impl Store {
     /// Looks up an idempotency binding.
-    pub async fn binding(
+    pub async fn idempotency_binding(
         &self,
         workspace_id: &str,
         actor_key: &str,

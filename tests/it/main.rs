@@ -43,6 +43,7 @@ mod serve_openapi;
 mod serve_proposals;
 mod serve_replays;
 mod serve_replays_governed;
+mod serve_replays_sandboxed;
 mod serve_reviews;
 mod serve_symbols;
 mod serve_ui;

@@ -19,7 +19,7 @@ const ROLES: &str = "[workspaces.ws1.roles]\nbob = [\"reviewer\"]\n\
 
 /// Two calls of `method` with `body` from `token`, released together with jitter; both
 /// answers must be 200 and equal. Returns the answer.
-fn raced(
+pub(crate) fn raced(
     s: &Server,
     token: &'static str,
     method: &'static str,

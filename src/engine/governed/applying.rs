@@ -21,6 +21,7 @@ use crate::domain::transaction::{FailureCode, TxEvent, TxState};
 use crate::engine::actor::Actor;
 use crate::engine::error::ServiceError;
 use crate::engine::governed::{Applies, Claims, Proposals, Validations};
+use crate::engine::idempotency::Prologue;
 use crate::install::{self, Change, Image, Plan};
 use crate::limits;
 use crate::store::applies::{ApplyFacts, ApplyGate, Fence, GateRefusal, Move, TxRow};
@@ -174,20 +175,29 @@ impl Applies {
         let worktree = self
             .ctx
             .governed(actor, &p.workspace_id, Permission::Apply)?;
-        let k = self.ctx.keys.keyed(
-            "patch.apply",
-            &p.idempotency_key,
-            &ApplyParams {
-                idempotency_key: String::new(),
-                ..p.clone()
-            },
-        )?;
         let lock = self.apply_lock(&p.workspace_id)?;
         let _guard = lock.lock().await;
-        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
-            let t = self.tx_in(&p.workspace_id, &id).await?;
-            return self.replayed_apply(&t).await;
-        }
+        let k = match self
+            .ctx
+            .keys
+            .begin(
+                &p.workspace_id,
+                actor,
+                "patch.apply",
+                &p.idempotency_key,
+                &ApplyParams {
+                    idempotency_key: String::new(),
+                    ..p.clone()
+                },
+            )
+            .await?
+        {
+            Prologue::Replay(id) => {
+                let t = self.tx_in(&p.workspace_id, &id).await?;
+                return self.replayed_apply(&t).await;
+            }
+            Prologue::Fresh(k) => k,
+        };
         self.apply_locked(actor, &worktree, &p, &k, None).await
     }
 

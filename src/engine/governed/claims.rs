@@ -9,6 +9,7 @@ use crate::domain::claim::{ClaimEvent, ClaimState, ResourceId, extended_expiry};
 use crate::engine::actor::Actor;
 use crate::engine::error::ServiceError;
 use crate::engine::governed::Claims;
+use crate::engine::idempotency::Prologue;
 use crate::limits;
 use crate::store::StoreError;
 use crate::store::claims::{Acquire, Acquired, ClaimRow, Transition};
@@ -211,22 +212,31 @@ impl Claims {
         let actor_key = actor.key();
         // The digest covers the defaults as resolved, so a later change of a default does not
         // turn a replay into another request.
-        let k = self.ctx.keys.keyed(
-            "claim.acquire",
-            &p.idempotency_key,
-            &ClaimAcquireParams {
-                idempotency_key: String::new(),
-                ttl_seconds: Some(ttl),
-                release_on: Some(release_on),
-                ..p.clone()
-            },
-        )?;
-        if let Some(claim_id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
-            let c = self.claim_in(&p.workspace_id, &claim_id).await?;
-            return Ok(ClaimReply {
-                claim: self.claim_view(&c)?,
-            });
-        }
+        let k = match self
+            .ctx
+            .keys
+            .begin(
+                &p.workspace_id,
+                actor,
+                "claim.acquire",
+                &p.idempotency_key,
+                &ClaimAcquireParams {
+                    idempotency_key: String::new(),
+                    ttl_seconds: Some(ttl),
+                    release_on: Some(release_on),
+                    ..p.clone()
+                },
+            )
+            .await?
+        {
+            Prologue::Replay(claim_id) => {
+                let c = self.claim_in(&p.workspace_id, &claim_id).await?;
+                return Ok(ClaimReply {
+                    claim: self.claim_view(&c)?,
+                });
+            }
+            Prologue::Fresh(k) => k,
+        };
         // A symbol's span is resolved in the worktree now (an unresolvable symbol is refused);
         // write and exclusive claims carry the resource's hash at grant.
         let needs_inspection = p.mode.writes() || matches!(resource, ResourceId::Symbol { .. });
@@ -314,21 +324,30 @@ impl Claims {
     ) -> Result<ClaimReply, ServiceError> {
         self.ctx
             .governed(actor, &p.workspace_id, Permission::Propose)?;
-        let k = self.ctx.keys.keyed(
-            "claim.extend",
-            &p.idempotency_key,
-            &ClaimExtendParams {
-                idempotency_key: String::new(),
-                ..p.clone()
-            },
-        )?;
         check_ttl(p.ttl_seconds)?;
-        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
-            let c = self.claim_in(&p.workspace_id, &id).await?;
-            return Ok(ClaimReply {
-                claim: self.claim_view(&c)?,
-            });
-        }
+        let k = match self
+            .ctx
+            .keys
+            .begin(
+                &p.workspace_id,
+                actor,
+                "claim.extend",
+                &p.idempotency_key,
+                &ClaimExtendParams {
+                    idempotency_key: String::new(),
+                    ..p.clone()
+                },
+            )
+            .await?
+        {
+            Prologue::Replay(id) => {
+                let c = self.claim_in(&p.workspace_id, &id).await?;
+                return Ok(ClaimReply {
+                    claim: self.claim_view(&c)?,
+                });
+            }
+            Prologue::Fresh(k) => k,
+        };
         let c = on_fresh_read(|| async {
             let c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
             if c.holder != actor.key() {
@@ -394,21 +413,30 @@ impl Claims {
         let key = p.idempotency_key.clone().ok_or_else(|| {
             ServiceError::invalid_field("idempotency_key", "claim.release needs an idempotency_key")
         })?;
-        let k = self.ctx.keys.keyed(
-            "claim.release",
-            &key,
-            &ClaimKeyedParams {
-                idempotency_key: None,
-                ..p.clone()
-            },
-        )?;
-        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
-            let c = self.claim_in(&p.workspace_id, &id).await?;
-            return Ok(ClaimReleaseReply {
-                claim: self.claim_view(&c)?,
-                changed: true,
-            });
-        }
+        let k = match self
+            .ctx
+            .keys
+            .begin(
+                &p.workspace_id,
+                actor,
+                "claim.release",
+                &key,
+                &ClaimKeyedParams {
+                    idempotency_key: None,
+                    ..p.clone()
+                },
+            )
+            .await?
+        {
+            Prologue::Replay(id) => {
+                let c = self.claim_in(&p.workspace_id, &id).await?;
+                return Ok(ClaimReleaseReply {
+                    claim: self.claim_view(&c)?,
+                    changed: true,
+                });
+            }
+            Prologue::Fresh(k) => k,
+        };
         let binding = k.binding(&p.workspace_id, actor, &p.claim_id);
         let moved = self
             .move_claim(&p.workspace_id, &p.claim_id, |c| {
@@ -497,25 +525,33 @@ impl Claims {
     ) -> Result<ClaimReply, ServiceError> {
         self.ctx
             .governed(actor, &p.workspace_id, Permission::Propose)?;
+        // The key is optional here: a heartbeat without one is simply sent again.
         let k = match &p.idempotency_key {
             None => None,
-            Some(key) => Some(self.ctx.keys.keyed(
-                "claim.heartbeat",
-                key,
-                &ClaimKeyedParams {
-                    idempotency_key: None,
-                    ..p.clone()
-                },
-            )?),
+            Some(key) => match self
+                .ctx
+                .keys
+                .begin(
+                    &p.workspace_id,
+                    actor,
+                    "claim.heartbeat",
+                    key,
+                    &ClaimKeyedParams {
+                        idempotency_key: None,
+                        ..p.clone()
+                    },
+                )
+                .await?
+            {
+                Prologue::Replay(id) => {
+                    let c = self.claim_in(&p.workspace_id, &id).await?;
+                    return Ok(ClaimReply {
+                        claim: self.claim_view(&c)?,
+                    });
+                }
+                Prologue::Fresh(k) => Some(k),
+            },
         };
-        if let Some(k) = &k
-            && let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, k).await?
-        {
-            let c = self.claim_in(&p.workspace_id, &id).await?;
-            return Ok(ClaimReply {
-                claim: self.claim_view(&c)?,
-            });
-        }
         let c = on_fresh_read(|| async {
             let mut c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
             if c.holder != actor.key() {
@@ -579,23 +615,32 @@ impl Claims {
                 )));
             }
         };
-        let k = self.ctx.keys.keyed(
-            operation,
-            &p.idempotency_key,
-            &ClaimAdminParams {
-                idempotency_key: String::new(),
-                ..p.clone()
-            },
-        )?;
         if let Some(r) = &p.reason {
             check_text("reason", r, true)?;
         }
-        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
-            let c = self.claim_in(&p.workspace_id, &id).await?;
-            return Ok(ClaimReply {
-                claim: self.claim_view(&c)?,
-            });
-        }
+        let k = match self
+            .ctx
+            .keys
+            .begin(
+                &p.workspace_id,
+                actor,
+                operation,
+                &p.idempotency_key,
+                &ClaimAdminParams {
+                    idempotency_key: String::new(),
+                    ..p.clone()
+                },
+            )
+            .await?
+        {
+            Prologue::Replay(id) => {
+                let c = self.claim_in(&p.workspace_id, &id).await?;
+                return Ok(ClaimReply {
+                    claim: self.claim_view(&c)?,
+                });
+            }
+            Prologue::Fresh(k) => k,
+        };
         if event == ClaimEvent::Release && p.reason.is_none() {
             return Err(ServiceError::invalid_field(
                 "reason",

@@ -8,6 +8,7 @@ use crate::domain::claim::{ClaimState, ResourceId};
 use crate::engine::actor::Actor;
 use crate::engine::error::ServiceError;
 use crate::engine::governed::Claims;
+use crate::engine::idempotency::Prologue;
 use crate::wire::{
     ContentionListParams, ContentionState, ContentionView, ResolutionKind, ResolveContentionParams,
 };
@@ -120,46 +121,51 @@ impl Claims {
         use crate::store::contentions::{Resolution, Resolve};
         self.ctx
             .governed(actor, &p.workspace_id, Permission::Admin)?;
-        let k = self.ctx.keys.keyed(
-            "claim.resolve_contention",
-            &p.idempotency_key,
-            &ResolveContentionParams {
-                idempotency_key: String::new(),
-                ..p.clone()
-            },
-        )?;
         check_text("reason", &p.reason, true)?;
         let actor_key = actor.key();
-        if self
+        let k = match self
             .ctx
             .keys
-            .replay_of(&p.workspace_id, actor, &k)
+            .begin(
+                &p.workspace_id,
+                actor,
+                "claim.resolve_contention",
+                &p.idempotency_key,
+                &ResolveContentionParams {
+                    idempotency_key: String::new(),
+                    ..p.clone()
+                },
+            )
             .await?
-            .is_some()
         {
-            // The original answer: the resolution and the claim it extended or transferred.
-            let c = self
-                .ctx
-                .data
-                .store
-                .contention(&p.workspace_id, &p.contention_id)
-                .await?
-                .ok_or_else(|| ServiceError::internal("a bound contention is gone"))?;
-            let claim = match p.resolution {
-                ResolutionKind::Transfer | ResolutionKind::ExtendLease => Some(
-                    self.claim_view(&self.claim_in(&p.workspace_id, &c.challenged_claim).await?)?,
-                ),
-                ResolutionKind::KeepOwner
-                | ResolutionKind::RejectContender
-                | ResolutionKind::Split
-                | ResolutionKind::Narrow => None,
-            };
-            return Ok(crate::wire::ContentionResolveReply {
-                contention_id: c.contention_id,
-                resolution: p.resolution,
-                claim,
-            });
-        }
+            Prologue::Replay(_) => {
+                // The original answer: the resolution and the claim it extended or transferred.
+                let c = self
+                    .ctx
+                    .data
+                    .store
+                    .contention(&p.workspace_id, &p.contention_id)
+                    .await?
+                    .ok_or_else(|| ServiceError::internal("a bound contention is gone"))?;
+                let claim = match p.resolution {
+                    ResolutionKind::Transfer | ResolutionKind::ExtendLease => {
+                        Some(self.claim_view(
+                            &self.claim_in(&p.workspace_id, &c.challenged_claim).await?,
+                        )?)
+                    }
+                    ResolutionKind::KeepOwner
+                    | ResolutionKind::RejectContender
+                    | ResolutionKind::Split
+                    | ResolutionKind::Narrow => None,
+                };
+                return Ok(crate::wire::ContentionResolveReply {
+                    contention_id: c.contention_id,
+                    resolution: p.resolution,
+                    claim,
+                });
+            }
+            Prologue::Fresh(k) => k,
+        };
         let open = self
             .ctx
             .data

@@ -13,6 +13,7 @@ use crate::domain::transaction::{ControlAction, TxEvent};
 use crate::engine::actor::Actor;
 use crate::engine::error::ServiceError;
 use crate::engine::governed::Applies;
+use crate::engine::idempotency::Prologue;
 use crate::install::{self, Image, PathState};
 use crate::wire::{
     ApplyParams, ClaimAcquireParams, ProposalCreateParams, TransactionControlParams,
@@ -68,14 +69,6 @@ impl Applies {
         let worktree = self
             .ctx
             .governed(actor, &p.workspace_id, Permission::Apply)?;
-        let k = self.ctx.keys.keyed(
-            "transaction.control",
-            &p.idempotency_key,
-            &TransactionControlParams {
-                idempotency_key: String::new(),
-                ..p.clone()
-            },
-        )?;
         if let Some(r) = &p.reason {
             super::requests::check_text("reason", r, true)?;
         }
@@ -93,21 +86,39 @@ impl Applies {
         };
         // A replay answers what the first call did (compensate replays through the keys it
         // derives for its claims and proposal).
-        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
-            return match p.action {
-                ControlAction::Retry => {
-                    let t = self.tx_in(&p.workspace_id, &id).await?;
-                    self.replayed_apply(&t).await.map(ControlReply::Applied)
-                }
-                ControlAction::Cancel | ControlAction::Compensate | ControlAction::Resolve => self
-                    .transaction_show(actor, show)
-                    .await
-                    .map(ControlReply::Transaction),
-                ControlAction::Validate | ControlAction::Stage => {
-                    Err(ServiceError::internal("validate and stage bind no key"))
-                }
-            };
-        }
+        let k = match self
+            .ctx
+            .keys
+            .begin(
+                &p.workspace_id,
+                actor,
+                "transaction.control",
+                &p.idempotency_key,
+                &TransactionControlParams {
+                    idempotency_key: String::new(),
+                    ..p.clone()
+                },
+            )
+            .await?
+        {
+            Prologue::Replay(id) => {
+                return match p.action {
+                    ControlAction::Retry => {
+                        let t = self.tx_in(&p.workspace_id, &id).await?;
+                        self.replayed_apply(&t).await.map(ControlReply::Applied)
+                    }
+                    ControlAction::Cancel | ControlAction::Compensate | ControlAction::Resolve => {
+                        self.transaction_show(actor, show)
+                            .await
+                            .map(ControlReply::Transaction)
+                    }
+                    ControlAction::Validate | ControlAction::Stage => {
+                        Err(ServiceError::internal("validate and stage bind no key"))
+                    }
+                };
+            }
+            Prologue::Fresh(k) => k,
+        };
         if p.action == ControlAction::Stage {
             return Err(ServiceError::precondition_field(
                 "action",

@@ -8,6 +8,7 @@ use crate::domain::claim::{ClaimEvent, ClaimState, ResourceId, Span};
 use crate::engine::actor::Actor;
 use crate::engine::error::ServiceError;
 use crate::engine::governed::Claims;
+use crate::engine::idempotency::Prologue;
 use crate::store::Inserted;
 use crate::store::claims::{ClaimFilter, Transition};
 use crate::wire::{EndSessionParams, ReconcileParams, ResourceShowParams};
@@ -96,17 +97,26 @@ impl Claims {
         let worktree = self
             .ctx
             .governed(actor, &p.workspace_id, Permission::Admin)?;
-        let k = self.ctx.keys.keyed(
-            "claim.reconcile",
-            &p.idempotency_key,
-            &ReconcileParams {
-                idempotency_key: String::new(),
-                ..p.clone()
-            },
-        )?;
-        if let Some(answer) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
-            return stored_answer(&answer);
-        }
+        let k = match self
+            .ctx
+            .keys
+            .begin(
+                &p.workspace_id,
+                actor,
+                "claim.reconcile",
+                &p.idempotency_key,
+                &ReconcileParams {
+                    idempotency_key: String::new(),
+                    ..p.clone()
+                },
+            )
+            .await?
+        {
+            Prologue::Replay(answer) => {
+                return stored_answer(&answer);
+            }
+            Prologue::Fresh(k) => k,
+        };
         let rows = self
             .ctx
             .data
@@ -193,17 +203,26 @@ impl Claims {
         self.ctx
             .governed(actor, &p.workspace_id, Permission::Propose)?;
         check_text("session_id", &p.session_id, true)?;
-        let k = self.ctx.keys.keyed(
-            "claim.end_session",
-            &p.idempotency_key,
-            &EndSessionParams {
-                idempotency_key: String::new(),
-                ..p.clone()
-            },
-        )?;
-        if let Some(answer) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
-            return stored_answer(&answer);
-        }
+        let k = match self
+            .ctx
+            .keys
+            .begin(
+                &p.workspace_id,
+                actor,
+                "claim.end_session",
+                &p.idempotency_key,
+                &EndSessionParams {
+                    idempotency_key: String::new(),
+                    ..p.clone()
+                },
+            )
+            .await?
+        {
+            Prologue::Replay(answer) => {
+                return stored_answer(&answer);
+            }
+            Prologue::Fresh(k) => k,
+        };
         let rows = self
             .ctx
             .data
@@ -275,12 +294,9 @@ impl Claims {
             .await?
         {
             Inserted::New => Ok(answer),
-            Inserted::Existing { digest, result_id } if digest == k.digest => {
-                stored_answer(&result_id)
+            Inserted::Existing { digest, result_id } => {
+                stored_answer(&k.judge(&digest, result_id)?)
             }
-            Inserted::Existing { .. } => Err(ServiceError::Conflict(
-                "idempotency_key was already used with different parameters".into(),
-            )),
         }
     }
 
@@ -373,20 +389,29 @@ impl Claims {
                 Permission::Propose
             },
         )?;
-        let k = self.ctx.keys.keyed(
-            "claim.resume",
-            &p.idempotency_key,
-            &crate::wire::ClaimResumeParams {
-                idempotency_key: String::new(),
-                ..p.clone()
-            },
-        )?;
-        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
-            let c = self.claim_in(&p.workspace_id, &id).await?;
-            return Ok(crate::wire::ClaimReply {
-                claim: self.claim_view(&c)?,
-            });
-        }
+        let k = match self
+            .ctx
+            .keys
+            .begin(
+                &p.workspace_id,
+                actor,
+                "claim.resume",
+                &p.idempotency_key,
+                &crate::wire::ClaimResumeParams {
+                    idempotency_key: String::new(),
+                    ..p.clone()
+                },
+            )
+            .await?
+        {
+            Prologue::Replay(id) => {
+                let c = self.claim_in(&p.workspace_id, &id).await?;
+                return Ok(crate::wire::ClaimReply {
+                    claim: self.claim_view(&c)?,
+                });
+            }
+            Prologue::Fresh(k) => k,
+        };
         let c = self.claim_in(&p.workspace_id, &p.claim_id).await?;
         let holder = c.holder == actor.key();
         if !holder && !admin {

@@ -17,6 +17,7 @@ use crate::domain::proposal::{ProposalState, Risk, is_revision};
 use crate::engine::actor::Actor;
 use crate::engine::error::ServiceError;
 use crate::engine::governed::Proposals;
+use crate::engine::idempotency::Prologue;
 use crate::limits;
 use crate::store::proposals::ProposalRow;
 use crate::store::reviews::{DecisionRow, NewVote, ReviewEvidence as StoredReview};
@@ -310,14 +311,6 @@ impl Proposals {
     ) -> Result<w::VoteReply, ServiceError> {
         self.ctx
             .governed(actor, &p.workspace_id, Permission::View)?;
-        let k = self.ctx.keys.keyed(
-            "vote.cast",
-            &p.idempotency_key,
-            &VoteCastParams {
-                idempotency_key: String::new(),
-                ..p.clone()
-            },
-        )?;
         check_revision(&p.revision)?;
         check_md("reason_md", &p.reason_md, true)?;
         let confidence = p.confidence.unwrap_or(1.0);
@@ -327,16 +320,33 @@ impl Proposals {
                 format!("confidence is {confidence}; it must be between 0.0 and 1.0"),
             ));
         }
-        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
-            let v = self
-                .ctx
-                .data
-                .store
-                .vote(&id)
-                .await?
-                .ok_or_else(|| ServiceError::internal("a bound vote is gone"))?;
-            return Ok(w::VoteReply { vote: v.into() });
-        }
+        let k = match self
+            .ctx
+            .keys
+            .begin(
+                &p.workspace_id,
+                actor,
+                "vote.cast",
+                &p.idempotency_key,
+                &VoteCastParams {
+                    idempotency_key: String::new(),
+                    ..p.clone()
+                },
+            )
+            .await?
+        {
+            Prologue::Replay(id) => {
+                let v = self
+                    .ctx
+                    .data
+                    .store
+                    .vote(&id)
+                    .await?
+                    .ok_or_else(|| ServiceError::internal("a bound vote is gone"))?;
+                return Ok(w::VoteReply { vote: v.into() });
+            }
+            Prologue::Fresh(k) => k,
+        };
         let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
         let (_, roles) = self.reviewer(actor, &p.workspace_id, &row.author, "vote on")?;
         let vote_id = format!("vot_{}", crate::ids::new_creation_key());
@@ -392,30 +402,39 @@ impl Proposals {
     ) -> Result<w::SecurityReviewReply, ServiceError> {
         self.ctx
             .governed(actor, &p.workspace_id, Permission::View)?;
-        let k = self.ctx.keys.keyed(
-            "security.review",
-            &p.idempotency_key,
-            &SecurityReviewParams {
-                idempotency_key: String::new(),
-                ..p.clone()
-            },
-        )?;
         check_revision(&p.revision)?;
         check_md("notes_md", &p.notes_md, false)?;
-        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
-            let r = self
-                .ctx
-                .data
-                .store
-                .security_reviews(&p.proposal_id)
-                .await?
-                .into_iter()
-                .find(|r| r.review_id == id)
-                .ok_or_else(|| ServiceError::internal("a bound security review is gone"))?;
-            return Ok(w::SecurityReviewReply {
-                security_review: r.into(),
-            });
-        }
+        let k = match self
+            .ctx
+            .keys
+            .begin(
+                &p.workspace_id,
+                actor,
+                "security.review",
+                &p.idempotency_key,
+                &SecurityReviewParams {
+                    idempotency_key: String::new(),
+                    ..p.clone()
+                },
+            )
+            .await?
+        {
+            Prologue::Replay(id) => {
+                let r = self
+                    .ctx
+                    .data
+                    .store
+                    .security_reviews(&p.proposal_id)
+                    .await?
+                    .into_iter()
+                    .find(|r| r.review_id == id)
+                    .ok_or_else(|| ServiceError::internal("a bound security review is gone"))?;
+                return Ok(w::SecurityReviewReply {
+                    security_review: r.into(),
+                });
+            }
+            Prologue::Fresh(k) => k,
+        };
         let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
         let (_, roles) = self.reviewer(actor, &p.workspace_id, &row.author, "review")?;
         if !roles.iter().any(|r| r == SECURITY) {
@@ -454,18 +473,27 @@ impl Proposals {
     ) -> Result<w::ApprovalReply, ServiceError> {
         self.ctx
             .governed(actor, &p.workspace_id, Permission::View)?;
-        let k = self.ctx.keys.keyed(
-            "human.request_approval",
-            &p.idempotency_key,
-            &RequestApprovalParams {
-                idempotency_key: String::new(),
-                ..p.clone()
-            },
-        )?;
         check_revision(&p.revision)?;
-        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
-            return self.approval_reply(&id).await;
-        }
+        let k = match self
+            .ctx
+            .keys
+            .begin(
+                &p.workspace_id,
+                actor,
+                "human.request_approval",
+                &p.idempotency_key,
+                &RequestApprovalParams {
+                    idempotency_key: String::new(),
+                    ..p.clone()
+                },
+            )
+            .await?
+        {
+            Prologue::Replay(id) => {
+                return self.approval_reply(&id).await;
+            }
+            Prologue::Fresh(k) => k,
+        };
         let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
         let may = actor.key() == row.author
             || [Permission::Review, Permission::Approve, Permission::Admin]
@@ -576,14 +604,6 @@ impl Proposals {
             .authorize(actor, &p.workspace_id, Permission::Approve)?;
         self.ctx
             .governed(actor, &p.workspace_id, Permission::Approve)?;
-        let k = self.ctx.keys.keyed(
-            "human.decide",
-            &p.idempotency_key,
-            &HumanDecideParams {
-                idempotency_key: String::new(),
-                ..p.clone()
-            },
-        )?;
         check_md("reason_md", &p.reason_md, true)?;
         let override_votes = p.override_votes.unwrap_or(false);
         if override_votes && !p.approve {
@@ -592,9 +612,26 @@ impl Proposals {
                 "override needs approve: true (a denial overrides nothing)",
             ));
         }
-        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
-            return self.approval_reply(&id).await;
-        }
+        let k = match self
+            .ctx
+            .keys
+            .begin(
+                &p.workspace_id,
+                actor,
+                "human.decide",
+                &p.idempotency_key,
+                &HumanDecideParams {
+                    idempotency_key: String::new(),
+                    ..p.clone()
+                },
+            )
+            .await?
+        {
+            Prologue::Replay(id) => {
+                return self.approval_reply(&id).await;
+            }
+            Prologue::Fresh(k) => k,
+        };
         let not_found = || {
             ServiceError::NotFound(format!(
                 "approval {:?} not found in workspace {:?}",
@@ -680,14 +717,6 @@ impl Proposals {
                     .into(),
             ));
         }
-        let k = self.ctx.keys.keyed(
-            "decision.record",
-            &p.idempotency_key,
-            &DecisionRecordParams {
-                idempotency_key: String::new(),
-                ..p.clone()
-            },
-        )?;
         if !(1..=64).contains(&p.decision.len())
             || !p
                 .decision
@@ -706,16 +735,33 @@ impl Proposals {
         if let Some(r) = &p.revision {
             check_revision(r)?;
         }
-        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
-            let d = self
-                .ctx
-                .data
-                .store
-                .decision(&id)
-                .await?
-                .ok_or_else(|| ServiceError::internal("a bound decision is gone"))?;
-            return Ok(w::DecisionReply { decision: d.into() });
-        }
+        let k = match self
+            .ctx
+            .keys
+            .begin(
+                &p.workspace_id,
+                actor,
+                "decision.record",
+                &p.idempotency_key,
+                &DecisionRecordParams {
+                    idempotency_key: String::new(),
+                    ..p.clone()
+                },
+            )
+            .await?
+        {
+            Prologue::Replay(id) => {
+                let d = self
+                    .ctx
+                    .data
+                    .store
+                    .decision(&id)
+                    .await?
+                    .ok_or_else(|| ServiceError::internal("a bound decision is gone"))?;
+                return Ok(w::DecisionReply { decision: d.into() });
+            }
+            Prologue::Fresh(k) => k,
+        };
         let revision = match (&p.proposal_id, &p.revision) {
             (None, Some(_)) => {
                 return Err(ServiceError::invalid_field(

@@ -91,7 +91,6 @@ impl Integration {
         });
         let Begun {
             mut l,
-            replayed,
             actor_key,
             key,
             guard: _guard,
@@ -106,9 +105,9 @@ impl Integration {
                 &digest,
             )
             .await?;
-        if replayed {
+        let Some(key) = key else {
             return self.hydrate(l.c).await;
-        }
+        };
         let rev = frozen_revision(&l.c)?;
         if p.candidate_revision != rev {
             return Err(ServiceError::precondition_field(

@@ -8,9 +8,10 @@ use crate::engine::Context;
 use crate::engine::actor::Actor;
 use crate::engine::blocking::blocking;
 use crate::engine::error::ServiceError;
+use crate::engine::idempotency::Prologue;
 use crate::ids::parse_rfc3339 as parse_time;
 use crate::staging::plumbing::RefOp;
-use crate::store::{Binding, Inserted};
+use crate::store::Inserted;
 use crate::wire::{RecordParams, ShowParams};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -121,21 +122,21 @@ impl Evidence {
             revision: &p.revision,
             transcript_sha256: transcript_sha256.as_deref(),
         });
-        let actor_key = actor.key();
-        if let Some((d, r)) = self
+        let k = match self
             .ctx
-            .data
-            .store
-            .binding(
+            .keys
+            .begin_digest(
                 &p.workspace_id,
-                &actor_key,
+                actor,
                 "evidence.record",
                 &p.idempotency_key,
+                digest,
             )
             .await?
         {
-            return self.replay_evidence(&d, &digest, &r).await;
-        }
+            Prologue::Replay(r) => return self.replay_evidence(&r).await,
+            Prologue::Fresh(k) => k,
+        };
         let evidence_ref = format!("evi_{}", crate::ids::new_creation_key());
         let now = self.ctx.clock.now();
         let packet = EvidencePacket {
@@ -176,15 +177,7 @@ impl Evidence {
             .data
             .store
             .insert_evidence(
-                Binding {
-                    workspace_id: p.workspace_id.clone(),
-                    actor_key,
-                    operation: "evidence.record".into(),
-                    idempotency_key: p.idempotency_key.clone(),
-                    created_at: self.ctx.now_rfc3339(),
-                    digest: digest.clone(),
-                    result_id: evidence_ref.clone(),
-                },
+                k.binding(&p.workspace_id, actor, &evidence_ref),
                 p.workspace_id.clone(),
                 p.run_id.clone(),
                 packet.expires_at.clone(),
@@ -205,22 +198,13 @@ impl Evidence {
                     }]);
                     let _ = std::fs::remove_file(self.transcript_path(&evidence_ref));
                 });
-                self.replay_evidence(&d, &digest, &result_id).await
+                self.replay_evidence(&k.judge(&d, result_id)?).await
             }
         }
     }
 
-    async fn replay_evidence(
-        &self,
-        bound: &str,
-        digest: &str,
-        evidence_ref: &str,
-    ) -> Result<EvidencePacket, ServiceError> {
-        if bound != digest {
-            return Err(ServiceError::Conflict(
-                "idempotency_key was already used with different parameters".into(),
-            ));
-        }
+    /// The packet a replayed `evidence.record` recorded.
+    async fn replay_evidence(&self, evidence_ref: &str) -> Result<EvidencePacket, ServiceError> {
         self.load_packet(evidence_ref).await?.ok_or_else(|| {
             ServiceError::precondition(format!(
                 "evidence {evidence_ref} has expired and was purged"

@@ -36,7 +36,7 @@ use crate::engine::actor::{Actor, SystemTask};
 use crate::engine::admission::{Admission, Admitted, Operation};
 use crate::engine::blocking::blocking;
 use crate::engine::error::ServiceError;
-use crate::engine::idempotency::Keyed;
+use crate::engine::idempotency::{Keyed, Prologue};
 use crate::engine::runner::pipeline::{CandidateLink, Link, RunError, Step};
 use crate::engine::service::{Integration, parse_time};
 use crate::limits;
@@ -64,16 +64,16 @@ pub(crate) struct Loaded {
 }
 
 /// The start of an idempotent candidate mutation: the candidate locked (the guard is held for
-/// as long as this value lives), loaded and admitted, and whether this exact request (same
-/// actor, key and parameters) already completed, in which case the caller answers with the
-/// current candidate. The same key with other parameters is `conflict` before anything is
-/// loaded for change. [`Integration::save_mutation`] is the end of every such mutation.
+/// as long as this value lives), loaded and admitted, and the key the mutation will be
+/// recorded and bound under, or none when this exact request (same actor, key and parameters)
+/// already completed, in which case the caller answers with the current candidate. The same
+/// key with other parameters is `conflict` before anything is changed.
+/// [`Integration::save_mutation`] is the end of every such mutation.
 pub(crate) struct Begun {
     pub(crate) l: Loaded,
-    pub(crate) replayed: bool,
     pub(crate) actor_key: String,
-    /// What the mutation will be recorded and bound under.
-    pub(crate) key: MutationKey,
+    /// What the mutation will be recorded and bound under; none for a replay.
+    pub(crate) key: Option<MutationKey>,
     pub(crate) guard: tokio::sync::OwnedMutexGuard<()>,
     /// The admission of this mutation, held until the caller is done.
     pub(crate) admitted: Admitted,
@@ -115,7 +115,8 @@ impl Integration {
     }
 
     /// Locks and loads a candidate for an idempotent mutation, admits the operation on it, and
-    /// checks for a replay.
+    /// goes through the one prologue ([`crate::engine::idempotency::Keys::begin`]), under
+    /// `<operation>/<candidate_id>`.
     pub(super) async fn begin_mutation(
         &self,
         actor: &Actor,
@@ -126,28 +127,31 @@ impl Integration {
         digest: &str,
     ) -> Result<Begun, ServiceError> {
         let actor_key = actor.key();
-        let keyed = self.ctx.keys.keyed_digest(
-            format!("{}/{candidate_id}", op.as_str()),
-            idempotency_key,
-            digest.to_string(),
-        )?;
-        let key = MutationKey {
-            workspace_id: workspace_id.to_string(),
-            actor_key: actor_key.clone(),
-            keyed,
-        };
         let guard = self.candidate_lock(candidate_id).lock_owned().await;
         let l = self.load(workspace_id, candidate_id).await?;
         let admitted = self.admit_on(actor, op, true, &l.c)?;
-        let replayed = self
+        let key = match self
             .ctx
             .keys
-            .replay_of(workspace_id, actor, &key.keyed)
+            .begin_digest(
+                workspace_id,
+                actor,
+                format!("{}/{candidate_id}", op.as_str()),
+                idempotency_key,
+                digest.to_string(),
+            )
             .await?
-            .is_some();
+        {
+            Prologue::Fresh(keyed) => Some(MutationKey {
+                workspace_id: workspace_id.to_string(),
+                actor_key: actor_key.clone(),
+                keyed,
+            }),
+            // The same call again: answered with the candidate as it is now.
+            Prologue::Replay(_) => None,
+        };
         Ok(Begun {
             l,
-            replayed,
             actor_key,
             key,
             guard,

@@ -25,22 +25,25 @@ impl Integration {
         };
         let digest = candidate::digest(&key_params);
         let actor_key = actor.key();
-        if let Some((d, cid)) = self
+        // The key's gate is held until this prepare ends (assembly included): a duplicate
+        // waits, then continues or returns the candidate this one made.
+        let k = match self
             .ctx
-            .data
-            .store
-            .binding(
+            .keys
+            .begin_digest(
                 &p.workspace_id,
-                &actor_key,
+                actor,
                 "integration.prepare",
                 &p.idempotency_key,
+                digest.clone(),
             )
             .await?
         {
-            return self
-                .replay_prepare(actor, &p.workspace_id, &d, &digest, &cid)
-                .await;
-        }
+            Prologue::Replay(cid) => {
+                return self.replay_prepare(actor, &p.workspace_id, &cid).await;
+            }
+            Prologue::Fresh(k) => k,
+        };
         if p.submissions.is_empty() || p.submissions.len() > MAX_SUBMISSIONS {
             return Err(ServiceError::invalid_field(
                 "submissions",
@@ -269,15 +272,7 @@ impl Integration {
             .data
             .store
             .insert_candidate(
-                Binding {
-                    workspace_id: p.workspace_id.clone(),
-                    actor_key,
-                    operation: "integration.prepare".into(),
-                    idempotency_key: p.idempotency_key.clone(),
-                    created_at: c.created_at.clone(),
-                    digest: digest.clone(),
-                    result_id: cid.clone(),
-                },
+                k.binding_for(&p.workspace_id, &actor_key, &cid),
                 c.expires_at.clone(),
                 CandidateState::Preparing.as_str(),
                 serde_json::to_string(&c).expect("a candidate serializes"),
@@ -298,27 +293,20 @@ impl Integration {
                 digest: d,
                 result_id,
             } => {
-                self.replay_prepare(actor, &p.workspace_id, &d, &digest, &result_id)
-                    .await
+                let cid = k.judge(&d, result_id)?;
+                self.replay_prepare(actor, &p.workspace_id, &cid).await
             }
         }
     }
 
-    /// A prepare whose binding exists: the same parameters continue (or return) the bound
-    /// candidate, admitted again with `new_candidate = false`; other parameters are `conflict`.
+    /// A prepare whose binding exists with the same parameters: continues (or returns) the
+    /// bound candidate, admitted again with `new_candidate = false`.
     pub(super) async fn replay_prepare(
         &self,
         actor: &Actor,
         ws: &str,
-        bound: &str,
-        digest: &str,
         cid: &str,
     ) -> Result<Candidate, ServiceError> {
-        if bound != digest {
-            return Err(ServiceError::Conflict(
-                "idempotency_key was already used with different parameters".into(),
-            ));
-        }
         let existing = self.load_candidate(ws, cid).await?;
         let _admitted = self.admit(Admission {
             operation: Operation::Prepare,

@@ -105,7 +105,6 @@ impl Integration {
         });
         let Begun {
             mut l,
-            replayed,
             actor_key,
             key,
             guard: _guard,
@@ -120,9 +119,9 @@ impl Integration {
                 &digest,
             )
             .await?;
-        if replayed {
+        let Some(key) = key else {
             return Ok(l.c); // completed earlier: the original binding stands
-        }
+        };
         if l.c.state.is_fenced() {
             return Err(ServiceError::precondition(format!(
                 "candidate is {}",

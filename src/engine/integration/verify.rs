@@ -45,7 +45,6 @@ impl Integration {
         });
         let Begun {
             l,
-            replayed,
             key,
             guard: _guard,
             admitted: _admitted,
@@ -61,9 +60,9 @@ impl Integration {
             )
             .await?;
         let c = l.c;
-        if replayed {
+        let Some(key) = key else {
             return self.hydrate(c).await;
-        }
+        };
         let rev = frozen_revision(&c)?;
         if p.candidate_revision != rev {
             return Err(ServiceError::precondition_field(

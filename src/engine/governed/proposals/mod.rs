@@ -21,6 +21,7 @@ use crate::domain::proposal::{ProposalEvent, ProposalState, Risk};
 use crate::engine::actor::Actor;
 use crate::engine::error::ServiceError;
 use crate::engine::governed::{Claims, Proposals};
+use crate::engine::idempotency::Prologue;
 use crate::limits;
 use crate::patch::coverage::Held;
 use crate::patch::{ChangeKind, Patch};
@@ -311,14 +312,6 @@ impl Proposals {
         let worktree = self
             .ctx
             .governed(actor, &p.workspace_id, Permission::Propose)?;
-        let k = self.ctx.keys.keyed(
-            "proposal.create",
-            &p.idempotency_key,
-            &ProposalCreateParams {
-                idempotency_key: String::new(),
-                ..p.clone()
-            },
-        )?;
         check_text("task_id", &p.task_id, true)?;
         for (field, v) in [
             ("session_id", &p.session_id),
@@ -368,10 +361,27 @@ impl Proposals {
         let raw = self.patch_bytes(p.patch.clone(), p.patch_base64.clone())?;
         let patch = self.checked_patch(&raw)?;
         let author = actor.key();
-        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
-            let row = self.proposal_in(&p.workspace_id, &id).await?;
-            return self.proposal_reply(&row).await;
-        }
+        let k = match self
+            .ctx
+            .keys
+            .begin(
+                &p.workspace_id,
+                actor,
+                "proposal.create",
+                &p.idempotency_key,
+                &ProposalCreateParams {
+                    idempotency_key: String::new(),
+                    ..p.clone()
+                },
+            )
+            .await?
+        {
+            Prologue::Replay(id) => {
+                let row = self.proposal_in(&p.workspace_id, &id).await?;
+                return self.proposal_reply(&row).await;
+            }
+            Prologue::Fresh(k) => k,
+        };
         let affected = affected_resources(p.affected_resources.as_deref(), &patch)?;
         Self::check_links(&worktree, &patch).await?;
         self.check_held(&p.workspace_id, &worktree, &author, &affected, &patch)
@@ -426,12 +436,7 @@ impl Proposals {
             Inserted::Existing {
                 digest: bound,
                 result_id,
-            } if bound == k.digest => result_id,
-            Inserted::Existing { .. } => {
-                return Err(ServiceError::Conflict(
-                    "idempotency_key was already used with different parameters".into(),
-                ));
-            }
+            } => k.judge(&bound, result_id)?,
         };
         let row = self.proposal_in(&p.workspace_id, &id).await?;
         self.proposal_reply(&row).await
@@ -446,21 +451,30 @@ impl Proposals {
         let worktree = self
             .ctx
             .governed(actor, &p.workspace_id, Permission::Propose)?;
-        let k = self.ctx.keys.keyed(
-            "proposal.attach_patch",
-            &p.idempotency_key,
-            &ProposalAttachParams {
-                idempotency_key: String::new(),
-                ..p.clone()
-            },
-        )?;
         let raw = self.patch_bytes(p.patch.clone(), p.patch_base64.clone())?;
         let patch = self.checked_patch(&raw)?;
         let author = actor.key();
-        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
-            let row = self.proposal_in(&p.workspace_id, &id).await?;
-            return self.proposal_reply(&row).await;
-        }
+        let k = match self
+            .ctx
+            .keys
+            .begin(
+                &p.workspace_id,
+                actor,
+                "proposal.attach_patch",
+                &p.idempotency_key,
+                &ProposalAttachParams {
+                    idempotency_key: String::new(),
+                    ..p.clone()
+                },
+            )
+            .await?
+        {
+            Prologue::Replay(id) => {
+                let row = self.proposal_in(&p.workspace_id, &id).await?;
+                return self.proposal_reply(&row).await;
+            }
+            Prologue::Fresh(k) => k,
+        };
         let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
         if row.author != author {
             return Err(ServiceError::PermissionDenied(
@@ -576,14 +590,6 @@ impl Proposals {
                 )));
             }
         };
-        let k = self.ctx.keys.keyed(
-            method,
-            &p.idempotency_key,
-            &ProposalTransitionParams {
-                idempotency_key: String::new(),
-                ..p.clone()
-            },
-        )?;
         match (&p.reason_md, event) {
             (None, ProposalEvent::Reject) => {
                 return Err(ServiceError::invalid_field(
@@ -597,10 +603,27 @@ impl Proposals {
             (None, _) => {}
         }
         let key = actor.key();
-        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
-            let row = self.proposal_in(&p.workspace_id, &id).await?;
-            return self.transition_reply(&row, event).await;
-        }
+        let k = match self
+            .ctx
+            .keys
+            .begin(
+                &p.workspace_id,
+                actor,
+                method,
+                &p.idempotency_key,
+                &ProposalTransitionParams {
+                    idempotency_key: String::new(),
+                    ..p.clone()
+                },
+            )
+            .await?
+        {
+            Prologue::Replay(id) => {
+                let row = self.proposal_in(&p.workspace_id, &id).await?;
+                return self.transition_reply(&row, event).await;
+            }
+            Prologue::Fresh(k) => k,
+        };
         let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
         let by_author = row.author == key;
         match event {

@@ -12,6 +12,7 @@ use crate::domain::validation::{StageEvent, StageName, StageState};
 use crate::engine::actor::Actor;
 use crate::engine::error::ServiceError;
 use crate::engine::governed::{Claims, Proposals, Validations};
+use crate::engine::idempotency::Prologue;
 use crate::install::Fingerprint;
 use crate::patch::coverage::Held;
 use crate::store::applies::ValidationRow;
@@ -311,18 +312,27 @@ impl Validations {
         let worktree = self
             .ctx
             .governed(actor, &p.workspace_id, Permission::View)?;
-        let k = self.ctx.keys.keyed(
-            "patch.validate",
-            &p.idempotency_key,
-            &ValidateParams {
-                idempotency_key: String::new(),
-                ..p.clone()
-            },
-        )?;
-        if let Some(id) = self.ctx.keys.replay_of(&p.workspace_id, actor, &k).await? {
-            let (row, rec) = self.validation_in(&p.workspace_id, &id).await?;
-            return self.validation_reply(&row, &rec).await;
-        }
+        let k = match self
+            .ctx
+            .keys
+            .begin(
+                &p.workspace_id,
+                actor,
+                "patch.validate",
+                &p.idempotency_key,
+                &ValidateParams {
+                    idempotency_key: String::new(),
+                    ..p.clone()
+                },
+            )
+            .await?
+        {
+            Prologue::Replay(id) => {
+                let (row, rec) = self.validation_in(&p.workspace_id, &id).await?;
+                return self.validation_reply(&row, &rec).await;
+            }
+            Prologue::Fresh(k) => k,
+        };
         let prop = self
             .proposals
             .proposal_in(&p.workspace_id, &p.proposal_id)
