@@ -574,3 +574,105 @@ fn no_test_file_is_over_the_bound() {
         "at most {MAX_TEST_FILE_LINES} lines"
     );
 }
+
+/// The most inherent methods one type in `engine/` has, over all its `impl` blocks: a workflow
+/// step holds what it uses and does one step; a type past this wants splitting.
+const MAX_ENGINE_TYPE_METHODS: usize = 30;
+
+/// Inherent methods per type (`impl Name {` blocks at the top level of each file's code).
+fn methods_per_type(files: &[Source]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for s in files {
+        let mut current: Option<String> = None;
+        for line in s.code.lines() {
+            if let Some(rest) = line.strip_prefix("impl") {
+                // `impl Name {` or `impl<T> Name<T> {`, never `impl Trait for Name {`.
+                let rest = rest.trim_start();
+                let rest = if rest.starts_with('<') {
+                    rest.split_once("> ").map_or("", |(_, r)| r)
+                } else {
+                    rest
+                };
+                current = (rest.ends_with('{') && !rest.contains(" for "))
+                    .then(|| {
+                        rest.split(|c: char| !c.is_alphanumeric() && c != '_')
+                            .next()
+                            .unwrap_or("")
+                            .to_string()
+                    })
+                    .filter(|n| !n.is_empty());
+            } else if line == "}" {
+                current = None;
+            } else if let Some(name) = &current {
+                let l = line.trim_start_matches("    ");
+                let indent = line.len() - l.len();
+                let l = l
+                    .trim_start_matches("pub ")
+                    .trim_start_matches("pub(crate) ")
+                    .trim_start_matches("pub(super) ");
+                let l = if l.starts_with("pub(in ") {
+                    l.split_once(") ").map_or("", |(_, r)| r)
+                } else {
+                    l
+                };
+                if indent == 4 && (l.starts_with("fn ") || l.starts_with("async fn ")) {
+                    *out.entry(name.clone()).or_insert(0) += 1;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_type_in_the_engine_has_more_methods_than_the_bound() {
+    let engine: Vec<Source> = sources()
+        .into_iter()
+        .filter(|s| s.module.first().is_some_and(|m| m == "engine"))
+        .collect();
+    let counts = methods_per_type(&engine);
+    assert!(
+        counts.get("Candidates").is_some_and(|n| *n > 10),
+        "the reader counts methods over several files: {counts:?}"
+    );
+    let over: Vec<String> = counts
+        .iter()
+        .filter(|(_, n)| **n > MAX_ENGINE_TYPE_METHODS)
+        .map(|(t, n)| format!("{t}: {n}"))
+        .collect();
+    assert_eq!(
+        over,
+        Vec::<String>::new(),
+        "at most {MAX_ENGINE_TYPE_METHODS} methods per type in engine/"
+    );
+    // Outside the engine the same reader finds the store's many methods (one per query).
+    let all = methods_per_type(&sources());
+    assert!(
+        all.get("Store")
+            .is_some_and(|n| *n > MAX_ENGINE_TYPE_METHODS)
+    );
+}
+
+/// The API and its pages call the service's workflows and its read accessors; they never reach
+/// into the engine's context (its store, keys, repositories, runtime).
+#[test]
+fn the_api_never_reaches_into_the_engines_context() {
+    let reaching: Vec<String> = sources()
+        .into_iter()
+        .filter(|s| s.module.first().is_some_and(|m| m == "api"))
+        .filter(|s| {
+            let joined: String = s.code.split_whitespace().collect();
+            joined.contains(".ctx.") || joined.contains(".ctx,") || joined.contains(".ctx)")
+        })
+        .map(|s| s.path.display().to_string())
+        .collect();
+    assert_eq!(reaching, Vec::<String>::new());
+    let engine_reads_it = sources().into_iter().any(|s| {
+        s.module.first().is_some_and(|m| m == "engine")
+            && s.code
+                .split_whitespace()
+                .collect::<String>()
+                .contains(".ctx.")
+    });
+    assert!(engine_reads_it, "the reader finds the engine's own reads");
+}

@@ -273,7 +273,7 @@ impl Daemon {
         // and settled with its artifact.
         let unsettled = self
             .service
-            .integration
+            .candidate_verifications
             .cancel_all_workers(limits::SHUTDOWN_SETTLE_WAIT)
             .await;
         if unsettled > 0 {

@@ -20,41 +20,43 @@ pub(super) async fn dispatch(
         "integration.prepare" => {
             candidate(
                 svc,
-                svc.integration.prepare(actor, parse(method, body)?).await?,
+                svc.assembler.prepare(actor, parse(method, body)?).await?,
             )
             .await?
         }
         "integration.show" => show(svc, bodies, actor, parse(method, body)?).await?,
         "integration.list" => Reply::Value(to(&svc
-            .integration
+            .candidates
             .list(actor, parse(method, body)?)
             .await?)),
         "integration.patch" => Reply::Value(to(&svc
-            .integration
+            .candidates
             .patch(actor, parse(method, body)?)
             .await?)),
         "integration.conflict" => Reply::Value(to(&svc
-            .integration
+            .candidates
             .conflict(actor, parse(method, body)?)
             .await?)),
         "integration.resolve" => {
             candidate(
                 svc,
-                svc.integration.resolve(actor, parse(method, body)?).await?,
+                svc.assembler.resolve(actor, parse(method, body)?).await?,
             )
             .await?
         }
         "integration.verify" => {
             candidate(
                 svc,
-                svc.integration.verify(actor, parse(method, body)?).await?,
+                svc.candidate_verifications
+                    .verify(actor, parse(method, body)?)
+                    .await?,
             )
             .await?
         }
         "integration.cancel_verification" => {
             candidate(
                 svc,
-                svc.integration
+                svc.candidate_verifications
                     .cancel_verification(actor, parse(method, body)?)
                     .await?,
             )
@@ -63,7 +65,7 @@ pub(super) async fn dispatch(
         "integration.request_delivery" => {
             candidate(
                 svc,
-                svc.integration
+                svc.deliveries
                     .request_delivery(actor, parse(method, body)?)
                     .await?,
             )
@@ -72,14 +74,14 @@ pub(super) async fn dispatch(
         "integration.decide" => {
             candidate(
                 svc,
-                svc.integration.decide(actor, parse(method, body)?).await?,
+                svc.deliveries.decide(actor, parse(method, body)?).await?,
             )
             .await?
         }
         "integration.deliver" => {
             candidate(
                 svc,
-                svc.integration.deliver(actor, parse(method, body)?).await?,
+                svc.deliveries.deliver(actor, parse(method, body)?).await?,
             )
             .await?
         }
@@ -95,7 +97,7 @@ pub(super) async fn dispatch(
         "job.list" => Reply::Value(to(&svc.jobs.list(actor, parse(method, body)?).await?)),
         "job.log" => Reply::Value(to(&svc.jobs.log(actor, parse(method, body)?).await?)),
         "integration.delete" => {
-            svc.integration.delete(actor, parse(method, body)?).await?;
+            svc.lifecycle.delete(actor, parse(method, body)?).await?;
             Reply::Value(json!({}))
         }
         "claim.acquire" => Reply::Value(to(&svc
@@ -199,35 +201,35 @@ pub(super) async fn dispatch(
             .claim_resume(actor, parse(method, body)?)
             .await?)),
         "vote.cast" => Reply::Value(to(&svc
-            .proposals
+            .reviews
             .vote_cast(actor, parse(method, body)?)
             .await?)),
         "vote.list" => Reply::Value(to(&svc
-            .proposals
+            .reviews
             .vote_list(actor, parse(method, body)?)
             .await?)),
         "security.review" => Reply::Value(to(&svc
-            .proposals
+            .reviews
             .security_review(actor, parse(method, body)?)
             .await?)),
         "human.request_approval" => Reply::Value(to(&svc
-            .proposals
+            .reviews
             .human_request_approval(actor, parse(method, body)?)
             .await?)),
         "human.decide" => Reply::Value(to(&svc
-            .proposals
+            .reviews
             .human_decide(actor, parse(method, body)?)
             .await?)),
         "decision.record" => Reply::Value(to(&svc
-            .proposals
+            .reviews
             .decision_record(actor, parse(method, body)?)
             .await?)),
         "decision.list" => Reply::Value(to(&svc
-            .proposals
+            .reviews
             .decision_list(actor, parse(method, body)?)
             .await?)),
         "policy.evaluate" => Reply::Value(to(&svc
-            .proposals
+            .reviews
             .policy_evaluate(actor, parse(method, body)?)
             .await?)),
         "patch.validate" => Reply::Value(to(&svc
@@ -239,7 +241,7 @@ pub(super) async fn dispatch(
             .validation_page(actor, parse(method, body)?)
             .await?)),
         "human.approval_list" => Reply::Value(to(&svc
-            .proposals
+            .reviews
             .approval_page(actor, parse(method, body)?)
             .await?)),
         "patch.validation_show" => Reply::Value(to(&svc
@@ -332,8 +334,8 @@ async fn show(
     struct Wrapped<'a> {
         candidate: &'a crate::candidate::Candidate,
     }
-    let (version, c) = svc.integration.show_shared(actor, p).await?;
-    let views = svc.integration.verification_views(&c.candidate_id).await?;
+    let (version, c) = svc.candidates.show_shared(actor, p).await?;
+    let views = svc.candidates.verification_views(&c.candidate_id).await?;
     let verifications = serde_json::to_vec(&views).expect("verifications serialize");
     if let Some(body) = bodies.get(&c.candidate_id, version, &verifications) {
         return Ok(Reply::Shared(body));
@@ -371,7 +373,7 @@ async fn candidate(svc: &Service, c: crate::candidate::Candidate) -> Result<Repl
     struct Wrapped<'a> {
         candidate: &'a crate::candidate::Candidate,
     }
-    let c = svc.integration.hydrate(c).await?;
+    let c = svc.candidates.hydrate(c).await?;
     Ok(Reply::Json(
         serde_json::to_vec(&Wrapped { candidate: &c }).expect("a candidate serializes"),
     ))

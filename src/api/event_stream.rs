@@ -93,10 +93,9 @@ async fn answer(
         ));
     }
     let token = bearer(headers)?;
-    let actor = authenticate(&st.service.ctx.config, token)
+    let actor = authenticate(st.service.config(), token)
         .ok_or_else(|| ServiceError::Unauthenticated("unknown bearer token".into()))?;
     st.service
-        .ctx
         .authorize(&actor, &q.workspace_id, Permission::View)?;
     let last_event_id = headers
         .get("last-event-id")
@@ -132,7 +131,6 @@ async fn answer(
         })?;
     let feed = st
         .service
-        .ctx
         .event_feed(
             &actor,
             &q.workspace_id,

@@ -74,7 +74,7 @@ async fn answer(
         }
     };
     let token = bearer(headers)?;
-    let actor = authenticate(&st.service.ctx.config, token)
+    let actor = authenticate(st.service.config(), token)
         .ok_or_else(|| ServiceError::Unauthenticated("unknown bearer token".into()))?;
     let jobs = &st.service.jobs;
     let workspace = jobs.workspace_visible_to(&actor, job_id).await?;

@@ -41,7 +41,7 @@ fn caller(
 ) -> Option<crate::engine::service::Actor> {
     let parts = ctx.extensions.get::<axum::http::request::Parts>()?;
     let token = bearer(&parts.headers).ok()?;
-    authenticate(&state.service.ctx.config, token)
+    authenticate(state.service.config(), token)
 }
 
 /// A tool's description: what it does, who may call it, and what it is an alias of.
@@ -94,12 +94,12 @@ impl Tools {
             .get::<axum::http::request::Parts>()
             .ok_or_else(|| ServiceError::Unauthenticated("no HTTP request to read".into()))?;
         let token = bearer(&parts.headers)?;
-        let actor = authenticate(&st.service.ctx.config, token)
+        let actor = authenticate(st.service.config(), token)
             .ok_or_else(|| ServiceError::Unauthenticated("unknown bearer token".into()))?;
         let method = tools()
             .find(|m| m.name == req.name)
             .ok_or_else(|| ServiceError::NotFound(format!("unknown tool {:?}", req.name)))?;
-        if !method.audience.offers(&st.service.ctx.config, Some(&actor)) {
+        if !method.audience.offers(st.service.config(), Some(&actor)) {
             return Err(ServiceError::PermissionDenied(format!(
                 "tool {:?} is not offered to this token: it needs {}",
                 method.name, method.permission
@@ -107,7 +107,7 @@ impl Tools {
         }
         let body = serde_json::to_vec(&req.arguments.unwrap_or_default())
             .expect("a JSON object serializes");
-        let limit = method.body.bytes(&st.service.ctx.config);
+        let limit = method.body.bytes(st.service.config());
         if body.len() > limit {
             return Err(ServiceError::exhausted(format!(
                 "{}: arguments exceed {limit} bytes",
@@ -143,7 +143,7 @@ impl ServerHandler for Tools {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let actor = caller(&self.state, &ctx);
-        let list = tools_for(&self.state.service.ctx.config, actor.as_ref())
+        let list = tools_for(self.state.service.config(), actor.as_ref())
             .map(|m| Tool::new(m.name, description(m), Arc::new(input_schema(m))))
             .collect();
         Ok(ListToolsResult::with_all_items(list))
@@ -297,7 +297,7 @@ pub async fn guard(
     use axum::response::IntoResponse;
     let request_id = super::hygiene::request_id(&req);
     let known = bearer(req.headers()).and_then(|t| {
-        authenticate(&st.service.ctx.config, t)
+        authenticate(st.service.config(), t)
             .ok_or_else(|| ServiceError::Unauthenticated("unknown bearer token".into()))
     });
     let actor = match known {
@@ -388,7 +388,7 @@ pub async fn guard(
 /// cookie-less local servers against DNS rebinding) is off and the daemon's listen address
 /// decides who can connect.
 pub fn service(state: AppState) -> StreamableHttpService<Tools, LocalSessionManager> {
-    let config = &state.service.ctx.config;
+    let config = state.service.config();
     let limit = tools()
         .map(|m| m.body.bytes(config))
         .max()

@@ -63,7 +63,7 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(service: Arc<Service>, ready: Arc<AtomicBool>) -> AppState {
-        let idle = service.ctx.config.mcp_session_idle;
+        let idle = service.config().mcp_session_idle;
         AppState {
             service,
             ready,
@@ -183,7 +183,7 @@ pub fn router(state: AppState) -> Router {
         )
         .merge(ui::router());
     // `/metrics` is on this listener unless the config gives it its own.
-    let routes = if state.service.ctx.config.metrics_listen.is_none() {
+    let routes = if state.service.config().metrics_listen.is_none() {
         routes.route("/metrics", get(metrics))
     } else {
         routes
@@ -210,7 +210,7 @@ pub fn metrics_router(state: AppState) -> Router {
 /// the dependency set store) now.
 /// Unauthenticated, like the probes: it holds counts, never names, ids or content.
 async fn metrics(State(st): State<AppState>) -> Response {
-    match st.service.ctx.scrape_metrics().await {
+    match st.service.scrape_metrics().await {
         Ok(text) => (
             [(
                 axum::http::header::CONTENT_TYPE,
@@ -227,7 +227,7 @@ async fn metrics(State(st): State<AppState>) -> Response {
 /// methods, never the data.
 async fn openapi_json(State(st): State<AppState>) -> Response {
     let body = st.openapi.get_or_init(|| {
-        axum::body::Bytes::from(openapi::document(&st.service.ctx.config).to_string())
+        axum::body::Bytes::from(openapi::document(st.service.config()).to_string())
     });
     json_body(body.clone())
 }
@@ -236,7 +236,7 @@ async fn openapi_json(State(st): State<AppState>) -> Response {
 /// first), its id and the verifier id. Unauthenticated: public keys are public, and a
 /// consumer checking an attestation offline needs nothing else.
 async fn keys(State(st): State<AppState>) -> Response {
-    axum::Json(keys_document(&st.service.ctx.attest)).into_response()
+    axum::Json(keys_document(st.service.attestor())).into_response()
 }
 
 /// The body of `GET /api/v1/keys` (also `airlock doctor --json`'s `attestation_keys`).
@@ -278,10 +278,10 @@ async fn track(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let label = metric_label(req.uri().path(), &st.service.ctx.config);
+    let label = metric_label(req.uri().path(), st.service.config());
     let started = std::time::Instant::now();
     let resp = next.run(req).await;
-    let m = &st.service.ctx.metrics;
+    let m = st.service.metrics();
     m.http_requests
         .get_or_create(&crate::metrics::HttpLabels {
             method: label.clone(),
@@ -485,9 +485,9 @@ async fn handle(
         ));
     }
     let token = bearer(&headers)?;
-    let actor = authenticate(&st.service.ctx.config, token)
+    let actor = authenticate(st.service.config(), token)
         .ok_or_else(|| ServiceError::Unauthenticated("unknown bearer token".into()))?;
-    let limit = body_limit(method, &st.service.ctx.config).ok_or_else(|| {
+    let limit = body_limit(method, st.service.config()).ok_or_else(|| {
         ServiceError::NotFound(match seed::unknown_method(method) {
             Some(hint) => format!("unknown method {method:?}: {hint}"),
             None => match methods::suggestion(method) {
@@ -496,7 +496,7 @@ async fn handle(
             },
         })
     })?;
-    let body_timeout = st.service.ctx.config.body_read_timeout;
+    let body_timeout = st.service.config().body_read_timeout;
     let bytes = tokio::time::timeout(body_timeout, axum::body::to_bytes(body, limit))
         .await
         .map_err(|_| {
@@ -536,7 +536,7 @@ async fn run(
             if let Some(keyed) = crate::engine::idempotency::KeyedBody::of(&bytes) {
                 let sent = reply.into_bytes();
                 return Ok(Reply::Json(
-                    svc.ctx.keys.seal(&actor, &method_owned, keyed, sent).await,
+                    svc.seal(&actor, &method_owned, keyed, sent).await,
                 ));
             }
             Ok(reply)

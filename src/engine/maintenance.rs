@@ -38,13 +38,13 @@ pub async fn pass(service: &Service) {
     if !report.is_empty() {
         tracing::info!(report = %serde_json::to_string(&report).unwrap_or_default(), "recovery pass");
     }
-    if let Err(e) = service.integration.reconcile_deliveries().await {
+    if let Err(e) = service.deliveries.reconcile_deliveries().await {
         tracing::error!(error = %e, "delivery reconciliation failed; will retry");
     }
     if let Err(e) = service.evidence.expire().await {
         tracing::error!(error = %e, "evidence expiry failed; will retry");
     }
-    match service.integration.expire_candidates().await {
+    match service.lifecycle.expire_candidates().await {
         Ok((0, 0)) => {}
         Ok((expired, purged)) => tracing::info!(expired, purged, "candidate expiry pass"),
         Err(e) => tracing::error!(error = %e, "candidate expiry failed; will retry"),
@@ -78,7 +78,7 @@ pub async fn pass(service: &Service) {
         Err(e) => tracing::error!(error = %e, "sealed answer retention failed; will retry"),
     }
     pack_refs(service).await;
-    let pruned = service.integration.prune_candidate_locks();
+    let pruned = service.candidates.prune_candidate_locks();
     if pruned > 0 {
         tracing::debug!(pruned, "idle candidate locks pruned");
     }

@@ -1,5 +1,5 @@
 //! The daemon's service: the composition the API dispatches into (actors, the admission seam
-//! and the error codes are re-exported from `actor`, `admission` and `error`). [`Service`] holds one value per workflow ([`Integration`],
+//! and the error codes are re-exported from `actor`, `admission` and `error`). [`Service`] holds one value per workflow ([`Candidates`] and its steps,
 //! the governed path's `Claims`, `Proposals`, `Validations` and `Applies`, the runner's
 //! `Jobs`); what they share is the [`Context`] (authorization and idempotency bindings are its
 //! methods).
@@ -24,13 +24,20 @@ pub struct Service {
     pub background: Arc<super::background::Background>,
     /// Evidence packets: record, show, expiry.
     pub evidence: super::integration::evidence::Evidence,
-    /// Candidate integration: prepare, resolve, verify, delivery.
-    pub integration: Integration,
+    /// Candidates: the aggregate (load, compare-and-set save, locks, admission) and its reads.
+    pub candidates: Candidates,
+    /// Candidate integration's steps, each a type of its own over the candidates: prepare,
+    /// assembly and resolve; candidate verification; delivery; deletion and expiry.
+    pub assembler: super::integration::prepare::Assembler,
+    pub candidate_verifications: super::integration::verify::CandidateVerifications,
+    pub deliveries: super::integration::delivery::Deliveries,
+    pub lifecycle: super::integration::lifecycle::Lifecycle,
     /// Verification jobs on a revision, submitted over the API (`job.*`).
     pub jobs: super::jobs::Jobs,
     /// The governed path's workflows.
     pub claims: crate::engine::governed::Claims,
     pub proposals: crate::engine::governed::Proposals,
+    pub reviews: crate::engine::governed::reviews::Reviews,
     pub validations: crate::engine::governed::Validations,
     pub applies: crate::engine::governed::Applies,
 }
@@ -39,6 +46,13 @@ impl Service {
     pub fn new(ctx: Context, admission: AdmissionFn) -> Service {
         let background = Arc::new(super::background::Background::new(ctx.clone()));
         let proposals = crate::engine::governed::Proposals::new(ctx.clone());
+        let candidates = Candidates {
+            ctx: ctx.clone(),
+            admission,
+            background: background.clone(),
+            candidate_locks: Arc::default(),
+            read_cache: Arc::default(),
+        };
         Service {
             claims: proposals.claims(),
             validations: crate::engine::governed::Validations::new(
@@ -46,20 +60,92 @@ impl Service {
                 background.clone(),
             ),
             applies: crate::engine::governed::Applies::new(proposals.clone(), background.clone()),
+            reviews: crate::engine::governed::reviews::Reviews::new(proposals.clone()),
             proposals,
             jobs: super::jobs::Jobs::new(ctx.clone(), background.clone()),
             evidence: super::integration::evidence::Evidence::new(ctx.clone()),
-            integration: Integration {
-                ctx: ctx.clone(),
-                evidence: super::integration::evidence::Evidence::new(ctx.clone()),
-                admission,
-                background: background.clone(),
-                candidate_locks: Arc::default(),
-                read_cache: Arc::default(),
-            },
+            candidates: candidates.clone(),
+            assembler: super::integration::prepare::Assembler::new(
+                candidates.clone(),
+                super::integration::evidence::Evidence::new(ctx.clone()),
+            ),
+            candidate_verifications: super::integration::verify::CandidateVerifications::new(
+                candidates.clone(),
+                background.clone(),
+            ),
+            deliveries: super::integration::delivery::Deliveries::new(candidates.clone()),
+            lifecycle: super::integration::lifecycle::Lifecycle::new(candidates),
             background,
             ctx,
         }
+    }
+
+    /// The configuration, as the API and its pages read it (they change nothing through the
+    /// context: every change is a workflow's method).
+    pub fn config(&self) -> &crate::config::Config {
+        &self.ctx.config
+    }
+
+    /// Now, by the context's clock.
+    pub fn now(&self) -> OffsetDateTime {
+        self.ctx.clock.now()
+    }
+
+    /// The attestation signer and the public keys pages and the keys document show.
+    pub fn attestor(&self) -> &super::attesting::Attestor {
+        &self.ctx.attest
+    }
+
+    /// The daemon's metrics registry (the API counts its requests there).
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.ctx.metrics
+    }
+
+    /// The metrics page: the registry with the store's and engines' gauges sampled now.
+    pub async fn scrape_metrics(&self) -> Result<String, ServiceError> {
+        self.ctx.scrape_metrics().await
+    }
+
+    /// `actor`'s authorization in `workspace_id` for `perm` (a refusal says why).
+    pub fn authorize(
+        &self,
+        actor: &Actor,
+        workspace_id: &str,
+        perm: Permission,
+    ) -> Result<(), ServiceError> {
+        self.ctx.authorize(actor, workspace_id, perm).map(|_| ())
+    }
+
+    /// The live feed of a workspace's events (see [`super::event_feed`]).
+    pub async fn event_feed(
+        &self,
+        actor: &Actor,
+        workspace_id: &str,
+        subject: Option<String>,
+        kind: Option<String>,
+        after: Option<i64>,
+        stopping: tokio::sync::watch::Receiver<bool>,
+    ) -> Result<super::event_feed::EventFeed, ServiceError> {
+        self.ctx
+            .event_feed(actor, workspace_id, subject, kind, after, stopping)
+            .await
+    }
+
+    /// Whether `actor` may act in `workspace_id` with `perm` (what a page shows or hides).
+    pub fn may(&self, actor: &Actor, workspace_id: &str, perm: Permission) -> bool {
+        self.ctx.authorize(actor, workspace_id, perm).is_ok()
+    }
+
+    /// The answer to send for a successful keyed call (see
+    /// [`super::idempotency::Keys::seal`]).
+    pub async fn seal(
+        &self,
+        actor: &Actor,
+        method: &str,
+        body: super::idempotency::KeyedBody,
+        reply: Vec<u8>,
+    ) -> Vec<u8> {
+        self.ctx.keys.seal(actor, method, body, reply).await
     }
 
     /// The first asynchronous persistence failure, if there was one.
@@ -71,13 +157,13 @@ impl Service {
 /// A parsed candidate and the stored version it was parsed from.
 pub(crate) type CachedCandidate = (u64, Arc<crate::candidate::Candidate>);
 
-/// Candidate integration: the admission policy, the jobs its verifications run on,
-/// per-candidate locks and the parsed-candidate read cache.
+/// Candidates, the aggregate every step of candidate integration works on: loading and
+/// compare-and-set saving, per-candidate locks, the admission policy, the parsed-candidate read
+/// cache, the owned-evidence check, the reads, and the cancellation of a candidate's running
+/// verifications (on the background they run on).
 #[derive(Clone)]
-pub struct Integration {
+pub struct Candidates {
     pub ctx: Context,
-    /// The packets prepare reads.
-    pub(crate) evidence: super::integration::evidence::Evidence,
     pub admission: AdmissionFn,
     pub(crate) background: Arc<super::background::Background>,
     candidate_locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
@@ -86,7 +172,7 @@ pub struct Integration {
     pub(crate) read_cache: Arc<Mutex<HashMap<String, CachedCandidate>>>,
 }
 
-impl Integration {
+impl Candidates {
     /// Drops per-candidate locks nobody holds or waits for; returns how many.
     pub fn prune_candidate_locks(&self) -> usize {
         let mut locks = self

@@ -51,8 +51,7 @@ pub(super) async fn candidate_page(
     // page does not offer it either.
     let own_request = st
         .service
-        .ctx
-        .config
+        .config()
         .workspaces
         .get(&ws)
         .is_some_and(|w| w.distinct_approver)
@@ -99,13 +98,13 @@ pub(super) async fn candidate_page(
         resolution_diffs,
     } = st
         .service
-        .integration
+        .candidates
         .decider_view(&s.actor, &ws, &id)
         .await
         .unwrap_or_default();
     let excerpts = st
         .service
-        .integration
+        .candidates
         .transcript_excerpts(&s.actor, &ws, &id)
         .await
         .unwrap_or_default();
@@ -194,7 +193,7 @@ pub(super) async fn candidate_page(
                 @if !request.is_null() && !selected.contains(&v["verification_id"].as_str().unwrap_or("")) {
                     p.missing { "Not part of the delivery request: " code { (value(&v["verification_id"])) } }
                 }
-                (verification(v, &c["candidate_revision"], may_verify.then_some(&act), &s, &st.service.ctx.attest))
+                (verification(v, &c["candidate_revision"], may_verify.then_some(&act), &s, st.service.attestor()))
             }
             @if frozen && may_verify {
                 form method="post" action=(act) {
@@ -236,7 +235,7 @@ pub(super) async fn candidate_page(
             }
             h2 { "Receipt" }
             @if !c["delivery_receipt"].is_null() {
-                p { "Attestation: " (attestation(&c["delivery_receipt"]["attestation"], &st.service.ctx.attest)) }
+                p { "Attestation: " (attestation(&c["delivery_receipt"]["attestation"], st.service.attestor())) }
             }
             (value(&c["delivery_receipt"]))
             h2 { "Combined diff" }

@@ -178,8 +178,7 @@ fn same_origin(st: &AppState, headers: &HeaderMap) -> bool {
     let host = text(header::HOST).unwrap_or_default();
     let public = st
         .service
-        .ctx
-        .config
+        .config()
         .public_url
         .as_deref()
         .map(|u| u.trim_end_matches('/'));
@@ -311,7 +310,7 @@ async fn call(
 }
 
 fn may(st: &AppState, s: &UiSession, ws: &str, p: Permission) -> bool {
-    st.service.ctx.authorize(&s.actor, ws, p).is_ok()
+    st.service.may(&s.actor, ws, p)
 }
 
 /// A form's call as the signed-in member: back to the page it came from on success, the
@@ -387,8 +386,7 @@ async fn login_page(State(st): State<AppState>) -> Response {
 fn secure(st: &AppState) -> &'static str {
     let tls = st
         .service
-        .ctx
-        .config
+        .config()
         .public_url
         .as_deref()
         .is_some_and(|u| u.starts_with("https://"));
@@ -422,7 +420,7 @@ async fn login(
             "the sign-in form's CSRF token is missing or wrong: open /ui/login and sign in from there",
         );
     }
-    let member = match authenticate(&st.service.ctx.config, &f.token) {
+    let member = match authenticate(st.service.config(), &f.token) {
         Some(Actor::Member { member_id }) => member_id,
         Some(_) => {
             return refusal(
@@ -586,7 +584,7 @@ fn with_times(st: &AppState, list: &Value) -> Vec<Value> {
 /// Seconds from now to an RFC 3339 time by the daemon's clock (negative when past).
 fn seconds_until(st: &AppState, at: &Value) -> Option<i64> {
     let t = at.as_str().and_then(crate::ids::parse_rfc3339)?;
-    Some((t - st.service.ctx.clock.now()).whole_seconds())
+    Some((t - st.service.now()).whole_seconds())
 }
 
 /// "2d 3h", "3h 5m" or "5m 3s": the two largest units of a duration.

@@ -45,7 +45,7 @@ fn table_or(
 }
 
 pub(super) async fn index(State(st): State<AppState>, Signed(s): Signed) -> Response {
-    let config = &st.service.ctx.config;
+    let config = st.service.config();
     let me = s.actor.key();
     let mut waiting: Vec<Waiting> = Vec::new();
     let mut sections = Vec::new();

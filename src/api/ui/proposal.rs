@@ -126,7 +126,7 @@ pub(super) async fn proposal_page(
     .ok();
     let approvals = st
         .service
-        .proposals
+        .reviews
         .approval_list(&s.actor, &ws, &id)
         .await
         .unwrap_or_default()
@@ -150,7 +150,7 @@ pub(super) async fn proposal_page(
         .collect();
     let security_reviews = st
         .service
-        .proposals
+        .reviews
         .security_review_list(&s.actor, &ws, &id)
         .await
         .unwrap_or_default()
@@ -242,7 +242,7 @@ pub(super) async fn proposal_page(
         && may(&st, &s, &ws, Permission::Review)
         && st
             .service
-            .proposals
+            .reviews
             .holds_role(&s.actor, &ws, crate::domain::policy::SECURITY);
     let with_reason = |op: &str, label: &str, required: bool| {
         html! {

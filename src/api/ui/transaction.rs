@@ -54,7 +54,7 @@ pub(super) async fn transaction_page(
                 @if !v["artifact_error"].is_null() { p.blocked { "Rollback artifact: " (value(&v["artifact_error"])) } }
             }))
             @if t["status"] == "applied" {
-                p { "Attestation: " (attestation(&t["attestation"], &st.service.ctx.attest)) }
+                p { "Attestation: " (attestation(&t["attestation"], st.service.attestor())) }
             }
             h2 { "The transaction" } (value(&t))
         },

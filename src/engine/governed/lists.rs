@@ -1,9 +1,9 @@
 //! `patch.validation_list` and `human.approval_list`: the pages a reviewer or an orchestrator
 //! reads instead of fetching records one id at a time.
 
+use super::Validations;
 use super::requests::{next_cursor, parse_cursor};
 use super::validation::ValidationView;
-use super::{Proposals, Validations};
 use crate::config::Permission;
 use crate::domain::policy::ApprovalState;
 use crate::engine::actor::Actor;
@@ -71,7 +71,7 @@ impl Validations {
     }
 }
 
-impl Proposals {
+impl super::reviews::Reviews {
     /// `human.approval_list`: a workspace's human approvals; by default only the pending ones
     /// the caller may decide now (what `human.decide` would not refuse for who it is).
     pub async fn approval_page(
@@ -117,7 +117,10 @@ impl Proposals {
                 if !may_approve || (ws.distinct_approver && a.requested_by == me) {
                     continue;
                 }
-                let proposal = self.proposal_in(&p.workspace_id, &a.proposal_id).await?;
+                let proposal = self
+                    .proposals
+                    .proposal_in(&p.workspace_id, &a.proposal_id)
+                    .await?;
                 if proposal.author == me || proposal.current_revision != a.revision {
                     continue;
                 }

@@ -12,6 +12,7 @@ pub mod requests;
 pub mod resources;
 pub mod reviews;
 pub mod validation;
+pub mod verdict;
 
 use crate::engine::Context;
 use std::collections::HashMap;
@@ -24,8 +25,9 @@ pub struct Claims {
     pub ctx: Context,
 }
 
-/// Proposals and their review: immutable revisions, votes, security reviews, approvals,
-/// decisions and the policy's verdict.
+/// Proposals: immutable revisions, their lifecycle, previews and reads, and the policy's
+/// verdict on the current revision (the review evidence it reads is recorded by
+/// [`reviews::Reviews`]).
 #[derive(Clone)]
 pub struct Proposals {
     pub ctx: Context,

@@ -10,8 +10,8 @@
 use super::requests::{check_text, page_limit};
 use crate::config::{Permission, Workspace};
 use crate::domain::policy::{
-    ApprovalEvent, ApprovalEvidence, ApprovalState, Evidence, ReviewEvidence, SECURITY, Verdict,
-    VoteEvidence, evaluate,
+    ApprovalEvent, ApprovalEvidence, ApprovalState, Evidence, ReviewEvidence, SECURITY,
+    VoteEvidence,
 };
 use crate::domain::proposal::{ProposalState, Risk, is_revision};
 use crate::engine::actor::Actor;
@@ -19,7 +19,6 @@ use crate::engine::error::ServiceError;
 use crate::engine::governed::Proposals;
 use crate::engine::idempotency::Prologue;
 use crate::limits;
-use crate::store::proposals::ProposalRow;
 use crate::store::reviews::{DecisionRow, NewVote, ReviewEvidence as StoredReview};
 use crate::wire as w;
 use crate::wire::{
@@ -100,7 +99,22 @@ fn evidence_refused(e: crate::store::StoreError) -> ServiceError {
     }
 }
 
-impl Proposals {
+/// Review evidence and decisions on proposals: votes, security reviews, human approvals,
+/// decisions and `policy.evaluate`. Holds the proposals, whose verdict it reads and feeds.
+#[derive(Clone)]
+pub struct Reviews {
+    pub(super) ctx: crate::engine::Context,
+    pub(super) proposals: Proposals,
+}
+
+impl Reviews {
+    pub fn new(proposals: Proposals) -> Reviews {
+        Reviews {
+            ctx: proposals.ctx.clone(),
+            proposals,
+        }
+    }
+
     /// Who may review in `workspace_id`: a member with `review`, or a run holding a role.
     /// Never the proposal's author. Returns the workspace and the actor's roles.
     fn reviewer<'a>(
@@ -129,178 +143,6 @@ impl Proposals {
             )));
         }
         Ok((ws, roles))
-    }
-
-    /// Every path the revision touches (both sides of renames and copies), read and parsed
-    /// once per revision (see `touched_cache`).
-    pub(super) async fn touched_paths(&self, revision: &str) -> Result<Vec<String>, ServiceError> {
-        if let Some(p) = self.touched.lock().expect("never poisoned").get(revision) {
-            return Ok(p.as_ref().clone());
-        }
-        let bytes = self.read_patch(revision).await?;
-        let patch = crate::patch::parse(&bytes).map_err(|e| {
-            ServiceError::internal(format!("stored revision {revision} no longer parses: {e}"))
-        })?;
-        let paths: Vec<String> = patch
-            .files
-            .iter()
-            .flat_map(|f| f.paths().map(str::to_string))
-            .collect();
-        let mut cache = self.touched.lock().expect("never poisoned");
-        if cache.len() >= crate::limits::TOUCHED_PATHS_CACHE_ENTRIES {
-            cache.clear();
-        }
-        cache.insert(revision.to_string(), std::sync::Arc::new(paths.clone()));
-        Ok(paths)
-    }
-
-    /// The review plan of a revision: the roles the policy requires and, for each, the
-    /// members (with `review`) and runs holding it, never the author.
-    pub(super) fn plan(
-        &self,
-        ws: &Workspace,
-        author: &str,
-        revision: &str,
-        risk: Risk,
-        paths: &[String],
-    ) -> crate::wire::ReviewPlan {
-        let policy = &ws.policy;
-        let high_risk = policy.is_high_risk(risk, paths);
-        let holders = |role: &str| -> Vec<String> {
-            ws.roles
-                .iter()
-                .filter(|(_, roles)| roles.iter().any(|r| r == role))
-                .filter_map(|(holder, _)| match holder.strip_prefix("run:") {
-                    Some(run) => Some(format!("run:{}/{run}", ws.id)),
-                    None => ws
-                        .members
-                        .get(holder)
-                        .filter(|p| p.contains(&Permission::Review))
-                        .map(|_| format!("member:{holder}")),
-                })
-                .filter(|k| k != author)
-                .collect()
-        };
-        let required_roles = policy
-            .routing_roles(risk, paths)
-            .iter()
-            .map(|r| crate::wire::PlannedRole {
-                role: r.to_string(),
-                candidates: holders(r),
-            })
-            .collect();
-        crate::wire::ReviewPlan {
-            revision: revision.to_string(),
-            required_roles,
-            high_risk,
-            security_review_required: policy.security_review.applies(high_risk),
-            human_approval_required: policy.human_approval.applies(high_risk),
-        }
-    }
-
-    /// The review plan persisted for `revision`, if review was requested for it.
-    pub(in crate::engine::governed) async fn stored_plan(
-        &self,
-        proposal_id: &str,
-        revision: &str,
-    ) -> Result<Option<crate::wire::ReviewPlan>, ServiceError> {
-        self.ctx
-            .data
-            .store
-            .review_plan(proposal_id, revision)
-            .await?
-            .map(|text| serde_json::from_str(&text))
-            .transpose()
-            .map_err(|e| ServiceError::record("a review plan", e))
-    }
-
-    /// The verdict of `p`'s current revision under its workspace's policy, with the test
-    /// results of the newest complete validation of that revision.
-    pub(super) async fn verdict(
-        &self,
-        ws: &Workspace,
-        p: &ProposalRow,
-        risk: Risk,
-    ) -> Result<Verdict, ServiceError> {
-        let mut tests = None;
-        for row in self
-            .ctx
-            .data
-            .store
-            .validations_of(&p.proposal_id)
-            .await?
-            .into_iter()
-            .rev()
-            .filter(|v| v.revision == p.current_revision)
-        {
-            let rec: super::validation::Record = serde_json::from_str(&row.record)
-                .map_err(|e| ServiceError::record("a validation", e))?;
-            if let Some(t) = super::validation::test_evidence(&self.ctx, &rec).await? {
-                tests = Some(t);
-                break;
-            }
-        }
-        self.verdict_with(ws, p, risk, tests).await
-    }
-
-    /// [`Proposals::verdict`] with the given test evidence.
-    pub(super) async fn verdict_with(
-        &self,
-        ws: &Workspace,
-        p: &ProposalRow,
-        risk: Risk,
-        tests: Option<crate::domain::policy::TestEvidence>,
-    ) -> Result<Verdict, ServiceError> {
-        let rev = &p.current_revision;
-        let review = self
-            .ctx
-            .data
-            .store
-            .review_evidence(&p.proposal_id, rev)
-            .await?;
-        let paths = self.touched_paths(rev).await?;
-        Ok(evaluate(
-            &ws.policy,
-            &evidence_of(&review, risk, paths, tests),
-        ))
-    }
-
-    /// The review side of `proposal.get`: the current revision's plan, votes (history
-    /// included), security reviews, approvals, and the verdict.
-    pub(in crate::engine::governed) async fn review_picture(
-        &self,
-        p: &ProposalRow,
-        risk: Risk,
-    ) -> Result<crate::wire::ReviewPicture, ServiceError> {
-        let ws = self
-            .ctx
-            .config
-            .workspaces
-            .get(&p.workspace_id)
-            .ok_or_else(|| ServiceError::internal("the proposal's workspace is gone"))?;
-        let store = &self.ctx.data.store;
-        let rev = &p.current_revision;
-        let plan = self.stored_plan(&p.proposal_id, rev).await?;
-        let votes = store.votes(&p.proposal_id, Some(rev.clone())).await?;
-        let reviews: Vec<_> = store
-            .security_reviews(&p.proposal_id)
-            .await?
-            .into_iter()
-            .filter(|r| &r.revision == rev)
-            .collect();
-        let approvals: Vec<_> = store
-            .approvals(&p.proposal_id)
-            .await?
-            .into_iter()
-            .filter(|a| &a.revision == rev)
-            .collect();
-        Ok(crate::wire::ReviewPicture {
-            review_plan: plan,
-            votes: votes.into_iter().map(Into::into).collect(),
-            security_reviews: reviews.into_iter().map(Into::into).collect(),
-            approvals: approvals.into_iter().map(Into::into).collect(),
-            verdict: self.verdict(ws, p, risk).await?,
-        })
     }
 
     /// `vote.cast`.
@@ -347,7 +189,10 @@ impl Proposals {
             }
             Prologue::Fresh(k) => k,
         };
-        let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
+        let row = self
+            .proposals
+            .proposal_in(&p.workspace_id, &p.proposal_id)
+            .await?;
         let (_, roles) = self.reviewer(actor, &p.workspace_id, &row.author, "vote on")?;
         let vote_id = format!("vot_{}", crate::ids::new_creation_key());
         let v = self
@@ -382,7 +227,10 @@ impl Proposals {
         if let Some(r) = &p.revision {
             check_revision(r)?;
         }
-        let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
+        let row = self
+            .proposals
+            .proposal_in(&p.workspace_id, &p.proposal_id)
+            .await?;
         let votes = self
             .ctx
             .data
@@ -435,7 +283,10 @@ impl Proposals {
             }
             Prologue::Fresh(k) => k,
         };
-        let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
+        let row = self
+            .proposals
+            .proposal_in(&p.workspace_id, &p.proposal_id)
+            .await?;
         let (_, roles) = self.reviewer(actor, &p.workspace_id, &row.author, "review")?;
         if !roles.iter().any(|r| r == SECURITY) {
             return Err(ServiceError::PermissionDenied(format!(
@@ -494,7 +345,10 @@ impl Proposals {
             }
             Prologue::Fresh(k) => k,
         };
-        let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
+        let row = self
+            .proposals
+            .proposal_in(&p.workspace_id, &p.proposal_id)
+            .await?;
         let may = actor.key() == row.author
             || [Permission::Review, Permission::Approve, Permission::Admin]
                 .into_iter()
@@ -553,7 +407,10 @@ impl Proposals {
         proposal_id: &str,
     ) -> Result<Vec<w::SecurityReview>, ServiceError> {
         self.ctx.governed(actor, workspace_id, Permission::View)?;
-        let row = self.proposal_in(workspace_id, proposal_id).await?;
+        let row = self
+            .proposals
+            .proposal_in(workspace_id, proposal_id)
+            .await?;
         Ok(self
             .ctx
             .data
@@ -648,7 +505,10 @@ impl Proposals {
         if a.workspace_id != p.workspace_id {
             return Err(not_found());
         }
-        let row = self.proposal_in(&p.workspace_id, &a.proposal_id).await?;
+        let row = self
+            .proposals
+            .proposal_in(&p.workspace_id, &a.proposal_id)
+            .await?;
         if actor.key() == row.author {
             return Err(ServiceError::PermissionDenied(
                 "the author cannot approve their own proposal".into(),
@@ -771,7 +631,7 @@ impl Proposals {
             }
             (None, None) => None,
             (Some(pid), r) => {
-                let row = self.proposal_in(&p.workspace_id, pid).await?;
+                let row = self.proposals.proposal_in(&p.workspace_id, pid).await?;
                 Some(r.clone().unwrap_or(row.current_revision))
             }
         };
@@ -835,9 +695,12 @@ impl Proposals {
         let ws = self
             .ctx
             .authorize(actor, &p.workspace_id, Permission::View)?;
-        let row = self.proposal_in(&p.workspace_id, &p.proposal_id).await?;
-        let risk = Self::record_of(&row)?.risk;
-        let verdict = self.verdict(ws, &row, risk).await?;
+        let row = self
+            .proposals
+            .proposal_in(&p.workspace_id, &p.proposal_id)
+            .await?;
+        let risk = Proposals::record_of(&row)?.risk;
+        let verdict = self.proposals.verdict(ws, &row, risk).await?;
         Ok(w::PolicyEvaluateReply {
             note: (row.status != ProposalState::InReview)
                 .then_some("the proposal is not in review; the verdict is informational"),

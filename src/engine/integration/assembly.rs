@@ -1,8 +1,9 @@
 //! The merge loop: apply inputs in order until a conflict or the frozen revision.
 
+use super::prepare::Assembler;
 use super::*;
 
-impl Integration {
+impl Assembler {
     /// Applies inputs from `next_input` until a conflict or the end (then freezes). `retained`
     /// is what prepare's retention found (the value of every candidate-owned ref
     /// ([`owned_ref_names`]) and the input refs still to create), when the caller just read
@@ -26,7 +27,7 @@ impl Integration {
         retained: Option<super::prepare::Retained>,
     ) -> Result<(), ServiceError> {
         let cid = l.c.candidate_id.clone();
-        let time = self.stamp_time(&l.c);
+        let time = self.candidates.stamp_time(&l.c);
         let (owned, creates) = match retained {
             Some(r) => (r.refs, r.creates),
             None => (repo.refs_named(&owned_ref_names(&l.c))?, Vec::new()),
@@ -160,7 +161,7 @@ impl Integration {
             Some(tree) => tree,
             None => repo.commit_tree_of(&l.a.acc_commit)?,
         };
-        let history = self.history_of(&l.c.workspace_id);
+        let history = self.candidates.history_of(&l.c.workspace_id);
         let frozen = super::history::frozen_commit(repo, &l.c, history, &tree, time)?;
         match owned.get(&revision_ref(&cid)) {
             Some(v) if *v == frozen => {}

@@ -3,7 +3,24 @@
 
 use super::*;
 
-impl Integration {
+/// Delivery: `integration.request_delivery`, `integration.decide`, `integration.deliver`, and
+/// the reconciliation of receipts a crash left unsettled. Holds the candidates.
+#[derive(Clone)]
+pub struct Deliveries {
+    ctx: Context,
+    candidates: Candidates,
+}
+
+impl Deliveries {
+    pub fn new(candidates: Candidates) -> Deliveries {
+        Deliveries {
+            ctx: candidates.ctx.clone(),
+            candidates,
+        }
+    }
+}
+
+impl Deliveries {
     /// Checks a selected verification is still valid evidence for `rev` at `now`.
     pub(super) fn check_selected(
         &self,
@@ -96,6 +113,7 @@ impl Integration {
             guard: _guard,
             admitted: _admitted,
         } = self
+            .candidates
             .begin_mutation(
                 actor,
                 Operation::RequestDelivery,
@@ -106,7 +124,7 @@ impl Integration {
             )
             .await?;
         let Some(key) = key else {
-            return self.hydrate(l.c).await;
+            return self.candidates.hydrate(l.c).await;
         };
         let rev = frozen_revision(&l.c)?;
         if p.candidate_revision != rev {
@@ -132,7 +150,7 @@ impl Integration {
                 "a delivery of the current request is in progress".into(),
             ));
         }
-        blocking(|| self.require_owned_evidence(&l.c))?;
+        blocking(|| self.candidates.require_owned_evidence(&l.c))?;
         let rows = self
             .ctx
             .data
@@ -165,9 +183,10 @@ impl Integration {
         l.a.last_request_version = version;
         let result_id = request.request_id.clone();
         l.c.delivery_request = Some(request);
-        self.save_mutation(&mut l, &key, MutationOperation::RequestDelivery, result_id)
+        self.candidates
+            .save_mutation(&mut l, &key, MutationOperation::RequestDelivery, result_id)
             .await?;
-        self.hydrate(l.c).await
+        self.candidates.hydrate(l.c).await
     }
 
     /// `integration.decide`: the human approval boundary, fenced by the exact request version.
@@ -179,10 +198,15 @@ impl Integration {
         };
         self.ctx
             .authorize(actor, &p.workspace_id, Permission::Decide)?;
-        let lock = self.candidate_lock(&p.candidate_id);
+        let lock = self.candidates.candidate_lock(&p.candidate_id);
         let _guard = lock.lock().await;
-        let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
-        let _admitted = self.admit_on(actor, Operation::Decide, true, &l.c)?;
+        let mut l = self
+            .candidates
+            .load(&p.workspace_id, &p.candidate_id)
+            .await?;
+        let _admitted = self
+            .candidates
+            .admit_on(actor, Operation::Decide, true, &l.c)?;
         if l.c.state.is_fenced() {
             return Err(ServiceError::precondition(format!(
                 "candidate is {}",
@@ -203,7 +227,7 @@ impl Integration {
                 let same = req.decided_by.as_deref() == Some(actor.key().as_str())
                     && RequestState::Requested.on(event) == Ok(req.state);
                 if same {
-                    return self.hydrate(l.c).await;
+                    return self.candidates.hydrate(l.c).await;
                 }
                 return Err(ServiceError::Conflict(format!(
                     "request {} is already {} ({illegal})",
@@ -244,8 +268,8 @@ impl Integration {
             digest: candidate::digest(&(p.approve, &p.request_id, p.request_version)),
             result_id: request_id,
         });
-        self.save(&mut l, None, None).await?;
-        self.hydrate(l.c).await
+        self.candidates.save(&mut l, None, None).await?;
+        self.candidates.hydrate(l.c).await
     }
 
     /// `integration.deliver`.
@@ -256,10 +280,15 @@ impl Integration {
     ) -> Result<Candidate, ServiceError> {
         self.ctx
             .authorize(actor, &p.workspace_id, Permission::Push)?;
-        let lock = self.candidate_lock(&p.candidate_id);
+        let lock = self.candidates.candidate_lock(&p.candidate_id);
         let _guard = lock.lock().await;
-        let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
-        let _admitted = self.admit_on(actor, Operation::Deliver, true, &l.c)?;
+        let mut l = self
+            .candidates
+            .load(&p.workspace_id, &p.candidate_id)
+            .await?;
+        let _admitted = self
+            .candidates
+            .admit_on(actor, Operation::Deliver, true, &l.c)?;
         let repo = self.ctx.repo(&p.workspace_id).clone();
         let req = current_request(&mut l.c, &p.request_id, p.request_version)?.clone();
         // A receipt (in the aggregate, or only in Git after a lost save) is the original result.
@@ -268,11 +297,11 @@ impl Integration {
             .as_ref()
             .is_some_and(|r| r.request_id == req.request_id)
         {
-            return self.hydrate(l.c).await;
+            return self.candidates.hydrate(l.c).await;
         }
         if let Some(receipt) = blocking(|| self.read_receipt(&repo, &req.request_id))? {
             self.settle_delivery(&mut l, receipt, actor).await?;
-            return self.hydrate(l.c).await;
+            return self.candidates.hydrate(l.c).await;
         }
         if l.c.state.is_fenced() {
             return Err(ServiceError::precondition(format!(
@@ -308,7 +337,7 @@ impl Integration {
                 "the request no longer matches the candidate".into(),
             ));
         }
-        blocking(|| self.require_owned_evidence(&l.c))?;
+        blocking(|| self.candidates.require_owned_evidence(&l.c))?;
         let rows = self
             .ctx
             .data
@@ -333,7 +362,7 @@ impl Integration {
         // Durable claim before any ref moves.
         if let Some(claimed) = claim {
             current_request(&mut l.c, &p.request_id, p.request_version)?.state = claimed;
-            self.save(&mut l, None, None).await?;
+            self.candidates.save(&mut l, None, None).await?;
         }
         let (result, proposal, previous) = match req.action {
             DeliveryAction::UpdateRef => (
@@ -349,12 +378,12 @@ impl Integration {
         };
         // The commit that lands: the candidate's tree with the story in its message, from
         // durable facts only (a retry after a crash makes the same commit).
-        let history = self.history_of(&l.c.workspace_id);
+        let history = self.candidates.history_of(&l.c.workspace_id);
         let decided_at = req
             .decided_at
             .as_deref()
             .and_then(parse_time)
-            .map_or_else(|| self.stamp_time(&l.c), |t| t.unix_timestamp());
+            .map_or_else(|| self.candidates.stamp_time(&l.c), |t| t.unix_timestamp());
         let chosen: Vec<&Verification> = selected.iter().collect();
         let landed = blocking(|| {
             super::history::landed_commit(&repo, &l.c, &req, &chosen, history, decided_at)
@@ -459,7 +488,7 @@ impl Integration {
             // Nothing moved (the transaction is atomic). Say why.
             if let Some(r) = blocking(|| self.read_receipt(&repo, &req.request_id))? {
                 self.settle_delivery(&mut l, r, actor).await?;
-                return self.hydrate(l.c).await;
+                return self.candidates.hydrate(l.c).await;
             }
             let now_target = blocking(|| repo.ref_value(&req.target_ref))?;
             if req.action == DeliveryAction::UpdateRef
@@ -487,7 +516,7 @@ impl Integration {
         }
         crate::crash::point(crate::crash::CrashPoint::DeliverAfterRefs);
         self.settle_delivery(&mut l, receipt, actor).await?;
-        self.hydrate(l.c).await
+        self.candidates.hydrate(l.c).await
     }
 
     pub(super) fn read_receipt(
@@ -532,7 +561,7 @@ impl Integration {
             result_id: receipt.receipt_id.clone(),
         });
         l.c.delivery_receipt = Some(receipt);
-        self.save(l, None, None).await
+        self.candidates.save(l, None, None).await
     }
 
     /// Recovery for deliveries: a `delivering` request whose receipt is in Git is settled from it.
@@ -542,9 +571,9 @@ impl Integration {
             if !self.ctx.config.workspaces.contains_key(&ws) {
                 continue;
             }
-            let lock = self.candidate_lock(&cid);
+            let lock = self.candidates.candidate_lock(&cid);
             let _guard = lock.lock().await;
-            let mut l = self.load(&ws, &cid).await?;
+            let mut l = self.candidates.load(&ws, &cid).await?;
             let Some(req) = l.c.delivery_request.clone() else {
                 continue;
             };

@@ -2,15 +2,37 @@
 
 use super::*;
 
-impl Integration {
+/// How a candidate ends: `integration.delete` by a caller, or expiry by the maintenance pass
+/// (both fence the candidate durably first, then remove what it owns). Holds the candidates.
+#[derive(Clone)]
+pub struct Lifecycle {
+    ctx: Context,
+    candidates: Candidates,
+}
+
+impl Lifecycle {
+    pub fn new(candidates: Candidates) -> Lifecycle {
+        Lifecycle {
+            ctx: candidates.ctx.clone(),
+            candidates,
+        }
+    }
+}
+
+impl Lifecycle {
     /// `integration.delete`: persists the `deleting` fence, then removes owned refs and files.
     pub async fn delete(&self, actor: &Actor, p: CandidateParams) -> Result<(), ServiceError> {
         self.ctx
             .authorize(actor, &p.workspace_id, Permission::Integrate)?;
-        let lock = self.candidate_lock(&p.candidate_id);
+        let lock = self.candidates.candidate_lock(&p.candidate_id);
         let _guard = lock.lock().await;
-        let mut l = self.load(&p.workspace_id, &p.candidate_id).await?;
-        let _admitted = self.admit_on(actor, Operation::Delete, true, &l.c)?;
+        let mut l = self
+            .candidates
+            .load(&p.workspace_id, &p.candidate_id)
+            .await?;
+        let _admitted = self
+            .candidates
+            .admit_on(actor, Operation::Delete, true, &l.c)?;
         if !l.c.state.is_fenced() {
             l.c.state = l.c.state.on(CandidateEvent::Delete)?;
             l.c.record_mutation(Mutation {
@@ -20,11 +42,13 @@ impl Integration {
                 digest: String::new(),
                 result_id: l.c.candidate_id.clone(),
             });
-            self.save(&mut l, None, None).await?;
+            self.candidates.save(&mut l, None, None).await?;
         }
         // Running verifications are cancelled (container destroyed, settled) before cleanup.
         // Workers never take the candidate lock, so holding it here cannot deadlock.
-        self.cancel_candidate_verifications(&p.candidate_id).await?;
+        self.candidates
+            .cancel_candidate_verifications(&p.candidate_id)
+            .await?;
         self.clean_up_fenced(&mut l).await
     }
 
@@ -39,7 +63,8 @@ impl Integration {
                 .collect();
             repo.update_refs(&deletes)
         })?;
-        match blocking(|| std::fs::remove_dir_all(self.candidate_dir(&l.c.candidate_id))) {
+        match blocking(|| std::fs::remove_dir_all(self.candidates.candidate_dir(&l.c.candidate_id)))
+        {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
@@ -70,7 +95,7 @@ impl Integration {
         }
         let purge_after = crate::ids::rfc3339(self.ctx.clock.now() + TOMBSTONE_RETENTION);
         l.a = Assembly::default();
-        self.save(l, None, Some(purge_after)).await
+        self.candidates.save(l, None, Some(purge_after)).await
     }
 
     /// One expiry pass: fences and cleans expired candidates, finishes interrupted cleanups, and
@@ -88,9 +113,9 @@ impl Integration {
             if !self.ctx.config.workspaces.contains_key(&ws) {
                 continue;
             }
-            let lock = self.candidate_lock(&cid);
+            let lock = self.candidates.candidate_lock(&cid);
             let _guard = lock.lock().await;
-            let mut l = match self.load(&ws, &cid).await {
+            let mut l = match self.candidates.load(&ws, &cid).await {
                 Ok(l) => l,
                 Err(ServiceError::NotFound(_)) => continue, // purged meanwhile
                 Err(e) => return Err(e),
@@ -110,8 +135,8 @@ impl Integration {
                 continue;
             }
             l.c.state = l.c.state.on(CandidateEvent::Expire)?;
-            self.save(&mut l, None, None).await?;
-            self.cancel_candidate_verifications(&cid).await?;
+            self.candidates.save(&mut l, None, None).await?;
+            self.candidates.cancel_candidate_verifications(&cid).await?;
             self.clean_up_fenced(&mut l).await?;
             expired += 1;
         }

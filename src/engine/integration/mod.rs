@@ -32,13 +32,14 @@ use crate::candidate::{
 };
 use crate::config::Permission;
 use crate::domain::git::{FileMode, ObjectKind};
+use crate::engine::Context;
 use crate::engine::actor::{Actor, SystemTask};
 use crate::engine::admission::{Admission, Admitted, Operation};
 use crate::engine::blocking::blocking;
 use crate::engine::error::ServiceError;
 use crate::engine::idempotency::{Keyed, Prologue};
 use crate::engine::runner::pipeline::{CandidateLink, Link, RunError, Step};
-use crate::engine::service::{Integration, parse_time};
+use crate::engine::service::{Candidates, parse_time};
 use crate::limits;
 use crate::staging::Repo;
 use crate::staging::plumbing::{CommitStamp, RefOp};
@@ -68,7 +69,7 @@ pub(crate) struct Loaded {
 /// recorded and bound under, or none when this exact request (same actor, key and parameters)
 /// already completed, in which case the caller answers with the current candidate. The same
 /// key with other parameters is `conflict` before anything is changed.
-/// [`Integration::save_mutation`] is the end of every such mutation.
+/// [`Candidates::save_mutation`] is the end of every such mutation.
 pub(crate) struct Begun {
     pub(crate) l: Loaded,
     pub(crate) actor_key: String,
@@ -109,7 +110,7 @@ impl MutationKey {
     }
 }
 
-impl Integration {
+impl Candidates {
     pub(super) fn candidate_dir(&self, cid: &str) -> PathBuf {
         self.ctx.data.layout.candidate_dir(cid)
     }
@@ -159,7 +160,7 @@ impl Integration {
         })
     }
 
-    /// The end of an idempotent mutation begun with [`Integration::begin_mutation`]: records it in
+    /// The end of an idempotent mutation begun with [`Candidates::begin_mutation`]: records it in
     /// the candidate's history and saves the candidate together with the idempotency binding,
     /// in one compare-and-set on the version loaded at the beginning.
     pub(crate) async fn save_mutation(
@@ -283,7 +284,7 @@ impl Integration {
         )
     }
 
-    /// [`Integration::owned_evidence_problem`] on the blocking pool, for hot read paths: the checks
+    /// [`Candidates::owned_evidence_problem`] on the blocking pool, for hot read paths: the checks
     /// run on shared copies, so no async worker blocks and none hands its core off (as
     /// `block_in_place` would, on every call).
     pub(super) async fn owned_evidence_problem_off_runtime(
@@ -299,7 +300,7 @@ impl Integration {
     }
 
     /// The candidate record alone (no journal), shared: parsed once per stored version and
-    /// kept in [`Integration::read_cache`]. For reads only; a change always goes through `load`.
+    /// kept in [`Candidates::read_cache`]. For reads only; a change always goes through `load`.
     pub(crate) async fn load_shared(
         &self,
         workspace_id: &str,

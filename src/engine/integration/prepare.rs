@@ -3,7 +3,26 @@
 
 use super::*;
 
-impl Integration {
+/// Candidate assembly: `integration.prepare` (validate, persist, retain), the merge loop, and
+/// `integration.resolve`. Holds the candidates and the evidence packets prepare reads.
+#[derive(Clone)]
+pub struct Assembler {
+    pub(super) ctx: Context,
+    pub(super) candidates: Candidates,
+    pub(super) evidence: super::evidence::Evidence,
+}
+
+impl Assembler {
+    pub fn new(candidates: Candidates, evidence: super::evidence::Evidence) -> Assembler {
+        Assembler {
+            ctx: candidates.ctx.clone(),
+            candidates,
+            evidence,
+        }
+    }
+}
+
+impl Assembler {
     /// `integration.prepare`.
     pub async fn prepare(
         &self,
@@ -253,7 +272,7 @@ impl Integration {
         };
         // Admission sees the new candidate before its first durable write (a refusal leaves
         // nothing behind), and what it returns is held until the candidate is assembled.
-        let admitted = self.admit(Admission {
+        let admitted = self.candidates.admit(Admission {
             operation: Operation::Prepare,
             mutation: true,
             actor,
@@ -307,8 +326,8 @@ impl Integration {
         ws: &str,
         cid: &str,
     ) -> Result<Candidate, ServiceError> {
-        let existing = self.load_candidate(ws, cid).await?;
-        let _admitted = self.admit(Admission {
+        let existing = self.candidates.load_candidate(ws, cid).await?;
+        let _admitted = self.candidates.admit(Admission {
             operation: Operation::Prepare,
             mutation: true,
             actor,
@@ -328,9 +347,9 @@ impl Integration {
         cid: &str,
         known: KnownRefs,
     ) -> Result<Candidate, ServiceError> {
-        let lock = self.candidate_lock(cid);
+        let lock = self.candidates.candidate_lock(cid);
         let _guard = lock.lock().await;
-        let mut l = self.load(ws, cid).await?;
+        let mut l = self.candidates.load(ws, cid).await?;
         if l.c.state != CandidateState::Preparing {
             return Ok(l.c);
         }
@@ -341,7 +360,7 @@ impl Integration {
             Err(reason) => {
                 l.c.state = l.c.state.on(CandidateEvent::LoseEvidence)?;
                 l.c.error = Some(reason);
-                self.save(&mut l, None, None).await?;
+                self.candidates.save(&mut l, None, None).await?;
                 return Ok(l.c);
             }
         };
@@ -349,7 +368,7 @@ impl Integration {
         let retained = started.elapsed();
         blocking(|| self.assemble(&repo, &mut l, Some(owned)))?;
         let assembled = started.elapsed() - retained;
-        self.save(&mut l, None, None).await?;
+        self.candidates.save(&mut l, None, None).await?;
         tracing::info!(
             candidate_id = %cid,
             inputs = l.c.inputs.len(),

@@ -2,14 +2,14 @@
 
 use super::*;
 
-impl Integration {
+impl Candidates {
     /// `integration.show`. A candidate whose owned evidence is gone becomes `unavailable`.
     pub async fn show(&self, actor: &Actor, p: CandidateParams) -> Result<Candidate, ServiceError> {
         let (_, c) = self.show_shared(actor, p).await?;
         Ok(std::sync::Arc::unwrap_or_clone(c))
     }
 
-    /// [`Integration::show`] as a shared value with its stored version. The common path takes no
+    /// [`Candidates::show`] as a shared value with its stored version. The common path takes no
     /// lock, parses the record once per version, and asks about the owned refs with remembered
     /// answers (no git process while nothing changed); only a state change takes the lock.
     pub async fn show_shared(
@@ -213,7 +213,7 @@ impl Integration {
 /// Largest piece of an input's transcript the candidate page quotes.
 pub const TRANSCRIPT_EXCERPT_BYTES: usize = 2048;
 
-impl Integration {
+impl Candidates {
     /// The start of each input's transcript (the candidate-owned copy, checked against its
     /// checksum), at most [`TRANSCRIPT_EXCERPT_BYTES`] each; `None` for an input without one
     /// or whose copy does not match (the page says so rather than show other bytes).
@@ -284,7 +284,7 @@ impl Integration {
 /// Most bytes of one resolution's diff a decider is shown.
 pub const RESOLUTION_DIFF_SHOWN: usize = 64 * 1024;
 
-/// What a decider weighs beside the candidate's record ([`Integration::decider_view`]).
+/// What a decider weighs beside the candidate's record ([`Candidates::decider_view`]).
 #[derive(Debug, Clone, Default)]
 pub struct DeciderView {
     /// The target ref's value now (`None`: it does not exist).

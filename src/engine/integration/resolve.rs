@@ -1,9 +1,10 @@
 //! `integration.resolve`: validate paths and content, save the intent, edit the conflict tree,
 //! check the result, continue assembly.
 
+use super::prepare::Assembler;
 use super::*;
 
-impl Integration {
+impl Assembler {
     /// `integration.resolve`.
     pub async fn resolve(
         &self,
@@ -110,6 +111,7 @@ impl Integration {
             guard: _guard,
             admitted: _admitted,
         } = self
+            .candidates
             .begin_mutation(
                 actor,
                 Operation::Resolve,
@@ -166,7 +168,7 @@ impl Integration {
                     expected_version,
                     files: p.files.clone(),
                 });
-                self.save(&mut l, None, None).await?;
+                self.candidates.save(&mut l, None, None).await?;
                 crate::crash::point(crate::crash::CrashPoint::ResolveAfterIntent);
             }
         }
@@ -175,12 +177,13 @@ impl Integration {
                 // The resolution itself cannot be applied: withdraw the intent so the
                 // candidate is exactly as it was, and say why.
                 l.a.pending_resolution = None;
-                self.save(&mut l, None, None).await?;
+                self.candidates.save(&mut l, None, None).await?;
             }
             return Err(e);
         }
         let result_id = format!("v{}", l.stored_version + 1);
-        self.save_mutation(&mut l, &key, MutationOperation::Resolve, result_id)
+        self.candidates
+            .save_mutation(&mut l, &key, MutationOperation::Resolve, result_id)
             .await?;
         Ok(l.c)
     }
@@ -294,7 +297,7 @@ impl Integration {
                 .into_iter()
                 .filter(|c| !resolved.contains(c.as_str()))
                 .collect();
-        let time = self.stamp_time(&l.c);
+        let time = self.candidates.stamp_time(&l.c);
         // The batch as history keeps it: a commit of the new tree whose parent holds the merge
         // as it stood (both from the journal, so a repeat after a crash makes the same ones).
         let n = l.c.resolutions.len();

@@ -3,7 +3,30 @@
 
 use super::*;
 
-impl Integration {
+/// Candidate verification: `integration.verify` queues a run on the background (the same
+/// pipeline as `airlock run`), `integration.cancel_verification` stops one. Holds the
+/// candidates and the background its runs are spawned on.
+#[derive(Clone)]
+pub struct CandidateVerifications {
+    ctx: Context,
+    candidates: Candidates,
+    background: std::sync::Arc<crate::engine::background::Background>,
+}
+
+impl CandidateVerifications {
+    pub fn new(
+        candidates: Candidates,
+        background: std::sync::Arc<crate::engine::background::Background>,
+    ) -> CandidateVerifications {
+        CandidateVerifications {
+            ctx: candidates.ctx.clone(),
+            candidates,
+            background,
+        }
+    }
+}
+
+impl Candidates {
     /// Fills `verifications` from the store (the source of truth), with `queued` flags.
     pub async fn hydrate(&self, mut c: Candidate) -> Result<Candidate, ServiceError> {
         c.verifications = self.verification_views(&c.candidate_id).await?;
@@ -25,6 +48,32 @@ impl Integration {
             .collect())
     }
 
+    /// Cancels one worker of this process and waits (bounded) until it has settled.
+    pub(super) async fn cancel_worker(&self, verification_id: &str) -> bool {
+        self.background
+            .cancel(verification_id, limits::SETTLE_WAIT)
+            .await
+    }
+
+    /// Cancels every running verification of a candidate (before deletion or expiry).
+    pub async fn cancel_candidate_verifications(
+        &self,
+        candidate_id: &str,
+    ) -> Result<(), ServiceError> {
+        for (v, _) in self.ctx.data.store.verifications_of(candidate_id).await? {
+            if v.status == Status::Running && !self.cancel_worker(&v.verification_id).await {
+                return Err(ServiceError::Unavailable(format!(
+                    "verification {} did not settle within {} s; retry",
+                    v.verification_id,
+                    limits::SETTLE_WAIT.as_secs()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl CandidateVerifications {
     /// `integration.verify`: records a running verification durably and returns at once.
     pub async fn verify(&self, actor: &Actor, p: VerifyParams) -> Result<Candidate, ServiceError> {
         let ws = self
@@ -50,6 +99,7 @@ impl Integration {
             admitted: _admitted,
             ..
         } = self
+            .candidates
             .begin_mutation(
                 actor,
                 Operation::VerifyQueue,
@@ -61,7 +111,7 @@ impl Integration {
             .await?;
         let c = l.c;
         let Some(key) = key else {
-            return self.hydrate(c).await;
+            return self.candidates.hydrate(c).await;
         };
         let rev = frozen_revision(&c)?;
         if p.candidate_revision != rev {
@@ -73,7 +123,7 @@ impl Integration {
                 ),
             ));
         }
-        blocking(|| self.require_owned_evidence(&c))?;
+        blocking(|| self.candidates.require_owned_evidence(&c))?;
         let existing = self
             .ctx
             .data
@@ -88,7 +138,7 @@ impl Integration {
         }
         let expires_cap = parse_time(&c.expires_at)
             .ok_or_else(|| ServiceError::internal("candidate expires_at is not RFC 3339"))?;
-        let extra = self.owned_evidence_check(&c);
+        let extra = self.candidates.owned_evidence_check(&c);
         let repo = self.ctx.repo(&p.workspace_id).clone();
         let prepared = self
             .background
@@ -107,7 +157,7 @@ impl Integration {
         // with the candidate as it was when queued: an embedding server can bound queue depth
         // and running containers independently.
         let prepared = prepared.admitting({
-            let admission = self.admission.clone();
+            let admission = self.candidates.admission.clone();
             let actor = actor.clone();
             let c = c.clone();
             std::sync::Arc::new(move |step: Step| {
@@ -149,37 +199,13 @@ impl Integration {
                 e => ServiceError::from(e),
             })?;
         self.background.spawn(room, started);
-        self.hydrate(c).await
-    }
-
-    /// Cancels one worker of this process and waits (bounded) until it has settled.
-    pub(super) async fn cancel_worker(&self, verification_id: &str) -> bool {
-        self.background
-            .cancel(verification_id, limits::SETTLE_WAIT)
-            .await
+        self.candidates.hydrate(c).await
     }
 
     /// Cancels every worker of this process (daemon shutdown). Returns how many did not settle
     /// within `wait`.
     pub async fn cancel_all_workers(&self, wait: Duration) -> usize {
         self.background.cancel_all(wait).await
-    }
-
-    /// Cancels every running verification of a candidate (before deletion or expiry).
-    pub async fn cancel_candidate_verifications(
-        &self,
-        candidate_id: &str,
-    ) -> Result<(), ServiceError> {
-        for (v, _) in self.ctx.data.store.verifications_of(candidate_id).await? {
-            if v.status == Status::Running && !self.cancel_worker(&v.verification_id).await {
-                return Err(ServiceError::Unavailable(format!(
-                    "verification {} did not settle within {} s; retry",
-                    v.verification_id,
-                    limits::SETTLE_WAIT.as_secs()
-                )));
-            }
-        }
-        Ok(())
     }
 
     /// `integration.cancel_verification`: destroys the container and settles `cancelled`.
@@ -191,9 +217,12 @@ impl Integration {
         self.ctx
             .authorize(actor, &p.workspace_id, Permission::Verify)?;
         let c = self
+            .candidates
             .load_candidate(&p.workspace_id, &p.candidate_id)
             .await?;
-        let _admitted = self.admit_on(actor, Operation::CancelVerification, true, &c)?;
+        let _admitted = self
+            .candidates
+            .admit_on(actor, Operation::CancelVerification, true, &c)?;
         let rows = self
             .ctx
             .data
@@ -209,13 +238,13 @@ impl Integration {
                 p.verification_id, p.candidate_id
             )));
         };
-        if v.status == Status::Running && !self.cancel_worker(&v.verification_id).await {
+        if v.status == Status::Running && !self.candidates.cancel_worker(&v.verification_id).await {
             return Err(ServiceError::Unavailable(format!(
                 "verification {} did not settle within {} s; retry",
                 v.verification_id,
                 limits::SETTLE_WAIT.as_secs()
             )));
         }
-        self.hydrate(c).await
+        self.candidates.hydrate(c).await
     }
 }
