@@ -676,3 +676,31 @@ fn the_api_never_reaches_into_the_engines_context() {
     });
     assert!(engine_reads_it, "the reader finds the engine's own reads");
 }
+
+/// The workflows hold [`crate::engine::context::Handles`] (configuration, data, clock,
+/// repositories, attestor, keys), never the whole `Context`: what runs a container (engines,
+/// seccomp, dependency sets, the stop signal) is the background's and the runner's.
+#[test]
+fn the_workflows_hold_handles_not_the_whole_context() {
+    let workflows = ["engine/integration/", "engine/governed/", "engine/jobs.rs"];
+    let naming_context: Vec<String> = sources()
+        .into_iter()
+        .filter(|s| find_word_any(&s.code, "Context"))
+        .map(|s| {
+            s.path
+                .strip_prefix(src_dir())
+                .unwrap()
+                .display()
+                .to_string()
+        })
+        .collect();
+    let in_workflows: Vec<&String> = naming_context
+        .iter()
+        .filter(|p| workflows.iter().any(|w| p.starts_with(w)))
+        .collect();
+    assert_eq!(in_workflows, Vec::<&String>::new());
+    assert!(
+        naming_context.iter().any(|p| p == "engine/background.rs"),
+        "the reader finds the background's context: {naming_context:?}"
+    );
+}

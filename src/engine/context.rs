@@ -11,19 +11,16 @@ use crate::staging::Repo;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// What every workflow shares.
+/// What a workflow holds: the configuration, the data dir, the clock, the workspaces'
+/// repositories, the attestor and the idempotency keys, with authorization and the one
+/// prologue on top. Nothing here runs a container: a workflow that runs one hands it to the
+/// [`super::background::Background`], which holds the whole [`Context`].
 #[derive(Clone)]
-pub struct Context {
+pub struct Handles {
     pub config: Arc<Config>,
     /// The data dir: its store, its artifacts and its [`super::layout::DataLayout`].
     pub data: DataDir,
-    /// The engines jobs run on (Docker in production, a scripted fake in workflow tests),
-    /// each with how its jobs get their workspaces.
-    pub pool: Arc<crate::engine::runner::pool::Pool>,
-    pub seccomp: SeccompProfile,
     pub clock: Clock,
-    /// The daemon's metrics (its own registry; see [`crate::metrics`]).
-    pub metrics: Arc<crate::metrics::Metrics>,
     /// Every configured workspace's repository, by workspace id.
     repos: Arc<HashMap<String, Repo>>,
     /// The signing key and the public keys of attestations.
@@ -31,10 +28,32 @@ pub struct Context {
     /// Idempotency keys: checked, stamped, one call per key at a time, replays found (see
     /// [`crate::engine::idempotency`]).
     pub keys: Arc<crate::engine::idempotency::Keys>,
+}
+
+/// The workflows' [`Handles`] and what running a job needs besides: the engines, the seccomp
+/// profile, the metrics, the dependency sets and the stop signal. Held by the runner, the
+/// background, recovery and the composition roots (daemon, CLI); it reads as its handles.
+#[derive(Clone)]
+pub struct Context {
+    /// What every workflow holds.
+    pub handles: Handles,
+    /// The engines jobs run on (Docker in production, a scripted fake in workflow tests),
+    /// each with how its jobs get their workspaces.
+    pub pool: Arc<crate::engine::runner::pool::Pool>,
+    pub seccomp: SeccompProfile,
+    /// The daemon's metrics (its own registry; see [`crate::metrics`]).
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// The dependency sets jobs get.
     pub deps: Arc<crate::engine::runner::deps::DependencySets>,
     /// Set to true when the process stops (what a shared dependency fetch is cancelled by).
     pub stopping: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl std::ops::Deref for Context {
+    type Target = Handles;
+    fn deref(&self) -> &Handles {
+        &self.handles
+    }
 }
 
 impl Context {
@@ -74,16 +93,18 @@ impl Context {
         ));
         Ok(Context {
             pool: Arc::new(local_pool(&config, runtime, &data, &seccomp)),
-            attest,
-            config,
-            data,
             seccomp,
-            clock,
             metrics: Arc::default(),
-            repos: Arc::new(repos),
-            keys,
             deps,
             stopping: Arc::new(tokio::sync::watch::channel(false).0),
+            handles: Handles {
+                attest,
+                config,
+                data,
+                clock,
+                repos: Arc::new(repos),
+                keys,
+            },
         })
     }
 
@@ -104,24 +125,19 @@ impl Context {
         ));
         Ok(Context {
             pool: Arc::new(local_pool(&config, runtime, &data, &seccomp)),
-            attest: Arc::new(crate::engine::attesting::Attestor::load(&config)?),
-            config,
-            data,
             seccomp,
-            clock: Clock::System,
             metrics: Arc::default(),
-            repos: Arc::default(),
-            keys,
             deps,
             stopping: Arc::new(tokio::sync::watch::channel(false).0),
+            handles: Handles {
+                attest: Arc::new(crate::engine::attesting::Attestor::load(&config)?),
+                config,
+                data,
+                clock: Clock::System,
+                repos: Arc::default(),
+                keys,
+            },
         })
-    }
-
-    /// A configured workspace's repository.
-    pub fn repo(&self, workspace_id: &str) -> &Repo {
-        self.repos
-            .get(workspace_id)
-            .expect("workspaces are checked before their repository is used")
     }
 
     /// Every engine jobs run on, for recovery.
@@ -132,6 +148,15 @@ impl Context {
     /// The same context on another set of engines (the configured `[[engines]]`).
     pub fn with_pool(self, pool: Arc<crate::engine::runner::pool::Pool>) -> Context {
         Context { pool, ..self }
+    }
+}
+
+impl Handles {
+    /// A configured workspace's repository.
+    pub fn repo(&self, workspace_id: &str) -> &Repo {
+        self.repos
+            .get(workspace_id)
+            .expect("workspaces are checked before their repository is used")
     }
 
     pub fn now_rfc3339(&self) -> String {

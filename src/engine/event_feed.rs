@@ -3,7 +3,6 @@
 //! written" signal (never polling) or the daemon stopping. `GET /api/v1/events` serves it as
 //! server-sent events; this module knows no HTTP.
 
-use super::Context;
 use super::actor::Actor;
 use super::error::ServiceError;
 use crate::config::Permission;
@@ -38,7 +37,7 @@ pub struct EventFeed {
     stopping: watch::Receiver<bool>,
 }
 
-impl Context {
+impl crate::engine::context::Handles {
     /// A feed of `workspace_id`'s events after `after` (its newest when `None`), filtered by
     /// subject and kind, for a member who may view it; it ends when `stopping` says so.
     pub async fn event_feed(

@@ -4,7 +4,6 @@
 //! on the fair worker pool through the same pipeline as `airlock run`. A restart resumes the
 //! jobs that never started; recovery judges the ones that did.
 
-use super::Context;
 use super::background::Background;
 use super::runner::pipeline::{Link, RunError};
 use crate::config::Permission;
@@ -33,7 +32,7 @@ pub const INTERRUPTED_NOTE: &str =
 /// The `job.*` workflow.
 #[derive(Clone)]
 pub struct Jobs {
-    ctx: Context,
+    ctx: crate::engine::context::Handles,
     background: Arc<Background>,
 }
 
@@ -73,7 +72,7 @@ fn check_labels(labels: &[String]) -> Result<Vec<String>, ServiceError> {
 }
 
 impl Jobs {
-    pub fn new(ctx: Context, background: Arc<Background>) -> Jobs {
+    pub fn new(ctx: crate::engine::context::Handles, background: Arc<Background>) -> Jobs {
         Jobs { ctx, background }
     }
 

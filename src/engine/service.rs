@@ -45,9 +45,11 @@ pub struct Service {
 impl Service {
     pub fn new(ctx: Context, admission: AdmissionFn) -> Service {
         let background = Arc::new(super::background::Background::new(ctx.clone()));
-        let proposals = crate::engine::governed::Proposals::new(ctx.clone());
+        // Every workflow holds the handles; only the background (the runner) the whole context.
+        let handles = ctx.handles.clone();
+        let proposals = crate::engine::governed::Proposals::new(handles.clone());
         let candidates = Candidates {
-            ctx: ctx.clone(),
+            ctx: handles.clone(),
             admission,
             background: background.clone(),
             candidate_locks: Arc::default(),
@@ -62,12 +64,12 @@ impl Service {
             applies: crate::engine::governed::Applies::new(proposals.clone(), background.clone()),
             reviews: crate::engine::governed::reviews::Reviews::new(proposals.clone()),
             proposals,
-            jobs: super::jobs::Jobs::new(ctx.clone(), background.clone()),
-            evidence: super::integration::evidence::Evidence::new(ctx.clone()),
+            jobs: super::jobs::Jobs::new(handles.clone(), background.clone()),
+            evidence: super::integration::evidence::Evidence::new(handles.clone()),
             candidates: candidates.clone(),
             assembler: super::integration::prepare::Assembler::new(
                 candidates.clone(),
-                super::integration::evidence::Evidence::new(ctx.clone()),
+                super::integration::evidence::Evidence::new(handles.clone()),
             ),
             candidate_verifications: super::integration::verify::CandidateVerifications::new(
                 candidates.clone(),
@@ -163,7 +165,7 @@ pub(crate) type CachedCandidate = (u64, Arc<crate::candidate::Candidate>);
 /// verifications (on the background they run on).
 #[derive(Clone)]
 pub struct Candidates {
-    pub ctx: Context,
+    pub ctx: crate::engine::context::Handles,
     pub admission: AdmissionFn,
     pub(crate) background: Arc<super::background::Background>,
     candidate_locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
@@ -222,7 +224,7 @@ impl Candidates {
 }
 
 /// Authorization and idempotency bindings: what every workflow asks the same way.
-impl Context {
+impl crate::engine::context::Handles {
     /// The workspace, if the actor may act in it with `perm`. Unknown workspaces and non-members
     /// get the same answer, so membership probing reveals nothing about candidates.
     pub fn authorize(

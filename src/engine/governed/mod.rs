@@ -14,7 +14,6 @@ pub mod reviews;
 pub mod validation;
 pub mod verdict;
 
-use crate::engine::Context;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -22,7 +21,7 @@ use std::sync::{Arc, Mutex};
 /// resource reads and the event log.
 #[derive(Clone)]
 pub struct Claims {
-    pub ctx: Context,
+    pub ctx: crate::engine::context::Handles,
 }
 
 /// Proposals: immutable revisions, their lifecycle, previews and reads, and the policy's
@@ -30,7 +29,7 @@ pub struct Claims {
 /// [`reviews::Reviews`]).
 #[derive(Clone)]
 pub struct Proposals {
-    pub ctx: Context,
+    pub ctx: crate::engine::context::Handles,
     /// Every path a proposal revision touches, by the revision's digest (the verdict needs
     /// them on every evaluation; a revision never changes, so neither do they).
     touched: Arc<Mutex<HashMap<String, Arc<Vec<String>>>>>,
@@ -41,7 +40,7 @@ pub struct Proposals {
 /// judges, and what it answers.
 #[derive(Clone)]
 pub struct Validations {
-    pub ctx: Context,
+    pub ctx: crate::engine::context::Handles,
     proposals: Proposals,
     /// Where a validation's tests run (beside candidate verifications, one bound for both).
     background: Arc<crate::engine::background::Background>,
@@ -50,7 +49,7 @@ pub struct Validations {
 /// The journaled apply, its transactions, their control actions and their recovery.
 #[derive(Clone)]
 pub struct Applies {
-    pub ctx: Context,
+    pub ctx: crate::engine::context::Handles,
     /// One apply lock per configured workspace: applies, control actions and the recovery of
     /// a workspace's transactions take turns (the store's fence covers other processes).
     locks: Arc<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -60,13 +59,13 @@ pub struct Applies {
 }
 
 impl Claims {
-    pub fn new(ctx: Context) -> Claims {
+    pub fn new(ctx: crate::engine::context::Handles) -> Claims {
         Claims { ctx }
     }
 }
 
 impl Proposals {
-    pub fn new(ctx: Context) -> Proposals {
+    pub fn new(ctx: crate::engine::context::Handles) -> Proposals {
         Proposals {
             claims: Claims::new(ctx.clone()),
             ctx,

@@ -2,7 +2,6 @@
 //! check, paging cursors and limits, and the text-field check.
 
 use crate::config::Permission;
-use crate::engine::Context;
 use crate::engine::actor::Actor;
 use crate::engine::error::ServiceError;
 use crate::limits;
@@ -61,7 +60,7 @@ pub(super) fn check_text(field: &str, v: &str, required: bool) -> Result<(), Ser
 
 pub(super) use crate::engine::idempotency::Keyed;
 
-impl Context {
+impl crate::engine::context::Handles {
     /// The workspace's worktree root, if the actor may use `perm` there and it is governed.
     pub(super) fn governed(
         &self,

@@ -103,7 +103,7 @@ fn evidence_refused(e: crate::store::StoreError) -> ServiceError {
 /// decisions and `policy.evaluate`. Holds the proposals, whose verdict it reads and feeds.
 #[derive(Clone)]
 pub struct Reviews {
-    pub(super) ctx: crate::engine::Context,
+    pub(super) ctx: crate::engine::context::Handles,
     pub(super) proposals: Proposals,
 }
 

@@ -7,7 +7,7 @@ use super::*;
 /// the reconciliation of receipts a crash left unsettled. Holds the candidates.
 #[derive(Clone)]
 pub struct Deliveries {
-    ctx: Context,
+    ctx: crate::engine::context::Handles,
     candidates: Candidates,
 }
 

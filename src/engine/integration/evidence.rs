@@ -4,7 +4,6 @@
 use crate::artifacts::write_atomic;
 use crate::candidate::{self, EvidencePacket, EvidenceSource, MAX_TRANSCRIPT_BYTES};
 use crate::config::{Permission, is_identifier};
-use crate::engine::Context;
 use crate::engine::actor::Actor;
 use crate::engine::blocking::blocking;
 use crate::engine::error::ServiceError;
@@ -36,11 +35,11 @@ pub fn evidence_ref_name(evidence_ref: &str) -> String {
 /// belongs to a run, not to a candidate).
 #[derive(Clone)]
 pub struct Evidence {
-    ctx: Context,
+    ctx: crate::engine::context::Handles,
 }
 
 impl Evidence {
-    pub fn new(ctx: Context) -> Evidence {
+    pub fn new(ctx: crate::engine::context::Handles) -> Evidence {
         Evidence { ctx }
     }
 

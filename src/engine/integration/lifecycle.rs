@@ -6,7 +6,7 @@ use super::*;
 /// (both fence the candidate durably first, then remove what it owns). Holds the candidates.
 #[derive(Clone)]
 pub struct Lifecycle {
-    ctx: Context,
+    ctx: crate::engine::context::Handles,
     candidates: Candidates,
 }
 

@@ -32,7 +32,6 @@ use crate::candidate::{
 };
 use crate::config::Permission;
 use crate::domain::git::{FileMode, ObjectKind};
-use crate::engine::Context;
 use crate::engine::actor::{Actor, SystemTask};
 use crate::engine::admission::{Admission, Admitted, Operation};
 use crate::engine::blocking::blocking;

@@ -7,7 +7,7 @@ use super::*;
 /// `integration.resolve`. Holds the candidates and the evidence packets prepare reads.
 #[derive(Clone)]
 pub struct Assembler {
-    pub(super) ctx: Context,
+    pub(super) ctx: crate::engine::context::Handles,
     pub(super) candidates: Candidates,
     pub(super) evidence: super::evidence::Evidence,
 }

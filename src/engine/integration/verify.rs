@@ -8,7 +8,7 @@ use super::*;
 /// candidates and the background its runs are spawned on.
 #[derive(Clone)]
 pub struct CandidateVerifications {
-    ctx: Context,
+    ctx: crate::engine::context::Handles,
     candidates: Candidates,
     background: std::sync::Arc<crate::engine::background::Background>,
 }

@@ -673,7 +673,7 @@ impl Validations {
 }
 /// The tests stage now, from its verifications: (state, reason, all passed).
 pub(super) async fn tests_state(
-    ctx: &crate::engine::Context,
+    ctx: &crate::engine::context::Handles,
     rec: &Record,
 ) -> Result<(StageState, String, bool), ServiceError> {
     // Only a running tests stage is judged from its verifications; one recorded settled
@@ -722,7 +722,7 @@ pub(super) async fn tests_state(
 
 /// Test evidence of the current revision: the newest complete validation's tests.
 pub(super) async fn test_evidence(
-    ctx: &crate::engine::Context,
+    ctx: &crate::engine::context::Handles,
     rec: &Record,
 ) -> Result<Option<crate::domain::policy::TestEvidence>, ServiceError> {
     let (state, _, passed) = tests_state(ctx, rec).await?;
