@@ -9,7 +9,8 @@
 #   (default)       the test suite: all of the above plus a C compiler and static libc (the
 #                   syscall probe fixture), GNU time (the benchmark's peak RSS), python3-pip
 #                   (real documentation files the tests read), strace (the apply durability test),
-#                   python3-venv, chromium and chromium-driver (the web page's browser test) and,
+#                   python3-venv, chromium and chromium-driver (the web page's browser test), runsc
+#                   (gVisor, the runsc isolation level's tests on a second dockerd) and,
 #                   from PyPI into target/py, scripts/requirements-tests.txt
 # Idempotent: installs only what is missing.
 set -euo pipefail
@@ -47,6 +48,8 @@ if [ "$job" = tests ]; then
   # over mutual TLS with certificates openssl makes.
   command -v openssl >/dev/null 2>&1 || need+=(openssl)
   command -v dockerd >/dev/null 2>&1 || { echo "the remote-engine tests need dockerd on PATH" >&2; exit 1; }
+  # The isolation-level tests register gVisor's runtime in a second dockerd.
+  command -v runsc >/dev/null 2>&1 || need+=(runsc)
 fi
 
 if [ ${#need[@]} -gt 0 ]; then

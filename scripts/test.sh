@@ -2,7 +2,9 @@
 # Runs Airlock's whole test suite: installs prerequisites, checks formatting and lints, builds the
 # sandbox images, and runs unit and integration tests against the real Docker engine. Ends with
 # one line: "N passed, N failed, N skipped" (a Docker test skipped with AIRLOCK_SKIP_DOCKER=1 is
-# counted as skipped, never as passed).
+# counted as skipped, never as passed). The runner, hardening, recovery and hostile-job tests run
+# again with the tree cache off, and once more, with the warm-checkout tests, under gVisor
+# (scripts/runsc-engine.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,8 +43,22 @@ status=${PIPESTATUS[0]}
 # stages its whole tree, as on a host without overlay support (the first pass ran them on warm
 # overlay checkouts, the default).
 AIRLOCK_TEST_TREE_CACHE=off cargo test --locked --test it -- --test-threads 2 \
-  runner:: hardening:: recovery:: 2>&1 | tee -a "$hooks/test.log"
+  runner:: hardening:: recovery:: hostile:: 2>&1 | tee -a "$hooks/test.log"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
+# The same tests, the hostile jobs and the warm checkouts once more under gVisor: a dockerd of
+# their own with runsc registered (scripts/runsc-engine.sh), reached through DOCKER_HOST, every
+# profile's runtime runsc.
+runsc_dir=target/tmp/runsc-engine
+scripts/runsc-engine.sh stop "$runsc_dir"
+if runsc_host=$(scripts/runsc-engine.sh start "$runsc_dir"); then
+  env "$runsc_host" AIRLOCK_TEST_RUNTIME=runsc cargo test --locked --test it -- --test-threads 2 \
+    runner:: hardening:: recovery:: hostile:: warm:: 2>&1 | tee -a "$hooks/test.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+else
+  echo "the runsc engine did not start: the gVisor pass failed" >&2
+  status=1
+fi
+scripts/runsc-engine.sh stop "$runsc_dir"
 set -e
 count() { # the sum of "<n> <word>;" over every libtest summary line
   awk -v w="$1;" '/^test result: /{for (i = 1; i < NF; i++) if ($(i + 1) == w) n += $i} END {print n + 0}' "$hooks/test.log"

@@ -316,6 +316,7 @@ pub(crate) mod tests {
             creation_key: key.into(),
             container_id: Some("c".into()),
             engine: Some("local".into()),
+            runtime: Some(crate::domain::isolation::Isolation::Runc),
             queued: None,
             queued_reason: None,
             phases: None,

@@ -26,7 +26,7 @@ pub struct EngineLabel {
 }
 
 /// One engine's state at a scrape, as the pool reports it (metrics know no pool).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct EngineSample<'a> {
     pub name: &'a str,
     pub running: usize,
@@ -35,6 +35,14 @@ pub struct EngineSample<'a> {
     pub failures: u64,
     /// Images whose id there differs from this machine's.
     pub image_mismatches: usize,
+    /// The isolation levels (OCI runtimes) it offers, as it last said; `None` until it did.
+    pub runtimes: Option<Vec<&'static str>>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EngineRuntime {
+    pub engine: String,
+    pub runtime: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -199,6 +207,7 @@ pub struct Metrics {
     pub engine_up: Family<EngineLabel, Gauge>,
     pub engine_failures: Family<EngineLabel, Counter>,
     pub engine_image_mismatches: Family<EngineLabel, Gauge>,
+    pub engine_runtime: Family<EngineRuntime, Gauge>,
     pub engine_upload_bytes: Family<EngineLabel, Counter>,
     pub engine_upload_seconds: Hist<EngineLabel>,
     pub engine_readback_bytes: Family<EngineLabel, Counter>,
@@ -252,6 +261,7 @@ impl Metrics {
             engine_up: Family::default(),
             engine_failures: Family::default(),
             engine_image_mismatches: Family::default(),
+            engine_runtime: Family::default(),
             engine_upload_bytes: Family::default(),
             engine_upload_seconds: Family::new_with_constructor(seconds),
             engine_readback_bytes: Family::default(),
@@ -339,6 +349,11 @@ impl Metrics {
                 "engine_image_mismatches",
                 "Images whose id on an engine is not the one Airlock built (the engine takes no job needing them)",
                 m.engine_image_mismatches.clone(),
+            );
+            r.register(
+                "engine_runtime",
+                "1 for each isolation level (OCI runtime: runc, runsc) an engine offers, 0 for one it does not, as it last said",
+                m.engine_runtime.clone(),
             );
             r.register(
                 "engine_upload_bytes",
@@ -551,6 +566,16 @@ impl Metrics {
             self.engine_image_mismatches
                 .get_or_create(&label)
                 .set(e.image_mismatches as i64);
+            if let Some(offered) = &e.runtimes {
+                for runtime in crate::domain::isolation::Isolation::ALL {
+                    self.engine_runtime
+                        .get_or_create(&EngineRuntime {
+                            engine: e.name.to_string(),
+                            runtime: runtime.as_str().to_string(),
+                        })
+                        .set(i64::from(offered.contains(&runtime.as_str())));
+                }
+            }
         }
     }
 

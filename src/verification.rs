@@ -39,6 +39,10 @@ pub struct Verification {
     /// null when it never reached one, and in results recorded before engines had names.
     #[serde(default)]
     pub engine: Option<String>,
+    /// The isolation level the job's container ran under (the profile's `runtime`: `runc` or
+    /// `runsc`); absent in results recorded before isolation levels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<crate::domain::isolation::Isolation>,
     /// Only in a candidate's verifications: still waiting for a worker permit (status
     /// `running`, nothing started yet). Absent from `airlock run` results and artifacts.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -14,6 +14,7 @@ pub(super) fn profiles() -> BTreeMap<String, RawProfile> {
         RawProfile {
             engine_labels: vec![],
             dependencies: vec![],
+            runtime: None,
             image: DEFAULT_IMAGE.to_string(),
             user: None,
             working_dir: None,
@@ -34,6 +35,7 @@ pub(super) fn profiles() -> BTreeMap<String, RawProfile> {
         RawProfile {
             engine_labels: vec![],
             dependencies: vec![],
+            runtime: None,
             image: TOOLCHAIN_IMAGE.to_string(),
             user: None,
             working_dir: None,
@@ -65,6 +67,7 @@ pub(super) fn profiles() -> BTreeMap<String, RawProfile> {
         RawProfile {
             engine_labels: vec![],
             dependencies: vec![],
+            runtime: None,
             image: GIT_IMAGE.to_string(),
             user: None,
             working_dir: None,

@@ -101,6 +101,8 @@ struct RawConfig {
     checkout_filesystem: Option<CheckoutFilesystem>,
     min_free_bytes: Option<u64>,
     tree_cache_bytes: Option<u64>,
+    /// The isolation level of every profile that names none.
+    runtime: Option<String>,
     run_retention_days: Option<u64>,
     claim_retention_days: Option<u64>,
     validation_ttl_seconds: Option<u64>,
@@ -370,9 +372,10 @@ impl Config {
     fn from_raw(raw: RawConfig) -> Result<Config, ConfigError> {
         let mut merged = builtin::profiles();
         merged.extend(raw.profiles);
+        let runtime = profile::parse_runtime("runtime", raw.runtime.as_deref())?;
         let mut profiles = BTreeMap::new();
         for (name, p) in merged {
-            let resolved = resolve_profile(&name, p)?;
+            let resolved = resolve_profile(&name, p, runtime)?;
             profiles.insert(name, resolved);
         }
         let mut workspaces = BTreeMap::new();

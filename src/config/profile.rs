@@ -3,6 +3,7 @@
 //! names a profile.
 
 use super::ConfigError;
+use crate::domain::isolation::Isolation;
 use crate::limits;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -27,6 +28,8 @@ pub(super) struct RawProfile {
     /// The ecosystems whose dependency set the profile's jobs get.
     #[serde(default)]
     pub(super) dependencies: Vec<super::dependencies::RawDependency>,
+    /// The isolation level: the OCI runtime the jobs' containers run under.
+    pub(super) runtime: Option<String>,
 }
 
 /// A fully resolved, validated profile. Every field has a value.
@@ -53,6 +56,10 @@ pub struct Profile {
     /// The ecosystems whose dependency set each job gets, fetched before it runs
     /// (`dependencies`; see [`crate::deps`]).
     pub dependencies: Vec<crate::deps::spec::Dependency>,
+    /// The isolation level its jobs run under (`runtime`: `runc`, the default, or `runsc`).
+    /// Part of the container's create body, so of `environment_sha256`; a job runs only on an
+    /// engine that offers it.
+    pub runtime: Isolation,
 }
 
 impl Profile {
@@ -86,7 +93,29 @@ fn parse_user(profile: &str, user: &str) -> Result<(u32, u32), ConfigError> {
     Ok((uid, gid))
 }
 
-pub(super) fn resolve_profile(name: &str, p: RawProfile) -> Result<Profile, ConfigError> {
+/// An isolation level named at `field` (`runc` when none is).
+pub(super) fn parse_runtime(field: &str, name: Option<&str>) -> Result<Isolation, ConfigError> {
+    match name {
+        None => Ok(Isolation::default()),
+        Some(r) => Isolation::parse(r).ok_or_else(|| ConfigError::Invalid {
+            field: field.to_string(),
+            message: format!(
+                "{r:?} is not an isolation level Airlock knows: use {}",
+                Isolation::ALL
+                    .map(|i| format!("{:?}", i.as_str()))
+                    .join(" or ")
+            ),
+        }),
+    }
+}
+
+/// The profile `name` checked and resolved; `default_runtime` is its isolation level when it
+/// names none (the configuration's top-level `runtime`).
+pub(super) fn resolve_profile(
+    name: &str,
+    p: RawProfile,
+    default_runtime: Isolation,
+) -> Result<Profile, ConfigError> {
     if name.is_empty()
         || !name
             .bytes()
@@ -232,8 +261,13 @@ pub(super) fn resolve_profile(name: &str, p: RawProfile) -> Result<Profile, Conf
     for l in &engine_labels {
         super::check_name(format!("profiles.{name}.engine_labels"), l, "label")?;
     }
+    let runtime = match p.runtime.as_deref() {
+        None => default_runtime,
+        Some(r) => parse_runtime(&format!("profiles.{name}.runtime"), Some(r))?,
+    };
     Ok(Profile {
         name: name.to_string(),
+        runtime,
         image: p.image,
         uid,
         gid,

@@ -349,3 +349,29 @@ fn public_url_is_an_http_or_https_url_of_bounded_length() {
         assert!(e.contains("public_url"), "{bad}: {e}");
     }
 }
+
+#[test]
+fn isolation_levels_default_to_runc_follow_the_top_level_and_name_a_bad_field() {
+    use crate::domain::isolation::Isolation;
+    let c = Config::builtin();
+    assert!(c.profiles.values().all(|p| p.runtime == Isolation::Runc));
+    let c = Config::parse(
+        "runtime = \"runsc\"\n[profiles.plain]\nimage = \"i\"\n\
+         [profiles.fast]\nimage = \"i\"\nruntime = \"runc\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.profile("plain").unwrap().runtime, Isolation::Runsc);
+    assert_eq!(c.profile("default").unwrap().runtime, Isolation::Runsc);
+    assert_eq!(c.profile("fast").unwrap().runtime, Isolation::Runc);
+    for (text, field) in [
+        (
+            "[profiles.p]\nimage = \"i\"\nruntime = \"kata\"\n",
+            "profiles.p.runtime",
+        ),
+        ("runtime = \"runC\"\n", "runtime"),
+    ] {
+        let e = Config::parse(text).unwrap_err().to_string();
+        assert!(e.contains(field), "{e}");
+        assert!(e.contains("\"runc\" or \"runsc\""), "{e}");
+    }
+}

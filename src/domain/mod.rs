@@ -9,6 +9,7 @@ pub mod candidate;
 pub mod claim;
 pub mod delivery;
 pub mod git;
+pub mod isolation;
 pub mod path;
 pub mod policy;
 pub mod proposal;

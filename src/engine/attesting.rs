@@ -191,6 +191,11 @@ pub fn verification(v: &Verification, verifier: &Verifier) -> Statement {
             .map(|r| json!({"uri": r.uri, "digest": r.digest}))
             .collect();
     }
+    // Only when the record names it (a record from before isolation levels has none, and its
+    // statement is exactly as before): the OCI runtime the job ran under.
+    if let Some(r) = v.runtime {
+        predicate["airlock"]["runtime"] = json!(r.as_str());
+    }
     Statement {
         type_: STATEMENT_TYPE.into(),
         subject,

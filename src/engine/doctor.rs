@@ -115,6 +115,41 @@ fn fail(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -
     }
 }
 
+/// Without `[[engines]]` (jobs run on this engine): every profile's isolation level is one the
+/// engine offers, or a failed check naming the profile and how to register the runtime.
+fn isolation(config: &Config, offered: &[crate::domain::isolation::Isolation]) -> Option<Check> {
+    let lacking: Vec<String> = config
+        .profiles
+        .values()
+        .filter(|p| !offered.contains(&p.runtime))
+        .map(|p| format!("profile {} runs under {}", p.name, p.runtime))
+        .collect();
+    let uses_runsc = config
+        .profiles
+        .values()
+        .any(|p| p.runtime == crate::domain::isolation::Isolation::Runsc);
+    if lacking.is_empty() {
+        return uses_runsc.then(|| {
+            pass(
+                "isolation",
+                format!(
+                    "every profile's runtime is offered here ({})",
+                    engines::runtimes(offered)
+                ),
+            )
+        });
+    }
+    Some(fail(
+        "isolation",
+        format!(
+            "{}, which this engine does not offer (it offers {}); those jobs are refused",
+            lacking.join("; "),
+            engines::runtimes(offered)
+        ),
+        "register the runtime in the engine's daemon.json, e.g. {\"runtimes\": {\"runsc\": {\"path\": \"/usr/bin/runsc\", \"runtimeArgs\": [\"--network=none\"]}}}, and restart dockerd (see the README's isolation levels)",
+    ))
+}
+
 /// Runs every check against `config` and `data_dir`.
 pub async fn run(config: &Config, data_dir: &Path, opts: &Options) -> Report {
     let mut checks = vec![];
@@ -131,11 +166,17 @@ pub async fn run(config: &Config, data_dir: &Path, opts: &Options) -> Report {
                     checks.push(pass(
                         "docker",
                         format!(
-                            "Docker {} (engine API {}, negotiated {})",
-                            f.version, f.api_version, f.client_api_version
+                            "Docker {} (engine API {}, negotiated {}; runtimes {})",
+                            f.version,
+                            f.api_version,
+                            f.client_api_version,
+                            engines::runtimes(&f.runtimes)
                         ),
                     ));
                     checks.push(cgroups(&f.cgroup_version, &f.cgroup_driver));
+                    if config.engines.is_empty() {
+                        checks.extend(isolation(config, &f.runtimes));
+                    }
                     Some(s)
                 }
                 Err(e) => {

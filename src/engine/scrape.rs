@@ -17,18 +17,18 @@ impl Context {
             .set_gauges(&g, &crate::metrics::KnownStates::all());
         let (reference, watched) = (self.pool.reference(), self.pool.watched_images());
         self.metrics
-            .set_engines(
-                self.pool
-                    .engines()
-                    .iter()
-                    .map(|e| crate::metrics::EngineSample {
-                        name: &e.name,
-                        running: e.running(),
-                        up: e.down_reason().is_none(),
-                        failures: e.failures(),
-                        image_mismatches: e.image_mismatches(reference, &watched).len(),
-                    }),
-            );
+            .set_engines(self.pool.engines().iter().map(|e| {
+                crate::metrics::EngineSample {
+                    name: &e.name,
+                    running: e.running(),
+                    up: e.down_reason().is_none(),
+                    failures: e.failures(),
+                    image_mismatches: e.image_mismatches(reference, &watched).len(),
+                    runtimes: e
+                        .offered()
+                        .map(|o| o.into_iter().map(|i| i.as_str()).collect()),
+                }
+            }));
         if let Some(store) = self.deps.store().cloned()
             && let Ok(st) = tokio::task::spawn_blocking(move || store.status()).await
         {

@@ -28,7 +28,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// The scripted runtime.
-#[derive(Default)]
 pub struct FakeRuntime {
     /// Creation keys of jobs "running" now.
     live: Mutex<HashSet<String>>,
@@ -39,6 +38,21 @@ pub struct FakeRuntime {
     hung: std::sync::atomic::AtomicBool,
     /// Image ids this engine reports instead of the usual `sha256:fake:<reference>`.
     images: Mutex<HashMap<String, String>>,
+    /// The isolation levels it offers (runc alone unless a test says otherwise).
+    runtimes: Mutex<Vec<crate::domain::isolation::Isolation>>,
+}
+
+impl Default for FakeRuntime {
+    fn default() -> FakeRuntime {
+        FakeRuntime {
+            live: Mutex::default(),
+            volumes: FakeVolumes::default(),
+            away: Default::default(),
+            hung: Default::default(),
+            images: Mutex::default(),
+            runtimes: Mutex::new(vec![crate::domain::isolation::Isolation::Runc]),
+        }
+    }
 }
 
 impl FakeRuntime {
@@ -57,6 +71,11 @@ impl FakeRuntime {
             },
             ..FakeRuntime::default()
         }
+    }
+
+    /// Makes the engine offer `runtimes` (as if its operator registered them).
+    pub fn offer_runtimes(&self, runtimes: &[crate::domain::isolation::Isolation]) {
+        *self.runtimes.lock().expect("never poisoned") = runtimes.to_vec();
     }
 
     /// Makes the engine stop (or start again) answering container listings and removals.
@@ -263,6 +282,7 @@ impl ContainerRuntime for FakeRuntime {
                 client_api_version: "fake".into(),
                 cgroup_version: "2".into(),
                 cgroup_driver: "fake".into(),
+                runtimes: self.runtimes.lock().expect("never poisoned").clone(),
             })
         })
     }

@@ -125,6 +125,9 @@ pub struct EngineFacts {
     pub client_api_version: String,
     pub cgroup_version: String,
     pub cgroup_driver: String,
+    /// The isolation levels the engine offers: the OCI runtimes it registered that Airlock
+    /// knows (`runc`, `runsc`), sorted; the names it registered besides are left out.
+    pub runtimes: Vec<crate::domain::isolation::Isolation>,
 }
 
 /// Deterministic container name for a creation key.

@@ -30,6 +30,8 @@ pub struct RuntimeSpec {
     /// A dependency set mounted at [`crate::deps::spec::DEPS_DIR`]: read-only for a job,
     /// read-write for the fetch that fills it (its source is the run's [`RunIdentity::deps`]).
     pub deps: Option<DepsMount>,
+    /// The OCI runtime the container runs under (the profile's isolation level).
+    pub isolation: crate::domain::isolation::Isolation,
 }
 
 /// How a dependency set is mounted (see [`RuntimeSpec::deps`]).

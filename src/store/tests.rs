@@ -30,6 +30,7 @@ pub(crate) fn sample(id: &str, key: &str, created: &str) -> Verification {
         creation_key: key.into(),
         container_id: None,
         engine: None,
+        runtime: None,
         queued: None,
         queued_reason: None,
         phases: None,

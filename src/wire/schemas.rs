@@ -8,6 +8,7 @@ use crate::domain::{
     candidate::{CandidateState, EvidenceSource, MutationOperation},
     claim::{ClaimMode, ClaimState, ContentionState, ReleaseOn, Span},
     delivery::{ReceiptResult, RequestState},
+    isolation::Isolation,
     policy::{ApprovalState, Override, ReqState, Requirement, SecurityVerdict, Verdict, VoteKind},
     proposal::{ProposalState, Risk},
     transaction::{ControlAction, FailureCode, TxState},
@@ -65,6 +66,7 @@ string_enums! {
     StageName => Some("A validation stage, in the order stages run.");
     StageState => Some("A stage's outcome.");
     Status => Some("Status of a verification. `running` is the only non-terminal state.");
+    Isolation => Some("The isolation level a job's container runs under: the OCI runtime `runc` (the host's kernel) or `runsc` (gVisor's user-space kernel).");
 }
 
 /// `ToSchema` for a domain record through its mirror (same name in the document).

@@ -37,7 +37,7 @@ pub struct RecordChecked {
 
 /// Fields of a verification record its statement covers (every one named, so that the
 /// others can be reported as not attested).
-const VERIFICATION_ATTESTED: [&str; 26] = [
+const VERIFICATION_ATTESTED: [&str; 27] = [
     "verification_id",
     "candidate_revision",
     "candidate_tree",
@@ -64,6 +64,7 @@ const VERIFICATION_ATTESTED: [&str; 26] = [
     "created_at",
     "finished_at",
     "dependencies",
+    "runtime",
 ];
 
 /// A transaction record's attested fields and where its statement holds each.
@@ -358,6 +359,7 @@ mod tests {
                 "dependencies",
                 json!({"key": "k", "lockfiles": {"Cargo.lock": "0"}, "sha256": null, "resolved": []}),
             ),
+            ("runtime", json!("runsc")),
         ];
         assert_eq!(edits.len(), VERIFICATION_ATTESTED.len());
         for (field, value) in edits {

@@ -96,14 +96,27 @@ pub(super) async fn check(
             (None, None) => ", no profile's jobs run here".to_string(),
             (None, Some(_)) => String::new(),
         };
+        // A profile whose jobs may run here but whose isolation level the engine lacks: its
+        // jobs go elsewhere (or are refused when no engine offers it).
+        for p in config.profiles.values() {
+            if p.engine_labels.iter().all(|l| e.labels.contains(l))
+                && !facts.runtimes.contains(&p.runtime)
+            {
+                differ.push(format!(
+                    "profile {} runs under {}, which this engine does not offer (it takes none of its jobs)",
+                    p.name, p.runtime
+                ));
+            }
+        }
         if differ.is_empty() {
             ok_lines.push(format!(
-                "{} ({}, Docker {}, API {}{}{probed})",
+                "{} ({}, Docker {}, API {}{}, runtimes {}{probed})",
                 e.name,
                 e.host,
                 facts.version,
                 facts.api_version,
-                if e.tls.is_some() { ", mutual TLS" } else { "" }
+                if e.tls.is_some() { ", mutual TLS" } else { "" },
+                runtimes(&facts.runtimes)
             ));
         } else {
             problems.push(format!("{}: {}", e.name, differ.join("; ")));
@@ -233,3 +246,15 @@ async fn probe_job(
 /// The instance label of the probe's container and volume (never a data dir's instance, so no
 /// recovery pass of a data dir takes them for its own).
 const PROBE_INSTANCE: &str = "doctor";
+
+/// The isolation levels an engine offers, as doctor names them.
+pub(super) fn runtimes(levels: &[crate::domain::isolation::Isolation]) -> String {
+    if levels.is_empty() {
+        return "none Airlock knows".to_string();
+    }
+    levels
+        .iter()
+        .map(|l| l.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}

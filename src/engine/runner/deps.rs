@@ -389,6 +389,10 @@ impl Runner {
                 seccomp_json: self.seccomp.compact_json.clone(),
                 workspace_read_only: true,
                 deps: Some(crate::sandbox::spec::DepsMount { read_only: false }),
+                // The fetch reaches the egress proxy over the fetch network, which runsc
+                // registered with `--network=none` cannot: it runs under runc on the engine
+                // images are built on, running the package managers only (never the job).
+                isolation: crate::domain::isolation::Isolation::Runc,
             },
             run: RunIdentity {
                 creation_key: key.to_string(),

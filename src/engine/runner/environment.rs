@@ -68,6 +68,7 @@ impl EnvironmentSpec {
             seccomp_json: seccomp.compact_json.clone(),
             workspace_read_only: false,
             deps: None,
+            isolation: profile.runtime,
         };
         EnvironmentSpec {
             profile: profile.name.clone(),

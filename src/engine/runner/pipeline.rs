@@ -188,10 +188,12 @@ impl Runner {
                 }
                 BuiltImage::Unknown(why) => RunError::Unavailable(why),
             })?;
-        if let Some(why) = self
-            .pool
-            .unplaceable(&profile.image, &image_id, &profile.engine_labels)
-        {
+        if let Some(why) = self.pool.unplaceable(
+            &profile.image,
+            &image_id,
+            profile.runtime,
+            &profile.engine_labels,
+        ) {
             return Err(RunError::refused(
                 "profile",
                 format!("profile {}: {why}", profile.name),
@@ -311,6 +313,7 @@ impl Runner {
             creation_key: creation_key.clone(),
             container_id: None,
             engine: None,
+            runtime: Some(p.spec.runtime.isolation),
             queued: None,
             queued_reason: None,
             phases: None,
@@ -541,6 +544,7 @@ impl Runner {
         let needs = Needs {
             images: &images,
             labels: &p.profile.engine_labels,
+            isolation: p.spec.runtime.isolation,
         };
         let t_wait = Instant::now();
         let placed = match self

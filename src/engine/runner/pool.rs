@@ -10,6 +10,7 @@
 
 pub mod images;
 
+use crate::domain::isolation::Isolation;
 use crate::sandbox::Runtime;
 use crate::workspace::Workspaces;
 use images::{ImageSet, ImageView, Reference, Seen, Unknown};
@@ -51,6 +52,8 @@ pub struct PoolEngine {
     pub images: ImageView,
     /// Its images whose id is not the one Airlock built, as last logged.
     mismatched: Mutex<Vec<String>>,
+    /// The isolation levels it offers, as the engine last said (`None` until it answered).
+    offered: Mutex<Option<Vec<Isolation>>>,
 }
 
 impl PoolEngine {
@@ -72,7 +75,33 @@ impl PoolEngine {
             health: Mutex::new(Health::Up),
             images: ImageView::default(),
             mismatched: Mutex::default(),
+            offered: Mutex::default(),
         }
+    }
+
+    /// The isolation levels the engine offers, as it last said (`None` until it answered).
+    pub fn offered(&self) -> Option<Vec<Isolation>> {
+        self.offered.lock().expect("never poisoned").clone()
+    }
+
+    /// Whether the engine offers `isolation`: `Some(false)` only when it said so. runc is
+    /// taken as offered until the engine says otherwise (every engine registers it); any
+    /// other level waits for the engine's word.
+    pub fn offers(&self, isolation: Isolation) -> Option<bool> {
+        match (self.offered(), isolation) {
+            (Some(levels), _) => Some(levels.contains(&isolation)),
+            (None, Isolation::Runc) => Some(true),
+            (None, Isolation::Runsc) => None,
+        }
+    }
+
+    /// Records what the engine said it offers.
+    fn record_offered(&self, levels: Vec<Isolation>) {
+        let mut o = self.offered.lock().expect("never poisoned");
+        if o.as_ref() != Some(&levels) {
+            tracing::info!(engine = %self.name, runtimes = ?levels, "engine's isolation levels");
+        }
+        *o = Some(levels);
     }
 
     /// Each of `images` whose id on this engine is not the one Airlock built, as `"<image> is
@@ -217,6 +246,8 @@ pub struct Needs<'a> {
     /// Every image the job's containers use, each with the id Airlock built.
     pub images: &'a [(String, String)],
     pub labels: &'a [String],
+    /// The isolation level (OCI runtime) the job's profile runs under.
+    pub isolation: Isolation,
 }
 
 /// Why a job was not placed.
@@ -288,14 +319,36 @@ impl Pool {
         self.reference.runtime().cloned()
     }
 
-    /// Why no engine can ever take a job needing `image` as `built` with `labels`, when every
-    /// engine that carries the labels answered and none holds the image as built; `None`
-    /// while one might (it holds it, or has not answered: the job then waits for it).
-    pub fn unplaceable(&self, image: &str, built: &str, labels: &[String]) -> Option<String> {
+    /// Why no engine can ever take a job needing `image` as `built` under `isolation` with
+    /// `labels`, when every engine that carries the labels answered and none both offers the
+    /// isolation level and holds the image as built; `None` while one might (it does, or has
+    /// not answered: the job then waits for it).
+    pub fn unplaceable(
+        &self,
+        image: &str,
+        built: &str,
+        isolation: Isolation,
+        labels: &[String],
+    ) -> Option<String> {
         let mut why = Vec::new();
+        let mut lacking = Vec::new();
         for e in &self.engines {
             if !labels.iter().all(|l| e.labels.contains(l)) {
                 continue;
+            }
+            match e.offers(isolation) {
+                None => return None,
+                Some(false) => {
+                    let offered: Vec<&str> = e
+                        .offered()
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|i| i.as_str())
+                        .collect();
+                    lacking.push(format!("{} offers {}", e.name, offered.join(", ")));
+                    continue;
+                }
+                Some(true) => {}
             }
             match e.images.seen(image) {
                 Some(Seen::Id(id)) if id == built => return None,
@@ -303,6 +356,12 @@ impl Pool {
                 Some(Seen::Missing) => why.push(format!("{}: missing", e.name)),
                 None => return None,
             }
+        }
+        if why.is_empty() && !lacking.is_empty() {
+            return Some(format!(
+                "no engine offers the isolation level (runtime) {isolation}: {}; register the runtime in an engine's daemon.json (see the README's isolation levels)",
+                lacking.join("; ")
+            ));
         }
         Some(format!(
             "no engine holds image {image} as built ({built}): {}; `airlock images push` copies it to the configured engines",
@@ -412,6 +471,20 @@ impl Pool {
                 reasons.push(format!("{}: unreachable ({why})", e.name));
                 continue;
             }
+            match e.offers(needs.isolation) {
+                Some(true) => {}
+                Some(false) => {
+                    reasons.push(format!(
+                        "{}: does not offer the runtime {}",
+                        e.name, needs.isolation
+                    ));
+                    continue;
+                }
+                None => {
+                    reasons.push(format!("{}: its runtimes not checked yet", e.name));
+                    continue;
+                }
+            }
             if e.running() >= e.max_jobs {
                 reasons.push(format!("{}: all {} slots in use", e.name, e.max_jobs));
                 continue;
@@ -515,6 +588,12 @@ async fn watch_engine(
         added.as_mut().enable();
         let images = wanted.list();
         let checked = images::check(&e.runtime, &images).await;
+        if checked.is_ok()
+            && let Ok(Ok(facts)) =
+                tokio::time::timeout(crate::limits::ENGINE_CALL_TIMEOUT, e.runtime.facts()).await
+        {
+            e.record_offered(facts.runtimes);
+        }
         e.probed(checked.as_ref().map(|_| ()).map_err(Clone::clone));
         e.images.record(checked);
         e.note_mismatches(e.image_mismatches(&reference, &images));
@@ -610,6 +689,7 @@ mod tests {
         let needs = Needs {
             images: &images,
             labels: &[],
+            isolation: Isolation::Runc,
         };
         let (_tx, mut cancel) = watch::channel(false);
         let short = Duration::from_millis(500);
@@ -657,6 +737,81 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_job_runs_only_on_an_engine_that_offers_its_isolation_level() {
+        let a = Arc::new(FakeRuntime::new());
+        let b = Arc::new(FakeRuntime::new());
+        b.offer_runtimes(&[Isolation::Runc, Isolation::Runsc]);
+        let pool = pool(vec![engine("a", &a, 4, &[]), engine("b", &b, 4, &[])], &a);
+        let images = needs_of(&pool, "img").await;
+        let built = images[0].1.clone();
+        let (_tx, mut cancel) = watch::channel(false);
+        let needs = Needs {
+            images: &images,
+            labels: &[],
+            isolation: Isolation::Runsc,
+        };
+        // Once each engine said what it offers, runsc jobs go to b only, every time.
+        let placed = pool
+            .place(&needs, Duration::from_secs(30), &mut cancel, |_| {})
+            .await
+            .unwrap();
+        assert_eq!(placed.engine.name, "b");
+        assert_eq!(pool.engines()[0].offered(), Some(vec![Isolation::Runc]));
+        let again = pool
+            .place(&needs, Duration::from_secs(30), &mut cancel, |_| {})
+            .await
+            .unwrap();
+        assert_eq!(again.engine.name, "b", "a never takes a runsc job");
+        drop((placed, again));
+        assert_eq!(pool.unplaceable("img", &built, Isolation::Runsc, &[]), None);
+        // With no engine offering it, the job is refused before it is recorded, naming what
+        // each engine offers and how to register the runtime.
+        let c = Arc::new(FakeRuntime::new());
+        let only_runc = super::Pool::new(
+            vec![engine("c", &c, 4, &[])],
+            Reference::new("the build engine", Ok(c.clone() as Runtime)),
+        );
+        let images = needs_of(&only_runc, "img").await;
+        let needs = Needs {
+            images: &images,
+            labels: &[],
+            isolation: Isolation::Runsc,
+        };
+        let e = only_runc
+            .place(&needs, Duration::from_millis(600), &mut cancel, |_| {})
+            .await
+            .err()
+            .unwrap();
+        assert!(
+            matches!(&e, Unplaced::Waited(w) if w.contains("c: does not offer the runtime runsc")),
+            "{e:?}"
+        );
+        let why = only_runc
+            .unplaceable("img", &images[0].1, Isolation::Runsc, &[])
+            .unwrap();
+        assert!(
+            why.contains("no engine offers the isolation level (runtime) runsc: c offers runc"),
+            "{why}"
+        );
+        assert_eq!(
+            only_runc.unplaceable("img", &images[0].1, Isolation::Runc, &[]),
+            None
+        );
+        // An engine that has not said yet is waited for, never refused.
+        let d = PoolEngine::new(
+            "d",
+            Arc::new(FakeRuntime::new()),
+            Arc::new(crate::workspace::HostBind::new(std::path::Path::new(
+                "/nonexistent",
+            ))),
+            1,
+            vec![],
+        );
+        assert_eq!(d.offers(Isolation::Runsc), None);
+        assert_eq!(d.offers(Isolation::Runc), Some(true));
+    }
+
+    #[tokio::test]
     async fn labels_image_ids_and_health_keep_jobs_off_an_engine() {
         let a = Arc::new(FakeRuntime::new());
         let b = Arc::new(FakeRuntime::new());
@@ -671,6 +826,7 @@ mod tests {
         let needs = Needs {
             images: &images,
             labels: &gpu,
+            isolation: Isolation::Runc,
         };
         assert_eq!(
             pool.place(&needs, short, &mut cancel, |_| {})
@@ -685,6 +841,7 @@ mod tests {
         let other = Needs {
             images: &other_images,
             labels: &[],
+            isolation: Isolation::Runc,
         };
         let e = pool
             .place(&other, short, &mut cancel, |_| {})
@@ -749,6 +906,7 @@ mod tests {
         let needs = Needs {
             images: &images,
             labels: &[],
+            isolation: Isolation::Runc,
         };
         let (_tx, mut cancel) = watch::channel(false);
         let mut seen = vec![];
@@ -805,6 +963,7 @@ mod tests {
         let needs = Needs {
             images: &images,
             labels: &[],
+            isolation: Isolation::Runc,
         };
         let (_tx, mut cancel) = watch::channel(false);
         pool.place(&needs, Duration::from_secs(5), &mut cancel, |_| {})

@@ -206,6 +206,16 @@ impl DockerRuntime {
             client_api_version: self.docker.client_version().to_string(),
             cgroup_version: i.cgroup_version.map(|c| c.to_string()).unwrap_or_default(),
             cgroup_driver: i.cgroup_driver.map(|c| c.to_string()).unwrap_or_default(),
+            runtimes: {
+                let mut r: Vec<_> = i
+                    .runtimes
+                    .unwrap_or_default()
+                    .keys()
+                    .filter_map(|name| crate::domain::isolation::Isolation::parse(name))
+                    .collect();
+                r.sort();
+                r
+            },
         })
     }
 

@@ -139,6 +139,8 @@ pub fn render(spec: &RuntimeSpec, run: &RunIdentity) -> ContainerCreateBody {
         hard: Some(v),
     };
     let host = HostConfig {
+        // The isolation level, always named (an engine's default runtime may be another).
+        runtime: Some(spec.isolation.as_str().into()),
         network_mode: Some("none".into()),
         cap_drop: Some(vec!["ALL".into()]),
         security_opt: Some(vec![
@@ -227,6 +229,7 @@ mod tests {
                 seccomp_json: "{}".into(),
                 workspace_read_only: false,
                 deps: None,
+                isolation: crate::domain::isolation::Isolation::Runc,
             },
             RunIdentity {
                 creation_key: "k".into(),
@@ -295,6 +298,7 @@ mod tests {
             "HostConfig.ReadonlyRootfs",
             "HostConfig.Mounts[].Target",
             "HostConfig.Ulimits[].Hard",
+            "HostConfig.Runtime",
         ] {
             assert!(
                 hashed.contains(&p.to_string()),
@@ -313,5 +317,11 @@ mod tests {
         let mut other = spec.clone();
         other.seccomp_json = "{\"x\":1}".into();
         assert_ne!(a, hashed_form(&other));
+        // The isolation level is named in the create body, so in the hash.
+        let mut other = spec.clone();
+        other.isolation = crate::domain::isolation::Isolation::Runsc;
+        assert_ne!(a, hashed_form(&other));
+        assert_eq!(hashed_form(&other)["HostConfig"]["Runtime"], "runsc");
+        assert_eq!(a["HostConfig"]["Runtime"], "runc");
     }
 }

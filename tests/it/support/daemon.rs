@@ -108,7 +108,7 @@ impl Server {
                  [[tokens]]\nsha256 = \"{e}\"\nmember_id = \"erin\"\n\
                  [[tokens]]\nsha256 = \"{f}\"\nmember_id = \"sam\"\n",
                 data = dir.path().join("data").display(),
-                cache = super::tree_cache_override(),
+                cache = super::config_overrides(),
                 repo_key = if governed { "worktree" } else { "repo" },
                 alice_extra = if governed { ", \"propose\", \"admin\", \"apply\"" } else { "" },
                 bob_extra = if governed { ", \"review\"" } else { "" },

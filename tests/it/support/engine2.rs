@@ -110,6 +110,26 @@ impl SecondEngine {
     /// Starts the engine and loads `images` (from the machine's engine) into it, keeping their
     /// ids.
     pub fn start(images: &[&str]) -> SecondEngine {
+        SecondEngine::start_with(images, "{}")
+    }
+
+    /// [`SecondEngine::start`] with gVisor's runsc registered, as the README tells operators
+    /// to (`--network=none`).
+    pub fn start_with_runsc(images: &[&str]) -> SecondEngine {
+        let runsc = ["/usr/bin/runsc", "/usr/sbin/runsc", "/usr/local/bin/runsc"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("runsc is installed (scripts/install-prereqs.sh)");
+        SecondEngine::start_with(
+            images,
+            &format!(
+                r#"{{"runtimes": {{"runsc": {{"path": "{runsc}", "runtimeArgs": ["--network=none"]}}}}}}"#
+            ),
+        )
+    }
+
+    /// [`SecondEngine::start`] with `daemon_json` as the engine's config file.
+    pub fn start_with(images: &[&str], daemon_json: &str) -> SecondEngine {
         let dir = tempfile::Builder::new()
             .prefix("airlock-engine2-")
             .tempdir()
@@ -117,7 +137,7 @@ impl SecondEngine {
         let certs = dir.path().join("certs");
         std::fs::create_dir(&certs).unwrap();
         make_certs(&certs);
-        std::fs::write(dir.path().join("daemon.json"), "{}").unwrap();
+        std::fs::write(dir.path().join("daemon.json"), daemon_json).unwrap();
         let port = free_port();
         let mut e = SecondEngine {
             dir,

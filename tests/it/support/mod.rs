@@ -37,6 +37,32 @@ pub fn tree_cache_override() -> &'static str {
     }
 }
 
+/// The config line that puts every profile under gVisor when `AIRLOCK_TEST_RUNTIME=runsc`: the
+/// test script runs the runner, hardening and recovery tests a third time so, on an engine of
+/// their own with runsc registered (`scripts/runsc-engine.sh`, reached through `DOCKER_HOST`).
+/// Empty otherwise.
+pub fn runtime_override() -> &'static str {
+    match std::env::var("AIRLOCK_TEST_RUNTIME").as_deref() {
+        Ok("runsc") => "runtime = \"runsc\"\n",
+        Ok("runc") | Err(_) => "",
+        Ok(other) => panic!("AIRLOCK_TEST_RUNTIME={other}: expected runc or runsc"),
+    }
+}
+
+/// Every top-level config line the test passes set (tree cache, isolation level).
+pub fn config_overrides() -> String {
+    format!("{}{}", tree_cache_override(), runtime_override())
+}
+
+/// The isolation level every job of this pass runs under.
+pub fn runtime_under_test() -> &'static str {
+    if runtime_override().is_empty() {
+        "runc"
+    } else {
+        "runsc"
+    }
+}
+
 /// How the first job on a revision gets its tree: `filled` (into the cache), or `full` with
 /// the cache off.
 pub fn first_checkout() -> &'static str {

@@ -56,7 +56,7 @@ impl Fixture {
             config: None,
         };
         f.commit(files, "initial");
-        if !super::tree_cache_override().is_empty() {
+        if !super::config_overrides().is_empty() {
             f = f.with_config("");
         }
         f
@@ -80,7 +80,7 @@ impl Fixture {
     /// Uses a config file with this TOML.
     pub fn with_config(mut self, toml: &str) -> Fixture {
         let p = self.dir.path().join("airlock.toml");
-        std::fs::write(&p, format!("{}{toml}", super::tree_cache_override())).unwrap();
+        std::fs::write(&p, format!("{}{toml}", super::config_overrides())).unwrap();
         self.config = Some(p);
         self
     }
