@@ -8,6 +8,9 @@
 #                                       the machine's engine (ids kept), prints DOCKER_HOST=...
 #   scripts/runsc-engine.sh stop DIR    stops it and removes DIR
 #
+# RUNSC_ARGS (a JSON list's items, default "--network=none") replaces runsc's arguments: a test
+# registers it without --network=none to make it refuse to start a sandbox.
+#
 # runsc is registered with --network=none, as the README tells operators to: without it runsc
 # refuses to start a container in the host's network namespace, and each refused start leaves
 # sandbox processes behind. Not with --oci-seccomp: this runsc then answers EPERM where the
@@ -23,8 +26,9 @@ start)
   command -v runsc >/dev/null || { echo "runsc is not installed (scripts/install-prereqs.sh)" >&2; exit 1; }
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
+  args=${RUNSC_ARGS-'"--network=none"'}
   cat > "$dir/daemon.json" <<EOF
-{"runtimes": {"runsc": {"path": "$(command -v runsc)", "runtimeArgs": ["--network=none"]}}}
+{"runtimes": {"runsc": {"path": "$(command -v runsc)", "runtimeArgs": [$args]}}}
 EOF
   ns="airlock-runsc-$$"
   dockerd --data-root "$dir/data" --exec-root "$dir/exec" --pidfile "$dir/docker.pid" \

@@ -335,6 +335,7 @@ fn child_end(
     }
 }
 
+pub mod leftovers;
 mod spawn;
 use spawn::{Plan, clone_and_exec};
 

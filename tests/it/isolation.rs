@@ -139,3 +139,94 @@ fn an_out_of_memory_kill_under_gvisor_is_oom_killed_never_passed() {
     assert_eq!(v["oom_killed"], true, "{v}");
     assert_eq!(engine.leftovers(), (vec![], vec![]));
 }
+
+/// `scripts/runsc-engine.sh`'s engine (a unix socket on this host, so its jobs' trees are
+/// bind-mounted and its processes are this host's), stopped when dropped.
+struct LocalRunscEngine {
+    dir: tempfile::TempDir,
+    host: String,
+}
+
+impl LocalRunscEngine {
+    /// Started with runsc's arguments `args` (a JSON list's items).
+    fn start(args: &str) -> LocalRunscEngine {
+        let dir = tempfile::Builder::new()
+            .prefix("airlock-runsc-")
+            .tempdir()
+            .unwrap();
+        let out = std::process::Command::new(format!("{ROOT}/scripts/runsc-engine.sh"))
+            .arg("start")
+            .arg(dir.path())
+            .env("RUNSC_ARGS", args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let host = String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .strip_prefix("DOCKER_HOST=")
+            .expect("the script prints DOCKER_HOST")
+            .to_string();
+        LocalRunscEngine { dir, host }
+    }
+
+    /// This engine's gVisor sandboxes and gofers still running on this host.
+    fn runsc_processes(&self) -> Vec<String> {
+        let out = std::process::Command::new("pgrep")
+            .args([
+                "-a",
+                "-f",
+                &format!("^runsc-(sandbox|gofer) .*{}", self.dir.path().display()),
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.contains("runsc-engine.sh"))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for LocalRunscEngine {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(format!("{ROOT}/scripts/runsc-engine.sh"))
+            .arg("stop")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+#[test]
+fn a_sandbox_runsc_refused_to_start_is_ended_by_its_container_id() {
+    if !docker() {
+        return;
+    }
+    // Registered without --network=none, runsc refuses every start and leaves its sandbox
+    // and gofer running: what an operator's mistake looks like.
+    let engine = LocalRunscEngine::start("");
+    let f = Fixture::new(&[("README", "hello\n", false)]).with_config(PROFILES);
+    for _ in 0..2 {
+        let r = RunResult::from(
+            f.run_cmd(&["--profile", "gvisor"], &["true"])
+                .env("DOCKER_HOST", &engine.host)
+                .output()
+                .unwrap(),
+        );
+        let v = r.json.unwrap_or_else(|| panic!("{}", r.stderr));
+        assert_eq!(v["status"], "error", "{v}");
+        assert!(
+            v["error"].as_str().unwrap().contains("network"),
+            "the engine's refusal is the error: {v}"
+        );
+        assert_eq!(
+            engine.runsc_processes(),
+            Vec::<String>::new(),
+            "runsc processes outlived their container"
+        );
+    }
+}

@@ -86,6 +86,13 @@ fn the_candidate_page_lays_out_each_verification_and_pages_the_diff() {
             let want = v[key].as_str().unwrap();
             assert!(page.contains(want), "{key} {want} is not on the page");
         }
+        assert!(
+            page.contains(&format!(
+                "<th>isolation</th><td>{}</td>",
+                v["runtime"].as_str().unwrap()
+            )),
+            "the isolation level is on the page"
+        );
     }
     assert!(page.contains("<code>sh</code> <code>-c</code> <code>echo bye; exit 3</code>"));
     assert!(page.contains("<td>3</td>"), "the exit code");

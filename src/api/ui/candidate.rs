@@ -413,6 +413,7 @@ fn verification(
                 " (timeout " (value(&v["timeout_seconds"])) " s)" } }
             tr { th { "image" } td { (value(&v["image"])) } }
             tr { th { "engine" } td { (value(&v["engine"])) } }
+            tr { th { "isolation" } td { (value(&v["runtime"])) } }
             tr { th { "observed image" } td { (value(&v["observed_image"])) } }
             tr { th { "environment sha256" } td { code { (value(&v["environment_sha256"])) } } }
             tr { th { "revision" } td { code { (value(&v["candidate_revision"])) } } }

@@ -253,7 +253,10 @@ impl DockerRuntime {
             name: name.clone(),
             armed: true,
         };
-        let result = self.run_inner(spec, timeout, phase, cancel).await;
+        let mut created = None;
+        let result = self
+            .run_inner(spec, timeout, phase, cancel, &mut created)
+            .await;
         // An engine that stopped answering is asked nothing more for this job: the guard's
         // removal runs in the background, and recovery removes what it leaves once the engine
         // answers again.
@@ -266,6 +269,14 @@ impl DockerRuntime {
             .destroy(Some(&name), &spec.run.creation_key, None)
             .await;
         guard.armed = false;
+        // runsc leaves its sandbox running when it refuses to start one: ended by the
+        // container's id once the engine no longer has the container (on this host only).
+        if let Some(id) = &created
+            && removed.is_ok()
+            && spec.runtime.isolation == crate::domain::isolation::Isolation::Runsc
+        {
+            self.end_leftovers(id);
+        }
         let outcome = result?;
         removed?;
         let _ = phase(Phase::Destroyed);
@@ -278,6 +289,7 @@ impl DockerRuntime {
         timeout: Duration,
         phase: &mut PhaseHook<'_>,
         mut cancel: watch::Receiver<bool>,
+        created_id: &mut Option<String>,
     ) -> Result<JobOutcome, SandboxError> {
         let name = spec.name();
         phase(Phase::Creating).map_err(|reason| SandboxError::Refused {
@@ -293,6 +305,7 @@ impl DockerRuntime {
             .await
             .map_err(docker_err("create container"))?;
         let id = created.id;
+        *created_id = Some(id.clone());
         let _ = phase(Phase::Created {
             container_id: id.clone(),
         });
@@ -552,6 +565,19 @@ impl DockerRuntime {
             .await
     }
 
+    /// Ends the processes a runtime left on this host for the removed container `id` (see
+    /// [`crate::process::leftovers`]): only on an engine that shares this host (its jobs' trees
+    /// are bind-mounted from it), since another host's processes are not this one's to end.
+    fn end_leftovers(&self, id: &str) {
+        if self.workspace_kind == spec::WorkspaceKind::HostBind {
+            let ended =
+                crate::process::leftovers::end_runtime_leftovers(std::path::Path::new("/proc"), id);
+            if !ended.is_empty() {
+                tracing::warn!(container_id = id, pids = ?ended, "ended runtime processes left for a removed container");
+            }
+        }
+    }
+
     /// Force-removes every container labelled with `creation_key` (and, given `owner`, also
     /// labelled with that data dir instance), then confirms by listing that none remains.
     /// Returns how many were removed.
@@ -600,7 +626,13 @@ impl DockerRuntime {
                     )
                     .await
                 {
-                    Ok(()) => removed += 1,
+                    Ok(()) => {
+                        removed += 1;
+                        // A listed target is an id: what a runtime left for it goes too.
+                        if name.is_none() {
+                            self.end_leftovers(t);
+                        }
+                    }
                     Err(DockerError::RequestTimeoutError) => {
                         return Err(docker_err("remove container")(
                             DockerError::RequestTimeoutError,
