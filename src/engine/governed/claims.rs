@@ -75,6 +75,18 @@ fn check_ttl(ttl: u64) -> Result<(), ServiceError> {
 }
 
 impl Claims {
+    /// The answer a replayed claim call gives: the claim its first call bound, as it is now.
+    async fn replayed_claim(
+        &self,
+        workspace_id: &str,
+        claim_id: &str,
+    ) -> Result<ClaimReply, ServiceError> {
+        let c = self.claim_in(workspace_id, claim_id).await?;
+        Ok(ClaimReply {
+            claim: self.claim_view(&c)?,
+        })
+    }
+
     /// The claim as the API shows it: `expired` once its time passed, swept or not.
     pub(super) fn claim_view(&self, c: &ClaimRow) -> Result<ClaimView, ServiceError> {
         let r: Record = serde_json::from_str(&c.record)
@@ -340,12 +352,7 @@ impl Claims {
             )
             .await?
         {
-            Prologue::Replay(id) => {
-                let c = self.claim_in(&p.workspace_id, &id).await?;
-                return Ok(ClaimReply {
-                    claim: self.claim_view(&c)?,
-                });
-            }
+            Prologue::Replay(id) => return self.replayed_claim(&p.workspace_id, &id).await,
             Prologue::Fresh(k) => k,
         };
         let c = on_fresh_read(|| async {
@@ -543,12 +550,7 @@ impl Claims {
                 )
                 .await?
             {
-                Prologue::Replay(id) => {
-                    let c = self.claim_in(&p.workspace_id, &id).await?;
-                    return Ok(ClaimReply {
-                        claim: self.claim_view(&c)?,
-                    });
-                }
+                Prologue::Replay(id) => return self.replayed_claim(&p.workspace_id, &id).await,
                 Prologue::Fresh(k) => Some(k),
             },
         };
@@ -633,12 +635,7 @@ impl Claims {
             )
             .await?
         {
-            Prologue::Replay(id) => {
-                let c = self.claim_in(&p.workspace_id, &id).await?;
-                return Ok(ClaimReply {
-                    claim: self.claim_view(&c)?,
-                });
-            }
+            Prologue::Replay(id) => return self.replayed_claim(&p.workspace_id, &id).await,
             Prologue::Fresh(k) => k,
         };
         if event == ClaimEvent::Release && p.reason.is_none() {

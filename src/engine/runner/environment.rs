@@ -210,9 +210,11 @@ mod tests {
     /// The environment hash of the built-in default profile on image `sha256:1` with the
     /// repository's seccomp profile, as recorded before the runtime seam rendered it. Changing
     /// the hardening, the seccomp profile or the built-in profile changes it on purpose: then
-    /// update it here, knowing every new run's `environment_sha256` changes with it.
+    /// update it here, knowing every new run's `environment_sha256` changes with it. (Last
+    /// changed when the create body began to name its OCI runtime, `HostConfig.Runtime`, so a
+    /// profile's isolation level is part of the hash.)
     const STORED_DEFAULT_HASH: &str =
-        "b6cbccb86b677b0a24dbd3bef7baf3b87398783bd264dfe7edc866c1a23a0473";
+        "bb289e07f740e76ffbdf1d891e6032b4d7bd3c626ad09df0df114839e9f8a66d";
 
     #[test]
     fn the_docker_rendering_keeps_the_recorded_hash() {
