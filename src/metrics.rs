@@ -711,6 +711,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn each_engines_isolation_levels_are_exported_once_it_said_them() {
+        let m = Metrics::new();
+        let sample = |name, runtimes| EngineSample {
+            name,
+            running: 0,
+            up: true,
+            failures: 0,
+            image_mismatches: 0,
+            runtimes,
+        };
+        m.set_engines([
+            sample("a", Some(vec!["runc"])),
+            sample("b", Some(vec!["runc", "runsc"])),
+            sample("c", None),
+        ]);
+        let text = m.encode();
+        for (engine, runtime, v) in [
+            ("a", "runc", 1),
+            ("a", "runsc", 0),
+            ("b", "runc", 1),
+            ("b", "runsc", 1),
+        ] {
+            let line =
+                format!("airlock_engine_runtime{{engine=\"{engine}\",runtime=\"{runtime}\"}} {v}");
+            assert!(text.contains(&line), "{line} missing:\n{text}");
+        }
+        assert!(
+            !text.contains("engine_runtime{engine=\"c\""),
+            "an engine that has not said is not guessed: {text}"
+        );
+    }
+
+    #[test]
     fn an_emptied_state_reads_zero_and_every_family_is_exported() {
         let m = Metrics::new();
         m.initialize(["default"], ["local"]);

@@ -699,6 +699,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_profile_whose_runtime_the_engine_lacks_fails_the_isolation_check_with_the_fix() {
+        use crate::domain::isolation::Isolation;
+        let plain = Config::builtin();
+        assert!(
+            isolation(&plain, &[Isolation::Runc]).is_none(),
+            "nothing to say when every profile is runc and runc is offered"
+        );
+        let gvisor =
+            Config::parse("[profiles.untrusted]\nimage = \"i\"\nruntime = \"runsc\"\n").unwrap();
+        let c = isolation(&gvisor, &[Isolation::Runc]).unwrap();
+        assert!(!c.ok);
+        assert!(
+            c.detail.contains("profile untrusted runs under runsc")
+                && c.detail.contains("it offers runc"),
+            "{c:?}"
+        );
+        assert!(
+            c.fix.as_deref().unwrap().contains("--network=none"),
+            "{c:?}"
+        );
+        let c = isolation(&gvisor, &[Isolation::Runc, Isolation::Runsc]).unwrap();
+        assert!(c.ok, "{c:?}");
+        assert!(c.detail.contains("runc, runsc"), "{c:?}");
+    }
+
+    #[test]
     fn git_versions_parse_and_compare() {
         assert_eq!(parse_git_version("git version 2.47.3\n"), Some((2, 47)));
         assert_eq!(
