@@ -19,8 +19,7 @@ fn no_engine_socket_and_no_host_process_is_in_view() {
         "for s in /var/run/docker.sock /run/docker.sock /run/containerd/containerd.sock; do \
            [ -e $s ] && echo present $s; done; \
          set -- /proc/[0-9]*; echo procs=$#; \
-         cat /proc/1/cmdline | tr '\\0' ' '; echo; \
-         ls /proc/*/root/ 2>/dev/null | grep -c . >/dev/null; echo listed",
+         cat /proc/1/cmdline | tr '\\0' ' '; echo",
     );
     assert_eq!(v["status"], "passed", "{v}");
     let out = v["output"].as_str().unwrap();
