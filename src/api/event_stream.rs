@@ -118,6 +118,10 @@ async fn answer(
             ));
         }
     }
+    if let Some(kind) = &q.kind {
+        crate::domain::event_kind::check_filter("kind", kind)
+            .map_err(|e| ServiceError::invalid_field("kind", e))?;
+    }
     let permit = st
         .event_streams
         .0

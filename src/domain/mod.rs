@@ -8,6 +8,7 @@
 pub mod candidate;
 pub mod claim;
 pub mod delivery;
+pub mod event_kind;
 pub mod git;
 pub mod isolation;
 pub mod path;

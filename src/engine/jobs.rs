@@ -248,7 +248,7 @@ impl Jobs {
             ));
         }
         let before = super::governed::requests::parse_cursor(CURSOR, p.cursor.as_deref())?;
-        let filter = p.status.map(|s| match s {
+        let filter = p.state.map(|s| match s {
             JobState::Queued => JobFilter::Queued,
             JobState::Running => JobFilter::Running,
             JobState::Passed => JobFilter::Settled(Status::Passed),

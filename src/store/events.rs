@@ -15,6 +15,11 @@ pub(super) fn event(
     payload: &str,
     at: &str,
 ) -> rusqlite::Result<()> {
+    // A kind missing from the one list could never be filtered or subscribed to.
+    debug_assert!(
+        crate::domain::event_kind::is_known(kind),
+        "event kind {kind} is not in domain::event_kind::EVENT_KINDS"
+    );
     tx.execute(
         "INSERT INTO events (workspace_id, subject, kind, actor, prior, new, payload, at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",

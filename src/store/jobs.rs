@@ -73,6 +73,56 @@ fn read(r: &rusqlite::Row<'_>) -> Result<JobWithRun, StoreError> {
     Ok((row, v))
 }
 
+/// A job's entry in its workspace's event log (subject: the job id), written in the
+/// transaction of the change it records: `job.queued` (by the submitter), `job.started`, and
+/// `job.settled` (beside it `job.cancelled` for a cancelled job) with the settled record's
+/// status, exit code and attestation digest.
+pub(super) fn job_event(
+    tx: &rusqlite::Transaction,
+    job_id: &str,
+    kind: &str,
+    actor: &str,
+    prior: Option<&str>,
+    v: &Verification,
+    at: &str,
+) -> rusqlite::Result<()> {
+    let (workspace_id, revision, profile, labels): (String, String, String, String) = tx
+        .query_row(
+            "SELECT workspace_id, revision, profile, labels FROM jobs WHERE job_id = ?1",
+            params![job_id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )?;
+    let state = match kind {
+        crate::domain::event_kind::JOB_QUEUED => "queued",
+        crate::domain::event_kind::JOB_STARTED => "running",
+        _ => v.status.as_str(),
+    };
+    let settled = v.status.is_terminal();
+    let payload = serde_json::json!({
+        "job_id": job_id,
+        "verification_id": v.verification_id,
+        "state": state,
+        "revision": revision,
+        "commit": v.candidate_revision,
+        "profile": profile,
+        "labels": serde_json::from_str::<serde_json::Value>(&labels).unwrap_or_default(),
+        "exit_code": if settled { v.exit_code } else { None },
+        "duration_ms": if settled { v.duration_ms } else { None },
+        "error": if settled { v.error.clone() } else { None },
+    });
+    super::events::event(
+        tx,
+        &workspace_id,
+        job_id,
+        kind,
+        actor,
+        prior,
+        Some(state),
+        &payload.to_string(),
+        at,
+    )
+}
+
 impl Store {
     /// Records a queued job: its `running` verification, the job row and the idempotency
     /// binding, in one transaction.
@@ -112,6 +162,15 @@ impl Store {
                 params![job.job_id, job.workspace_id, v.verification_id, job.revision, job.profile, labels, job.queued_at],
             )?;
             super::candidates::insert_binding_checked(&tx, &binding)?;
+            job_event(
+                &tx,
+                &job.job_id,
+                crate::domain::event_kind::JOB_QUEUED,
+                &binding.actor_key,
+                None,
+                &v,
+                &job.queued_at,
+            )?;
             tx.commit()?;
             Ok(())
         })

@@ -437,10 +437,31 @@ impl Store {
                 "UPDATE verifications SET queued = 0 WHERE verification_id = ?1 AND status = ?2",
                 params![id, Status::Running.as_str()],
             )?;
-            tx.execute(
-                "UPDATE jobs SET started_at = ?2 WHERE verification_id = ?1 AND started_at IS NULL",
-                params![id, at],
-            )?;
+            let started: Option<String> = tx
+                .query_row(
+                    "UPDATE jobs SET started_at = ?2 WHERE verification_id = ?1 AND started_at IS NULL
+                     RETURNING job_id",
+                    params![id, at],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(job_id) = started {
+                let rec: String = tx.query_row(
+                    "SELECT record FROM verifications WHERE verification_id = ?1",
+                    params![id],
+                    |r| r.get(0),
+                )?;
+                let v = decode(&id, &rec)?;
+                jobs::job_event(
+                    &tx,
+                    &job_id,
+                    crate::domain::event_kind::JOB_STARTED,
+                    "system:airlock",
+                    Some("queued"),
+                    &v,
+                    &at,
+                )?;
+            }
             tx.commit()?;
             Ok(())
         })
@@ -579,6 +600,30 @@ impl Store {
                 .optional()?;
             if let Some((cid, ws)) = owner {
                 verification_event(&tx, &ws, &cid, &v, "system:airlock")?;
+            }
+            // So is a job's.
+            let job: Option<(String, Option<String>)> = tx
+                .query_row(
+                    "SELECT job_id, started_at FROM jobs WHERE verification_id = ?1",
+                    params![id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()?;
+            if let Some((job_id, started)) = job
+                && to.is_terminal()
+            {
+                use crate::domain::event_kind::{JOB_CANCELLED, JOB_SETTLED};
+                let prior = if started.is_some() {
+                    "running"
+                } else {
+                    "queued"
+                };
+                let at = v.finished_at.clone().unwrap_or_default();
+                let system = "system:airlock";
+                jobs::job_event(&tx, &job_id, JOB_SETTLED, system, Some(prior), &v, &at)?;
+                if to == Status::Cancelled {
+                    jobs::job_event(&tx, &job_id, JOB_CANCELLED, system, Some(prior), &v, &at)?;
+                }
             }
             tx.commit()?;
             Ok(())

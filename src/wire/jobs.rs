@@ -57,10 +57,10 @@ pub struct JobLogParams {
 #[serde(deny_unknown_fields)]
 pub struct JobListParams {
     pub workspace_id: String,
-    /// `queued`, `running`, or a settled status (`passed`, `failed`, `timed_out`,
-    /// `cancelled`, `error`, `source_changed`).
+    /// Only jobs in this `state` (the job's own field): `queued`, `running`, or a settled
+    /// one (`passed`, `failed`, `timed_out`, `cancelled`, `error`, `source_changed`).
     #[serde(default)]
-    pub status: Option<JobState>,
+    pub state: Option<JobState>,
     /// Only jobs carrying every one of these labels.
     #[serde(default)]
     pub labels: Vec<String>,

@@ -13,15 +13,15 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 /// One open event stream: the raw connection, read line by line.
-struct Sse {
+pub(crate) struct Sse {
     lines: BufReader<TcpStream>,
 }
 
 /// One server-sent event: (id, event, data); a heartbeat comment is ("", ":", text).
-type Received = (String, String, String);
+pub(crate) type Received = (String, String, String);
 
 impl Sse {
-    fn open(addr: &str, token: &str, query: &str, last_event_id: Option<&str>) -> Sse {
+    pub(crate) fn open(addr: &str, token: &str, query: &str, last_event_id: Option<&str>) -> Sse {
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let mut head = format!(
@@ -52,7 +52,7 @@ impl Sse {
 
     /// The next event or heartbeat (chunk-size lines of the chunked body are skipped); `None`
     /// when the stream ended.
-    fn next(&mut self) -> Option<Received> {
+    pub(crate) fn next(&mut self) -> Option<Received> {
         let (mut id, mut event, mut data) = (String::new(), String::new(), String::new());
         loop {
             let mut l = String::new();
@@ -93,7 +93,7 @@ impl Sse {
 }
 
 /// The status line's code of a stream request (the connection is closed after it).
-fn status_of(addr: &str, token: &str, query: &str) -> u16 {
+pub(crate) fn status_of(addr: &str, token: &str, query: &str) -> u16 {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     write!(

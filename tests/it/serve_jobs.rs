@@ -172,7 +172,7 @@ fn jobs_are_submitted_shown_listed_and_cancelled_and_bad_input_changes_nothing()
     let all = list(json!({"workspace_id": "ws1"}));
     let ids: Vec<_> = all["jobs"].as_array().unwrap().iter().map(id).collect();
     assert_eq!(ids, vec![id(&long), id(&j)]);
-    let passed = list(json!({"workspace_id": "ws1", "status": "passed"}));
+    let passed = list(json!({"workspace_id": "ws1", "state": "passed"}));
     assert_eq!(passed["jobs"].as_array().unwrap().len(), 1);
     let ci = list(json!({"workspace_id": "ws1", "labels": ["ci"]}));
     assert_eq!(ci["jobs"][0]["job_id"], j["job_id"]);
@@ -290,7 +290,7 @@ fn jobs_are_submitted_shown_listed_and_cancelled_and_bad_input_changes_nothing()
     s.err(
         ALICE,
         "job.list",
-        json!({"workspace_id": "ws1", "status": "nope"}),
+        json!({"workspace_id": "ws1", "state": "nope"}),
         "invalid_argument",
     );
     s.err(
@@ -563,7 +563,7 @@ fn one_busy_workspace_cannot_starve_another_and_its_queue_is_bounded() {
     let listed = s.ok(
         ALICE,
         "job.list",
-        json!({"workspace_id": "ws1", "status": "queued"}),
+        json!({"workspace_id": "ws1", "state": "queued"}),
     );
     assert_eq!(listed["jobs"].as_array().unwrap().len(), 2);
     // Another workspace's queue is its own.
@@ -689,7 +689,7 @@ fn racing_submits_never_exceed_the_queue_bound_or_make_two_jobs_of_one_key() {
         let queued = s.ok(
             ALICE,
             "job.list",
-            json!({"workspace_id": "ws1", "status": "queued"}),
+            json!({"workspace_id": "ws1", "state": "queued"}),
         );
         let queued: Vec<String> = queued["jobs"].as_array().unwrap().iter().map(id).collect();
         assert!(

@@ -699,6 +699,10 @@ impl Claims {
         self.ctx
             .authorize(actor, &p.workspace_id, Permission::View)?;
         let limit = page_limit(p.limit)?;
+        if let Some(kind) = &p.kind {
+            crate::domain::event_kind::check_filter("kind", kind)
+                .map_err(|e| ServiceError::invalid_field("kind", e))?;
+        }
         let after = match (&p.cursor, p.since) {
             (Some(_), Some(_)) => {
                 return Err(ServiceError::invalid_field(
