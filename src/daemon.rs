@@ -245,6 +245,9 @@ impl Daemon {
                 }
             })
         };
+        // Webhook senders: each subscription's outbox, until the daemon stops (what is pending
+        // then is sent after the next start).
+        let hooks = crate::engine::webhooks::spawn(&self.service.ctx);
         let conn_limits = crate::api::server::ConnLimits {
             max_connections: self.config.max_connections,
             header_read_timeout: self.config.header_read_timeout,
@@ -269,6 +272,9 @@ impl Daemon {
         }
         ready.store(false, Ordering::SeqCst);
         ticker.abort();
+        for h in hooks {
+            h.abort();
+        }
         // In-flight verifications: cancel them, and wait until each has destroyed its container
         // and settled with its artifact.
         let unsettled = self

@@ -399,3 +399,31 @@ pub const SEALED_REPLY_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Longest engine name or label, in bytes.
 pub const MAX_ENGINE_NAME_BYTES: usize = 64;
+
+/// Most webhook subscriptions of one workspace (`[[workspaces.<id>.webhooks]]`).
+pub const MAX_WEBHOOKS_PER_WORKSPACE: usize = 16;
+/// Shortest webhook `secret` (bytes): an HMAC key any shorter is guessable.
+pub const MIN_WEBHOOK_SECRET_BYTES: usize = 16;
+/// Longest webhook `secret` (bytes; also the most read from a `secret_file`).
+pub const MAX_WEBHOOK_SECRET_BYTES: usize = 1024;
+/// Longest webhook `url`, in bytes.
+pub const MAX_WEBHOOK_URL_BYTES: usize = 2048;
+/// `max_attempts` of a webhook: default and bounds. After the last failed attempt the delivery
+/// is `failed` (its last error kept) and the next one of the subscription goes.
+pub const DEFAULT_WEBHOOK_ATTEMPTS: u32 = 8;
+pub const WEBHOOK_ATTEMPTS: std::ops::RangeInclusive<u32> = 1..=50;
+/// The first retry's wait; each next one doubles it, up to [`MAX_WEBHOOK_BACKOFF`].
+pub const WEBHOOK_FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest wait between two attempts of one delivery.
+pub const MAX_WEBHOOK_BACKOFF: Duration = Duration::from_secs(600);
+/// `timeout_seconds` of a webhook (connect, TLS, request and answer together): default and
+/// bounds. A receiver that does not answer within it costs that attempt, nothing else.
+pub const DEFAULT_WEBHOOK_TIMEOUT_SECONDS: u64 = 10;
+pub const WEBHOOK_TIMEOUT_SECONDS: std::ops::RangeInclusive<u64> = 1..=120;
+/// Most bytes of a receiver's answer read (the rest is not waited for) and quoted in an error.
+pub const MAX_WEBHOOK_ANSWER_BYTES: usize = 64 * 1024;
+pub const MAX_WEBHOOK_ERROR_QUOTED: usize = 512;
+/// Most events one pass turns into deliveries for one subscription.
+pub const WEBHOOK_ENQUEUE_PAGE: u32 = 200;
+/// Deliveries of one subscription kept once sent or given up (the oldest are removed).
+pub const WEBHOOK_DELIVERIES_KEPT: u32 = 1000;

@@ -238,7 +238,31 @@ pub struct Metrics {
     pub dependency_set_bytes: Gauge,
     pub dependency_evictions: Counter,
     pub dependency_discarded: Counter,
+    /// Submitted jobs by workspace and state, read from the store at each scrape.
+    pub jobs: Family<WorkspaceState, Gauge>,
+    /// Jobs waiting (`queued`) per workspace, and the age of the oldest, read at each scrape.
+    pub job_queue_depth: Family<WorkspaceLabel, Gauge>,
+    pub job_queue_oldest_seconds: Family<WorkspaceLabel, Gauge>,
+    /// A job's time from submission (or resumption) to settling, by profile and status.
+    pub job_seconds: Hist<ProfileStatus>,
+    /// Webhook delivery attempts by what came of them.
+    pub webhook_deliveries: Family<ResultLabel, Counter>,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkspaceLabel {
+    pub workspace: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkspaceState {
+    pub workspace: String,
+    pub state: String,
+}
+
+/// What a webhook attempt came to: the receiver answered 2xx, it will be tried again, or it
+/// was the last attempt.
+pub const WEBHOOK_RESULTS: [&str; 3] = ["delivered", "retried", "failed"];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -292,6 +316,11 @@ impl Metrics {
             dependency_set_bytes: Gauge::default(),
             dependency_evictions: Counter::default(),
             dependency_discarded: Counter::default(),
+            jobs: Family::default(),
+            job_queue_depth: Family::default(),
+            job_queue_oldest_seconds: Family::default(),
+            job_seconds: Family::new_with_constructor(seconds),
+            webhook_deliveries: Family::default(),
         };
         {
             let mut r = m.registry.lock().expect("never poisoned");
@@ -421,6 +450,31 @@ impl Metrics {
                 m.fsync_seconds.clone(),
             );
             r.register("candidates", "Candidates by state", m.candidates.clone());
+            r.register(
+                "jobs",
+                "Submitted jobs by workspace and state",
+                m.jobs.clone(),
+            );
+            r.register(
+                "job_queue_depth",
+                "Jobs waiting for a slot or an engine, per workspace",
+                m.job_queue_depth.clone(),
+            );
+            r.register(
+                "job_queue_oldest_seconds",
+                "Age of each workspace's oldest waiting job (0 when none waits)",
+                m.job_queue_oldest_seconds.clone(),
+            );
+            r.register(
+                "job_seconds",
+                "Submitted jobs' time from submission to settling, by profile and status",
+                m.job_seconds.clone(),
+            );
+            r.register(
+                "webhook_deliveries",
+                "Webhook delivery attempts by result (delivered, retried, failed)",
+                m.webhook_deliveries.clone(),
+            );
             r.register("proposals", "Proposals by state", m.proposals.clone());
             r.register(
                 "transactions",
@@ -499,6 +553,51 @@ impl Metrics {
             );
         }
         m
+    }
+
+    /// Counts one webhook attempt's result ([`WEBHOOK_RESULTS`]).
+    pub fn record_webhook(&self, result: &str) {
+        self.webhook_deliveries
+            .get_or_create(&ResultLabel {
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
+    /// Sets the job gauges from a fresh read: every configured workspace gets every state (0
+    /// when it has none), its queue depth and its oldest waiting job's age.
+    pub fn set_job_gauges<'a>(
+        &self,
+        workspaces: impl IntoIterator<Item = &'a str>,
+        g: &crate::store::gauges::JobGauges,
+    ) {
+        for ws in workspaces {
+            for state in crate::wire::jobs::JobState::ALL {
+                let n = g
+                    .by_state
+                    .iter()
+                    .find(|(w, s, _)| w == ws && s == state.as_str())
+                    .map_or(0, |r| r.2);
+                self.jobs
+                    .get_or_create(&WorkspaceState {
+                        workspace: ws.to_string(),
+                        state: state.as_str().to_string(),
+                    })
+                    .set(n);
+            }
+            let (depth, oldest) = g
+                .queues
+                .iter()
+                .find(|(w, _, _)| w == ws)
+                .map_or((0, 0), |q| (q.1, q.2));
+            let label = WorkspaceLabel {
+                workspace: ws.to_string(),
+            };
+            self.job_queue_depth.get_or_create(&label).set(depth);
+            self.job_queue_oldest_seconds
+                .get_or_create(&label)
+                .set(oldest);
+        }
     }
 
     /// Counts a job's dependency set lookup (`hit`: published; `miss`: fetched for it).
@@ -632,16 +731,23 @@ impl Metrics {
             });
         }
         let terminal = || Status::ALL.into_iter().filter(|s| *s != Status::Running);
+        for result in WEBHOOK_RESULTS {
+            let _ = self.webhook_deliveries.get_or_create(&ResultLabel {
+                result: result.to_string(),
+            });
+        }
         for profile in profiles {
             let label = ProfileLabel {
                 profile: profile.to_string(),
             };
             let _ = self.verification_seconds.get_or_create(&label);
             for status in terminal() {
-                let _ = self.verifications.get_or_create(&ProfileStatus {
+                let ps = ProfileStatus {
                     profile: profile.to_string(),
                     status: status.as_str().to_string(),
-                });
+                };
+                let _ = self.verifications.get_or_create(&ps);
+                let _ = self.job_seconds.get_or_create(&ps);
             }
         }
         for engine in engines {

@@ -10,6 +10,7 @@ mod lists;
 mod schemas;
 pub use lists::*;
 mod views;
+pub mod webhooks;
 pub use views::*;
 
 use crate::candidate::{DeliveryAction, EvidenceSource, ResolveFile, SubmissionRef};

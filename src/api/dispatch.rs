@@ -96,6 +96,7 @@ pub(super) async fn dispatch(
         })),
         "job.list" => Reply::Value(to(&svc.jobs.list(actor, parse(method, body)?).await?)),
         "job.log" => Reply::Value(to(&svc.jobs.log(actor, parse(method, body)?).await?)),
+        "webhook.list" => Reply::Value(to(&svc.webhooks.list(actor, parse(method, body)?).await?)),
         "integration.delete" => {
             svc.lifecycle.delete(actor, parse(method, body)?).await?;
             Reply::Value(json!({}))

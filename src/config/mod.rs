@@ -7,6 +7,7 @@
 mod builtin;
 pub mod dependencies;
 mod profile;
+pub mod webhooks;
 pub use profile::Profile;
 use profile::{RawProfile, resolve_profile};
 pub mod engines;
@@ -147,6 +148,8 @@ struct RawWorkspace {
     max_running_jobs: Option<usize>,
     max_queued_jobs: Option<usize>,
     history: Option<History>,
+    #[serde(default)]
+    webhooks: Vec<webhooks::RawWebhook>,
 }
 
 /// How a candidate's history lands on its target (`history`, per workspace).
@@ -249,6 +252,8 @@ pub struct Workspace {
     pub max_queued_jobs: usize,
     /// How delivered candidates land ([`History`]).
     pub history: History,
+    /// Where this workspace's events are pushed, signed (`[[workspaces.<id>.webhooks]]`).
+    pub webhooks: Vec<webhooks::Webhook>,
 }
 
 /// Who a bearer token authenticates.
@@ -460,6 +465,7 @@ impl Config {
                     &limits::MAX_QUEUED_JOBS,
                 ));
             }
+            let hooks = webhooks::parse(&id, w.webhooks)?;
             workspaces.insert(
                 id.clone(),
                 Workspace {
@@ -475,6 +481,7 @@ impl Config {
                     max_running_jobs,
                     max_queued_jobs,
                     history: w.history.unwrap_or_default(),
+                    webhooks: hooks,
                 },
             );
         }

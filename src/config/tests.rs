@@ -375,3 +375,91 @@ fn isolation_levels_default_to_runc_follow_the_top_level_and_name_a_bad_field() 
         assert!(e.contains("\"runc\" or \"runsc\""), "{e}");
     }
 }
+
+#[test]
+fn webhooks_are_checked_field_by_field_and_named_by_a_stable_id() {
+    let base = "[workspaces.w]\nrepo = \"/r\"\n";
+    let with = |hook: &str| format!("{base}[[workspaces.w.webhooks]]\n{hook}");
+    let good = "url = \"https://ci.example/hooks/airlock\"\nevents = [\"job.settled\", \"job.queued\", \"job.settled\"]\nsecret = \"0123456789abcdef\"\n";
+    let c = Config::parse(&with(good)).unwrap();
+    let h = &c.workspaces["w"].webhooks[0];
+    assert_eq!(h.events, vec!["job.queued", "job.settled"]);
+    assert_eq!((h.max_attempts, h.timeout.as_secs()), (8, 10));
+    assert!(h.id.starts_with("wh_") && h.id.len() == 19, "{}", h.id);
+    assert!(
+        !format!("{h:?}").contains("0123456789abcdef"),
+        "the secret is never printed"
+    );
+    // The same subscription has the same id on every start.
+    assert_eq!(
+        Config::parse(&with(good)).unwrap().workspaces["w"].webhooks[0].id,
+        h.id
+    );
+    for (hook, field, says) in [
+        (
+            "url = \"ftp://x\"\nevents = [\"job.settled\"]\nsecret = \"0123456789abcdef\"",
+            "webhooks[0].url",
+            "http://",
+        ),
+        (
+            "url = \"http://x\"\nevents = []\nsecret = \"0123456789abcdef\"",
+            "webhooks[0].events",
+            "names no event kind",
+        ),
+        (
+            "url = \"http://x\"\nevents = [\"job.done\"]\nsecret = \"0123456789abcdef\"",
+            "webhooks[0].events",
+            "\"job.done\" is not an event kind",
+        ),
+        (
+            "url = \"http://x\"\nevents = [\"job.settled\"]\nsecret = \"short\"",
+            "webhooks[0].secret",
+            "16..=1024",
+        ),
+        (
+            "url = \"http://x\"\nevents = [\"job.settled\"]",
+            "webhooks[0].secret",
+            "every delivery is signed",
+        ),
+        (
+            "url = \"http://x\"\nevents = [\"job.settled\"]\nsecret = \"0123456789abcdef\"\nsecret_file = \"/s\"",
+            "webhooks[0].secret",
+            "not both",
+        ),
+        (
+            "url = \"http://x\"\nevents = [\"job.settled\"]\nsecret = \"0123456789abcdef\"\nmax_attempts = 0",
+            "webhooks[0].max_attempts",
+            "between 1 and 50",
+        ),
+        (
+            "url = \"http://x\"\nevents = [\"job.settled\"]\nsecret = \"0123456789abcdef\"\ntimeout_seconds = 500",
+            "webhooks[0].timeout_seconds",
+            "between 1 and 120",
+        ),
+        (
+            "url = \"http://x\"\nevents = [\"job.settled\"]\nsecret_file = \"/nonexistent/secret\"",
+            "webhooks[0].secret_file",
+            "/nonexistent/secret",
+        ),
+    ] {
+        let e = Config::parse(&with(hook)).unwrap_err().to_string();
+        assert!(e.contains(&format!("workspaces.w.{field}")), "{hook}: {e}");
+        assert!(e.contains(says), "{hook}: {e}");
+    }
+    let twice = format!("{}[[workspaces.w.webhooks]]\n{good}", with(good));
+    let e = Config::parse(&twice).unwrap_err().to_string();
+    assert!(e.contains("repeats webhook"), "{e}");
+    // A secret from a file, trailing newline dropped.
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("s");
+    std::fs::write(&f, "from-a-file-0123456789\n").unwrap();
+    let c = Config::parse(&with(&format!(
+        "url = \"http://x\"\nevents = [\"job.settled\"]\nsecret_file = \"{}\"\n",
+        f.display()
+    )))
+    .unwrap();
+    assert_eq!(
+        c.workspaces["w"].webhooks[0].secret.bytes(),
+        b"from-a-file-0123456789"
+    );
+}

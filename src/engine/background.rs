@@ -104,6 +104,16 @@ impl Background {
     /// Runs a recorded verification in the background in the room `r` holds, when its
     /// workspace's turn comes; its output is followable while it runs.
     pub fn spawn(&self, r: Reservation, started: Started) {
+        self.spawn_timed(r, started, None)
+    }
+
+    /// [`Background::spawn`] for a submitted job of `profile`: its time from now to settling
+    /// is observed in `airlock_job_seconds`.
+    pub fn spawn_job(&self, r: Reservation, started: Started, profile: String) {
+        self.spawn_timed(r, started, Some(profile))
+    }
+
+    fn spawn_timed(&self, r: Reservation, started: Started, job_profile: Option<String>) {
         let vid = started.verification.verification_id.clone();
         let started = started.streaming(self.logs.open(&vid));
         let logs = self.logs.clone();
@@ -135,6 +145,16 @@ impl Background {
             match engine.finish(started, slot.cancel).await {
                 Ok(v) => {
                     logs.settle(&vid, Some(v.status));
+                    if let Some(profile) = job_profile {
+                        engine
+                            .metrics
+                            .job_seconds
+                            .get_or_create(&crate::metrics::ProfileStatus {
+                                profile,
+                                status: v.status.as_str().to_string(),
+                            })
+                            .observe(queued_at.elapsed().as_secs_f64());
+                    }
                     tracing::info!(verification_id = %vid, status = v.status.as_str(), "verification settled")
                 }
                 Err(e) => {

@@ -157,7 +157,7 @@ impl Jobs {
             workspace_id: ws.id.clone(),
             verification_id: String::new(),
             revision: p.revision.clone(),
-            profile,
+            profile: profile.clone(),
             labels,
             queued_at: keyed.at.clone(),
             started_at: None,
@@ -178,7 +178,7 @@ impl Jobs {
                 RunError::Refused(r) => ServiceError::internal(r.message),
                 e => ServiceError::from(e),
             })?;
-        self.background.spawn(room, started);
+        self.background.spawn_job(room, started, profile);
         self.view(&ws.id, &job_id).await
     }
 
@@ -405,7 +405,8 @@ impl Jobs {
             match started {
                 Ok(Some(started)) => {
                     let room = self.background.reserve_resumed(&row.workspace_id);
-                    self.background.spawn(room, started);
+                    self.background
+                        .spawn_job(room, started, row.profile.clone());
                     resumed += 1;
                     tracing::info!(job_id = %row.job_id, verification_id = %vid, "queued job resumed");
                 }

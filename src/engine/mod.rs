@@ -21,6 +21,7 @@ pub mod request;
 pub mod runner;
 pub mod scrape;
 pub mod service;
+pub mod webhooks;
 pub mod workers;
 
 pub use context::{Clock, Context};

@@ -15,6 +15,14 @@ impl Context {
             .map_err(|e| ServiceError::internal(format!("metrics: {e}")))?;
         self.metrics
             .set_gauges(&g, &crate::metrics::KnownStates::all());
+        let jobs = self
+            .data
+            .store
+            .job_gauges(self.clock.now().unix_timestamp())
+            .await
+            .map_err(|e| ServiceError::internal(format!("metrics: {e}")))?;
+        self.metrics
+            .set_job_gauges(self.config.workspaces.keys().map(String::as_str), &jobs);
         let (reference, watched) = (self.pool.reference(), self.pool.watched_images());
         self.metrics
             .set_engines(self.pool.engines().iter().map(|e| {

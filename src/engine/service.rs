@@ -34,6 +34,8 @@ pub struct Service {
     pub lifecycle: super::integration::lifecycle::Lifecycle,
     /// Verification jobs on a revision, submitted over the API (`job.*`).
     pub jobs: super::jobs::Jobs,
+    /// Webhook subscriptions and their outbox (`webhook.list`).
+    pub webhooks: super::webhooks::Webhooks,
     /// The governed path's workflows.
     pub claims: crate::engine::governed::Claims,
     pub proposals: crate::engine::governed::Proposals,
@@ -65,6 +67,7 @@ impl Service {
             reviews: crate::engine::governed::reviews::Reviews::new(proposals.clone()),
             proposals,
             jobs: super::jobs::Jobs::new(handles.clone(), background.clone()),
+            webhooks: super::webhooks::Webhooks::new(handles.clone()),
             evidence: super::integration::evidence::Evidence::new(handles.clone()),
             candidates: candidates.clone(),
             assembler: super::integration::prepare::Assembler::new(

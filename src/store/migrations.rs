@@ -328,6 +328,32 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         );
         CREATE INDEX sealed_replies_by_age ON sealed_replies (sealed_at);",
     ),
+    (
+        15,
+        "webhook subscriptions' cursors over the event log and their deliveries (the outbox)",
+        "CREATE TABLE webhook_cursors (
+            subscription_id TEXT PRIMARY KEY,
+            workspace_id TEXT NOT NULL,
+            after_seq INTEGER NOT NULL
+        );
+        CREATE TABLE webhook_deliveries (
+            delivery_id TEXT PRIMARY KEY,
+            subscription_id TEXT NOT NULL,
+            event_seq INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            event TEXT NOT NULL,
+            state TEXT NOT NULL CHECK (state IN ('pending','delivered','failed')),
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_ms INTEGER NOT NULL,
+            last_status INTEGER,
+            last_error TEXT,
+            created_at TEXT NOT NULL,
+            settled_at TEXT,
+            UNIQUE (subscription_id, event_seq)
+        );
+        CREATE INDEX webhook_deliveries_pending
+            ON webhook_deliveries (subscription_id, state, event_seq);",
+    ),
 ];
 
 /// The newest schema version this binary knows.

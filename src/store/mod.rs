@@ -20,6 +20,7 @@ pub mod proposals;
 pub mod replies;
 pub mod reviews;
 pub mod snapshot;
+pub mod webhooks;
 
 pub use candidates::{Binding, Inserted, StoredCandidate};
 

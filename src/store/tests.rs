@@ -291,7 +291,11 @@ fn no_state_is_a_literal_in_the_stores_sql() {
     names.extend(ProposalState::ALL.map(ProposalState::as_str));
     names.extend(TxState::ALL.map(TxState::as_str));
     names.extend(Status::ALL.map(Status::as_str));
+    names.extend(super::webhooks::DeliveryState::ALL.map(super::webhooks::DeliveryState::as_str));
+    names.push("queued");
     let sources = [
+        ("webhooks.rs", include_str!("webhooks.rs")),
+        ("jobs.rs", include_str!("jobs.rs")),
         ("mod.rs", include_str!("mod.rs")),
         ("applies.rs", include_str!("applies.rs")),
         ("candidates.rs", include_str!("candidates.rs")),
@@ -411,6 +415,13 @@ fn every_check_list_in_the_schema_is_its_enums_values() {
         (
             "transactions.status",
             names(&transaction::TxState::ALL, transaction::TxState::as_str),
+        ),
+        (
+            "webhook_deliveries.state",
+            names(
+                &super::webhooks::DeliveryState::ALL,
+                super::webhooks::DeliveryState::as_str,
+            ),
         ),
     ];
     for (column, want) in &expected {

@@ -88,6 +88,17 @@ pub enum JobState {
 }
 
 impl JobState {
+    pub const ALL: [JobState; 8] = [
+        JobState::Queued,
+        JobState::Running,
+        JobState::Passed,
+        JobState::Failed,
+        JobState::TimedOut,
+        JobState::Cancelled,
+        JobState::Error,
+        JobState::SourceChanged,
+    ];
+
     /// The state's wire name.
     pub fn as_str(self) -> &'static str {
         match self {

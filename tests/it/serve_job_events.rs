@@ -119,3 +119,80 @@ fn a_kind_that_names_no_event_kind_is_refused_on_the_list_and_the_stream() {
         200
     );
 }
+
+/// `/metrics` counts jobs by workspace and state, each workspace's queue depth and the age of
+/// its oldest waiting job (a starving workspace shows), and the jobs' time by profile and
+/// status; every workspace's families are there before it has a job.
+#[test]
+fn metrics_show_each_workspaces_jobs_queue_and_oldest_waiting_job() {
+    use crate::serve_metrics::{get, scrape};
+    let s = Server::fake_with("max_concurrent_verifications = 1\n");
+    let m = scrape(&s.addr);
+    for ws in ["ws1", "ws2"] {
+        for state in ["queued", "running", "passed", "cancelled", "source_changed"] {
+            let key = format!("airlock_jobs{{workspace=\"{ws}\",state=\"{state}\"}}");
+            assert_eq!(m.get(&key), Some(&0.0), "{key} exported at zero");
+        }
+        assert_eq!(
+            m.get(&format!("airlock_job_queue_depth{{workspace=\"{ws}\"}}")),
+            Some(&0.0)
+        );
+    }
+    assert!(m.contains_key("airlock_job_seconds_count{profile=\"default\",status=\"passed\"}"));
+    let hang = |key: &str| {
+        s.ok(
+            ALICE,
+            "job.submit",
+            json!({"workspace_id": "ws1", "revision": "main", "argv": ["fake-hang"],
+                   "timeout_seconds": 600, "idempotency_key": key}),
+        )["job"]
+            .clone()
+    };
+    let holder = hang("m0");
+    wait_for(
+        || show(&s, ALICE, "ws1", &id(&holder))["state"] == "running",
+        "the only slot is taken",
+    );
+    let waiting: Vec<Value> = (1..=2).map(|i| hang(&format!("m{i}"))).collect();
+    s.set_clock(time::OffsetDateTime::now_utc() + time::Duration::seconds(120));
+    let m = scrape(&s.addr);
+    assert_eq!(
+        get(&m, "airlock_jobs{workspace=\"ws1\",state=\"running\"}"),
+        1.0
+    );
+    assert_eq!(
+        get(&m, "airlock_jobs{workspace=\"ws1\",state=\"queued\"}"),
+        2.0
+    );
+    assert_eq!(get(&m, "airlock_job_queue_depth{workspace=\"ws1\"}"), 2.0);
+    assert_eq!(get(&m, "airlock_job_queue_depth{workspace=\"ws2\"}"), 0.0);
+    let oldest = get(&m, "airlock_job_queue_oldest_seconds{workspace=\"ws1\"}");
+    assert!(
+        (115.0..200.0).contains(&oldest),
+        "the oldest has waited about 120 s: {oldest}"
+    );
+    for j in waiting.iter().chain([&holder]) {
+        s.ok(
+            ALICE,
+            "job.cancel",
+            json!({"workspace_id": "ws1", "job_id": id(j)}),
+        );
+    }
+    let m = scrape(&s.addr);
+    assert_eq!(
+        get(&m, "airlock_jobs{workspace=\"ws1\",state=\"cancelled\"}"),
+        3.0
+    );
+    assert_eq!(get(&m, "airlock_job_queue_depth{workspace=\"ws1\"}"), 0.0);
+    assert_eq!(
+        get(&m, "airlock_job_queue_oldest_seconds{workspace=\"ws1\"}"),
+        0.0
+    );
+    assert_eq!(
+        get(
+            &m,
+            "airlock_job_seconds_count{profile=\"default\",status=\"cancelled\"}"
+        ),
+        3.0
+    );
+}

@@ -12,7 +12,7 @@ const EXTRA: &str = "[workspaces.ws1.roles]\nbob = [\"reviewer\"]\n\
                      [workspaces.ws1.policy]\nsecurity_review = \"never\"\nhuman_approval = \"never\"\n";
 
 /// Every sample of a scrape: `name{labels}` -> value.
-fn scrape(addr: &str) -> BTreeMap<String, f64> {
+pub(crate) fn scrape(addr: &str) -> BTreeMap<String, f64> {
     let (status, body) = request(addr, "GET", "/metrics", None, b"").expect("a response");
     let text = String::from_utf8(body).unwrap();
     assert_eq!(status, 200, "{text}");
@@ -25,7 +25,7 @@ fn scrape(addr: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
-fn get(m: &BTreeMap<String, f64>, key: &str) -> f64 {
+pub(crate) fn get(m: &BTreeMap<String, f64>, key: &str) -> f64 {
     *m.get(key).unwrap_or(&0.0)
 }
 

@@ -277,6 +277,15 @@ pub const METHODS: &[Method] = &[
         "A workspace's jobs, newest first, by state and labels, a page at a time",
     ),
     m(
+        "webhook.list",
+        Body::Small,
+        schema_of::<w::webhooks::WebhookListParams>,
+        "view",
+        Reply::Typed(schema_of::<w::webhooks::WebhookListReply>),
+        READERS,
+        "A workspace's webhook subscriptions and their deliveries: pending, delivered, failed, the last error",
+    ),
+    m(
         "job.cancel",
         Body::Small,
         schema_of::<w::jobs::JobRef>,
