@@ -27,6 +27,13 @@ pub enum CallError {
     /// A usage or protocol error: retrying the same call will not help.
     #[error("{0}")]
     Failed(String),
+    /// The daemon answered with its error envelope.
+    #[error("{code} (HTTP {status}): {message}")]
+    Api {
+        status: u16,
+        code: String,
+        message: String,
+    },
 }
 
 impl CallError {
@@ -34,6 +41,7 @@ impl CallError {
         match self {
             CallError::Unreachable(_) => EXIT_RETRY,
             CallError::Failed(_) => 1,
+            CallError::Api { code, .. } => exit_code(code),
         }
     }
 }
@@ -149,6 +157,244 @@ pub fn call(url: &str, token: &str, method: &str, body: &Value) -> Result<(u16, 
         CallError::Failed(format!("{base}: the answer is not JSON ({e}): {text:.200}"))
     })?;
     Ok((status, v))
+}
+
+/// Where the client's settings file is when `--client-config` names none:
+/// `$XDG_CONFIG_HOME/airlock/client.toml`, else `~/.config/airlock/client.toml`.
+pub fn default_client_config() -> Option<std::path::PathBuf> {
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_absolute());
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    xdg.or_else(|| home.map(|h| h.join(".config")))
+        .map(|d| d.join("airlock").join("client.toml"))
+}
+
+/// The client settings file: `url` and `token_file` (a file holding the bearer token).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientFile {
+    url: Option<String>,
+    token_file: Option<std::path::PathBuf>,
+}
+
+/// Where the daemon is and the token to show it.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub url: String,
+    pub token: String,
+}
+
+/// Largest token file read.
+const MAX_TOKEN_FILE_BYTES: u64 = 4096;
+
+fn read_token(path: &std::path::Path, named_by: &str) -> Result<String, String> {
+    let meta =
+        std::fs::metadata(path).map_err(|e| format!("{named_by} {}: {e}", path.display()))?;
+    if !meta.is_file() || meta.len() > MAX_TOKEN_FILE_BYTES {
+        return Err(format!(
+            "{named_by} {} must be a file of at most {MAX_TOKEN_FILE_BYTES} bytes",
+            path.display()
+        ));
+    }
+    let t =
+        std::fs::read_to_string(path).map_err(|e| format!("{named_by} {}: {e}", path.display()))?;
+    let t = t.trim().to_string();
+    if t.is_empty() {
+        return Err(format!("{named_by} {} is empty", path.display()));
+    }
+    Ok(t)
+}
+
+impl Settings {
+    /// The settings, each from the first that gives it: the flag, the environment
+    /// (`AIRLOCK_URL`, `AIRLOCK_TOKEN`), the client settings file, then the default URL (a
+    /// token has no default).
+    pub fn resolve(
+        url_flag: Option<&str>,
+        token_file_flag: Option<&std::path::Path>,
+        config_flag: Option<&std::path::Path>,
+    ) -> Result<Settings, String> {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let file = match config_flag {
+            Some(p) => Some((p.to_path_buf(), true)),
+            None => default_client_config().map(|p| (p, false)),
+        };
+        let file: ClientFile = match file {
+            Some((p, named)) if named || p.exists() => {
+                let text = std::fs::read_to_string(&p)
+                    .map_err(|e| format!("--client-config {}: {e}", p.display()))?;
+                toml::from_str(&text)
+                    .map_err(|e| format!("--client-config {}: {}", p.display(), e.message()))?
+            }
+            _ => ClientFile::default(),
+        };
+        let url = url_flag
+            .map(str::to_string)
+            .or_else(|| env("AIRLOCK_URL"))
+            .or(file.url)
+            .unwrap_or_else(|| DEFAULT_URL.to_string());
+        let token = match (token_file_flag, env("AIRLOCK_TOKEN"), &file.token_file) {
+            (Some(p), _, _) => read_token(p, "--token-file")?,
+            (None, Some(t), _) => t,
+            (None, None, Some(p)) => read_token(p, "token_file")?,
+            (None, None, None) => {
+                return Err(
+                    "no token: set AIRLOCK_TOKEN, pass --token-file FILE, or name token_file in the client settings file"
+                        .into(),
+                );
+            }
+        };
+        Ok(Settings { url, token })
+    }
+}
+
+/// `GET <url><path>` as text (a job's log): the body, or the error envelope as an error.
+pub fn get_text(settings: &Settings, path: &str) -> Result<String, CallError> {
+    let base = settings.url.trim_end_matches('/');
+    if !base.starts_with("http://") {
+        return Err(CallError::Failed(format!(
+            "url {base}: only http:// is supported (put a TLS proxy in front of airlock serve)"
+        )));
+    }
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(CALL_TIMEOUT))
+        .build()
+        .into();
+    let mut resp = agent
+        .get(&format!("{base}{path}"))
+        .header("Authorization", &format!("Bearer {}", settings.token))
+        .call()
+        .map_err(|e| {
+            let msg = format!("{base}: {e}");
+            if unreachable(&e) {
+                CallError::Unreachable(format!("{msg} (is airlock serve running there?)"))
+            } else {
+                CallError::Failed(msg)
+            }
+        })?;
+    let status = resp.status().as_u16();
+    let text = resp
+        .body_mut()
+        .with_config()
+        .limit(MAX_RESPONSE_BYTES)
+        .read_to_string()
+        .map_err(|e| CallError::Failed(format!("{base}: reading the answer: {e}")))?;
+    if status == 200 {
+        return Ok(text);
+    }
+    let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    Err(CallError::Api {
+        status,
+        code: v["error"]["code"]
+            .as_str()
+            .unwrap_or("internal")
+            .to_string(),
+        message: v["error"]["message"].as_str().unwrap_or(&text).to_string(),
+    })
+}
+
+/// How a followed log ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FollowEnd {
+    /// The closing line named the job's settled state.
+    Settled(String),
+    /// The stream ended another way (the daemon stopping, the follower dropped, the
+    /// connection cut): the job may still be running.
+    Cut,
+}
+
+/// The closing line a followed log ends with.
+const SETTLED_PREFIX: &str = "[airlock: job settled: ";
+
+/// Follows `GET /api/v1/jobs/<job_id>/log?follow=1`, writing what arrives to `out` as it
+/// arrives (nothing when `out` is `None`), until the stream ends.
+pub fn follow_log(
+    settings: &Settings,
+    job_id: &str,
+    mut out: Option<&mut dyn std::io::Write>,
+) -> Result<FollowEnd, CallError> {
+    let base = settings.url.trim_end_matches('/');
+    if !base.starts_with("http://") {
+        return Err(CallError::Failed(format!(
+            "url {base}: only http:// is supported (put a TLS proxy in front of airlock serve)"
+        )));
+    }
+    if !job_id.starts_with("job_") || !job_id[4..].bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(CallError::Failed(format!(
+            "JOB_ID {job_id:?} is not a job id (job_ and 32 hex digits)"
+        )));
+    }
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_connect(Some(Duration::from_secs(10)))
+        .build()
+        .into();
+    let mut resp = agent
+        .get(&format!("{base}/api/v1/jobs/{job_id}/log?follow=1"))
+        .header("Authorization", &format!("Bearer {}", settings.token))
+        .call()
+        .map_err(|e| {
+            let msg = format!("{base}: {e}");
+            if unreachable(&e) {
+                CallError::Unreachable(format!("{msg} (is airlock serve running there?)"))
+            } else {
+                CallError::Failed(msg)
+            }
+        })?;
+    let status = resp.status().as_u16();
+    if status != 200 {
+        let text = resp
+            .body_mut()
+            .with_config()
+            .limit(1 << 20)
+            .read_to_string()
+            .unwrap_or_default();
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        return Err(CallError::Api {
+            status,
+            code: v["error"]["code"]
+                .as_str()
+                .unwrap_or("internal")
+                .to_string(),
+            message: v["error"]["message"].as_str().unwrap_or(&text).to_string(),
+        });
+    }
+    let mut reader = resp.body_mut().as_reader();
+    // The last bytes seen, to find the closing line however the chunks fall.
+    let mut tail: Vec<u8> = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = match std::io::Read::read(&mut reader, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(_) => return Ok(FollowEnd::Cut),
+        };
+        if let Some(o) = out.as_deref_mut() {
+            let _ = o.write_all(&buf[..n]);
+            let _ = o.flush();
+        }
+        tail.extend_from_slice(&buf[..n]);
+        if tail.len() > 4096 {
+            tail.drain(..tail.len() - 4096);
+        }
+    }
+    let text = String::from_utf8_lossy(&tail);
+    let last = text
+        .trim_end_matches('\n')
+        .rsplit('\n')
+        .next()
+        .unwrap_or("");
+    Ok(
+        match last
+            .strip_prefix(SETTLED_PREFIX)
+            .and_then(|r| r.strip_suffix(']'))
+        {
+            Some(state) => FollowEnd::Settled(state.to_string()),
+            None => FollowEnd::Cut,
+        },
+    )
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 mod attestation;
 mod call;
 mod images;
+mod job;
 
 use crate::config::{Config, DEFAULT_PROFILE};
 use crate::crash;
@@ -22,14 +23,14 @@ pub const EXIT_REFUSED: u8 = 2;
 /// envelope's code, [`crate::client::exit_code`]).
 pub const EXIT_CODES: &str = "\
 Exit codes (every command):
-  0  success; run: the job passed; doctor: every check passed
+  0  success; run, job submit --follow, job follow: the job passed; doctor: every check passed
   1  any other terminal status (failed, timed_out, source_changed, cancelled, error) or a failure
-  2  refused before anything ran (arguments, configuration, input); call: invalid_argument
-  3  call: unauthenticated or permission_denied
-  4  call: not_found
-  5  call: conflict or failed_precondition
-  6  call: resource_exhausted
-  7  call: unavailable or deadline_exceeded, or the daemon unreachable or silent (retry)";
+  2  refused before anything ran (arguments, configuration, input); call, job: invalid_argument
+  3  call, job: unauthenticated or permission_denied
+  4  call, job: not_found
+  5  call, job: conflict or failed_precondition
+  6  call, job: resource_exhausted
+  7  call, job: unavailable or deadline_exceeded, or the daemon unreachable or silent (retry)";
 
 /// The `--help` heading of the options every command takes, listed after its own.
 const GLOBAL: &str = "Global options";
@@ -152,6 +153,13 @@ pub enum Command {
         /// The daemon's address.
         #[arg(long, value_name = "URL", env = "AIRLOCK_URL", default_value = crate::client::DEFAULT_URL)]
         url: String,
+    },
+    /// Jobs of a running daemon: submit (and follow), follow, show, list, cancel, log. The
+    /// daemon's address from --url or AIRLOCK_URL, the token from --token-file or
+    /// AIRLOCK_TOKEN (or the client settings file).
+    Job {
+        #[command(subcommand)]
+        command: job::JobCommand,
     },
     /// Attestation signing keys (Ed25519).
     Keys {
@@ -439,6 +447,7 @@ async fn dispatch(cmd: Command) -> ExitCode {
         }
         Command::Verification { command } => verification(command).await,
         Command::Keys { command } => attestation::keys(command),
+        Command::Job { command } => job::job(command).await,
         Command::Attestation { command } => attestation::attestation(command),
         Command::Backup { dest, common } => {
             let (_, dir) = match load_existing(&common) {

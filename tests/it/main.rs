@@ -18,6 +18,7 @@ mod hardening;
 mod hostile;
 mod inprocess;
 mod isolation;
+mod job_cli;
 mod readme_config;
 mod recovery;
 mod refusals;
