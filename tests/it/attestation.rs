@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 
 /// A key pair made by `airlock keys generate` in `dir`: (private key path, public key path,
 /// key id as printed).
-fn keys(dir: &Path, name: &str) -> (PathBuf, PathBuf, String) {
+pub(crate) fn keys(dir: &Path, name: &str) -> (PathBuf, PathBuf, String) {
     use std::os::unix::fs::MetadataExt;
     let key = dir.join(format!("{name}.pem"));
     let out = Command::new(BIN)

@@ -7,6 +7,7 @@
 
 mod candidate;
 mod diff;
+mod jobs;
 mod overview;
 mod proposal;
 mod transaction;
@@ -43,7 +44,7 @@ solid #ccc;padding:.2rem .5rem;vertical-align:top;text-align:left}pre{background
 padding:.5rem;overflow:auto;max-height:30rem;white-space:pre-wrap}.badge{background:#eee;\
 border-radius:.3rem;padding:0 .4rem}.stale{background:#fde2c8}.missing{color:#a15c00}\
 .blocked{color:#b00020}.satisfied{color:#1b6e20}form.inline{display:inline}nav a{margin-right:1rem}\
-td code{word-break:break-all;font-size:.85em}pre.diff{max-height:none;white-space:pre-wrap;background:#fafafa}.diff .add{background:#e6ffec}.diff .del{background:#ffebe9}.diff .hunk{background:#eef3ff;color:#44546a}.diff .meta{color:#57606a}.headline{padding:.6rem 1rem;border-radius:.3rem;font-size:1.1rem}.headline.ready{background:#e6ffec}.headline.blocked{background:#ffebe9}.headline.waiting{background:#fff8c5}section.file{margin:1rem 0}";
+td code{word-break:break-all;font-size:.85em}pre.diff{max-height:none;white-space:pre-wrap;background:#fafafa}.diff .add{background:#e6ffec}.diff .del{background:#ffebe9}.diff .hunk{background:#eef3ff;color:#44546a}.diff .meta{color:#57606a}.headline{padding:.6rem 1rem;border-radius:.3rem;font-size:1.1rem}.headline.ready{background:#e6ffec}.headline.blocked{background:#ffebe9}.headline.waiting{background:#fff8c5}section.file{margin:1rem 0}pre.log{max-height:none}.phase{color:#44546a;font-weight:600}";
 
 /// One signed-in browser.
 #[derive(Clone)]
@@ -106,6 +107,9 @@ pub fn router() -> Router<AppState> {
         .route("/ui/w/{ws}/proposals/{id}", get(proposal_page))
         .route("/ui/w/{ws}/approvals/{id}/decide", post(approval_decide))
         .route("/ui/w/{ws}/proposals/{id}/act", post(proposal_act))
+        .route("/ui/w/{ws}/jobs", get(jobs::jobs_page))
+        .route("/ui/w/{ws}/jobs/{id}", get(jobs::job_page))
+        .route("/ui/w/{ws}/jobs/{id}/cancel", post(jobs::job_cancel))
         .route("/ui/w/{ws}/transactions/{id}", get(transaction_page))
         .route("/ui/w/{ws}/transactions/{id}/act", post(transaction_act))
         .layer(axum::extract::DefaultBodyLimit::max(
@@ -241,6 +245,23 @@ impl axum::extract::FromRequestParts<AppState> for Signed {
 }
 
 fn page(title: &str, who: Option<&UiSession>, body: Markup) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        document(title, who, body),
+    )
+        .into_response()
+}
+
+/// A page cut where its body goes: what comes before it and after it (a streamed page sends
+/// its body between them as it is made).
+fn page_parts(title: &str, who: Option<&UiSession>) -> (String, String) {
+    const CUT: &str = "\u{1}airlock-body\u{1}";
+    let doc = document(title, who, maud::PreEscaped(CUT.to_string()));
+    let (a, b) = doc.split_once(CUT).expect("the cut is in the page");
+    (a.to_string(), b.to_string())
+}
+
+fn document(title: &str, who: Option<&UiSession>, body: Markup) -> String {
     let doc = html! {
         (DOCTYPE)
         html lang="en" {
@@ -266,11 +287,7 @@ fn page(title: &str, who: Option<&UiSession>, body: Markup) -> Response {
             }
         }
     };
-    (
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        doc.into_string(),
-    )
-        .into_response()
+    doc.into_string()
 }
 
 fn refusal(status: StatusCode, who: Option<&UiSession>, message: &str) -> Response {

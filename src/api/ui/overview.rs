@@ -183,8 +183,11 @@ pub(super) async fn index(State(st): State<AppState>, Signed(s): Signed) -> Resp
             }
             v
         });
+        let jobs = super::jobs::active(&st, &s, ws_id).await;
         sections.push(html! {
             h2 { "Workspace " (ws_id) }
+            h3 { "Jobs" }
+            (jobs)
             h3 { "Candidates" }
             (table_or(&candidates, "candidates", "No candidates in this workspace.",
                 &["candidate_id", "state", "request", "target_ref", "age", "expires"],
