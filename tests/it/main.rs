@@ -20,6 +20,7 @@ mod inprocess;
 mod isolation;
 mod job_cli;
 mod readme_config;
+mod readme_farm;
 mod recovery;
 mod refusals;
 mod remote_engine;

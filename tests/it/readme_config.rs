@@ -32,19 +32,24 @@ fn config_blocks() -> Vec<String> {
 
 #[test]
 fn the_readmes_config_blocks_paste_into_one_file_that_loads() {
-    let blocks = config_blocks();
+    // Blocks of top-level keys first (TOML puts those before any table), then the rest, each
+    // group in the order shown.
+    let (tables, mut blocks): (Vec<String>, Vec<String>) = config_blocks()
+        .into_iter()
+        .partition(|b| b.trim_start().starts_with('['));
+    blocks.extend(tables);
     assert!(blocks.len() >= 6, "{blocks:?}");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("airlock.toml");
     std::fs::write(&path, blocks.join("\n")).unwrap();
     let c = airlock::config::Config::load(Some(&path))
         .unwrap_or_else(|e| panic!("the README's config does not load: {e}"));
-    for ws in ["ws_123", "ws_gov", "docs"] {
+    for ws in ["ws_123", "ws_gov", "docs", "farm"] {
         assert!(c.workspaces.contains_key(ws), "{ws}");
     }
     assert!(c.profiles.contains_key("web"));
     assert_eq!(c.engines.len(), 2);
-    assert_eq!(c.tokens.len(), 6);
+    assert_eq!(c.tokens.len(), 7);
     assert!(c.signing_key.is_some());
     assert_eq!(c.verification_keys.len(), 1);
     assert_eq!(c.verifier_id, "https://airlock.example");
