@@ -378,3 +378,87 @@ fn a_kill_9_loop_loses_no_event_and_never_gives_one_event_two_delivery_ids() {
         "{kinds:?}"
     );
 }
+
+/// An `https://` receiver is reached over TLS when its certificate chains to the
+/// subscription's `ca_file`; without it, the certificate is not believed and the attempt fails
+/// naming TLS.
+#[test]
+fn an_https_receiver_is_believed_only_through_its_ca_file() {
+    let dir = tempfile::tempdir().unwrap();
+    crate::support::engine2::make_certs(dir.path());
+    let server = dir.path().join("https_receiver.py");
+    std::fs::write(
+        &server,
+        "import http.server, ssl, sys\n\
+         class H(http.server.BaseHTTPRequestHandler):\n\
+         \x20   def do_POST(self):\n\
+         \x20       body = self.rfile.read(int(self.headers['Content-Length']))\n\
+         \x20       print(self.path, self.headers['X-Airlock-Delivery'], flush=True)\n\
+         \x20       self.send_response(204)\n\
+         \x20       self.end_headers()\n\
+         \x20   def log_message(self, *a):\n\
+         \x20       pass\n\
+         srv = http.server.HTTPServer(('127.0.0.1', 0), H)\n\
+         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)\n\
+         ctx.load_cert_chain(sys.argv[1], sys.argv[2])\n\
+         srv.socket = ctx.wrap_socket(srv.socket, server_side=True)\n\
+         print(srv.server_address[1], flush=True)\n\
+         srv.serve_forever()\n",
+    )
+    .unwrap();
+    let mut child = std::process::Command::new("python3")
+        .arg(&server)
+        .arg(dir.path().join("server.pem"))
+        .arg(dir.path().join("server.key"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let port: u16 = lines.next().unwrap().unwrap().trim().parse().unwrap();
+    let (tx, got) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in lines.map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let url = format!("https://127.0.0.1:{port}");
+    let extra = [
+        hook(
+            &format!("{url}/trusted"),
+            "[\"job.queued\"]",
+            &format!(
+                "ca_file = {:?}",
+                dir.path().join("ca.pem").display().to_string()
+            ),
+        ),
+        hook(
+            &format!("{url}/untrusted"),
+            "[\"job.queued\"]",
+            "max_attempts = 1",
+        ),
+    ]
+    .concat();
+    let s = Server::fake_with(&extra);
+    submit(&s, ALICE, "ws1", &["fake-exit", "0"], "t1");
+    let line = got
+        .recv_timeout(Duration::from_secs(30))
+        .expect("a delivery over TLS");
+    assert!(line.starts_with("/trusted whd_"), "{line}");
+    wait_for_secs(
+        || by_url_count(&s, "/untrusted", "failed") == 1,
+        30,
+        "the untrusted receiver's delivery failed",
+    );
+    let sub = subscriptions(&s)
+        .into_iter()
+        .find(|v| v["url"].as_str().unwrap().ends_with("/untrusted"))
+        .unwrap();
+    let err = sub["deliveries"][0]["last_error"].as_str().unwrap();
+    assert!(err.contains("TLS"), "{err}");
+    assert!(
+        got.try_recv().is_err(),
+        "nothing reached the receiver untrusted"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -34,7 +34,7 @@ fn openssl(dir: &Path, args: &[&str]) {
 }
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by the CA.
-fn make_certs(dir: &Path) {
+pub(crate) fn make_certs(dir: &Path) {
     std::fs::write(
         dir.join("server.ext"),
         "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
