@@ -119,40 +119,90 @@ pub fn read_body(arg: Option<&str>) -> Result<Value, String> {
     Ok(v)
 }
 
+/// The daemon's address without a trailing `/`; only plain `http://` is spoken.
+fn base_of(url: &str) -> Result<&str, CallError> {
+    let base = url.trim_end_matches('/');
+    if base.starts_with("http://") {
+        Ok(base)
+    } else {
+        Err(CallError::Failed(format!(
+            "url {url}: only http:// is supported (put a TLS proxy in front of airlock serve)"
+        )))
+    }
+}
+
+/// A transport error: a retry when the daemon was not there (or too slow), else a failure.
+fn transport_error(base: &str, what: &str, e: ureq::Error) -> CallError {
+    let msg = format!("{base}: {what}{e}");
+    if unreachable(&e) {
+        CallError::Unreachable(format!("{msg} (is airlock serve running there?)"))
+    } else {
+        CallError::Failed(msg)
+    }
+}
+
+/// An agent that hands every status back (the envelope is read, not thrown), with the whole
+/// exchange bounded by `timeout` when given (a followed log is not).
+fn agent(timeout: Option<Duration>) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_connect(Some(Duration::from_secs(10)))
+        .timeout_global(timeout)
+        .build()
+        .into()
+}
+
+/// An answer's body as text, at most [`MAX_RESPONSE_BYTES`].
+fn read_answer(
+    base: &str,
+    resp: &mut ureq::http::Response<ureq::Body>,
+) -> Result<String, CallError> {
+    resp.body_mut()
+        .with_config()
+        .limit(MAX_RESPONSE_BYTES)
+        .read_to_string()
+        .map_err(|e| transport_error(base, "reading the answer: ", e))
+}
+
+/// A non-200 answer's error envelope as an error.
+fn api_error(status: u16, text: &str) -> CallError {
+    let v: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+    CallError::Api {
+        status,
+        code: v["error"]["code"]
+            .as_str()
+            .unwrap_or("internal")
+            .to_string(),
+        message: v["error"]["message"].as_str().unwrap_or(text).to_string(),
+    }
+}
+
+/// `GET <url><path>` with the bearer token.
+fn get<'a>(
+    settings: &'a Settings,
+    path: &str,
+    timeout: Option<Duration>,
+) -> Result<(&'a str, ureq::http::Response<ureq::Body>), CallError> {
+    let base = base_of(&settings.url)?;
+    let resp = agent(timeout)
+        .get(&format!("{base}{path}"))
+        .header("Authorization", &format!("Bearer {}", settings.token))
+        .call()
+        .map_err(|e| transport_error(base, "", e))?;
+    Ok((base, resp))
+}
+
 /// Posts `body` to `method`; returns the HTTP status and the JSON answer.
 pub fn call(url: &str, token: &str, method: &str, body: &Value) -> Result<(u16, Value), CallError> {
-    let base = url.trim_end_matches('/');
-    if !base.starts_with("http://") {
-        return Err(CallError::Failed(format!(
-            "--url {url}: only http:// is supported (put a TLS proxy in front of airlock serve)"
-        )));
-    }
-    let transport = |what: &str, e: ureq::Error| {
-        let msg = format!("{base}: {what}{e}");
-        if unreachable(&e) {
-            CallError::Unreachable(format!("{msg} (is airlock serve running there?)"))
-        } else {
-            CallError::Failed(msg)
-        }
-    };
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(CALL_TIMEOUT))
-        .build()
-        .into();
-    let mut resp = agent
+    let base = base_of(url)?;
+    let mut resp = agent(Some(CALL_TIMEOUT))
         .post(&format!("{base}/api/v1/{method}"))
         .header("Authorization", &format!("Bearer {token}"))
         .header("Content-Type", "application/json")
         .send(body.to_string())
-        .map_err(|e| transport("", e))?;
+        .map_err(|e| transport_error(base, "", e))?;
     let status = resp.status().as_u16();
-    let text = resp
-        .body_mut()
-        .with_config()
-        .limit(MAX_RESPONSE_BYTES)
-        .read_to_string()
-        .map_err(|e| transport("reading the answer: ", e))?;
+    let text = read_answer(base, &mut resp)?;
     let v = serde_json::from_str(&text).map_err(|e| {
         CallError::Failed(format!("{base}: the answer is not JSON ({e}): {text:.200}"))
     })?;
@@ -251,48 +301,14 @@ impl Settings {
 
 /// `GET <url><path>` as text (a job's log): the body, or the error envelope as an error.
 pub fn get_text(settings: &Settings, path: &str) -> Result<String, CallError> {
-    let base = settings.url.trim_end_matches('/');
-    if !base.starts_with("http://") {
-        return Err(CallError::Failed(format!(
-            "url {base}: only http:// is supported (put a TLS proxy in front of airlock serve)"
-        )));
-    }
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(CALL_TIMEOUT))
-        .build()
-        .into();
-    let mut resp = agent
-        .get(&format!("{base}{path}"))
-        .header("Authorization", &format!("Bearer {}", settings.token))
-        .call()
-        .map_err(|e| {
-            let msg = format!("{base}: {e}");
-            if unreachable(&e) {
-                CallError::Unreachable(format!("{msg} (is airlock serve running there?)"))
-            } else {
-                CallError::Failed(msg)
-            }
-        })?;
+    let (base, mut resp) = get(settings, path, Some(CALL_TIMEOUT))?;
     let status = resp.status().as_u16();
-    let text = resp
-        .body_mut()
-        .with_config()
-        .limit(MAX_RESPONSE_BYTES)
-        .read_to_string()
-        .map_err(|e| CallError::Failed(format!("{base}: reading the answer: {e}")))?;
+    let text = read_answer(base, &mut resp)?;
     if status == 200 {
-        return Ok(text);
+        Ok(text)
+    } else {
+        Err(api_error(status, &text))
     }
-    let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-    Err(CallError::Api {
-        status,
-        code: v["error"]["code"]
-            .as_str()
-            .unwrap_or("internal")
-            .to_string(),
-        message: v["error"]["message"].as_str().unwrap_or(&text).to_string(),
-    })
 }
 
 /// How a followed log ended.
@@ -315,51 +331,20 @@ pub fn follow_log(
     job_id: &str,
     mut out: Option<&mut dyn std::io::Write>,
 ) -> Result<FollowEnd, CallError> {
-    let base = settings.url.trim_end_matches('/');
-    if !base.starts_with("http://") {
-        return Err(CallError::Failed(format!(
-            "url {base}: only http:// is supported (put a TLS proxy in front of airlock serve)"
-        )));
-    }
     if !job_id.starts_with("job_") || !job_id[4..].bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(CallError::Failed(format!(
             "JOB_ID {job_id:?} is not a job id (job_ and 32 hex digits)"
         )));
     }
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_connect(Some(Duration::from_secs(10)))
-        .build()
-        .into();
-    let mut resp = agent
-        .get(&format!("{base}/api/v1/jobs/{job_id}/log?follow=1"))
-        .header("Authorization", &format!("Bearer {}", settings.token))
-        .call()
-        .map_err(|e| {
-            let msg = format!("{base}: {e}");
-            if unreachable(&e) {
-                CallError::Unreachable(format!("{msg} (is airlock serve running there?)"))
-            } else {
-                CallError::Failed(msg)
-            }
-        })?;
+    let (base, mut resp) = get(
+        settings,
+        &format!("/api/v1/jobs/{job_id}/log?follow=1"),
+        None,
+    )?;
     let status = resp.status().as_u16();
     if status != 200 {
-        let text = resp
-            .body_mut()
-            .with_config()
-            .limit(1 << 20)
-            .read_to_string()
-            .unwrap_or_default();
-        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        return Err(CallError::Api {
-            status,
-            code: v["error"]["code"]
-                .as_str()
-                .unwrap_or("internal")
-                .to_string(),
-            message: v["error"]["message"].as_str().unwrap_or(&text).to_string(),
-        });
+        let text = read_answer(base, &mut resp).unwrap_or_default();
+        return Err(api_error(status, &text));
     }
     let mut reader = resp.body_mut().as_reader();
     // The last bytes seen, to find the closing line however the chunks fall.

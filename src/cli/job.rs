@@ -42,6 +42,24 @@ Exit codes of submit --follow and follow (the job's settled state):
   2-6  the daemon refused the request (as for `airlock call`)
   7  the daemon unreachable, or the job's end not learned within 10 minutes (retry)";
 
+/// A job of a workspace (`job.show` and `job.cancel` name both).
+#[derive(clap::Args, Debug)]
+pub struct JobAt {
+    job_id: String,
+    /// The workspace.
+    #[arg(long, value_name = "WS", env = "AIRLOCK_WORKSPACE")]
+    workspace: String,
+    #[command(flatten)]
+    client: Client,
+}
+
+impl JobAt {
+    async fn call(self, method: &'static str) -> ExitCode {
+        let body = json!({"workspace_id": self.workspace, "job_id": self.job_id});
+        print_call(&self.client, method, body).await
+    }
+}
+
 #[derive(Subcommand, Debug)]
 pub enum JobCommand {
     /// Submit ARGV to run on revision REV of a workspace; prints the job as JSON (with
@@ -84,14 +102,7 @@ pub enum JobCommand {
         client: Client,
     },
     /// Print a job as JSON.
-    Show {
-        job_id: String,
-        /// The workspace.
-        #[arg(long, value_name = "WS", env = "AIRLOCK_WORKSPACE")]
-        workspace: String,
-        #[command(flatten)]
-        client: Client,
-    },
+    Show(JobAt),
     /// List a workspace's jobs, newest first, as JSON (`next_cursor` pages on).
     List {
         /// The workspace.
@@ -113,14 +124,7 @@ pub enum JobCommand {
         client: Client,
     },
     /// Cancel a job (its container is destroyed; it settles cancelled); prints it as JSON.
-    Cancel {
-        job_id: String,
-        /// The workspace.
-        #[arg(long, value_name = "WS", env = "AIRLOCK_WORKSPACE")]
-        workspace: String,
-        #[command(flatten)]
-        client: Client,
-    },
+    Cancel(JobAt),
     /// Print a job's log as it is now (its retained head and tail once settled).
     Log {
         job_id: String,
@@ -270,30 +274,8 @@ pub(super) async fn job(cmd: JobCommand) -> ExitCode {
             Ok(s) => follow(&s, &job_id).await,
             Err(c) => c,
         },
-        JobCommand::Show {
-            job_id,
-            workspace,
-            client,
-        } => {
-            print_call(
-                &client,
-                "job.show",
-                json!({"workspace_id": workspace, "job_id": job_id}),
-            )
-            .await
-        }
-        JobCommand::Cancel {
-            job_id,
-            workspace,
-            client,
-        } => {
-            print_call(
-                &client,
-                "job.cancel",
-                json!({"workspace_id": workspace, "job_id": job_id}),
-            )
-            .await
-        }
+        JobCommand::Show(at) => at.call("job.show").await,
+        JobCommand::Cancel(at) => at.call("job.cancel").await,
         JobCommand::List {
             workspace,
             state,

@@ -366,11 +366,7 @@ fn show_list_cancel_and_log_take_the_token_from_env_file_or_settings_and_refusal
     let (c, e) = code(bare(&["list", "--workspace", "ws1"]));
     assert_eq!(c, Some(2), "{e}");
     assert!(e.contains("AIRLOCK_TOKEN"), "{e}");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let (c, e) = code(
         job(
             &s,

@@ -33,14 +33,6 @@ fn block(lang: &str, start: &str) -> String {
     panic!("no ```{lang} block starting with {start:?} in the README")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[test]
 fn the_readmes_farm_quick_start_runs_as_written() {
     if !crate::toolchain::built("toolchain") {

@@ -98,14 +98,6 @@ pub(crate) fn make_certs(dir: &Path) {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl SecondEngine {
     /// Starts the engine and loads `images` (from the machine's engine) into it, keeping their
     /// ids.
@@ -138,7 +130,7 @@ impl SecondEngine {
         std::fs::create_dir(&certs).unwrap();
         make_certs(&certs);
         std::fs::write(dir.path().join("daemon.json"), daemon_json).unwrap();
-        let port = free_port();
+        let port = super::free_port();
         let mut e = SecondEngine {
             dir,
             port,

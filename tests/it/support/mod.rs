@@ -191,6 +191,15 @@ pub fn create_events(key: &str, since: u64) -> usize {
     String::from_utf8_lossy(&out.stdout).lines().count()
 }
 
+/// A loopback port free a moment ago (bound, then closed).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 pub fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
