@@ -190,26 +190,22 @@ fn show_list_cancel_and_log_take_the_token_from_env_file_or_settings_and_refusal
  {
     let s = Server::fake();
     let dir = tempfile::tempdir().unwrap();
-    let submit = job(
-        &s,
-        &[
-            "submit",
-            "--workspace",
-            "ws1",
-            "--rev",
-            "main",
-            "--label",
-            "nightly",
-            "--idempotency-key",
-            "k1",
-            "--",
-            "fake-exit",
-            "0",
-            "hello",
-        ],
-    )
-    .output()
-    .unwrap();
+    const SUBMIT: &[&str] = &[
+        "submit",
+        "--workspace",
+        "ws1",
+        "--rev",
+        "main",
+        "--label",
+        "nightly",
+        "--idempotency-key",
+        "k1",
+        "--",
+        "fake-exit",
+        "0",
+        "hello",
+    ];
+    let submit = job(&s, SUBMIT).output().unwrap();
     assert_eq!(
         submit.status.code(),
         Some(0),
@@ -220,26 +216,7 @@ fn show_list_cancel_and_log_take_the_token_from_env_file_or_settings_and_refusal
     let jid = id(&j["job"]);
     settled(&s, ALICE, "ws1", &jid);
     // The same key answers the same job.
-    let again = job(
-        &s,
-        &[
-            "submit",
-            "--workspace",
-            "ws1",
-            "--rev",
-            "main",
-            "--label",
-            "nightly",
-            "--idempotency-key",
-            "k1",
-            "--",
-            "fake-exit",
-            "0",
-            "hello",
-        ],
-    )
-    .output()
-    .unwrap();
+    let again = job(&s, SUBMIT).output().unwrap();
     let again: Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(id(&again["job"]), jid);
 
