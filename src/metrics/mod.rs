@@ -249,21 +249,6 @@ pub struct Metrics {
     pub webhook_deliveries: Family<ResultLabel, Counter>,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WorkspaceLabel {
-    pub workspace: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WorkspaceState {
-    pub workspace: String,
-    pub state: String,
-}
-
-/// What a webhook attempt came to: the receiver answered 2xx, it will be tried again, or it
-/// was the last attempt.
-pub const WEBHOOK_RESULTS: [&str; 3] = ["delivered", "retried", "failed"];
-
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -555,51 +540,6 @@ impl Metrics {
         m
     }
 
-    /// Counts one webhook attempt's result ([`WEBHOOK_RESULTS`]).
-    pub fn record_webhook(&self, result: &str) {
-        self.webhook_deliveries
-            .get_or_create(&ResultLabel {
-                result: result.to_string(),
-            })
-            .inc();
-    }
-
-    /// Sets the job gauges from a fresh read: every configured workspace gets every state (0
-    /// when it has none), its queue depth and its oldest waiting job's age.
-    pub fn set_job_gauges<'a>(
-        &self,
-        workspaces: impl IntoIterator<Item = &'a str>,
-        g: &crate::store::gauges::JobGauges,
-    ) {
-        for ws in workspaces {
-            for state in crate::wire::jobs::JobState::ALL {
-                let n = g
-                    .by_state
-                    .iter()
-                    .find(|(w, s, _)| w == ws && s == state.as_str())
-                    .map_or(0, |r| r.2);
-                self.jobs
-                    .get_or_create(&WorkspaceState {
-                        workspace: ws.to_string(),
-                        state: state.as_str().to_string(),
-                    })
-                    .set(n);
-            }
-            let (depth, oldest) = g
-                .queues
-                .iter()
-                .find(|(w, _, _)| w == ws)
-                .map_or((0, 0), |q| (q.1, q.2));
-            let label = WorkspaceLabel {
-                workspace: ws.to_string(),
-            };
-            self.job_queue_depth.get_or_create(&label).set(depth);
-            self.job_queue_oldest_seconds
-                .get_or_create(&label)
-                .set(oldest);
-        }
-    }
-
     /// Counts a job's dependency set lookup (`hit`: published; `miss`: fetched for it).
     pub fn record_dependency_lookup(&self, result: &str) {
         self.dependency_lookups
@@ -812,92 +752,8 @@ impl KnownStates {
     }
 }
 
+mod jobs;
+pub use jobs::*;
+
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_engines_isolation_levels_are_exported_once_it_said_them() {
-        let m = Metrics::new();
-        let sample = |name, runtimes| EngineSample {
-            name,
-            running: 0,
-            up: true,
-            failures: 0,
-            image_mismatches: 0,
-            runtimes,
-        };
-        m.set_engines([
-            sample("a", Some(vec!["runc"])),
-            sample("b", Some(vec!["runc", "runsc"])),
-            sample("c", None),
-        ]);
-        let text = m.encode();
-        for (engine, runtime, v) in [
-            ("a", "runc", 1),
-            ("a", "runsc", 0),
-            ("b", "runc", 1),
-            ("b", "runsc", 1),
-        ] {
-            let line =
-                format!("airlock_engine_runtime{{engine=\"{engine}\",runtime=\"{runtime}\"}} {v}");
-            assert!(text.contains(&line), "{line} missing:\n{text}");
-        }
-        assert!(
-            !text.contains("engine_runtime{engine=\"c\""),
-            "an engine that has not said is not guessed: {text}"
-        );
-    }
-
-    #[test]
-    fn an_emptied_state_reads_zero_and_every_family_is_exported() {
-        let m = Metrics::new();
-        m.initialize(["default"], ["local"]);
-        let known = KnownStates::all();
-        let mut g = crate::store::gauges::Gauges {
-            proposals: vec![("in_review".into(), 3)],
-            claims_active: 2,
-            ..Default::default()
-        };
-        m.set_gauges(&g, &known);
-        let text = m.encode();
-        assert!(
-            text.contains("airlock_proposals{state=\"in_review\"} 3"),
-            "{text}"
-        );
-        assert!(
-            text.contains("airlock_proposals{state=\"accepted\"} 0"),
-            "{text}"
-        );
-        assert!(text.contains("airlock_claims_active 2"), "{text}");
-        g.proposals.clear();
-        m.set_gauges(&g, &known);
-        assert!(
-            m.encode()
-                .contains("airlock_proposals{state=\"in_review\"} 0")
-        );
-        for name in [
-            "airlock_verification_queue_depth",
-            "airlock_live_containers",
-            "airlock_output_bytes_total",
-            "airlock_source_changed_total",
-            "airlock_oom_kills_total",
-            "airlock_contentions_open",
-        ] {
-            assert!(text.contains(name), "{name} missing:\n{text}");
-        }
-        // Families with labels have their known samples at zero from the start.
-        for name in [
-            "airlock_http_requests",
-            "airlock_artifact_write_seconds",
-            "airlock_recovery_actions",
-            "airlock_verifications",
-            "airlock_engine_up",
-        ] {
-            assert!(
-                text.contains(&format!("# TYPE {name} ")),
-                "{name} missing:\n{text}"
-            );
-        }
-    }
-}
+mod tests;
