@@ -181,3 +181,93 @@ fn in_a_real_browser_a_job_page_streams_its_log_and_a_member_cancels_one() {
     assert!(after.contains("Settled cancelled"), "{after}");
     assert_eq!(show(&s, ALICE, "ws1", &id(&long))["state"], "cancelled");
 }
+
+/// The jobs view filters by state and label and pages 50 at a time, oldest last; a settled
+/// job's page is a plain page (no stream) with its result; the Cancel form refuses a POST
+/// without the session's CSRF token and a viewer's POST is refused by the API. (Fake
+/// runtime: the pages' logic.)
+#[test]
+fn the_jobs_view_filters_and_pages_and_cancel_needs_the_token_and_verify() {
+    use crate::serve_ui::{csrf, get, post, sign_in};
+    let s = Server::fake_with("max_concurrent_verifications = 1\n");
+    let mut ids = Vec::new();
+    for i in 0..52 {
+        let label = if i % 2 == 0 { "even" } else { "odd" };
+        let code = if i == 51 { "1" } else { "0" };
+        let j = s.ok(
+            ALICE,
+            "job.submit",
+            json!({"workspace_id": "ws1", "revision": "main", "argv": ["fake-exit", code],
+                   "labels": [label], "idempotency_key": format!("p{i}")}),
+        )["job"]
+            .clone();
+        ids.push(id(&j));
+    }
+    for j in &ids {
+        settled(&s, ALICE, "ws1", j);
+    }
+    let bob = sign_in(&s, BOB);
+    let (status, _, first) = get(&s, &bob, "/ui/w/ws1/jobs");
+    assert_eq!(status, 200);
+    // Newest first: the last two are on the first page, the first two only on the next.
+    assert!(
+        first.contains(&ids[51]) && first.contains(&ids[2]),
+        "{first}"
+    );
+    assert!(!first.contains(&ids[1]) && !first.contains(&ids[0]));
+    let next = first
+        .split("href=\"")
+        .filter_map(|p| p.split('"').next())
+        .find(|h| h.contains("cursor="))
+        .expect("a link to older jobs")
+        .replace("&amp;", "&");
+    let (_, _, second) = get(&s, &bob, &next);
+    assert!(
+        second.contains(&ids[1]) && second.contains(&ids[0]),
+        "{second}"
+    );
+    assert!(!second.contains(&ids[51]));
+    let (_, _, failed) = get(&s, &bob, "/ui/w/ws1/jobs?state=failed");
+    assert!(
+        failed.contains(&ids[51]) && !failed.contains(&ids[50]),
+        "{failed}"
+    );
+    let (_, _, odd) = get(&s, &bob, "/ui/w/ws1/jobs?label=odd&state=passed");
+    assert!(odd.contains(&ids[49]) && !odd.contains(&ids[50]) && !odd.contains(&ids[51]));
+    let (_, _, none) = get(&s, &bob, "/ui/w/ws1/jobs?label=nope");
+    assert!(none.contains("No jobs match."), "{none}");
+    let (status, _, bad) = get(&s, &bob, "/ui/w/ws1/jobs?state=finished");
+    assert_eq!(status, 400, "{bad}");
+    assert!(bad.contains("state"), "{bad}");
+    // A settled job's page: the result, no cancel form.
+    let (status, _, page) = get(&s, &bob, &format!("/ui/w/ws1/jobs/{}", ids[51]));
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("Settled <strong>failed</strong>") && page.contains("exit 1"),
+        "{page}"
+    );
+    assert!(!page.contains("Cancel job"));
+
+    // Cancelling from the page: the CSRF token and verify are both needed.
+    let hang = s.ok(
+        ALICE,
+        "job.submit",
+        json!({"workspace_id": "ws1", "revision": "main", "argv": ["fake-hang"],
+               "timeout_seconds": 600, "idempotency_key": "hang"}),
+    )["job"]
+        .clone();
+    let path = format!("/ui/w/ws1/jobs/{}/cancel", id(&hang));
+    let (status, _) = post(&s, &bob, &path, &[("csrf", &csrf(&first))]);
+    assert_eq!(status, 403, "a viewer may not cancel");
+    let alice = sign_in(&s, ALICE);
+    let (_, _, overview) = get(&s, &alice, "/ui/");
+    let (status, _) = post(&s, &alice, &path, &[("csrf", "wrong")]);
+    assert_eq!(status, 403);
+    assert!(matches!(
+        show(&s, ALICE, "ws1", &id(&hang))["state"].as_str(),
+        Some("queued" | "running")
+    ));
+    let (status, _) = post(&s, &alice, &path, &[("csrf", &csrf(&overview))]);
+    assert_eq!(status, 303);
+    assert_eq!(show(&s, ALICE, "ws1", &id(&hang))["state"], "cancelled");
+}
