@@ -635,6 +635,32 @@ fn in_a_real_browser_a_candidate_goes_from_conflicted_to_delivered_through_the_p
         "integration.show",
         json!({"workspace_id": "ws1", "candidate_id": cid}),
     );
+    // What landed, where and when; never the false alarm that the target moved (it moved
+    // to the very commit this delivery landed).
+    let delivered = pages[11]["text"].as_str().unwrap();
+    let receipt = &cand(&now)["delivery_receipt"];
+    assert!(!delivered.contains("The target moved"), "{delivered}");
+    assert!(
+        delivered.contains(&format!(
+            "Delivered: refs/heads/main moved from {} to {}",
+            receipt["previous_revision"].as_str().unwrap(),
+            receipt["landed_revision"].as_str().unwrap()
+        )),
+        "{delivered}"
+    );
+    assert!(
+        delivered.contains("The target is still at the landed commit."),
+        "{delivered}"
+    );
+    assert!(
+        delivered.contains(receipt["receipt_id"].as_str().unwrap()),
+        "{delivered}"
+    );
+    let now = s.ok(
+        ALICE,
+        "integration.show",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
     let c = cand(&now);
     assert_eq!(c["delivery_request"]["state"], "delivered", "{now}");
     assert_eq!(c["delivery_receipt"]["result"], "landed", "{now}");

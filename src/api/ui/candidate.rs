@@ -279,16 +279,44 @@ fn decision_summary(c: &Value, request: &Value, target_now: Option<&str>) -> Mar
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
+    let receipt = &c["delivery_receipt"];
+    // Only a request that may still deliver is judged against the target as it is now; a
+    // delivered one says what landed (the target is at that commit, or moved on since).
+    let open = matches!(
+        request["state"].as_str(),
+        Some("requested" | "approved" | "delivering")
+    );
+    let landed = receipt["landed_revision"]
+        .as_str()
+        .or(receipt["candidate_revision"].as_str());
     html! {
-        div.headline.waiting {
+        div.headline.(if receipt.is_object() { "ready" } else { "waiting" }) {
             "Delivery of " code { (value(&request["candidate_revision"])) } " onto " code { (value(&request["target_ref"])) }
             " by " (value(&request["action"])) ", requested by " (value(&request["requested_by"]))
             " · " strong { (value(&request["state"])) }
-            p {
-                @match target_now {
-                    Some(t) if t == expected => span.satisfied { "The target is still at " code { (t) } ", the revision the candidate was built on." },
-                    Some(t) => span.blocked { "The target moved: it is at " code { (t) } ", the candidate was built on " code { (expected) } "; delivery would be refused." },
-                    None => span.blocked { "The target ref does not exist now." },
+            p.target {
+                @if receipt["result"] == "landed" {
+                    span.satisfied {
+                        "Delivered: " code { (value(&receipt["target_ref"])) } " moved from "
+                        code { (value(&receipt["previous_revision"])) } " to " code { (landed.unwrap_or("")) }
+                        " at " (value(&receipt["created_at"])) " (receipt " code { (value(&receipt["receipt_id"])) } ")."
+                    }
+                    @match target_now {
+                        Some(t) if Some(t) == landed => " The target is still at the landed commit.",
+                        Some(t) => span { " The target has moved on since: it is at " code { (t) } "." },
+                        None => span { " The target ref does not exist now." },
+                    }
+                } @else if receipt["result"] == "proposed" {
+                    span.satisfied {
+                        "Proposed: " code { (value(&receipt["proposal_ref"])) } " points at the candidate since "
+                        (value(&receipt["created_at"])) " (receipt " code { (value(&receipt["receipt_id"])) } "); the target was not touched."
+                    }
+                } @else if open {
+                    @match target_now {
+                        Some(t) if t == expected => span.satisfied { "The target is still at " code { (t) } ", the revision the candidate was built on." },
+                        Some(t) => span.blocked { "The target moved: it is at " code { (t) } ", the candidate was built on " code { (expected) } "; delivery would be refused." },
+                        None => span.blocked { "The target ref does not exist now." },
+                    }
                 }
             }
             table {
