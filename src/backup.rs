@@ -47,6 +47,10 @@ pub struct BackupReport {
 pub enum BackupError {
     #[error("DEST {0}: it exists; a backup writes a new directory")]
     DestExists(PathBuf),
+    #[error(
+        "DEST {dest}: it is inside the data dir {root}; a backup there would be copied into itself and lost with the data dir: name a directory outside it"
+    )]
+    DestInside { dest: PathBuf, root: PathBuf },
     #[error("no Airlock data dir at {0} (it has no airlock.db)")]
     NoDatabase(PathBuf),
     #[error("{path}: {what} is not a regular file or directory; the data dir holds only those")]
@@ -77,6 +81,23 @@ pub fn backup(root: &Path, dest: &Path) -> Result<BackupReport, BackupError> {
     let database = root.join("airlock.db");
     if !database.is_file() {
         return Err(BackupError::NoDatabase(root.to_path_buf()));
+    }
+    // Inside the data dir, a backup would be copied into itself and lost with it.
+    let absolute = |p: &Path| {
+        std::path::absolute(p)
+            .map(|a| a.components().collect::<PathBuf>())
+            .unwrap_or_else(|_| p.to_path_buf())
+    };
+    let real_root = std::fs::canonicalize(root).unwrap_or_else(|_| absolute(root));
+    let real_dest = match dest.parent().map(std::fs::canonicalize) {
+        Some(Ok(parent)) => parent.join(dest.file_name().unwrap_or_default()),
+        _ => absolute(dest),
+    };
+    if real_dest.starts_with(&real_root) {
+        return Err(BackupError::DestInside {
+            dest: dest.to_path_buf(),
+            root: root.to_path_buf(),
+        });
     }
     match std::fs::DirBuilder::new().mode(0o700).create(dest) {
         Ok(()) => {}

@@ -72,12 +72,13 @@ pub fn attestation(cmd: AttestationCommand) -> ExitCode {
             rev,
             config,
         } => {
-            let keys = match keys_of(&public_key, config.as_deref()) {
-                Ok(k) => k,
-                Err(e) => return refuse(e),
-            };
+            // What is to be checked first: a missing file is the first thing to say.
             let bytes = match read_input(&file) {
                 Ok(b) => b,
+                Err(e) => return refuse(e),
+            };
+            let keys = match keys_of(&public_key, config.as_deref()) {
+                Ok(k) => k,
                 Err(e) => return refuse(e),
             };
             let subject = match (&repo, &rev) {

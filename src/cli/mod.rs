@@ -454,13 +454,23 @@ async fn dispatch(cmd: Command) -> ExitCode {
                 Ok(x) => x,
                 Err(code) => return code,
             };
+            // Which data dir is copied is never a guess: the default must be named too.
+            if common.data_dir.is_none() && dir == crate::config::default_data_dir() {
+                return refuse(format!(
+                    "backup copies the data dir you name: pass --data-dir DIR (or --config FILE with data_dir); without one it would be the default, {}",
+                    dir.display()
+                ));
+            }
             let job = tokio::task::spawn_blocking(move || crate::backup::backup(&dir, &dest));
             match job.await.expect("a backup does not panic") {
                 Ok(report) => {
                     print_json(&report);
                     ExitCode::SUCCESS
                 }
-                Err(e @ crate::backup::BackupError::DestExists(_)) => refuse(e),
+                Err(
+                    e @ (crate::backup::BackupError::DestExists(_)
+                    | crate::backup::BackupError::DestInside { .. }),
+                ) => refuse(e),
                 Err(e) => fail(e),
             }
         }

@@ -139,7 +139,7 @@ impl Jobs {
                 )
             }
             crate::staging::StagingError::InvalidRevision(_) => {
-                ServiceError::precondition_field("revision", e.to_string())
+                ServiceError::precondition_field("revision", format!("revision {e}"))
             }
             e => ServiceError::from(RunError::Git(e)),
         })?;

@@ -17,11 +17,11 @@ pub const MAX_REV_BYTES: usize = 1024;
 /// Errors of git and staging.
 #[derive(Debug, thiserror::Error)]
 pub enum StagingError {
-    #[error("repo: {path} is not a git repository")]
+    #[error("{path} is not a git repository")]
     NotARepository { path: PathBuf },
-    #[error("rev: {rev:?} does not resolve to a commit in {repo}")]
+    #[error("{rev:?} does not resolve to a commit in {repo}")]
     UnknownRevision { rev: String, repo: PathBuf },
-    #[error("rev: {0}")]
+    #[error("{0}")]
     InvalidRevision(String),
     #[error("git {args} failed (exit {code:?}): {stderr}")]
     Git {

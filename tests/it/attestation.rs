@@ -732,3 +732,17 @@ fn concurrent_deliveries_in_one_repository_each_keep_their_note() {
         .count();
     eprintln!("notes made again after a lost compare-and-swap: {retries}");
 }
+
+/// `attestation verify` of a file that is not there says so first, whatever else is missing
+/// (here, every key).
+#[test]
+fn verifying_a_missing_file_names_the_file_before_the_keys() {
+    let out = Command::new(BIN)
+        .args(["attestation", "verify", "/nonexistent/record.json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("/nonexistent/record.json"), "{err}");
+    assert!(!err.contains("public key"), "{err}");
+}

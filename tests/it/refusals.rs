@@ -84,11 +84,54 @@ fn bad_repository_revision_and_profile() {
         .arg("--repo")
         .arg(not_repo.path())
         .args(["--", "true"]);
-    assert_refused(
-        &f,
-        &RunResult::from(c2.output().unwrap()),
-        "is not a git repository",
+    let refused = RunResult::from(c2.output().unwrap());
+    assert_refused(&f, &refused, "is not a git repository");
+    // Each field is named once.
+    assert!(
+        refused.stderr.contains(&format!(
+            "repo: {} is not a git repository",
+            not_repo.path().display()
+        )) && !refused.stderr.contains("repo: repo:"),
+        "{}",
+        refused.stderr
     );
+    let unknown = f.run(&["--rev", "no-such-branch"], &["true"]);
+    assert!(
+        unknown
+            .stderr
+            .contains("rev: \"no-such-branch\" does not resolve")
+            && !unknown.stderr.contains("rev: rev:"),
+        "{}",
+        unknown.stderr
+    );
+}
+
+/// A workspace whose repository is missing is named once, by its config key.
+#[test]
+fn a_missing_workspace_repository_is_named_once_by_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("airlock.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\ndata_dir = \"{}\"\n[workspaces.ws_123]\nrepo = \"/nonexistent/repo\"\nmembers = {{ alice = [\"view\"] }}\n[[tokens]]\nsha256 = \"{}\"\nmember_id = \"alice\"\n",
+            dir.path().join("data").display(),
+            sha("alice-token"),
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("workspaces.ws_123.repo: /nonexistent/repo is not a git repository"),
+        "{err}"
+    );
+    assert!(!err.contains("repo: repo:"), "{err}");
 }
 
 #[test]

@@ -114,6 +114,37 @@ fn a_backup_taken_under_writes_restores_into_a_daemon_that_serves_it() {
         .unwrap();
     assert_eq!(again.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&again.stderr).contains("it exists"));
+    // A destination inside the data dir is refused, and nothing is written there.
+    let inside = s.dir.path().join("data").join("backups").join("b1");
+    std::fs::create_dir_all(inside.parent().unwrap()).unwrap();
+    let refused = Command::new(BIN)
+        .args(["backup", "--config"])
+        .arg(&s.config)
+        .arg(&inside)
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("is inside the data dir"), "{err}");
+    assert!(!inside.exists());
+    // Without a named data dir, backup names the default it would have copied and copies nothing.
+    let home = tempfile::tempdir().unwrap();
+    let state = home.path().join("state");
+    std::fs::create_dir_all(state.join("airlock")).unwrap();
+    std::fs::copy(dest.join("airlock.db"), state.join("airlock/airlock.db")).unwrap();
+    let guessed = Command::new(BIN)
+        .arg("backup")
+        .arg(home.path().join("copy"))
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .unwrap();
+    assert_eq!(guessed.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&guessed.stderr);
+    assert!(
+        err.contains("pass --data-dir DIR") && err.contains(&state.display().to_string()),
+        "{err}"
+    );
+    assert!(!home.path().join("copy").exists());
 
     // A clean stop leaves no data in the WAL: the database file alone is complete.
     let live = s.dir.path().join("data");

@@ -84,9 +84,10 @@ impl RunError {
     /// no such revision), a malfunction otherwise.
     pub(crate) fn from_git(e: StagingError) -> RunError {
         match e {
-            StagingError::NotARepository { .. } => RunError::refused("repo", e),
+            // The error names no field; the refusal names it once.
+            StagingError::NotARepository { .. } => RunError::refused("repo", format!("repo: {e}")),
             StagingError::UnknownRevision { .. } | StagingError::InvalidRevision(_) => {
-                RunError::refused("rev", e)
+                RunError::refused("rev", format!("rev: {e}"))
             }
             StagingError::Git { .. }
             | StagingError::OutputTooLarge { .. }
