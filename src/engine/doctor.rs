@@ -293,6 +293,13 @@ fn attestation_keys(config: &Config) -> Check {
                 format!("{signing} as {}; {}", a.verifier.id, keys.join("; ")),
             )
         }
+        // An old public key kept for verifying is restored or dropped, never generated anew
+        // (a new key could not verify what the old one signed).
+        Err(e) if e.starts_with("verification_keys") => fail(
+            "attestations",
+            e,
+            "put back the public key file (the PEM of an earlier signing key, kept so what it signed still verifies), or remove its entry from verification_keys",
+        ),
         Err(e) => fail(
             "attestations",
             e,
@@ -722,6 +729,20 @@ mod tests {
         let c = isolation(&gvisor, &[Isolation::Runc, Isolation::Runsc]).unwrap();
         assert!(c.ok, "{c:?}");
         assert!(c.detail.contains("runc, runsc"), "{c:?}");
+    }
+
+    #[test]
+    fn a_missing_verification_key_is_put_back_or_dropped_never_generated() {
+        let c = Config::parse("verification_keys = [\"/nonexistent/old.pub\"]\n").unwrap();
+        let check = attestation_keys(&c);
+        assert!(!check.ok);
+        assert!(check.detail.contains("verification_keys[0]"), "{check:?}");
+        let fix = check.fix.unwrap();
+        assert!(fix.contains("put back the public key file"), "{fix}");
+        assert!(!fix.contains("keys generate"), "{fix}");
+        let c = Config::parse("signing_key = \"/nonexistent/signing.pem\"\n").unwrap();
+        let check = attestation_keys(&c);
+        assert!(check.fix.unwrap().contains("airlock keys generate"));
     }
 
     #[test]

@@ -95,6 +95,25 @@ fn a_proposal_changes_only_lines_inside_its_claimed_symbols() {
     assert_eq!(st, 412, "{e}");
     let m = e["error"]["message"].as_str().unwrap();
     assert!(m.contains("lines 6..=6 are inside no held symbol"), "{m}");
+    // Without the symbol named, the file is judged whole, and the refusal says why and what
+    // to name.
+    let (st, e) = s.call(
+        ALICE,
+        "proposal.create",
+        json!({"workspace_id": "ws1", "task_id": "t1", "title": "t", "summary_md": "s",
+               "patch": inside, "idempotency_key": "p0"}),
+    );
+    assert_eq!(st, 412, "{e}");
+    assert_eq!(e["error"]["field"], "affected_resources", "{e}");
+    let m = e["error"]["message"].as_str().unwrap();
+    assert!(
+        m.contains("affected_resources") && m.contains("includes file:src/lib.rs"),
+        "{m}"
+    );
+    assert!(
+        m.contains("the author holds symbol:src/lib.rs#a there: name them in affected_resources"),
+        "{m}"
+    );
     let (st, v) = create(&inside, "p2");
     assert_eq!(st, 200, "{v}");
     assert_eq!(

@@ -208,17 +208,44 @@ impl Proposals {
             .filter(|c| c.mode.writes() && c.expires_at > now)
             .map(|c| ResourceId::parse(&c.resource_id).map_err(ServiceError::internal))
             .collect::<Result<_, _>>()?;
-        let missing: Vec<String> = affected
+        let missing: Vec<&ResourceId> = affected
             .iter()
             .filter(|a| !held.iter().any(|h| claim_covers(h, a)))
-            .map(ResourceId::id)
             .collect();
         if !missing.is_empty() {
+            // A file the patch touches that affected_resources did not name is judged as the
+            // whole file; symbol claims the author holds on it cover it only when named.
+            let symbols: Vec<String> = missing
+                .iter()
+                .filter_map(|m| match m {
+                    ResourceId::File { path } => Some(path),
+                    _ => None,
+                })
+                .flat_map(|path| {
+                    held.iter()
+                        .filter(
+                            move |h| matches!(h, ResourceId::Symbol { path: p, .. } if p == path),
+                        )
+                        .map(ResourceId::id)
+                })
+                .collect();
+            let hint = if symbols.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; the author holds {} there: name them in affected_resources, so the patch is judged against the symbols claimed",
+                    symbols.join(", ")
+                )
+            };
             return Err(ServiceError::precondition_field(
                 "affected_resources",
                 format!(
-                    "the author holds no active write or exclusive claim on {}",
-                    missing.join(", ")
+                    "affected_resources (the resources named there, and file:<path> for each touched path none of them names) includes {}, which no active write or exclusive claim of the author covers{hint}",
+                    missing
+                        .iter()
+                        .map(|m| m.id())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             ));
         }
