@@ -26,13 +26,14 @@ pub fn acceptable_request_id(v: &[u8]) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
 }
 
-/// Our request ids: `req_` and 32 hex characters.
+/// Our HTTP request ids: `http_` and 32 hex characters (`req_` names delivery requests: one
+/// prefix per kind of id).
 #[derive(Clone, Copy, Default)]
 struct MakeId;
 
 impl MakeRequestId for MakeId {
     fn make_request_id<B>(&mut self, _: &Request<B>) -> Option<RequestId> {
-        let id = format!("req_{}", crate::ids::new_creation_key());
+        let id = format!("http_{}", crate::ids::new_creation_key());
         HeaderValue::from_str(&id).ok().map(RequestId::new)
     }
 }

@@ -493,7 +493,7 @@ fn retry_applies_a_fresh_validation_as_a_new_transaction_linked_to_the_failed_on
         phases[0]["request_id"]
             .as_str()
             .unwrap()
-            .starts_with("req_"),
+            .starts_with("http_"),
         "{phases}"
     );
     assert_eq!(phases[0]["request_id"], phases[1]["request_id"], "{phases}");

@@ -63,7 +63,7 @@ fn request_ids_are_echoed_generated_or_replaced_and_named_in_errors() {
     let (_, a, _) = post(&s, "integration.list", &[], json!({"workspace_id": "ws1"}));
     let (_, b, _) = post(&s, "integration.list", &[], json!({"workspace_id": "ws1"}));
     assert!(
-        a.starts_with("req_") && b.starts_with("req_") && a != b,
+        a.starts_with("http_") && b.starts_with("http_") && a != b,
         "{a} {b}"
     );
     let long = "x".repeat(500);
@@ -74,7 +74,7 @@ fn request_ids_are_echoed_generated_or_replaced_and_named_in_errors() {
             &[("X-Request-Id", hostile)],
             json!({"workspace_id": "ws1"}),
         );
-        assert!(id.starts_with("req_"), "{hostile:?} was kept as {id}");
+        assert!(id.starts_with("http_"), "{hostile:?} was kept as {id}");
     }
     // Errors before a method runs carry it too.
     let (status, h, b) = exchange(&s.addr, "POST", "/api/v1/integration.list", &[], b"{}").unwrap();
