@@ -7,6 +7,38 @@ use crate::sandbox::docker::{DockerRuntime, images};
 use std::path::Path;
 use std::process::ExitCode;
 
+/// The images directory: the one named (flag or AIRLOCK_IMAGES_DIR), else `./images`, else the
+/// `images/` of the checkout this binary was built in (`<checkout>/target/<profile>/airlock`),
+/// so the command does not depend on the directory it is run from.
+pub(super) fn images_dir(named: Option<std::path::PathBuf>) -> Result<std::path::PathBuf, String> {
+    if let Some(d) = named {
+        return if d.is_dir() {
+            Ok(d)
+        } else {
+            Err(format!("--images-dir {}: not a directory", d.display()))
+        };
+    }
+    let here = std::path::PathBuf::from("images");
+    let built_in = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.parent()?.join("images")));
+    let tried: Vec<std::path::PathBuf> = [Some(here), built_in].into_iter().flatten().collect();
+    tried
+        .iter()
+        .find(|d| d.is_dir() && images::image_names(d).is_ok_and(|n| !n.is_empty()))
+        .cloned()
+        .ok_or_else(|| {
+            format!(
+                "no images directory: pass --images-dir DIR (the images/ of an Airlock checkout) or set AIRLOCK_IMAGES_DIR; looked in {}",
+                tried
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            )
+        })
+}
+
 pub(super) async fn build_images(
     name: Option<String>,
     images_dir: &Path,

@@ -178,9 +178,11 @@ pub enum Command {
     Doctor {
         #[command(flatten)]
         common: Common,
-        /// Directory holding the image directories, to say whether each image is up to date.
-        #[arg(long, value_name = "DIR", default_value = "images")]
-        images_dir: PathBuf,
+        /// Directory holding the image directories, to say whether each image is up to date
+        /// (default: AIRLOCK_IMAGES_DIR, ./images, or the images/ of the checkout this binary
+        /// was built in).
+        #[arg(long, value_name = "DIR", env = "AIRLOCK_IMAGES_DIR")]
+        images_dir: Option<PathBuf>,
         /// Print the report as JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -193,9 +195,10 @@ pub enum ImagesCommand {
     Build {
         /// One image directory's name (minimal, toolchain, git, ...); default: every one.
         name: Option<String>,
-        /// Directory holding one subdirectory per image.
-        #[arg(long, value_name = "DIR", default_value = "images")]
-        images_dir: PathBuf,
+        /// Directory holding one subdirectory per image (default: AIRLOCK_IMAGES_DIR,
+        /// ./images, or the images/ of the checkout this binary was built in).
+        #[arg(long, value_name = "DIR", env = "AIRLOCK_IMAGES_DIR")]
+        images_dir: Option<PathBuf>,
         /// Copy the host's Rust toolchain into rootfs images (default: when rustc is installed).
         #[arg(long, conflicts_with = "without_rust")]
         with_rust: bool,
@@ -367,6 +370,10 @@ async fn dispatch(cmd: Command) -> ExitCode {
                 (_, true) => Some(false),
                 _ => None,
             };
+            let images_dir = match images::images_dir(images_dir) {
+                Ok(d) => d,
+                Err(e) => return refuse(e),
+            };
             images::build_images(
                 name,
                 &images_dir,
@@ -488,7 +495,7 @@ async fn dispatch(cmd: Command) -> ExitCode {
                 &config,
                 &dir,
                 &crate::engine::doctor::Options {
-                    images_dir: images_dir.is_dir().then_some(images_dir),
+                    images_dir: images::images_dir(images_dir).ok(),
                     check_listen: true,
                     docker: true,
                     egress: true,

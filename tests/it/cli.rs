@@ -616,3 +616,35 @@ fn two_image_builds_at_once_build_once_and_agree_on_the_id() {
         stderr(&b)
     );
 }
+
+/// `images build` finds the images of the checkout the binary was built in wherever it is run
+/// from, and a named directory that is not there is refused by name.
+#[test]
+fn images_build_does_not_depend_on_the_current_directory() {
+    if !docker() {
+        return;
+    }
+    let out = std::process::Command::new(BIN)
+        .args(["images", "build", "minimal"])
+        .current_dir("/")
+        .env_remove("AIRLOCK_IMAGES_DIR")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = std::process::Command::new(BIN)
+        .args(["images", "build", "minimal"])
+        .current_dir("/")
+        .env("AIRLOCK_IMAGES_DIR", "/nonexistent/images")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--images-dir /nonexistent/images: not a directory"),
+        "{err}"
+    );
+}
