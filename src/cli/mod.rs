@@ -563,6 +563,19 @@ async fn run(common: &Common, follow: bool, req: RunRequest) -> ExitCode {
             limits::MAX_TIMEOUT_SECONDS
         ));
     }
+    // What the request names is checked before anything is created: a refused run leaves
+    // no data dir behind.
+    if let Err(e) = config.profile(&req.profile) {
+        return refuse(e);
+    }
+    if let Err(e) =
+        crate::staging::Repo::open(&req.repo).and_then(|r| r.resolve_commit(&req.rev).map(|_| ()))
+    {
+        return match RunError::from_git(e) {
+            e if !e.is_malfunction() => refuse(e.to_string()),
+            e => fail(e.to_string()),
+        };
+    }
     let seccomp = match crate::sandbox::seccomp::load() {
         Ok(s) => s,
         Err(e) => return refuse(e),

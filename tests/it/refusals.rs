@@ -175,3 +175,39 @@ fn unknown_crash_point_is_refused() {
     let r = RunResult::from(c.output().unwrap());
     assert_refused(&f, &r, "after_lunch");
 }
+
+/// A refused `airlock run` creates nothing: no default data dir appears for a request that
+/// names a missing revision, a directory that is no repository, an unknown profile or a bad
+/// timeout.
+#[test]
+fn a_refused_run_leaves_no_data_dir_behind() {
+    let f = Fixture::new(&[("a", "a", false)]);
+    let home = tempfile::tempdir().unwrap();
+    for args in [
+        vec!["--rev", "no-such-branch"],
+        vec!["--rev", "HEAD", "--profile", "nope"],
+        vec!["--rev", "HEAD", "--timeout", "0"],
+    ] {
+        let out = std::process::Command::new(BIN)
+            .arg("run")
+            .arg("--repo")
+            .arg(&f.repo)
+            .args(&args)
+            .args(["--", "true"])
+            .env("HOME", home.path())
+            .env_remove("XDG_STATE_HOME")
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !home.path().join(".local").exists(),
+            "{args:?} left {:?}",
+            std::fs::read_dir(home.path()).unwrap().collect::<Vec<_>>()
+        );
+    }
+}
