@@ -253,7 +253,7 @@ pub async fn run(config: &Config, data_dir: &Path, opts: &Options) -> Report {
     checks.push(free_space(data_dir, config.min_free_bytes));
     checks.push(git());
     if opts.check_listen {
-        checks.push(listen(config).await);
+        checks.push(listen(config, data_dir).await);
     }
     Report {
         ok: checks.iter().all(|c| c.ok),
@@ -680,15 +680,67 @@ fn git() -> Check {
     }
 }
 
-async fn listen(config: &Config) -> Check {
+/// The pid of the `airlock serve` holding `data_dir`'s serve lock, when one does (probed with
+/// a shared lock taken and dropped at once).
+fn serving_pid(data_dir: &Path) -> Option<String> {
+    let path = crate::engine::layout::DataLayout::new(data_dir).serve_lock();
+    let file = std::fs::File::open(&path).ok()?;
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock) {
+        Ok(_) => None,
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Some(
+            std::fs::read_to_string(&path)
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+        ),
+        Err(_) => None,
+    }
+}
+
+/// Whether `addr` answers `GET /healthz` as an Airlock daemon does.
+async fn answers_as_airlock(addr: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ask = async {
+        let mut c = tokio::net::TcpStream::connect(addr).await.ok()?;
+        c.write_all(
+            format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .ok()?;
+        let mut answer = Vec::new();
+        c.take(4096).read_to_end(&mut answer).await.ok()?;
+        let text = String::from_utf8_lossy(&answer);
+        Some(text.starts_with("HTTP/1.1 200") && text.contains("{\"status\":\"ok\"}"))
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(2), ask)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
+async fn listen(config: &Config, data_dir: &Path) -> Check {
     let mut addrs = vec![("listen", config.listen.clone())];
     if let Some(m) = &config.metrics_listen {
         addrs.push(("metrics_listen", m.clone()));
     }
     let mut seen = vec![];
+    let serving = serving_pid(data_dir);
     for (key, addr) in addrs {
         match tokio::net::TcpListener::bind(&addr).await {
             Ok(_) => seen.push(format!("{key} {addr} is free")),
+            // Taken by this data dir's own running daemon: nothing to fix.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && serving.is_some()
+                    && answers_as_airlock(&addr).await =>
+            {
+                seen.push(format!(
+                    "{key} {addr} is served by the airlock serve running on this data dir (pid {})",
+                    serving.as_deref().unwrap_or("?")
+                ))
+            }
             Err(e) => {
                 return fail(
                     "listen",

@@ -648,3 +648,71 @@ fn images_build_does_not_depend_on_the_current_directory() {
         "{err}"
     );
 }
+
+/// `doctor` beside the daemon it checks: the listen address that daemon holds is its own, not
+/// a failure; an address someone else holds still fails, saying what to do.
+#[test]
+fn doctor_beside_its_running_daemon_does_not_fail_the_listen_check() {
+    if !docker() {
+        return;
+    }
+    let s = Server::start();
+    let listen_check = |config: &std::path::Path| {
+        let out = Command::new(BIN)
+            .args(["doctor", "--json", "--config"])
+            .arg(config)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "listen")
+            .unwrap()
+            .clone()
+    };
+    // The daemon's own address, as the config that started it names it.
+    let text = std::fs::read_to_string(&s.config).unwrap();
+    let mine = s.dir.path().join("same.toml");
+    std::fs::write(
+        &mine,
+        text.replacen(
+            "listen = \"127.0.0.1:0\"",
+            &format!("listen = \"{}\"", s.addr),
+            1,
+        ),
+    )
+    .unwrap();
+    let c = listen_check(&mine);
+    assert_eq!(c["ok"], true, "{c}");
+    assert!(
+        c["detail"]
+            .as_str()
+            .unwrap()
+            .contains("is served by the airlock serve running on this data dir"),
+        "{c}"
+    );
+    // Someone else's port.
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let theirs = s.dir.path().join("theirs.toml");
+    std::fs::write(
+        &theirs,
+        text.replacen(
+            "listen = \"127.0.0.1:0\"",
+            &format!("listen = \"{}\"", other.local_addr().unwrap()),
+            1,
+        ),
+    )
+    .unwrap();
+    let c = listen_check(&theirs);
+    assert_eq!(c["ok"], false, "{c}");
+    assert!(
+        c["fix"]
+            .as_str()
+            .unwrap()
+            .contains("stop what listens there"),
+        "{c}"
+    );
+}
