@@ -171,6 +171,101 @@ fn probe(summary: &str, ok: Value, errors: &[(u16, &str)]) -> Value {
     json!({"get": {"summary": summary, "security": [], "responses": responses}})
 }
 
+/// The routes that are not one JSON call: each is marked `x-airlock-streaming` (the response
+/// stays open, or is a page for a browser, or speaks its own protocol), so a client generator or
+/// a fuzzer knows it cannot treat it as request-reply JSON.
+pub const STREAMING_ROUTES: [&str; 5] = [
+    "/api/v1/events",
+    "/api/v1/jobs/{job_id}/log",
+    "/mcp",
+    "/ui/",
+    "/ui/w/{workspace_id}/jobs/{job_id}",
+];
+
+fn err(code: &str) -> Value {
+    json!({"$ref": format!("#/components/responses/{code}")})
+}
+
+fn streaming_routes() -> Vec<(&'static str, Value)> {
+    let query = |name: &str, about: &str, schema: Value| json!({"name": name, "in": "query", "required": false, "description": about, "schema": schema});
+    let path_param = |name: &str, schema: Value| json!({"name": name, "in": "path", "required": true, "schema": schema});
+    let job_id = json!({"type": "string", "pattern": "^job_[0-9a-f]{32}$"});
+    vec![
+        (
+            STREAMING_ROUTES[0],
+            json!({"get": {
+                "summary": "A workspace's durable event log as server-sent events: each event is `id: <seq>`, `event: <kind>`, `data: <the event.list event>`; a `: heartbeat` comment every 15 s; the stream ends with `airlock.stopping` when the daemon stops",
+                "x-airlock-streaming": "text/event-stream",
+                "parameters": [
+                    {"name": "workspace_id", "in": "query", "required": true, "schema": {"type": "string"}},
+                    query("since", "start after this seq (default: the log's end)", json!({"type": "integer", "minimum": 0})),
+                    query("subject", "only events of this subject", json!({"type": "string", "minLength": 1, "maxLength": 256})),
+                    query("kind", "only events of this kind (one of the event kinds; any other is refused)", json!({"type": "string", "enum": crate::domain::event_kind::EVENT_KINDS})),
+                    {"name": "Last-Event-ID", "in": "header", "required": false, "description": "resume after this seq (wins over since)", "schema": {"type": "string"}},
+                ],
+                "responses": {
+                    "200": {"description": "the events, as they commit", "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                    "400": err("invalid_argument"), "401": err("unauthenticated"), "403": err("permission_denied"),
+                    "429": err("resource_exhausted"),
+                },
+            }}),
+        ),
+        (
+            STREAMING_ROUTES[1],
+            json!({"get": {
+                "summary": "A job's log as text; with follow=1 a running job's output streams as it arrives and ends with `[airlock: job settled: <state>]`",
+                "x-airlock-streaming": "text/plain",
+                "parameters": [
+                    path_param("job_id", job_id.clone()),
+                    query("follow", "1 or true to stream a running job's output", json!({"type": "string", "enum": ["0", "1", "true", "false"]})),
+                ],
+                "responses": {
+                    "200": {"description": "the log (streamed while the job runs, with follow)", "content": {"text/plain": {"schema": {"type": "string"}}}},
+                    "400": err("invalid_argument"), "401": err("unauthenticated"), "404": err("not_found"),
+                    "429": err("resource_exhausted"), "503": err("unavailable"),
+                },
+            }}),
+        ),
+        (
+            STREAMING_ROUTES[2],
+            json!({"post": {
+                "summary": "Model Context Protocol (streamable HTTP): the registry's methods as tools, listed per token",
+                "x-airlock-streaming": "mcp",
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "description": "a JSON-RPC 2.0 message"}}}},
+                "responses": {
+                    "200": {"description": "JSON-RPC answers, as JSON or server-sent events", "content": {"text/event-stream": {"schema": {"type": "string"}}, "application/json": {"schema": {"type": "object"}}}},
+                    "401": err("unauthenticated"),
+                },
+            }}),
+        ),
+        (
+            STREAMING_ROUTES[3],
+            json!({"get": {
+                "summary": "The web page for members (sign in at /ui/login with a token; a session cookie, CSRF-protected forms, no JavaScript)",
+                "x-airlock-streaming": "text/html",
+                "security": [],
+                "responses": {
+                    "200": {"description": "the overview", "content": {"text/html": {"schema": {"type": "string"}}}},
+                    "303": {"description": "not signed in: to /ui/login"},
+                },
+            }}),
+        ),
+        (
+            STREAMING_ROUTES[4],
+            json!({"get": {
+                "summary": "A job's page: a running job's log streams into the page as it arrives, then its result",
+                "x-airlock-streaming": "text/html",
+                "security": [],
+                "parameters": [path_param("workspace_id", json!({"type": "string"})), path_param("job_id", job_id)],
+                "responses": {
+                    "200": {"description": "the page (streamed while the job runs)", "content": {"text/html": {"schema": {"type": "string"}}}},
+                    "303": {"description": "not signed in: to /ui/login"},
+                },
+            }}),
+        ),
+    ]
+}
+
 /// The whole document.
 pub fn document(config: &crate::config::Config) -> Value {
     let mut schemas = Schemas::new();
@@ -241,6 +336,9 @@ pub fn document(config: &crate::config::Config) -> Value {
                 &[(500, "internal")],
             ),
         );
+    }
+    for (path, op) in streaming_routes() {
+        paths.insert(path.into(), op);
     }
     let mut responses = Map::new();
     for (_, code, why) in ERRORS {

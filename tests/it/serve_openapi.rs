@@ -131,7 +131,10 @@ fn fuzz_config(s: &Server) -> String {
                 "# {why}\n[[operations]]\ninclude-path = \"/api/v1/{m}\"\nwarnings = {warnings}\n"
             ))
             .collect::<String>(),
-    )
+    ) + &airlock::api::openapi::STREAMING_ROUTES
+        .iter()
+        .map(|p| format!("# streams: not a request-reply call\n[[operations]]\ninclude-path = \"{p}\"\nenabled = false\n"))
+        .collect::<String>()
 }
 
 /// Methods whose valid-looking input the server refuses for reasons no schema can state (its
@@ -261,4 +264,34 @@ fn schemathesis_finds_no_server_error_and_no_reply_outside_the_document() {
             m.name
         );
     }
+}
+
+/// The routes that are not request-reply JSON are in the document too, marked as streaming
+/// with what they speak, and each is a real route of the daemon (never a 404).
+#[test]
+fn the_streaming_routes_are_documented_as_such_and_exist() {
+    let s = Server::fake();
+    let doc = document(&s);
+    for path in airlock::api::openapi::STREAMING_ROUTES {
+        let item = &doc["paths"][path];
+        let (verb, op) = item
+            .as_object()
+            .unwrap_or_else(|| panic!("{path} is not documented"))
+            .iter()
+            .next()
+            .unwrap();
+        assert!(op["x-airlock-streaming"].is_string(), "{path}: {op}");
+        assert!(op["responses"]["200"].is_object(), "{path}");
+        let concrete = path
+            .replace("{job_id}", "job_0123456789abcdef0123456789abcdef")
+            .replace("{workspace_id}", "ws1");
+        let (status, _) = request(&s.addr, &verb.to_uppercase(), &concrete, None, b"{}").unwrap();
+        assert_ne!(status, 404, "{verb} {concrete} is no route");
+        assert_ne!(status, 405, "{verb} {concrete} is no route");
+    }
+    let kinds = &doc["paths"]["/api/v1/events"]["get"]["parameters"][3]["schema"]["enum"];
+    assert!(
+        kinds.as_array().unwrap().contains(&"job.settled".into()),
+        "{kinds}"
+    );
 }
