@@ -296,6 +296,9 @@ async fn track(
 
 /// Any other path: the error envelope, not axum's empty 404.
 async fn no_route(req: axum::extract::Request) -> Response {
+    if is_page(req.uri().path()) {
+        return ui::no_page(req.method(), req.uri().path(), false).await;
+    }
     let id = hygiene::request_id(&req);
     ApiError(
         ServiceError::NotFound(format!(
@@ -308,8 +311,16 @@ async fn no_route(req: axum::extract::Request) -> Response {
     .into_response()
 }
 
+/// Whether `path` is under the web page (answered in HTML, not the JSON envelope).
+fn is_page(path: &str) -> bool {
+    path == "/ui" || path.starts_with("/ui/")
+}
+
 /// A known path with the wrong HTTP verb.
 async fn wrong_verb(req: axum::extract::Request) -> Response {
+    if is_page(req.uri().path()) {
+        return ui::no_page(req.method(), req.uri().path(), true).await;
+    }
     let mut body = json!({"error": {
         "code": "method_not_allowed",
         "message": format!("{} is not accepted on {}: methods are POST /api/v1/<method>, probes GET", req.method(), req.uri().path()),

@@ -774,3 +774,33 @@ fn in_a_real_browser_a_proposal_goes_from_pending_to_applied_through_the_page_al
     let listed = s.ok(ALICE, "transaction.list", json!({"workspace_id": "ws1"}));
     assert_eq!(listed["transactions"][0]["status"], "applied", "{listed}");
 }
+
+/// A `/ui/` path with no page, or a verb a page does not take, answers an HTML page with the
+/// pages' headers; the API's paths keep the JSON envelope.
+#[test]
+fn paths_under_ui_without_a_page_answer_html_and_api_paths_json() {
+    let s = Server::fake();
+    for (verb, path, want) in [
+        ("GET", "/ui/nope", 404),
+        ("GET", "/ui/w/ws1/nothing/here", 404),
+        ("PUT", "/ui/login", 405),
+    ] {
+        let (status, h, body) = exchange(&s.addr, verb, path, &[], b"").unwrap();
+        let body = String::from_utf8(body).unwrap();
+        assert_eq!(status, want, "{verb} {path}: {body}");
+        assert!(
+            header(&h, "content-type").unwrap().starts_with("text/html"),
+            "{verb} {path}: {h:?}"
+        );
+        assert!(header(&h, "content-security-policy").is_some(), "{h:?}");
+        assert!(body.contains("<!DOCTYPE html>"), "{body}");
+        assert!(!body.contains("\"error\""), "{body}");
+    }
+    let (status, h, _) = exchange(&s.addr, "GET", "/api/v2/nope", &[], b"").unwrap();
+    assert_eq!(status, 404);
+    assert!(
+        header(&h, "content-type")
+            .unwrap()
+            .starts_with("application/json")
+    );
+}

@@ -118,6 +118,25 @@ pub fn router() -> Router<AppState> {
         .layer(axum::middleware::map_response(harden))
 }
 
+/// A `/ui/...` path the page does not have, or a verb it does not take there: an HTML page
+/// (with the pages' headers), never the API's JSON envelope.
+pub async fn no_page(method: &axum::http::Method, path: &str, known_path: bool) -> Response {
+    let (status, message) = if known_path {
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("{method} is not accepted on {path}"),
+        )
+    } else {
+        (
+            StatusCode::NOT_FOUND,
+            format!(
+                "There is no page at {path}. The overview at /ui/ links to every page you may see."
+            ),
+        )
+    };
+    harden(refusal(status, None, &message)).await
+}
+
 /// Every page: the CSP, no sniffing, no referrer, no caching, no framing.
 async fn harden(mut resp: Response) -> Response {
     let h = resp.headers_mut();
