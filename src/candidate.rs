@@ -179,6 +179,9 @@ pub struct DeliveryRequest {
     pub created_at: String,
     pub expires_at: String,
     pub decided_at: Option<String>,
+    /// The decider's reason, when they gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_reason: Option<String>,
 }
 
 /// Durable proof of a delivery, written to Git in the same ref transaction as the delivery.

@@ -427,3 +427,6 @@ pub const MAX_WEBHOOK_ERROR_QUOTED: usize = 512;
 pub const WEBHOOK_ENQUEUE_PAGE: u32 = 200;
 /// Deliveries of one subscription kept once sent or given up (the oldest are removed).
 pub const WEBHOOK_DELIVERIES_KEPT: u32 = 1000;
+
+/// Longest reason a delivery decision keeps (`integration.decide`'s `reason`), in bytes.
+pub const MAX_DECISION_REASON_BYTES: usize = 4096;

@@ -160,6 +160,10 @@ pub struct DecideParams {
     pub request_id: String,
     pub request_version: u64,
     pub approve: bool,
+    /// Why (kept with the decision; at most 4096 bytes of text).
+    #[serde(default)]
+    #[schema(max_length = 4096)]
+    pub reason: Option<String>,
 }
 
 /// `integration.deliver` parameters.

@@ -321,6 +321,29 @@ fn expired_pass_is_refused_and_decide_is_human_only() {
     );
     let (st, _) = decide(DAVE, &json!(99));
     assert_eq!(st, 409, "a different request_version is fenced out");
+    // A reason past its bound is refused naming the field and the bound, and nothing changes.
+    let (st, e) = s.call(
+        DAVE,
+        "integration.decide",
+        json!({"workspace_id": "ws1", "candidate_id": cid, "request_id": req["request_id"],
+               "request_version": req["request_version"], "approve": true,
+               "reason": "x".repeat(4097)}),
+    );
+    assert_eq!(st, 400, "{e}");
+    assert_eq!(e["error"]["field"], "reason", "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("0..=4096 bytes"),
+        "{e}"
+    );
+    let still = s.ok(
+        ALICE,
+        "integration.show",
+        json!({"workspace_id": "ws1", "candidate_id": cid}),
+    );
+    assert_eq!(cand(&still)["delivery_request"]["state"], "requested");
     // Twenty-five hours later the pass has expired: a new request is refused.
     s.set_clock(time::OffsetDateTime::now_utc() + Duration::from_secs(25 * 3600));
     let (st, e) = request(&s, &cid, &rev, &[&vid], "update_ref", "late");

@@ -553,12 +553,43 @@ fn in_a_real_browser_a_decider_approves_a_delivery() {
         json!([
             {"do": "sign_in", "token": BOB},
             {"do": "open", "path": page, "shot": "candidate-as-viewer"},
+            {"do": "sign_in", "token": ALICE},
+            {"do": "open", "path": page, "shot": "candidate-as-requester"},
             {"do": "sign_in", "token": DAVE},
             {"do": "open", "path": page, "shot": "candidate-requested"},
-            {"do": "click", "button": "Approve delivery", "shot": "candidate-approved"},
+            {"do": "click", "button": "Approve delivery", "shot": "candidate-approved",
+             "fill": {"reason": "read every file <b>twice</b>"}},
         ]),
     );
-    assert_eq!(pages.len(), 5, "{pages:?}");
+    assert_eq!(pages.len(), 7, "{pages:?}");
+    let requester = pages[3]["text"].as_str().unwrap();
+    assert!(
+        requester
+            .contains("You requested this delivery. This workspace has distinct_approver = true"),
+        "{requester}"
+    );
+    assert!(!has_button(&pages[3], "Approve delivery"));
+    // Each who cannot decide is told why.
+    assert!(
+        pages[1]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Deciding a delivery needs the decide permission in this workspace"),
+        "{}",
+        pages[1]
+    );
+    // The decision comes before the diff.
+    let decider = pages[5]["text"].as_str().unwrap();
+    let (form, diff) = (
+        decider.find("Reason (kept with the decision)").unwrap(),
+        decider.find("Combined diff").unwrap(),
+    );
+    assert!(form < diff, "the decision form is at the top: {decider}");
+    let after = pages[6]["text"].as_str().unwrap();
+    assert!(
+        after.contains("read every file <b>twice</b>"),
+        "the reason, as text: {after}"
+    );
     assert!(!has_button(&pages[1], "Approve delivery"));
     assert!(
         pages[1]["text"]
@@ -566,8 +597,8 @@ fn in_a_real_browser_a_decider_approves_a_delivery() {
             .unwrap()
             .contains("<img src=x onerror=alert(1)>")
     );
-    assert!(has_button(&pages[3], "Approve delivery"), "{}", pages[3]);
-    assert!(!has_button(&pages[4], "Approve delivery"), "{}", pages[4]);
+    assert!(has_button(&pages[5], "Approve delivery"), "{}", pages[5]);
+    assert!(!has_button(&pages[6], "Approve delivery"), "{}", pages[6]);
     let now = s.ok(
         ALICE,
         "integration.show",
@@ -575,6 +606,10 @@ fn in_a_real_browser_a_decider_approves_a_delivery() {
     );
     assert_eq!(cand(&now)["delivery_request"]["state"], "approved");
     assert_eq!(cand(&now)["delivery_request"]["decided_by"], "member:dave");
+    assert_eq!(
+        cand(&now)["delivery_request"]["decision_reason"],
+        "read every file <b>twice</b>"
+    );
 }
 
 #[test]

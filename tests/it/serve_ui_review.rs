@@ -185,7 +185,7 @@ fn the_proposal_page_shows_the_diff_per_file_escaped_and_the_approval_state() {
 /// request as labelled fields, the verifications outside the request marked, each input with
 /// its commit subject and author, the diff before the decision form.
 #[test]
-fn the_candidate_page_puts_the_decision_summary_first_and_the_decision_last() {
+fn the_candidate_page_puts_the_decision_summary_and_the_decision_first() {
     use crate::delivery::{frozen, settled, verify};
     let s = Server::fake();
     let (cid, rev, _) = frozen(&s);
@@ -221,10 +221,15 @@ fn the_candidate_page_puts_the_decision_summary_first_and_the_decision_last() {
     assert!(html.contains("<th>Decided by</th><td><span class=\"badge\">not yet</span>"));
     // frozen() commits on branch "a" with message "a" as the test user.
     assert!(html.contains("<strong>a</strong><br>by "), "{html}");
+    // The decision sits under its summary, above the inputs and the diff it weighs (which the
+    // summary's verifications and target check already stand for).
     assert!(
-        at("Combined diff") < at("Approve delivery"),
-        "decide after reading the diff"
+        at("The target is still at") < at("Approve delivery")
+            && at("Approve delivery") < at("Inputs, in order")
+            && at("Approve delivery") < at("Combined diff"),
+        "the decision is at the top"
     );
+    assert!(html.contains("name=\"reason\""), "a reason field: {html}");
     assert!(
         html.contains("<span class=\"add\">+hello\n</span>"),
         "{html}"

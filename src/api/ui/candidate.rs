@@ -125,6 +125,23 @@ pub(super) async fn candidate_page(
             @if !request.is_null() {
                 (decision_summary(&c, request, target_now.as_deref()))
             }
+            @if pending && can_decide {
+                h2 { "Decide" }
+                form method="post" action=(action) {
+                    input type="hidden" name="csrf" value=(s.csrf);
+                    input type="hidden" name="request_id" value=(request["request_id"].as_str().unwrap_or(""));
+                    input type="hidden" name="request_version" value=(request["request_version"].as_u64().unwrap_or(0));
+                    label { "Reason (kept with the decision) " textarea name="reason" rows="2" cols="60" {} }
+                    br;
+                    button type="submit" name="approve" value="true" { "Approve delivery" }
+                    " "
+                    button type="submit" name="approve" value="false" { "Deny delivery" }
+                }
+            } @else if pending && own_request {
+                p.waiting.decide-note { "You requested this delivery. This workspace has distinct_approver = true, so another member with the decide permission decides it." }
+            } @else if pending && !may(&st, &s, &ws, Permission::Decide) {
+                p.waiting.decide-note { "Deciding a delivery needs the decide permission in this workspace; you do not hold it." }
+            }
             h2 { "Inputs, in order" }
             table {
                 tr { th { "#" } th { "run" } th { "commit" } th { "evidence" } th { "retained revision" } th { "base" }
@@ -253,17 +270,6 @@ pub(super) async fn candidate_page(
                 }
                 Some(Err(e)) => p.blocked { (e.code()) ": " (e.to_string()) },
             }
-            @if pending && can_decide { h2 { "Decide" } }
-            @if pending && can_decide {
-                form method="post" action=(action) {
-                    input type="hidden" name="csrf" value=(s.csrf);
-                    input type="hidden" name="request_id" value=(request["request_id"].as_str().unwrap_or(""));
-                    input type="hidden" name="request_version" value=(request["request_version"].as_u64().unwrap_or(0));
-                    button type="submit" name="approve" value="true" { "Approve delivery" }
-                    " "
-                    button type="submit" name="approve" value="false" { "Deny delivery" }
-                }
-            }
         },
     )
 }
@@ -356,6 +362,7 @@ fn request_fields(r: &Value) -> Markup {
         ("Expires", "expires_at"),
         ("Decided by", "decided_by"),
         ("Decided at", "decided_at"),
+        ("Reason", "decision_reason"),
     ];
     html! {
         table {
@@ -569,6 +576,8 @@ pub(super) struct DecideForm {
     request_id: String,
     request_version: u64,
     approve: bool,
+    #[serde(default)]
+    reason: String,
 }
 
 pub(super) async fn candidate_decide(
@@ -581,8 +590,10 @@ pub(super) async fn candidate_decide(
         Ok(s) => s,
         Err(refused) => return *refused,
     };
+    let reason = Some(f.reason.trim()).filter(|r| !r.is_empty());
     let body = json!({"workspace_id": ws, "candidate_id": id, "request_id": f.request_id,
-                      "request_version": f.request_version, "approve": f.approve});
+                      "request_version": f.request_version, "approve": f.approve,
+                      "reason": reason});
     let back = format!("/ui/w/{}/candidates/{}", urlencode(&ws), urlencode(&id));
     act(&st, &s, "integration.decide", body, &back).await
 }

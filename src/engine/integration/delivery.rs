@@ -176,6 +176,7 @@ impl Deliveries {
             state: RequestState::Requested,
             requested_by: actor_key.clone(),
             decided_by: None,
+            decision_reason: None,
             created_at: self.ctx.now_rfc3339(),
             expires_at: crate::ids::rfc3339(expires),
             decided_at: None,
@@ -212,6 +213,20 @@ impl Deliveries {
                 "candidate is {}",
                 l.c.state.as_str()
             )));
+        }
+        let reason = p
+            .reason
+            .as_deref()
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+            .map(str::to_string);
+        if let Some(r) = &reason {
+            crate::engine::governed::check_text_field(
+                "reason",
+                r,
+                false,
+                limits::MAX_DECISION_REASON_BYTES,
+            )?;
         }
         let now = self.ctx.clock.now();
         let req = current_request(&mut l.c, &p.request_id, p.request_version)?;
@@ -260,6 +275,7 @@ impl Deliveries {
         req.state = wanted;
         req.decided_by = Some(actor.key());
         req.decided_at = Some(crate::ids::rfc3339(now));
+        req.decision_reason = reason;
         let request_id = req.request_id.clone();
         l.c.record_mutation(Mutation {
             actor_key: actor.key(),
