@@ -808,6 +808,57 @@ fn in_a_real_browser_a_proposal_goes_from_pending_to_applied_through_the_page_al
     );
     let listed = s.ok(ALICE, "transaction.list", json!({"workspace_id": "ws1"}));
     assert_eq!(listed["transactions"][0]["status"], "applied", "{listed}");
+    // The transaction's page: labelled fields, each path with its digests before and after,
+    // each approval once, a link to its proposal; no raw record.
+    let t = s.ok(
+        ALICE,
+        "transaction.show",
+        json!({"workspace_id": "ws1", "transaction_id": listed["transactions"][0]["transaction_id"]}),
+    )["transaction"]
+        .clone();
+    let cookie = sign_in(&s, ALICE);
+    let (status, _, page) = get(
+        &s,
+        &cookie,
+        &format!(
+            "/ui/w/ws1/transactions/{}",
+            t["transaction_id"].as_str().unwrap()
+        ),
+    );
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("<th>HEAD</th>") && page.contains("<th>Approvals</th>"),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!(
+            "<code>{}</code> → <code>{}</code>",
+            t["head_before"].as_str().unwrap(),
+            t["head_after"].as_str().unwrap()
+        )),
+        "{page}"
+    );
+    let after = t["hashes"][0]["after"]["sha256"].as_str().unwrap();
+    assert!(
+        page.contains(&format!("file <code>{after}</code>")),
+        "{page}"
+    );
+    for a in t["approvals"].as_array().unwrap() {
+        let a = a.as_str().unwrap();
+        assert_eq!(
+            page.matches(&format!("<code>{a}</code>")).count(),
+            1,
+            "{a} once: {page}"
+        );
+    }
+    assert!(page.contains(&format!(
+        "href=\"/ui/w/ws1/proposals/{}\"",
+        t["proposal_id"].as_str().unwrap()
+    )));
+    assert!(
+        !page.contains("<th>hashes</th>") && !page.contains("<th>transaction_id</th>"),
+        "no raw record: {page}"
+    );
 }
 
 /// A `/ui/` path with no page, or a verb a page does not take, answers an HTML page with the

@@ -53,12 +53,106 @@ pub(super) async fn transaction_page(
                 @if !v["blocked_reason"].is_null() { p.blocked { "Blocked: " (value(&v["blocked_reason"])) } }
                 @if !v["artifact_error"].is_null() { p.blocked { "Rollback artifact: " (value(&v["artifact_error"])) } }
             }))
+            h2 { "The transaction" }
+            (fields(&t, &ws))
+            h2 { "Paths" }
+            (paths(&t))
             @if t["status"] == "applied" {
                 p { "Attestation: " (attestation(&t["attestation"], st.service.attestor())) }
             }
-            h2 { "The transaction" } (value(&t))
         },
     )
+}
+
+/// A list of ids, each once, in the order first given.
+fn once(v: &Value) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for id in v
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(Value::as_str)
+    {
+        if !out.iter().any(|o| o == id) {
+            out.push(id.to_string());
+        }
+    }
+    out
+}
+
+/// The transaction's own fields, labelled.
+fn fields(t: &Value, ws: &str) -> Markup {
+    let enc = urlencode(ws);
+    let text = |k: &str| -> Markup {
+        match t[k].as_str() {
+            Some(v) => html! { code { (v) } },
+            None => html! { span.badge { "none" } },
+        }
+    };
+    let list = |k: &str| -> Markup {
+        let ids = once(&t[k]);
+        html! {
+            @if ids.is_empty() { span.badge { "none" } }
+            @else { @for (i, id) in ids.iter().enumerate() { @if i > 0 { ", " } code { (id) } } }
+        }
+    };
+    let link = |prefix: &str, k: &str| -> Markup {
+        match t[k].as_str() {
+            Some(id) => {
+                html! { a href=(format!("/ui/w/{enc}/{prefix}/{}", urlencode(id))) { code { (id) } } }
+            }
+            None => html! { span.badge { "none" } },
+        }
+    };
+    html! {
+        table.fields {
+            tr { th { "Status" } td { strong { (value(&t["status"])) } " (version " (value(&t["version"])) ")" } }
+            tr { th { "Proposal" } td { (link("proposals", "proposal_id")) " at revision " (text("revision")) } }
+            tr { th { "Validation" } td { (text("validation_id")) } }
+            tr { th { "Applied by" } td { (text("applied_by")) } }
+            tr { th { "HEAD" } td { (text("head_before")) " → " (text("head_after")) } }
+            tr { th { "Claims" } td { (list("claims")) } }
+            tr { th { "Approvals" } td { (list("approvals")) } }
+            tr { th { "Tests" } td { (list("test_verifications")) } }
+            tr { th { "Rollback artifact" } td { (text("rollback_sha256")) } }
+            tr { th { "Retries" } td { (link("transactions", "retry_of")) } }
+            tr { th { "Blocked" } td { (text("blocked_reason")) } }
+            tr { th { "Created" } td { (value(&t["created_at"])) } }
+            tr { th { "Updated" } td { (value(&t["updated_at"])) } }
+        }
+    }
+}
+
+/// A path's fingerprint (`install::Fingerprint` as JSON): absent, a file's or a link's digest.
+fn fingerprint(f: &Value) -> Markup {
+    let sha = f["sha256"].as_str().unwrap_or("?");
+    match f["kind"].as_str() {
+        Some("file") if f["executable"] == true => html! { "executable file " code { (sha) } },
+        Some("file") => html! { "file " code { (sha) } },
+        Some("symlink") => html! { "symlink " code { (sha) } },
+        _ => html! { span.badge { "absent" } },
+    }
+}
+
+/// Every path with its fingerprints before and after (once applied).
+fn paths(t: &Value) -> Markup {
+    let hashes = t["hashes"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    html! {
+        table.paths {
+            tr { th { "path" } th { "before" } th { "after" } }
+            @for p in t["paths"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+                @let h = hashes.iter().find(|h| h["path"] == *p);
+                tr {
+                    td { code { (p.as_str().unwrap_or("")) } }
+                    @match h {
+                        Some(h) => { td { (fingerprint(&h["before"])) } td { (fingerprint(&h["after"])) } },
+                        None => { td { span.badge { "not yet applied" } } td {} },
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The transaction page's control buttons: `transaction.control` with the advised action.
