@@ -247,7 +247,9 @@ impl Daemon {
         };
         // Webhook senders: each subscription's outbox, until the daemon stops (what is pending
         // then is sent after the next start).
-        let hooks = crate::engine::webhooks::spawn(&self.service.ctx);
+        let hooks = crate::engine::webhooks::spawn(&self.service.ctx)
+            .await
+            .map_err(|e| format!("webhook subscriptions: {e}"))?;
         let conn_limits = crate::api::server::ConnLimits {
             max_connections: self.config.max_connections,
             header_read_timeout: self.config.header_read_timeout,

@@ -199,6 +199,27 @@ impl Store {
         .await
     }
 
+    /// Gives a subscription seen for the first time its cursor at the end of its workspace's
+    /// log (a subscription already known keeps its own). Called before the daemon takes
+    /// requests, so no event committed after the start can fall before the cursor.
+    pub async fn webhook_start(
+        &self,
+        subscription_id: &str,
+        workspace_id: &str,
+    ) -> Result<(), StoreError> {
+        let (sub, ws) = (subscription_id.to_string(), workspace_id.to_string());
+        self.call(move |c| {
+            c.execute(
+                "INSERT INTO webhook_cursors (subscription_id, workspace_id, after_seq)
+                 VALUES (?1, ?2, (SELECT COALESCE(MAX(seq), 0) FROM events WHERE workspace_id = ?2))
+                 ON CONFLICT DO NOTHING",
+                params![sub, ws],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
     /// The subscription's oldest pending delivery (deliveries go in order: a later one waits
     /// for it to be delivered or given up).
     pub async fn webhook_next(

@@ -74,11 +74,16 @@ struct Subscription {
 }
 
 /// Starts one sender per configured subscription; they run until aborted (a delivery cut
-/// mid-attempt is sent again after a restart, under the same id).
-pub fn spawn(ctx: &crate::engine::Context) -> Vec<tokio::task::JoinHandle<()>> {
+/// mid-attempt is sent again after a restart, under the same id). A new subscription's cursor
+/// is placed before this returns, so call it before the daemon takes requests: every event
+/// committed after that is delivered.
+pub async fn spawn(
+    ctx: &crate::engine::Context,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, crate::store::StoreError> {
     let mut out = Vec::new();
     for ws in ctx.config.workspaces.values() {
         for hook in &ws.webhooks {
+            ctx.data.store.webhook_start(&hook.id, &ws.id).await?;
             let tls = match send::tls_config(hook) {
                 Ok(t) => t,
                 Err(e) => {
@@ -97,7 +102,7 @@ pub fn spawn(ctx: &crate::engine::Context) -> Vec<tokio::task::JoinHandle<()>> {
             out.push(tokio::spawn(sub.run()));
         }
     }
-    out
+    Ok(out)
 }
 
 impl Subscription {
