@@ -526,6 +526,38 @@ impl Repo {
 
     /// The exact binary-safe diff from `from` to `to`, at most `cap` bytes of it.
     /// Returns its exact bytes and whether it was cut.
+    /// Each path the diff from `from` to `to` touches with its added and removed line counts
+    /// (`None` for a binary file), in git's order (`git diff --numstat`, renames as a removal
+    /// and an addition, as the combined diff shows them).
+    pub fn numstat(&self, from: &str, to: &str) -> Result<Vec<FileStat>, StagingError> {
+        let mut cmd = self.git();
+        cmd.args([
+            "diff",
+            "--numstat",
+            "-z",
+            "--no-renames",
+            "--no-ext-diff",
+            "--no-textconv",
+            from,
+            to,
+            "--",
+        ]);
+        let (_, out) = run_git(cmd, &[0])?;
+        Ok(out
+            .split(|b| *b == 0)
+            .filter(|r| !r.is_empty())
+            .filter_map(|r| {
+                let text = String::from_utf8_lossy(r);
+                let mut parts = text.splitn(3, '\t');
+                let (added, removed, path) = (parts.next()?, parts.next()?, parts.next()?);
+                Some(FileStat {
+                    path: path.to_string(),
+                    lines: added.parse().ok().zip(removed.parse().ok()),
+                })
+            })
+            .collect())
+    }
+
     pub fn diff_bounded(
         &self,
         from: &str,
@@ -684,6 +716,13 @@ fn parse_ls_tree(out: &[u8]) -> Result<Vec<(String, TreeEntry)>, StagingError> {
         ));
     }
     Ok(entries)
+}
+
+/// One path of a diff's `--numstat`: its added and removed lines (`None`: binary).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FileStat {
+    pub path: String,
+    pub lines: Option<(u64, u64)>,
 }
 
 #[cfg(test)]

@@ -654,3 +654,37 @@ fn a_commit_check_reads_the_summaries_it_is_given_and_they_are_remembered() {
         "another repository's commit"
     );
 }
+
+#[test]
+fn numstat_counts_each_paths_lines_and_marks_binary_files() {
+    let (d, repo, first) = committed_repo(&[("a.txt", "1\n2\n3\n"), ("gone", "x\n")]);
+    let src = d.path().join("src");
+    std::fs::write(src.join("a.txt"), "1\nTWO\n3\n4\n").unwrap();
+    std::fs::remove_file(src.join("gone")).unwrap();
+    std::fs::write(src.join("bin"), [0u8, 1, 2, 0, 255]).unwrap();
+    std::fs::write(src.join("tab\tname"), "t\n").unwrap();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .current_dir(&src)
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "d"]);
+    let second = git(&["rev-parse", "HEAD"]);
+    let stats = repo.numstat(&first, &second).unwrap();
+    let find = |p: &str| stats.iter().find(|s| s.path == p).map(|s| s.lines);
+    assert_eq!(find("a.txt"), Some(Some((2, 1))));
+    assert_eq!(find("gone"), Some(Some((0, 1))));
+    assert_eq!(find("bin"), Some(None), "binary: no line counts");
+    assert_eq!(
+        find("tab\tname"),
+        Some(Some((1, 0))),
+        "a name with a tab, kept whole"
+    );
+    assert_eq!(stats.len(), 4, "{stats:?}");
+}

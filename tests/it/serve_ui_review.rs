@@ -230,6 +230,22 @@ fn the_candidate_page_puts_the_decision_summary_and_the_decision_first() {
         "the decision is at the top"
     );
     assert!(html.contains("name=\"reason\""), "a reason field: {html}");
+    // The files it changes, with their counts, before the inputs and the diff; the totals are
+    // the diff's own added and removed lines.
+    assert!(at("<h2>Files</h2>") < at("Inputs, in order"), "{html}");
+    let stat = &html[at("<p class=\"diffstat\">")..];
+    let stat = &stat[..stat.find("</p>").unwrap()];
+    let diff = &html[at("Combined diff")..];
+    let (adds, dels) = (
+        diff.matches("<span class=\"add\">+").count()
+            - diff.matches("<span class=\"add\">+++ ").count(),
+        diff.matches("<span class=\"del\">-").count()
+            - diff.matches("<span class=\"del\">--- ").count(),
+    );
+    assert!(
+        stat.contains(&format!(">+{adds}<")) && stat.contains(&format!(">-{dels}<")),
+        "{stat} vs +{adds} -{dels}"
+    );
     assert!(
         html.contains("<span class=\"add\">+hello\n</span>"),
         "{html}"

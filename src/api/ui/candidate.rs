@@ -96,6 +96,7 @@ pub(super) async fn candidate_page(
         target_now,
         summaries,
         resolution_diffs,
+        files,
     } = st
         .service
         .candidates
@@ -142,6 +143,7 @@ pub(super) async fn candidate_page(
             } @else if pending && !may(&st, &s, &ws, Permission::Decide) {
                 p.waiting.decide-note { "Deciding a delivery needs the decide permission in this workspace; you do not hold it." }
             }
+            @if !files.is_empty() { (file_list(&files)) }
             h2 { "Inputs, in order" }
             table {
                 tr { th { "#" } th { "run" } th { "commit" } th { "evidence" } th { "retained revision" } th { "base" }
@@ -339,6 +341,34 @@ fn decision_summary(c: &Value, request: &Value, target_now: Option<&str>) -> Mar
                             },
                             None => { td.blocked { "not found" } td {} td {} },
                         }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The combined diff's files with their line counts and the totals: what the candidate
+/// changes, before any diff is read.
+fn file_list(files: &[crate::staging::plumbing::FileStat]) -> Markup {
+    let (added, removed) = files
+        .iter()
+        .filter_map(|f| f.lines)
+        .fold((0, 0), |(a, r), (x, y)| (a + x, r + y));
+    html! {
+        h2 { "Files" }
+        p.diffstat {
+            (files.len()) @if files.len() == 1 { " file changed, " } @else { " files changed, " }
+            span.satisfied { "+" (added) } " " span.blocked { "-" (removed) }
+        }
+        table.files {
+            tr { th { "path" } th { "added" } th { "removed" } }
+            @for f in files {
+                tr {
+                    td { code { (visible(&f.path)) } }
+                    @match f.lines {
+                        Some((a, r)) => { td.satisfied { "+" (a) } td.blocked { "-" (r) } },
+                        None => { td colspan="2" { span.badge { "binary" } } },
                     }
                 }
             }

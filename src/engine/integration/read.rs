@@ -263,6 +263,10 @@ impl Candidates {
             .collect();
         let resolutions: Vec<String> = c.resolutions.iter().map(|r| r.commit.clone()).collect();
         let target = c.target_ref.clone();
+        let combined = c
+            .candidate_revision
+            .clone()
+            .map(|rev| (c.expected_target_revision.clone(), rev));
         Ok(blocking(move || {
             let refs: Vec<&str> = revs.iter().map(String::as_str).collect();
             DeciderView {
@@ -276,6 +280,9 @@ impl Candidates {
                             .map(|(b, cut)| (String::from_utf8_lossy(&b).into_owned(), cut))
                     })
                     .collect(),
+                files: combined
+                    .and_then(|(base, rev)| repo.numstat(&base, &rev).ok())
+                    .unwrap_or_default(),
             }
         }))
     }
@@ -293,4 +300,6 @@ pub struct DeciderView {
     pub summaries: Vec<crate::staging::plumbing::CommitSummary>,
     /// Each resolution's diff and whether it was cut short.
     pub resolution_diffs: Vec<Option<(String, bool)>>,
+    /// The combined diff's files with their added and removed lines (empty when unknown).
+    pub files: Vec<crate::staging::plumbing::FileStat>,
 }
