@@ -78,10 +78,17 @@ fn the_proposal_page_shows_the_diff_per_file_escaped_and_the_approval_state() {
             "file-{i} section"
         );
         assert!(
-            html.contains(&format!("href=\"#file-{i}\"")),
+            html.contains(&format!("href=\"{path}?page=0#file-{i}\"")),
             "file-{i} link"
         );
     }
+    // The file list, with its totals, comes first: before the summary and the diff.
+    let at = |needle: &str| {
+        html.find(needle)
+            .unwrap_or_else(|| panic!("{needle:?}: {html}"))
+    };
+    assert!(at("Files of the current revision") < at("Summary (as written by its author)"));
+    assert!(html.contains("5 files changed, "), "{html}");
     assert!(
         !html.contains("id=\"file-5\""),
         "content that looks like a header is no file"
@@ -430,6 +437,11 @@ fn a_large_proposal_diff_is_paged_by_whole_files() {
         "{last}"
     );
     assert!(!last.contains("id=\"file-0\""));
+    // The file list on every page links each file to the page that shows it.
+    assert!(
+        first.contains(&format!("href=\"{path}?page=2#file-2\"")),
+        "{first}"
+    );
     assert!(last.contains("<span class=\"add\">+line 1499\n</span>"));
     // A page past the end shows the last one.
     let (status, _, past) = get(&s, &bob, &format!("{path}?page=99"));

@@ -63,6 +63,34 @@ fn who_satisfies(name: &str) -> String {
     }
 }
 
+/// The current revision's files at the top: each with its operation, mode, added and removed
+/// lines, linked to its section on the diff page that shows it, and the totals.
+fn files_of(files: &[Value], patch: &str, here: &str) -> Markup {
+    let pages = super::diff::pages(&super::diff::split(patch));
+    let page_of = |i: usize| pages.iter().position(|r| r.contains(&i)).unwrap_or(0);
+    let sum = |k: &str| files.iter().filter_map(|f| f[k].as_u64()).sum::<u64>();
+    html! {
+        h2 { "Files of the current revision" }
+        p.diffstat {
+            (files.len()) @if files.len() == 1 { " file changed, " } @else { " files changed, " }
+            span.satisfied { "+" (sum("added")) } " " span.blocked { "-" (sum("removed")) }
+        }
+        table {
+            tr { th { "operation" } th { "path" } th { "mode" } th { "binary" } th { "+" } th { "-" } }
+            @for (i, f) in files.iter().enumerate() {
+                tr {
+                    td { (value(&f["operation"])) }
+                    td { a href=(format!("{here}?page={}#file-{i}", page_of(i))) { (file_path(f)) } }
+                    td { (file_mode(f)) }
+                    td { @if f["binary"] == true { span.badge { "binary" } } }
+                    td.satisfied { (value(&f["added"])) }
+                    td.blocked { (value(&f["removed"])) }
+                }
+            }
+        }
+    }
+}
+
 /// The verdict headline: what the page's reader can decide from at a glance.
 fn headline(verdict: Option<&Value>, applicable: bool, state: Option<ProposalState>) -> Markup {
     let Some(v) = verdict.map(|v| &v["verdict"]) else {
@@ -262,6 +290,7 @@ pub(super) async fn proposal_page(
             (headline(verdict.as_ref(), applicable.is_some(), state))
             p { strong { (value(&p["title"])) } " · " (value(&p["status"])) " · by " (value(&p["author"]))
                 " · risk " (value(&p["risk"])) " · revision " (value(&p["current_revision"])) }
+            (files_of(got["files"].as_array().map(Vec::as_slice).unwrap_or(&[]), &patch, &here))
             h2 { "Summary (as written by its author)" } pre { (visible(p["summary_md"].as_str().unwrap_or(""))) }
             @if *status == json!(ProposalState::Pending) && author { (button("request_review", "Request review")) }
             @if in_review && !pending_approval && !approved_now
@@ -428,20 +457,6 @@ pub(super) async fn proposal_page(
                 (rows(t["transactions"].as_array().map(Vec::as_slice).unwrap_or(&[]),
                     &["transaction_id", "status", "created_at"],
                     |t| t["transaction_id"].as_str().map(|tid| format!("/ui/w/{}/transactions/{}", urlencode(&ws), urlencode(tid)))))
-            }
-            h2 { "Files of the current revision" }
-            table {
-                tr { th { "operation" } th { "path" } th { "mode" } th { "binary" } th { "+" } th { "-" } }
-                @for (i, f) in got["files"].as_array().map(Vec::as_slice).unwrap_or(&[]).iter().enumerate() {
-                    tr {
-                        td { (value(&f["operation"])) }
-                        td { a href=(format!("#file-{i}")) { (file_path(f)) } }
-                        td { (file_mode(f)) }
-                        td { @if f["binary"] == true { span.badge { "binary" } } }
-                        td.satisfied { (value(&f["added"])) }
-                        td.blocked { (value(&f["removed"])) }
-                    }
-                }
             }
             h2 { "Decisions" } (value(&got["decisions"]))
         },
