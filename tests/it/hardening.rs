@@ -284,9 +284,12 @@ fn killing_airlock_while_it_stages_kills_its_git_child_and_recovery_cleans_up() 
             .unwrap();
         let start = Instant::now();
         let git_pid = loop {
+            // A git child once the data dir is open: staging (the request's revision is
+            // resolved before, by a git child too, and a kill then leaves nothing to recover).
             if let Some(p) = children_of(child.id())
                 .into_iter()
                 .find(|p| comm(*p) == "git")
+                .filter(|_| data.join("airlock.db").exists())
             {
                 break Some(p);
             }

@@ -52,6 +52,7 @@ mod serve_replays_sandboxed;
 mod serve_reviews;
 mod serve_symbols;
 pub(crate) mod serve_ui;
+pub(crate) mod serve_ui_browser;
 mod serve_ui_jobs;
 mod serve_ui_pages;
 mod serve_ui_review;

@@ -4,7 +4,7 @@
 //! the result (with its verified attestation) when it settles; a member with `verify` cancels
 //! from the page, a viewer gets no button and a forged cancel (no CSRF token) changes nothing.
 
-use crate::serve_ui::{browse, has_button};
+use crate::serve_ui_browser::{browse, has_button};
 use crate::support::jobs::{id, settled, show};
 use crate::support::*;
 use serde_json::json;

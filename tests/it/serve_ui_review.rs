@@ -4,7 +4,8 @@
 //! header kept as content, hostile file names and contents escaped (checked in a real browser:
 //! no alert, no script), and "Request human approval" gone once the revision is approved.
 
-use crate::serve_ui::{browse, get, has_button, sign_in};
+use crate::serve_ui::{get, sign_in};
+use crate::serve_ui_browser::{browse, has_button};
 use crate::support::daemon::{ALICE, BOB, ERIN, Server};
 use crate::support::repo::git;
 use serde_json::json;

@@ -350,10 +350,10 @@ fn decision_summary(c: &Value, request: &Value, target_now: Option<&str>) -> Mar
 
 /// The combined diff's files with their line counts and the totals: what the candidate
 /// changes, before any diff is read.
-fn file_list(files: &[crate::staging::plumbing::FileStat]) -> Markup {
+fn file_list(files: &[(String, Option<(u64, u64)>)]) -> Markup {
     let (added, removed) = files
         .iter()
-        .filter_map(|f| f.lines)
+        .filter_map(|f| f.1)
         .fold((0, 0), |(a, r), (x, y)| (a + x, r + y));
     html! {
         h2 { "Files" }
@@ -363,10 +363,10 @@ fn file_list(files: &[crate::staging::plumbing::FileStat]) -> Markup {
         }
         table.files {
             tr { th { "path" } th { "added" } th { "removed" } }
-            @for f in files {
+            @for (path, lines) in files {
                 tr {
-                    td { code { (visible(&f.path)) } }
-                    @match f.lines {
+                    td { code { (visible(path)) } }
+                    @match lines {
                         Some((a, r)) => { td.satisfied { "+" (a) } td.blocked { "-" (r) } },
                         None => { td colspan="2" { span.badge { "binary" } } },
                     }

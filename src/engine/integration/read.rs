@@ -282,7 +282,10 @@ impl Candidates {
                     .collect(),
                 files: combined
                     .and_then(|(base, rev)| repo.numstat(&base, &rev).ok())
-                    .unwrap_or_default(),
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|f| (f.path, f.lines))
+                    .collect(),
             }
         }))
     }
@@ -300,6 +303,7 @@ pub struct DeciderView {
     pub summaries: Vec<crate::staging::plumbing::CommitSummary>,
     /// Each resolution's diff and whether it was cut short.
     pub resolution_diffs: Vec<Option<(String, bool)>>,
-    /// The combined diff's files with their added and removed lines (empty when unknown).
-    pub files: Vec<crate::staging::plumbing::FileStat>,
+    /// The combined diff's files: each path with its added and removed lines (`None`: a
+    /// binary file); empty when unknown.
+    pub files: Vec<(String, Option<(u64, u64)>)>,
 }
