@@ -271,3 +271,75 @@ fn the_jobs_view_filters_and_pages_and_cancel_needs_the_token_and_verify() {
     assert_eq!(status, 303);
     assert_eq!(show(&s, ALICE, "ws1", &id(&hang))["state"], "cancelled");
 }
+
+/// A running job's page stays open past the keep-alive idle timer (at its shortest, 1 s) while
+/// the job writes nothing, and ends properly when the job settles: the settle marker, the
+/// result, the end of the document and the chunked body's last chunk. (Fake runtime: the
+/// stream's logic.)
+#[test]
+fn a_job_page_outlives_the_idle_timer_and_ends_with_the_result() {
+    use crate::serve_ui::sign_in;
+    use std::io::{Read, Write};
+    let s = Server::fake_with("keep_alive_idle_seconds = 1\n");
+    let j = s.ok(
+        ALICE,
+        "job.submit",
+        json!({"workspace_id": "ws1", "revision": "main", "argv": ["fake-hang"],
+               "timeout_seconds": 600, "idempotency_key": "idle"}),
+    )["job"]
+        .clone();
+    wait_for(
+        || show(&s, ALICE, "ws1", &id(&j))["state"] == "running",
+        "the job runs",
+    );
+    let cookie = sign_in(&s, BOB);
+    let mut c = std::net::TcpStream::connect(&s.addr).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    write!(
+        c,
+        "GET /ui/w/ws1/jobs/{} HTTP/1.1\r\nHost: {}\r\nCookie: {cookie}\r\n\r\n",
+        id(&j),
+        s.addr
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 8192];
+    while !String::from_utf8_lossy(&seen).contains("<pre class=\"log\">") {
+        let n = c.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "the page ended early: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    // Four idle timers with nothing written: the connection must still be open.
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    c.set_nonblocking(true).unwrap();
+    match c.read(&mut buf) {
+        Ok(0) => panic!("the page was cut at the idle timer"),
+        Ok(n) => seen.extend_from_slice(&buf[..n]),
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}"),
+    }
+    c.set_nonblocking(false).unwrap();
+    s.ok(
+        ALICE,
+        "job.cancel",
+        json!({"workspace_id": "ws1", "job_id": id(&j)}),
+    );
+    loop {
+        let n = c.read(&mut buf).unwrap();
+        seen.extend_from_slice(&buf[..n]);
+        if n == 0 || String::from_utf8_lossy(&seen).ends_with("0\r\n\r\n") {
+            break;
+        }
+    }
+    let page = crate::support::http::chunked_body(&seen);
+    assert!(page.contains("▶ settled: cancelled"), "{page}");
+    assert!(
+        page.contains("Settled <strong>cancelled</strong>"),
+        "{page}"
+    );
+    assert!(page.trim_end().ends_with("</html>"), "{page}");
+}
