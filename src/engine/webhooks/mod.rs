@@ -237,60 +237,53 @@ impl Webhooks {
         actor: &Actor,
         p: crate::wire::webhooks::WebhookListParams,
     ) -> Result<crate::wire::webhooks::WebhookListReply, ServiceError> {
-        list(&self.ctx, actor, p).await
+        use crate::wire::webhooks::{DeliveryView, SubscriptionView, WebhookListReply};
+        let handles = &self.ctx;
+        let ws = handles.authorize(actor, &p.workspace_id, Permission::View)?;
+        let limit = p.limit.unwrap_or(20);
+        if !(1..=limits::WEBHOOK_DELIVERIES_KEPT).contains(&limit) {
+            return Err(ServiceError::invalid_field(
+                "limit",
+                format!(
+                    "limit {limit} must be between 1 and {}",
+                    limits::WEBHOOK_DELIVERIES_KEPT
+                ),
+            ));
+        }
+        let mut subscriptions = Vec::new();
+        for hook in &ws.webhooks {
+            let (recent, counts) = handles
+                .data
+                .store
+                .webhook_deliveries(&hook.id, limit)
+                .await?;
+            let count = |s: DeliveryState| counts.iter().find(|(k, _)| *k == s).map_or(0, |c| c.1);
+            subscriptions.push(SubscriptionView {
+                subscription_id: hook.id.clone(),
+                url: hook.url.clone(),
+                events: hook.events.clone(),
+                max_attempts: hook.max_attempts,
+                pending: count(DeliveryState::Pending),
+                delivered: count(DeliveryState::Delivered),
+                failed: count(DeliveryState::Failed),
+                deliveries: recent
+                    .into_iter()
+                    .map(|d| DeliveryView {
+                        delivery_id: d.delivery_id,
+                        event_seq: d.event_seq,
+                        kind: d.kind,
+                        state: d.state.as_str().to_string(),
+                        attempts: d.attempts,
+                        last_status: d.last_status,
+                        last_error: d.last_error,
+                        created_at: d.created_at,
+                        settled_at: d.settled_at,
+                    })
+                    .collect(),
+            });
+        }
+        Ok(WebhookListReply { subscriptions })
     }
-}
-
-async fn list(
-    handles: &crate::engine::context::Handles,
-    actor: &Actor,
-    p: crate::wire::webhooks::WebhookListParams,
-) -> Result<crate::wire::webhooks::WebhookListReply, ServiceError> {
-    use crate::wire::webhooks::{DeliveryView, SubscriptionView, WebhookListReply};
-    let ws = handles.authorize(actor, &p.workspace_id, Permission::View)?;
-    let limit = p.limit.unwrap_or(20);
-    if !(1..=limits::WEBHOOK_DELIVERIES_KEPT).contains(&limit) {
-        return Err(ServiceError::invalid_field(
-            "limit",
-            format!(
-                "limit {limit} must be between 1 and {}",
-                limits::WEBHOOK_DELIVERIES_KEPT
-            ),
-        ));
-    }
-    let mut subscriptions = Vec::new();
-    for hook in &ws.webhooks {
-        let (recent, counts) = handles
-            .data
-            .store
-            .webhook_deliveries(&hook.id, limit)
-            .await?;
-        let count = |s: DeliveryState| counts.iter().find(|(k, _)| *k == s).map_or(0, |c| c.1);
-        subscriptions.push(SubscriptionView {
-            subscription_id: hook.id.clone(),
-            url: hook.url.clone(),
-            events: hook.events.clone(),
-            max_attempts: hook.max_attempts,
-            pending: count(DeliveryState::Pending),
-            delivered: count(DeliveryState::Delivered),
-            failed: count(DeliveryState::Failed),
-            deliveries: recent
-                .into_iter()
-                .map(|d| DeliveryView {
-                    delivery_id: d.delivery_id,
-                    event_seq: d.event_seq,
-                    kind: d.kind,
-                    state: d.state.as_str().to_string(),
-                    attempts: d.attempts,
-                    last_status: d.last_status,
-                    last_error: d.last_error,
-                    created_at: d.created_at,
-                    settled_at: d.settled_at,
-                })
-                .collect(),
-        });
-    }
-    Ok(WebhookListReply { subscriptions })
 }
 
 #[cfg(test)]
