@@ -48,6 +48,9 @@ if [ "$job" = tests ]; then
   # over mutual TLS with certificates openssl makes.
   command -v openssl >/dev/null 2>&1 || need+=(openssl)
   command -v dockerd >/dev/null 2>&1 || { echo "the remote-engine tests need dockerd on PATH" >&2; exit 1; }
+  # The README's quick starts, run as written by the tests, use jq and curl.
+  command -v jq >/dev/null 2>&1 || need+=(jq)
+  command -v curl >/dev/null 2>&1 || need+=(curl)
   # The isolation-level tests register gVisor's runtime in a second dockerd.
   command -v runsc >/dev/null 2>&1 || need+=(runsc)
 fi

@@ -11,7 +11,7 @@
 # RUNSC_ARGS (a JSON list's items, default "--network=none") replaces runsc's arguments: a test
 # registers it without --network=none to make it refuse to start a sandbox.
 #
-# runsc is registered with --network=none, as the README tells operators to: without it runsc
+# runsc is registered with --network=none, as docs/security.md tells operators to: without it runsc
 # refuses to start a container in the host's network namespace, and each refused start leaves
 # sandbox processes behind. Not with --oci-seccomp: this runsc then answers EPERM where the
 # job's profile says ENOSYS (clone3 among them), so no thread can start.

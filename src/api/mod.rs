@@ -425,7 +425,7 @@ pub fn parse<T: DeserializeOwned>(method: &str, body: &[u8]) -> Result<T, Servic
 }
 
 /// serde's message with the Rust type names it carries (`expected struct SubmissionRef`) put
-/// in the client's terms: the field path already says where, the README says what.
+/// in the client's terms: the field path already says where, the manual says what.
 fn without_type_names(message: &str) -> String {
     let mut out = message.to_string();
     for (pattern, plain) in [

@@ -1,6 +1,6 @@
 //! What a client written against the seed systems sends that Airlock refuses on purpose, and
-//! the sentence its error adds naming the difference (the README's "Differences from the earlier
-//! systems" has the whole table). Only requests that are refused anyway get a hint: nothing here
+//! the sentence its error adds naming the difference (docs/differences.md has the whole
+//! table). Only requests that are refused anyway get a hint: nothing here
 //! changes what is accepted.
 
 /// A method name the seed systems used, and what Airlock calls instead.
@@ -72,7 +72,7 @@ const REFUSED_FIELDS: &[(&str, &str, &str)] = &[
     ),
 ];
 
-const SEE: &str = "see \"Differences from the earlier systems\" in the README";
+const SEE: &str = "see docs/differences.md (Differences from the earlier systems)";
 
 /// The hint for an unknown method name, if a seed system used it.
 pub fn unknown_method(method: &str) -> Option<String> {

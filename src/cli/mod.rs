@@ -73,7 +73,7 @@ pub enum LogFormat {
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Common {
-    /// Server configuration file (TOML; see the README's Configuration). Without it, built-in
+    /// Server configuration file (TOML; see docs/configuration.md). Without it, built-in
     /// defaults, which serve refuses: it needs workspaces and tokens.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -720,7 +720,7 @@ async fn serve(common: &Common) -> ExitCode {
     // A daemon nobody can call is a mistake, not a configuration.
     if config.workspaces.is_empty() {
         return refuse(
-            "the config has no [workspaces.<id>]: airlock serve needs at least one workspace and one [[tokens]] entry (see the README's Configuration); pass it with --config FILE",
+            "the config has no [workspaces.<id>]: airlock serve needs at least one workspace and one [[tokens]] entry (see docs/configuration.md); pass it with --config FILE",
         );
     }
     if config.tokens.is_empty() {

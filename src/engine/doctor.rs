@@ -146,7 +146,7 @@ fn isolation(config: &Config, offered: &[crate::domain::isolation::Isolation]) -
             lacking.join("; "),
             engines::runtimes(offered)
         ),
-        "register the runtime in the engine's daemon.json, e.g. {\"runtimes\": {\"runsc\": {\"path\": \"/usr/bin/runsc\", \"runtimeArgs\": [\"--network=none\"]}}}, and restart dockerd (see the README's isolation levels)",
+        "register the runtime in the engine's daemon.json, e.g. {\"runtimes\": {\"runsc\": {\"path\": \"/usr/bin/runsc\", \"runtimeArgs\": [\"--network=none\"]}}}, and restart dockerd (see docs/security.md, isolation levels)",
     ))
 }
 

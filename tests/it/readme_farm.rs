@@ -1,46 +1,24 @@
-//! The README's farm quick start, as written: its workspace and webhook config, its Python
-//! receiver and its two shell commands, run against a real daemon on real Docker (with free
+//! The README's farm quick start, as written: its workspace and webhook config, the manual's
+//! Python receiver and its two shell commands, run against a real daemon on real Docker (with free
 //! ports for the daemon and the receiver, and a real repository's path): the job's log streams
 //! to stdout, the step exits 0, the list finds the job, and the receiver prints the verified
 //! `job.settled` event.
 
+use crate::support::markdown::{block, document};
 use crate::support::*;
 use std::io::BufRead;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-
-const README: &str = include_str!("../../README.md");
-
-/// The fenced block with info string `lang` whose text starts with `start`.
-fn block(lang: &str, start: &str) -> String {
-    let mut current: Option<String> = None;
-    for line in README.lines() {
-        match &mut current {
-            None if line.trim_start() == format!("```{lang}") => current = Some(String::new()),
-            Some(b) if line.trim_start() == "```" => {
-                if b.starts_with(start) {
-                    return b.clone();
-                }
-                current = None;
-            }
-            Some(b) => {
-                b.push_str(line);
-                b.push('\n');
-            }
-            None => {}
-        }
-    }
-    panic!("no ```{lang} block starting with {start:?} in the README")
-}
 
 #[test]
 fn the_readmes_farm_quick_start_runs_as_written() {
     if !crate::toolchain::built("toolchain") {
         return;
     }
-    let config = block("toml", "[workspaces.farm]");
-    let receiver = block("python", "import hashlib");
-    let steps = block("sh", "airlock job submit");
+    let readme = document("README.md");
+    let config = block(&readme, "toml", "[workspaces.farm]");
+    let receiver = block(&document("docs/jobs.md"), "python", "import hashlib");
+    let steps = block(&readme, "sh", "airlock job submit");
     let secret = config
         .lines()
         .find_map(|l| l.strip_prefix("secret = \""))

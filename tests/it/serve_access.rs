@@ -364,13 +364,11 @@ fn evidence_idempotency_and_show() {
 
 /// The method registry is the router: every entry reaches its handler (a body missing its
 /// fields is refused by the handler's own parser, never as an unknown method), and every entry
-/// is documented in the README.
+/// is documented in the API reference.
 #[test]
 fn every_registered_method_is_routed_and_documented() {
     let s = crate::support::daemon::Server::fake_governed();
-    let readme =
-        std::fs::read_to_string(std::path::Path::new(crate::support::ROOT).join("README.md"))
-            .unwrap();
+    let reference = crate::support::markdown::document("docs/api.md");
     for m in airlock::api::methods::METHODS {
         let (status, v) = s.call(crate::support::daemon::ALICE, m.name, serde_json::json!({}));
         assert_ne!(status, 200, "{}: an empty body was accepted: {v}", m.name);
@@ -381,23 +379,21 @@ fn every_registered_method_is_routed_and_documented() {
             m.name
         );
         assert!(
-            readme.contains(&format!("`{}`", m.name)),
-            "{} is not documented in the README",
+            reference.contains(&format!("\n### `{}`\n", m.name)),
+            "{} has no section in docs/api.md",
             m.name
         );
     }
 }
 
 /// A seed client's request that Airlock refuses on purpose is told which difference refused it,
-/// and the README section it points to exists.
+/// and the page it points to exists.
 #[test]
 fn seed_client_requests_refused_on_purpose_name_the_difference() {
     use crate::support::daemon::{ALICE, Server};
     let s = Server::fake_governed();
-    let readme =
-        std::fs::read_to_string(std::path::Path::new(crate::support::ROOT).join("README.md"))
-            .unwrap();
-    assert!(readme.contains("## Differences from the earlier systems"));
+    let page = crate::support::markdown::document("docs/differences.md");
+    assert!(page.starts_with("# Differences from the earlier systems\n"));
     let m = s.err(
         ALICE,
         "claim.acquire",

@@ -191,11 +191,19 @@ fn metrics_listen_serves_metrics_on_its_own_address_only() {
     );
 }
 
-/// The names of the metric families the README documents (every backticked `airlock_...`).
+/// The names of the metric families the manual documents (every backticked `airlock_...` of
+/// `docs/`).
 fn documented_families() -> std::collections::BTreeSet<String> {
-    let readme = include_str!("../../README.md");
+    let mut manual = String::new();
+    for page in std::fs::read_dir(std::path::Path::new(crate::support::ROOT).join("docs")).unwrap()
+    {
+        let page = page.unwrap().path();
+        if page.extension().is_some_and(|e| e == "md") {
+            manual.push_str(&std::fs::read_to_string(&page).unwrap());
+        }
+    }
     let mut out = std::collections::BTreeSet::new();
-    for quoted in readme.split('`').skip(1).step_by(2) {
+    for quoted in manual.split('`').skip(1).step_by(2) {
         let Some(name) = quoted.strip_prefix("airlock_") else {
             continue;
         };
@@ -212,7 +220,7 @@ fn documented_families() -> std::collections::BTreeSet<String> {
 
 /// The first scrape of a daemon that has done nothing, read by the Prometheus project's own
 /// OpenMetrics parser: the content type says OpenMetrics, the body parses, every family the
-/// README documents is there, and the ones whose labels are known in advance have their zero
+/// manual documents is there, and the ones whose labels are known in advance have their zero
 /// samples (so the first increment is a visible change, not a new series).
 #[test]
 fn the_first_scrape_is_valid_openmetrics_with_every_documented_family() {
@@ -243,7 +251,7 @@ fn the_first_scrape_is_valid_openmetrics_with_every_documented_family() {
     for name in families.keys() {
         assert!(
             documented.contains(name) || documented.contains(&format!("{name}_total")),
-            "{name} is scraped but the README does not document it"
+            "{name} is scraped but the manual does not document it"
         );
     }
     let samples = |family: &str| -> Vec<serde_json::Value> {

@@ -1,6 +1,6 @@
 //! The method registry: every `POST /api/v1/<method>` the daemon routes, with its body limit.
 //! The router's body limits, the metrics' method labels and `airlock call`'s name check read
-//! it; a test proves every entry is dispatched and documented in the README, so a method
+//! it; a test proves every entry is dispatched and documented in docs/api.md, so a method
 //! cannot be routed without being listed (or listed without being routed).
 
 /// How large a method's request body may be.

@@ -129,7 +129,7 @@ fn preview_reply(out: &mut Schemas) -> String {
     "PreviewReply".into()
 }
 
-/// Every method, in the README's order of flows.
+/// Every method, in the order of the flows (docs/api.md follows it).
 const PROPOSAL_REJECT: Method = m(
     "proposal.reject",
     Body::Small,

@@ -359,7 +359,7 @@ impl Pool {
         }
         if why.is_empty() && !lacking.is_empty() {
             return Some(format!(
-                "no engine offers the isolation level (runtime) {isolation}: {}; register the runtime in an engine's daemon.json (see the README's isolation levels)",
+                "no engine offers the isolation level (runtime) {isolation}: {}; register the runtime in an engine's daemon.json (see docs/security.md, isolation levels)",
                 lacking.join("; ")
             ));
         }

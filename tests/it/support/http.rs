@@ -91,7 +91,11 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
 
 /// POST /api/v1/<method> with a JSON value; returns (status, JSON).
 pub fn call(addr: &str, token: Option<&str>, method: &str, body: &Value) -> (u16, Value) {
-    call_raw(addr, token, method, body.to_string().as_bytes())
+    let (status, v) = call_raw(addr, token, method, body.to_string().as_bytes());
+    if status == 200 {
+        super::schema::keep_example(method, body, &v);
+    }
+    (status, v)
 }
 
 pub fn call_raw(addr: &str, token: Option<&str>, method: &str, body: &[u8]) -> (u16, Value) {

@@ -7,6 +7,7 @@ pub mod engine2;
 pub mod governed;
 pub mod http;
 pub mod jobs;
+pub mod markdown;
 pub mod receiver;
 pub mod repo;
 pub mod schema;

@@ -64,3 +64,57 @@ pub fn check_reply(method: &str, status: u16, v: &Value) {
         errors.join("\n")
     );
 }
+
+/// With `AIRLOCK_API_EXAMPLES=<dir>` (`scripts/api-reference.sh` sets it), the first successful
+/// call of each method a test makes is kept as `<dir>/<method>.json` (`{request, reply}`), and
+/// the OpenAPI document as `<dir>/openapi.json`: the API reference's examples are real calls.
+pub fn keep_example(method: &str, request: &Value, reply: &Value) {
+    let Some(dir) = std::env::var_os("AIRLOCK_API_EXAMPLES") else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let doc = dir.join("openapi.json");
+    if !doc.exists() {
+        std::fs::write(&doc, serde_json::to_vec_pretty(document()).unwrap()).unwrap();
+    }
+    let example = json!({"request": request, "reply": reply});
+    // The first writer wins; a later call of the same method leaves the file alone.
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(dir.join(format!("{method}.json")))
+    {
+        use std::io::Write;
+        f.write_all(&serde_json::to_vec_pretty(&example).unwrap())
+            .unwrap();
+    }
+}
+
+/// Panics when `v` is not a request body the document accepts for `method`: its fields, types,
+/// bounds and required fields. Patterns are not held against it: where the server's rule is
+/// intricate the document states a conservative subset (a path with a dot is a real path), so a
+/// real request may be outside a pattern and still right.
+pub fn check_request(method: &str, v: &Value) {
+    let op = format!("/paths/{}/post", escape(&format!("/api/v1/{method}")));
+    let pointer = format!("{op}/requestBody/content/application~1json/schema");
+    assert!(
+        document().pointer(&pointer).is_some(),
+        "{method}: /openapi.json has no request schema at {pointer}"
+    );
+    let errors: Vec<String> = validator(&pointer)
+        .iter_errors(v)
+        .filter(|e| {
+            !matches!(
+                e.kind(),
+                jsonschema::error::ValidationErrorKind::Pattern { .. }
+            )
+        })
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{method}: a request /openapi.json refuses:\n{}\n{v}",
+        errors.join("\n")
+    );
+}

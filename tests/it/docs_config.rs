@@ -1,55 +1,65 @@
-//! The README's configuration is real: its TOML blocks (every ```toml block; an `image.toml`
-//! is marked as one) paste into one file in the order shown and that file loads, and the
-//! governed example, with its roles, policy, required check and tokens exactly as printed,
-//! runs a patch from a claim to an apply on real Docker.
+//! The documented configuration is real: the manual's TOML blocks (every ```toml block; an
+//! `image.toml` is marked as one) paste into one file in the order shown and that file loads,
+//! so do the README's, and the manual's governed example, with its roles, policy, required
+//! check and tokens exactly as printed, runs a patch from a claim to an apply on real Docker.
 
 use crate::support::daemon::{Server, wait_for};
+use crate::support::markdown::{bodies, document};
 use crate::support::repo::git;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-const README: &str = include_str!("../../README.md");
+/// The manual's pages whose ```toml blocks make one configuration file.
+const CONFIG_PAGES: [&str; 5] = [
+    "docs/configuration.md",
+    "docs/governed-path.md",
+    "docs/engines.md",
+    "docs/images.md",
+    "docs/dependencies.md",
+];
 
-/// The README's config blocks, in order (fences whose info string is exactly `toml`).
-fn config_blocks() -> Vec<String> {
-    let mut out = vec![];
-    let mut current: Option<String> = None;
-    for line in README.lines() {
-        let fence = line.trim_start();
-        match &mut current {
-            None if fence == "```toml" => current = Some(String::new()),
-            Some(_) if fence == "```" => out.push(current.take().unwrap()),
-            Some(block) => {
-                block.push_str(line);
-                block.push('\n');
-            }
-            None => {}
-        }
-    }
-    assert!(current.is_none(), "an unclosed ```toml block");
-    out
+/// The config blocks of `pages`, in order (fences whose info string is exactly `toml`).
+fn config_blocks(pages: &[&str]) -> Vec<String> {
+    pages
+        .iter()
+        .flat_map(|p| bodies(&document(p), "toml"))
+        .collect()
+}
+
+/// `blocks` pasted into one file: blocks of top-level keys first (TOML puts those before any
+/// table), then the rest, each group in the order shown; loaded as `airlock serve` loads it.
+fn load(blocks: Vec<String>) -> airlock::config::Config {
+    let (tables, mut blocks): (Vec<String>, Vec<String>) = blocks
+        .into_iter()
+        .partition(|b| b.trim_start().starts_with('['));
+    blocks.extend(tables);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("airlock.toml");
+    std::fs::write(&path, blocks.join("\n")).unwrap();
+    airlock::config::Config::load(Some(&path))
+        .unwrap_or_else(|e| panic!("the documented config does not load: {e}"))
 }
 
 #[test]
 fn the_readmes_config_blocks_paste_into_one_file_that_loads() {
-    // Blocks of top-level keys first (TOML puts those before any table), then the rest, each
-    // group in the order shown.
-    let (tables, mut blocks): (Vec<String>, Vec<String>) = config_blocks()
-        .into_iter()
-        .partition(|b| b.trim_start().starts_with('['));
-    blocks.extend(tables);
+    let c = load(bodies(&document("README.md"), "toml"));
+    for ws in ["app", "docs", "farm"] {
+        assert!(c.workspaces.contains_key(ws), "{ws}");
+    }
+    assert_eq!(c.tokens.len(), 3);
+}
+
+#[test]
+fn the_manuals_config_blocks_paste_into_one_file_that_loads() {
+    let blocks = config_blocks(&CONFIG_PAGES);
     assert!(blocks.len() >= 6, "{blocks:?}");
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("airlock.toml");
-    std::fs::write(&path, blocks.join("\n")).unwrap();
-    let c = airlock::config::Config::load(Some(&path))
-        .unwrap_or_else(|e| panic!("the README's config does not load: {e}"));
-    for ws in ["ws_123", "ws_gov", "docs", "farm"] {
+    let c = load(blocks);
+    for ws in ["ws_123", "ws_gov", "docs"] {
         assert!(c.workspaces.contains_key(ws), "{ws}");
     }
     assert!(c.profiles.contains_key("web"));
     assert_eq!(c.engines.len(), 2);
-    assert_eq!(c.tokens.len(), 7);
+    assert_eq!(c.tokens.len(), 6);
     assert!(c.signing_key.is_some());
     assert_eq!(c.verification_keys.len(), 1);
     assert_eq!(c.verifier_id, "https://airlock.example");
@@ -72,13 +82,13 @@ fn the_readmes_config_blocks_paste_into_one_file_that_loads() {
 }
 
 fn governed_block() -> String {
-    config_blocks()
+    config_blocks(&["docs/governed-path.md"])
         .into_iter()
         .find(|b| b.starts_with("[workspaces.docs]"))
         .expect("the governed example")
 }
 
-/// The README's example tokens (`<member>-token`) and a check that the printed hashes are
+/// The manual's example tokens (`<member>-token`) and a check that the printed hashes are
 /// theirs.
 fn token(member: &str) -> String {
     let t = format!("{member}-token");
@@ -235,5 +245,70 @@ fn the_readmes_governed_example_walks_a_patch_to_an_apply() {
     assert_eq!(
         std::fs::read_to_string(tree.join("README.md")).unwrap(),
         "# Docs\n\nHow to land a change.\n"
+    );
+}
+
+/// Every key the loader accepts, table by table (read from its own refusal of an unknown key,
+/// which lists what it expected), is in the configuration reference's table for that table,
+/// so a key added to the config without its documented default and bound fails here.
+#[test]
+fn every_key_the_loader_accepts_is_in_the_configuration_reference() {
+    let reference = document("docs/configuration.md");
+    let section = |heading: &str| -> String {
+        let start = reference
+            .find(&format!("\n### {heading}\n"))
+            .unwrap_or_else(|| panic!("no section {heading}"));
+        let rest = &reference[start + 5..];
+        rest[..rest.find("\n### ").unwrap_or(rest.len())].to_string()
+    };
+    let probes = [
+        ("", "Top level"),
+        ("[profiles.x]\nimage = \"a\"\n", "`[profiles.<name>]`"),
+        ("[workspaces.w]\n", "`[workspaces.<id>]`"),
+        ("[workspaces.w.policy]\n", "`[workspaces.<id>.policy]`"),
+        (
+            "[[workspaces.w.policy.required_checks]]\n",
+            "`[workspaces.<id>.policy]`",
+        ),
+        (
+            "[[workspaces.w.policy.path_roles]]\n",
+            "`[workspaces.<id>.policy]`",
+        ),
+        (
+            "[[workspaces.w.webhooks]]\n",
+            "`[[workspaces.<id>.webhooks]]`",
+        ),
+        ("[[tokens]]\n", "`[[tokens]]`"),
+        ("[[engines]]\n", "`[[engines]]`"),
+        ("[[engines]]\n[engines.tls]\n", "`[[engines]]`"),
+        ("[egress]\n", "`[egress]`"),
+        ("[dependencies]\n", "`[dependencies]`"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("probe.toml");
+    let mut missing = vec![];
+    for (table, heading) in probes {
+        std::fs::write(&path, format!("{table}zz_probe = 1\n")).unwrap();
+        let e = airlock::config::Config::load(Some(&path))
+            .expect_err(table)
+            .to_string();
+        // serde's forms: "expected `a`", "expected `a` or `b`", "expected one of `a`, `b`".
+        let expected = e
+            .split_once("unknown field `zz_probe`, expected ")
+            .unwrap_or_else(|| panic!("{table:?}: {e}"))
+            .1;
+        let keys: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+        assert!(!keys.is_empty(), "{e}");
+        let text = section(heading);
+        for key in keys {
+            if !text.contains(&format!("`{key}`")) {
+                missing.push(format!("{heading}: {key}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "keys the loader accepts that docs/configuration.md does not list:\n{}",
+        missing.join("\n")
     );
 }
