@@ -338,59 +338,143 @@ fn an_inputs_transcript_is_quoted_escaped_and_bounded() {
     assert!(!html.contains(&"x".repeat(2100)), "bounded");
 }
 
-/// With a second revision, the page shows what it changed against the first.
+/// With a second revision, the page compares the files each revision leaves (the post-images
+/// each one's validation made in the sandbox), per file, not the two patch texts; before both
+/// are validated it says why there is no comparison yet.
 #[test]
-fn a_second_revision_is_shown_against_the_first() {
-    let s = Server::fake_governed();
+fn a_second_revision_is_compared_with_the_first_by_its_files() {
+    if !crate::toolchain::built("git") {
+        return;
+    }
+    let s = Server::governed_with("");
     s.ok(
         ALICE,
         "claim.acquire",
-        json!({"workspace_id": "ws1", "task_id": "t1", "resource_id": "file:README",
+        json!({"workspace_id": "ws1", "task_id": "t1", "resource_id": "directory:",
                "mode": "write", "idempotency_key": "c"}),
     );
-    let patch_of = |text: &str| {
-        std::fs::write(s.repo.join("README"), text).unwrap();
+    let patch_of = |files: &[(&str, &str)]| {
+        for (path, text) in files {
+            std::fs::write(s.repo.join(path), text).unwrap();
+        }
+        git(&s.repo, &["add", "-A"]);
         let out = std::process::Command::new("git")
-            .args(["diff", "--no-color"])
+            .args(["diff", "--cached", "--no-color"])
             .current_dir(&s.repo)
             .output()
             .unwrap();
-        git(&s.repo, &["checkout", "-q", "--", "README"]);
+        git(&s.repo, &["reset", "-q", "--hard"]);
+        git(&s.repo, &["clean", "-q", "-fd"]);
         String::from_utf8(out.stdout).unwrap()
     };
     let p = s.ok(
         ALICE,
         "proposal.create",
         json!({"workspace_id": "ws1", "task_id": "t1", "title": "t", "summary_md": "s",
-               "patch": patch_of("base\nfirst try\n"), "idempotency_key": "p"}),
-    )["proposal"]
-        .clone();
-    let id = p["proposal_id"].as_str().unwrap().to_string();
+               "patch": patch_of(&[("README", "base\nfirst try\nkept\n")]), "idempotency_key": "p"}),
+    );
+    let id = p["proposal"]["proposal_id"].as_str().unwrap().to_string();
+    let rev1 = p["proposal"]["current_revision"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let bob = sign_in(&s, BOB);
     let path = format!("/ui/w/ws1/proposals/{id}");
     let (_, _, one) = get(&s, &bob, &path);
-    assert!(
-        !one.contains("changed against the previous one"),
-        "one revision only"
-    );
-    s.ok(
+    assert!(!one.contains("id=\"compare\""), "one revision only");
+    // Revision 1 is validated while it is current (only the current revision can be).
+    let v1 = crate::support::governed::validated(&s, &json!(id), &rev1, "1");
+    let two = s.ok(
         ALICE,
         "proposal.attach_patch",
-        json!({"workspace_id": "ws1", "proposal_id": id, "expected_version": p["version"],
-               "patch": patch_of("base\nsecond <try>\n"), "idempotency_key": "a"}),
+        json!({"workspace_id": "ws1", "proposal_id": id, "expected_version": p["proposal"]["version"],
+               "patch": patch_of(&[("README", "base\nsecond <try>\nkept\n"), ("<b>notes.txt", "new & shiny\n")]),
+               "idempotency_key": "a"}),
     );
-    let (_, _, two) = get(&s, &bob, &path);
+    let rev2 = two["proposal"]["current_revision"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (_, _, page) = get(&s, &bob, &path);
     assert!(
-        two.contains("What the current revision changed against the previous one"),
-        "{two}"
+        page.contains("What the files hold after revision 2 against revision 1"),
+        "{page}"
+    );
+    assert!(page.contains("Not compared yet"), "{page}");
+    assert!(page.contains("validate the newer revision"), "{page}");
+
+    let v2 = crate::support::governed::validated(&s, &json!(id), &rev2, "2");
+    assert_eq!(
+        (v1["valid"].clone(), v2["valid"].clone()),
+        (json!(true), json!(true))
+    );
+    let (_, _, page) = get(&s, &bob, &path);
+    let compared = &page[page.find("id=\"compare\"").expect("the comparison")..];
+    // Each revision's validation is linked to its entry on the page.
+    for v in [&v1, &v2] {
+        let vid = v["validation_id"].as_str().unwrap();
+        assert!(
+            compared.contains(&format!("#validation-{vid}\"")),
+            "{compared}"
+        );
+        assert!(
+            page.contains(&format!("id=\"validation-{vid}\"")),
+            "the anchor"
+        );
+    }
+    assert!(
+        compared.contains("2 touched path(s) compared; 2 differ between revision 1 and revision 2"),
+        "{compared}"
+    );
+    // README: the lines between the two post-images, not a diff of the patches (no "-+").
+    assert!(
+        compared.contains("<span class=\"del\">-first try\n</span>"),
+        "{compared}"
     );
     assert!(
-        two.contains("<span class=\"del\">-+first try\n</span>"),
-        "{two}"
+        compared.contains("<span class=\"add\">+second &lt;try&gt;\n</span>"),
+        "{compared}"
     );
     assert!(
-        two.contains("<span class=\"add\">++second &lt;try&gt;\n</span>"),
-        "{two}"
+        compared.contains("<span class=\"ctx\"> kept\n</span>"),
+        "{compared}"
+    );
+    assert!(!compared.contains("-+first"), "{compared}");
+    // The file only revision 2 creates: absent after revision 1, escaped name and content.
+    assert!(compared.contains("&lt;b&gt;notes.txt"), "{compared}");
+    assert!(
+        compared.contains("<span class=\"add\">+new &amp; shiny\n</span>"),
+        "{compared}"
+    );
+    assert!(!compared.contains("<b>notes"), "escaped");
+
+    // A revision replaced before anyone validated it has no files to compare by: said so.
+    let q = s.ok(
+        ALICE,
+        "proposal.create",
+        json!({"workspace_id": "ws1", "task_id": "t1", "title": "t", "summary_md": "s",
+               "patch": patch_of(&[("other.txt", "one\n")]), "idempotency_key": "q"}),
+    )["proposal"]
+        .clone();
+    let q2 = s.ok(
+        ALICE,
+        "proposal.attach_patch",
+        json!({"workspace_id": "ws1", "proposal_id": q["proposal_id"], "expected_version": q["version"],
+               "patch": patch_of(&[("other.txt", "two\n")]), "idempotency_key": "q2"}),
+    )["proposal"]
+        .clone();
+    let rev = q2["current_revision"].as_str().unwrap();
+    crate::support::governed::validated(&s, &q["proposal_id"], rev, "q2");
+    let (_, _, page) = get(
+        &s,
+        &bob,
+        &format!("/ui/w/ws1/proposals/{}", q["proposal_id"].as_str().unwrap()),
+    );
+    assert!(
+        page.contains(
+            "the older revision was not validated (with a passing dry run) while it was current"
+        ),
+        "{page}"
     );
 }
 

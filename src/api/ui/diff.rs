@@ -185,22 +185,6 @@ fn sections(
     }
 }
 
-/// Longest a revision-to-revision diff may take to compute before it settles for a coarser
-/// (still correct) answer.
-pub const INTERDIFF_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
-
-/// What changed between two revisions of a proposal, as a unified diff of their patch texts
-/// (the patches are not applied: no untrusted patch runs outside the sandbox for a page).
-pub fn interdiff(old: &str, new: &str, old_name: &str, new_name: &str) -> String {
-    similar::TextDiff::configure()
-        .timeout(INTERDIFF_TIMEOUT)
-        .diff_lines(old, new)
-        .unified_diff()
-        .context_radius(3)
-        .header(old_name, new_name)
-        .to_string()
-}
-
 /// "old → new" for a rename or copy, the one path otherwise.
 pub fn file_title(f: &Value) -> Markup {
     match (f["old_path"].as_str(), f["new_path"].as_str()) {
@@ -236,21 +220,6 @@ mod tests {
         assert_eq!(files[1].lines.last().unwrap().0, Kind::NoNewline);
         assert_eq!(hunk_counts("@@ -3 +4,0 @@ fn x"), Some((1, 0)));
         assert_eq!(hunk_counts("@@ nonsense"), None);
-    }
-
-    #[test]
-    fn an_interdiff_shows_what_the_new_revision_changed_in_the_patch() {
-        let old = "diff --git a/x b/x\n@@ -1 +1 @@\n-a\n+b\n";
-        let new = "diff --git a/x b/x\n@@ -1 +1 @@\n-a\n+c\n";
-        let d = interdiff(old, new, "revision 1", "revision 2");
-        assert!(d.starts_with("--- revision 1\n+++ revision 2\n@@ "), "{d}");
-        assert!(
-            d.contains("\n-+b\n+ +c\n") || d.contains("\n-+b\n++c\n"),
-            "{d}"
-        );
-        let files = split(&d);
-        assert_eq!(files.len(), 1, "the patches' own headers are content here");
-        assert_eq!(interdiff(old, old, "a", "b"), "");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! member may not use is not shown, and its POST is refused anyway.
 
 mod candidate;
+mod compare;
 mod diff;
 mod jobs;
 mod overview;

@@ -1,6 +1,7 @@
 //! The proposal page and its forms: review, votes, human approvals, validate, apply.
 
 use super::*;
+use crate::engine::governed::validation::compare::Comparison;
 
 /// The active claims on a proposal's resources: named in `affected_resources`, or on a path the
 /// revision touches.
@@ -223,24 +224,22 @@ pub(super) async fn proposal_page(
         Err(e) => return error_page(&e, &s),
     };
     let diff_page: usize = q.get("page").and_then(|p| p.parse().ok()).unwrap_or(0);
-    // With several revisions: what the newest changed against the one before.
+    // With several revisions: what the files hold after the newest against the one before,
+    // from the post-images each one's validation made in the sandbox.
     let revisions = p["revisions"].as_array().cloned().unwrap_or_default();
-    let interdiff = match revisions.len() {
+    let comparison = match revisions.len() {
         0 | 1 => None,
         n if revisions[n - 1]["current"] != true => None,
         n => {
-            let prev = revisions[n - 2]["revision"]
-                .as_str()
-                .unwrap_or("")
-                .to_string();
-            match st.service.proposals.read_patch(&prev).await {
-                Ok(b) => Some(super::diff::interdiff(
-                    &String::from_utf8_lossy(&b),
-                    &patch,
-                    &format!("revision {}", n - 1),
-                    &format!("revision {n}"),
-                )),
-                Err(_) => None,
+            let rev = |i: usize| revisions[i]["revision"].as_str().unwrap_or("").to_string();
+            match st
+                .service
+                .validations
+                .compare_revisions(&s.actor, &ws, &id, &rev(n - 2), &rev(n - 1))
+                .await
+            {
+                Ok(c) => Some((c, format!("revision {}", n - 1), format!("revision {n}"))),
+                Err(e) => return error_page(&e, &s),
             }
         }
     };
@@ -324,10 +323,16 @@ pub(super) async fn proposal_page(
             h2 id="diff" { "Diff of the current revision" }
             (super::diff::render(&patch, got["files"].as_array().map(Vec::as_slice).unwrap_or(&[]), diff_page,
                 |n| format!("{here}?page={n}#diff")))
-            @if let Some(d) = &interdiff {
-                h2 id="interdiff" { "What the current revision changed against the previous one" }
-                p { "A diff of the two patches: " code { "-" } " lines were in the previous patch, " code { "+" } " lines are in the current one." }
-                @if d.is_empty() { p { "The two patches are identical." } } @else { (super::diff::render_all(d)) }
+            @if let Some((c, old_name, new_name)) = &comparison {
+                h2 id="compare" { "What the files hold after " (new_name) " against " (old_name) }
+                @match c {
+                    Comparison::Files { old_validation, new_validation, files } => {
+                        p { "Each touched path as each revision leaves it, from the files its validation's dry run made in the sandbox ("
+                            (validation_link(&ws, &id, old_validation)) " and " (validation_link(&ws, &id, new_validation)) ")." }
+                        (super::compare::render(files, old_name, new_name))
+                    }
+                    Comparison::Unavailable(why) => p.missing { "Not compared yet: " (why) "." },
+                }
             }
             h2 { "Revisions" }
             table {
@@ -415,7 +420,7 @@ pub(super) async fn proposal_page(
             h2 { "Validations" }
             @if validations.is_empty() { p { span.badge { "none" } } }
             @for v in &validations {
-                div {
+                div id=(format!("validation-{}", v["validation_id"].as_str().unwrap_or(""))) {
                     @if stale(v) { span.badge.stale { "not current" } }
                     p { (value(&v["validation_id"])) " · valid " (value(&v["valid"])) " · complete " (value(&v["complete"])) }
                     (rows(v["stages"].as_array().map(Vec::as_slice).unwrap_or(&[]), &["name", "state", "reason"], |_| None))
@@ -461,6 +466,15 @@ pub(super) async fn proposal_page(
             h2 { "Decisions" } (value(&got["decisions"]))
         },
     )
+}
+
+/// A validation's id as a link to its entry in the page's list of validations.
+fn validation_link(ws: &str, proposal: &str, validation_id: &str) -> Markup {
+    html! {
+        a href=(format!("/ui/w/{}/proposals/{}#validation-{}", urlencode(ws), urlencode(proposal), urlencode(validation_id))) {
+            code { (validation_id) }
+        }
+    }
 }
 
 /// Largest piece of a test's output shown on the page (the rest is in its verification).

@@ -21,6 +21,7 @@ use crate::wire::{ValidateParams, ValidationShowParams};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
+pub mod compare;
 mod sandboxed;
 
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
