@@ -236,6 +236,26 @@ fn validate_in_the_sandbox_then_apply_installs_exactly_the_validated_bytes() {
         assert!(page.contains(shown), "{shown} missing: {page}");
     }
     assert!(!page.contains("staged_only"), "no path is only staged");
+    // Its validation and tests lead to their places on the proposal's page, which has them.
+    let proposal_page = format!("/ui/w/ws1/proposals/{}", t["proposal_id"].as_str().unwrap());
+    let vid = t["validation_id"].as_str().unwrap();
+    assert!(
+        page.contains(&format!("href=\"{proposal_page}#validation-{vid}\"")),
+        "{page}"
+    );
+    let (_, _, shown) = crate::serve_ui::get(&s, &bob, &proposal_page);
+    assert!(
+        shown.contains(&format!("id=\"validation-{vid}\"")),
+        "{shown}"
+    );
+    for test in t["test_verifications"].as_array().unwrap() {
+        let test = test.as_str().unwrap();
+        assert!(page.contains(&format!("href=\"{proposal_page}#verification-{test}\"")));
+        assert!(
+            shown.contains(&format!("id=\"verification-{test}\"")),
+            "{shown}"
+        );
+    }
     assert!(
         !page.contains("compensate</button>"),
         "bob may not apply: no control button"

@@ -462,6 +462,46 @@ fn a_delivery_request_is_decided_on_the_candidate_page_by_a_member_with_decide_o
     );
     assert_eq!(cand(&now)["delivery_request"]["state"], "approved", "{now}");
     assert_eq!(cand(&now)["delivery_request"]["decided_by"], "member:dave");
+
+    // Every id on the page leads to its record: the selected verifications and the request to
+    // their places on the page, and, once delivered, the receipt to its labelled fields.
+    let delivered = s.ok(
+        ALICE,
+        "integration.deliver",
+        json!({"workspace_id": "ws1", "candidate_id": cid, "request_id": request_id,
+               "request_version": req["request_version"]}),
+    );
+    let receipt_id = cand(&delivered)["delivery_receipt"]["receipt_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (_, _, page) = get(&s, &bob, &path);
+    for v in req["verification_ids"].as_array().unwrap() {
+        let v = v.as_str().unwrap();
+        assert!(
+            page.contains(&format!("href=\"{path}#verification-{v}\"")),
+            "{v} links to its section: {page}"
+        );
+        assert!(
+            page.contains(&format!("id=\"verification-{v}\"")),
+            "{v}'s section"
+        );
+    }
+    for (id, anchor) in [
+        (request_id, "delivery-request"),
+        (receipt_id.as_str(), "receipt"),
+    ] {
+        assert!(
+            page.contains(&format!("href=\"{path}#{anchor}\"><code>{id}</code></a>")),
+            "{id}: {page}"
+        );
+        assert!(page.contains(&format!("id=\"{anchor}\"")), "{anchor}");
+    }
+    assert!(
+        page.contains("<th>Landed revision</th>"),
+        "labelled: {page}"
+    );
+    assert!(!page.contains("<th>landed_revision</th>"), "no raw record");
 }
 
 /// A `/ui/` path with no page, or a verb a page does not take, answers an HTML page with the

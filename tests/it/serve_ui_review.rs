@@ -220,10 +220,10 @@ fn the_candidate_page_puts_the_decision_summary_and_the_decision_first() {
         "the summary comes first"
     );
     assert!(html.contains(&format!(
-        "Not part of the delivery request: <code>{failed}</code>"
+        "Not part of the delivery request: <a href=\"{path}#verification-{failed}\"><code>{failed}</code></a>"
     )));
     assert!(!html.contains(&format!(
-        "Not part of the delivery request: <code>{passed}</code>"
+        "Not part of the delivery request: <a href=\"{path}#verification-{passed}\""
     )));
     assert!(at("<th>Requested by</th>") > at("Delivery request"));
     assert!(html.contains("<th>Decided by</th><td><span class=\"badge\">not yet</span>"));

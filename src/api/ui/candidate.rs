@@ -47,6 +47,11 @@ pub(super) async fn candidate_page(
         }
     }
     let may_verify = may(&st, &s, &ws, Permission::Verify);
+    let links = Links {
+        ws: &ws,
+        candidate: Some(&id),
+        proposal: None,
+    };
     // The server refuses the requester's own decision while distinct_approver holds; the
     // page does not offer it either.
     let own_request = st
@@ -124,7 +129,7 @@ pub(super) async fn candidate_page(
                 " · target " (value(&c["target_ref"]))
                 " · created " (value(&c["created_at"])) " · expires " (value(&c["expires_at"])) }
             @if !request.is_null() {
-                (decision_summary(&c, request, target_now.as_deref()))
+                (decision_summary(&c, request, target_now.as_deref(), &links))
             }
             @if pending && can_decide {
                 h2 { "Decide" }
@@ -210,7 +215,7 @@ pub(super) async fn candidate_page(
             @if verifications.is_empty() { p { span.badge { "none" } } }
             @for v in verifications {
                 @if !request.is_null() && !selected.contains(&v["verification_id"].as_str().unwrap_or("")) {
-                    p.missing { "Not part of the delivery request: " code { (value(&v["verification_id"])) } }
+                    p.missing { "Not part of the delivery request: " (links.value(&v["verification_id"])) }
                 }
                 (verification(v, &c["candidate_revision"], may_verify.then_some(&act), &s, st.service.attestor()))
             }
@@ -226,8 +231,8 @@ pub(super) async fn candidate_page(
                     " " button type="submit" { "Verify" }
                 }
             }
-            h2 { "Delivery request" }
-            @if request.is_null() { p { "No delivery has been requested." } } @else { (request_fields(request)) }
+            h2 id="delivery-request" { "Delivery request" }
+            @if request.is_null() { p { "No delivery has been requested." } } @else { (request_fields(request, &links)) }
             // Once delivered, the target has moved on: a new request could only be refused.
             @if frozen && !passed.is_empty() && !open_request && c["delivery_receipt"].is_null()
                 && may(&st, &s, &ws, Permission::Integrate) {
@@ -252,11 +257,11 @@ pub(super) async fn candidate_page(
                     button type="submit" { "Deliver" }
                 }
             }
-            h2 { "Receipt" }
-            @if !c["delivery_receipt"].is_null() {
+            h2 id="receipt" { "Receipt" }
+            @if c["delivery_receipt"].is_null() { p { "Nothing has been delivered." } } @else {
                 p { "Attestation: " (attestation(&c["delivery_receipt"]["attestation"], st.service.attestor())) }
+                (receipt_fields(&c["delivery_receipt"], &links))
             }
-            (value(&c["delivery_receipt"]))
             h2 { "Combined diff" }
             @match &patch {
                 None => p { span.badge { "no frozen revision yet" } },
@@ -277,7 +282,7 @@ pub(super) async fn candidate_page(
 }
 
 /// The top of a candidate with a delivery request: what exactly a decider approves.
-fn decision_summary(c: &Value, request: &Value, target_now: Option<&str>) -> Markup {
+fn decision_summary(c: &Value, request: &Value, target_now: Option<&str>, links: &Links) -> Markup {
     let expected = request["expected_target_revision"].as_str().unwrap_or("");
     let verifications = c["verifications"]
         .as_array()
@@ -307,7 +312,7 @@ fn decision_summary(c: &Value, request: &Value, target_now: Option<&str>) -> Mar
                     span.satisfied {
                         "Delivered: " code { (value(&receipt["target_ref"])) } " moved from "
                         code { (value(&receipt["previous_revision"])) } " to " code { (landed.unwrap_or("")) }
-                        " at " (value(&receipt["created_at"])) " (receipt " code { (value(&receipt["receipt_id"])) } ")."
+                        " at " (value(&receipt["created_at"])) " (receipt " (links.value(&receipt["receipt_id"])) ")."
                     }
                     @match target_now {
                         Some(t) if Some(t) == landed => " The target is still at the landed commit.",
@@ -317,7 +322,7 @@ fn decision_summary(c: &Value, request: &Value, target_now: Option<&str>) -> Mar
                 } @else if receipt["result"] == "proposed" {
                     span.satisfied {
                         "Proposed: " code { (value(&receipt["proposal_ref"])) } " points at the candidate since "
-                        (value(&receipt["created_at"])) " (receipt " code { (value(&receipt["receipt_id"])) } "); the target was not touched."
+                        (value(&receipt["created_at"])) " (receipt " (links.value(&receipt["receipt_id"])) "); the target was not touched."
                     }
                 } @else if open {
                     @match target_now {
@@ -332,7 +337,7 @@ fn decision_summary(c: &Value, request: &Value, target_now: Option<&str>) -> Mar
                 @for id in &ids {
                     @let v = verifications.iter().find(|v| v["verification_id"] == *id);
                     tr {
-                        td { code { (id) } }
+                        td { (links.id(id)) }
                         @match v {
                             Some(v) => {
                                 td class=(if v["status"] == "passed" { "satisfied" } else { "blocked" }) { (value(&v["status"])) }
@@ -377,7 +382,7 @@ fn file_list(files: &[(String, Option<(u64, u64)>)]) -> Markup {
 }
 
 /// The delivery request as labelled fields.
-fn request_fields(r: &Value) -> Markup {
+fn request_fields(r: &Value, links: &Links) -> Markup {
     let rows = [
         ("Request", "request_id"),
         ("Version", "request_version"),
@@ -398,8 +403,31 @@ fn request_fields(r: &Value) -> Markup {
         table {
             @for (label, key) in rows {
                 tr { th { (label) } td {
-                    @if r[key].is_null() { span.badge { "not yet" } } @else { (value(&r[key])) }
+                    @if r[key].is_null() { span.badge { "not yet" } } @else { (links.value(&r[key])) }
                 } }
+            }
+        }
+    }
+}
+
+/// A delivery's receipt as labelled fields (its attestation is shown checked above them).
+fn receipt_fields(r: &Value, links: &Links) -> Markup {
+    let rows = [
+        ("Receipt", "receipt_id"),
+        ("Request", "request_id"),
+        ("Result", "result"),
+        ("Action", "action"),
+        ("Target", "target_ref"),
+        ("Previous revision", "previous_revision"),
+        ("Verified revision", "candidate_revision"),
+        ("Landed revision", "landed_revision"),
+        ("Proposal ref", "proposal_ref"),
+        ("At", "created_at"),
+    ];
+    html! {
+        table {
+            @for (label, key) in rows {
+                @if !r[key].is_null() { tr { th { (label) } td { (links.value(&r[key])) } } }
             }
         }
     }
@@ -467,7 +495,8 @@ fn verification(
         .as_u64()
         .map(|ms| format!("{}.{:03} s", ms / 1000, ms % 1000));
     html! {
-        h3 { (value(&v["verification_id"])) " " span class=(class) { (status) }
+        h3 id=(format!("verification-{}", v["verification_id"].as_str().unwrap_or(""))) {
+            (value(&v["verification_id"])) " " span class=(class) { (status) }
             @if v["candidate_revision"] != *current { " " span.badge.stale { "not current" } } }
         table {
             tr { th { "argv" } td { @for a in v["argv"].as_array().map(Vec::as_slice).unwrap_or(&[]) {

@@ -569,6 +569,64 @@ fn value(v: &Value) -> Markup {
     }
 }
 
+/// Where the ids a page shows lead: each kind of id to the page (or the place on a page) that
+/// shows its record, within the page's workspace. The candidate or proposal the page is about
+/// places the ids that live on its page (a verification, a delivery request, a validation).
+pub(super) struct Links<'a> {
+    pub ws: &'a str,
+    pub candidate: Option<&'a str>,
+    pub proposal: Option<&'a str>,
+}
+
+impl Links<'_> {
+    /// The link of `id`, when its kind has a page and `id` has the shape of one.
+    pub fn href(&self, id: &str) -> Option<String> {
+        let (prefix, rest) = id.split_once('_')?;
+        if rest.len() != 32 || !rest.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let ws = urlencode(self.ws);
+        let on = |page: &str, of: Option<&str>, anchor: &str| {
+            of.map(|o| format!("/ui/w/{ws}/{page}/{}#{anchor}", urlencode(o)))
+        };
+        match prefix {
+            "cand" => Some(format!("/ui/w/{ws}/candidates/{id}")),
+            "prp" => Some(format!("/ui/w/{ws}/proposals/{id}")),
+            "txn" => Some(format!("/ui/w/{ws}/transactions/{id}")),
+            "job" => Some(format!("/ui/w/{ws}/jobs/{id}")),
+            "ver" => on("candidates", self.candidate, &format!("verification-{id}"))
+                .or_else(|| on("proposals", self.proposal, &format!("verification-{id}"))),
+            "req" => on("candidates", self.candidate, "delivery-request"),
+            "rcpt" => on("candidates", self.candidate, "receipt"),
+            "val" => on("proposals", self.proposal, &format!("validation-{id}")),
+            "apr" => on("proposals", self.proposal, &format!("approval-{id}")),
+            _ => None,
+        }
+    }
+
+    /// `id` as a link to its record, or as code when it has none.
+    pub fn id(&self, id: &str) -> Markup {
+        match self.href(id) {
+            Some(h) => html! { a href=(h) { code { (visible(id)) } } },
+            None => html! { code { (visible(id)) } },
+        }
+    }
+
+    /// [`value`], with every id in it a link.
+    pub fn value(&self, v: &Value) -> Markup {
+        match v {
+            Value::String(s) if self.href(s).is_some() => self.id(s),
+            Value::Array(a) if !a.is_empty() => {
+                html! { ol { @for x in a { li { (self.value(x)) } } } }
+            }
+            Value::Object(o) => html! {
+                table { @for (k, x) in o { tr { th { (k) } td { (self.value(x)) } } } }
+            },
+            other => value(other),
+        }
+    }
+}
+
 /// `s` with control characters (terminal escapes among them) shown as their Unicode control
 /// pictures, so command output can neither restyle a terminal it is copied to nor hide text.
 fn visible(s: &str) -> String {
@@ -667,6 +725,48 @@ fn urlencode(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ids_link_to_their_records_and_nothing_else_does() {
+        let hex = "0123456789abcdef0123456789abcdef";
+        let on_candidate = super::Links {
+            ws: "w s",
+            candidate: Some("cand_1"),
+            proposal: None,
+        };
+        assert_eq!(
+            on_candidate.href(&format!("ver_{hex}")).unwrap(),
+            format!("/ui/w/w%20s/candidates/cand_1#verification-ver_{hex}")
+        );
+        assert_eq!(
+            on_candidate.href(&format!("txn_{hex}")).unwrap(),
+            format!("/ui/w/w%20s/transactions/txn_{hex}")
+        );
+        assert_eq!(
+            on_candidate.href(&format!("req_{hex}")).unwrap(),
+            "/ui/w/w%20s/candidates/cand_1#delivery-request"
+        );
+        // A validation lives on a proposal's page: none here.
+        assert_eq!(on_candidate.href(&format!("val_{hex}")), None);
+        for not_an_id in [
+            "ver_<script>".to_string(),
+            format!("ver_{hex}0"),
+            format!("clm_{hex}"),
+            "main".into(),
+        ] {
+            assert_eq!(on_candidate.href(&not_an_id), None, "{not_an_id}");
+        }
+        let html = on_candidate
+            .value(&serde_json::json!({"a": [format!("prp_{hex}"), "<b>"]}))
+            .into_string();
+        assert!(
+            html.contains(&format!(
+                "<a href=\"/ui/w/w%20s/proposals/prp_{hex}\"><code>prp_{hex}</code></a>"
+            )),
+            "{html}"
+        );
+        assert!(html.contains("&lt;b&gt;"), "{html}");
+    }
+
     #[test]
     fn spans_name_their_two_largest_units() {
         assert_eq!(super::span(0), "0m 0s");

@@ -243,6 +243,11 @@ pub(super) async fn proposal_page(
             }
         }
     };
+    let links = Links {
+        ws: &ws,
+        candidate: None,
+        proposal: Some(&id),
+    };
     let here = format!("/ui/w/{}/proposals/{}", urlencode(&ws), urlencode(&id));
     let button = |op: &str, label: &str| {
         html! {
@@ -422,16 +427,17 @@ pub(super) async fn proposal_page(
             @for v in &validations {
                 div id=(format!("validation-{}", v["validation_id"].as_str().unwrap_or(""))) {
                     @if stale(v) { span.badge.stale { "not current" } }
-                    p { (value(&v["validation_id"])) " · valid " (value(&v["valid"])) " · complete " (value(&v["complete"])) }
+                    p { (value(&v["validation_id"])) " · valid " (value(&v["valid"])) " · complete " (value(&v["complete"]))
+                        @if let Some(t) = v["for_transaction_id"].as_str() { " · for the retry of " (links.id(t)) } }
                     (rows(v["stages"].as_array().map(Vec::as_slice).unwrap_or(&[]), &["name", "state", "reason"], |_| None))
                 }
             }
             h2 { "Human approvals" }
             @if approvals.is_empty() { p { span.badge { "none" } } }
             @for a in &approvals {
-                div {
+                div id=(format!("approval-{}", a["approval_id"].as_str().unwrap_or(""))) {
                     @if stale(a) { span.badge.stale { "not current" } }
-                    (value(a))
+                    (links.value(a))
                     @if a["state"] == json!(crate::domain::policy::ApprovalState::Pending) && can_approve && !stale(a) {
                         form method="post" action=(format!("/ui/w/{}/approvals/{}/decide", urlencode(&ws), urlencode(a["approval_id"].as_str().unwrap_or("")))) {
                             input type="hidden" name="csrf" value=(s.csrf);
@@ -463,7 +469,7 @@ pub(super) async fn proposal_page(
                     &["transaction_id", "status", "created_at"],
                     |t| t["transaction_id"].as_str().map(|tid| format!("/ui/w/{}/transactions/{}", urlencode(&ws), urlencode(tid)))))
             }
-            h2 { "Decisions" } (value(&got["decisions"]))
+            h2 { "Decisions" } (links.value(&got["decisions"]))
         },
     )
 }
@@ -505,7 +511,7 @@ fn tests_table(expected: &Value, latest: Option<&Value>) -> Markup {
             table {
                 tr { th { "what" } th { "argv" } th { "status" } th { "exit" } th { "output" } }
                 @for t in runs {
-                    tr {
+                    tr id=(format!("verification-{}", t["verification_id"].as_str().unwrap_or(""))) {
                         td { @match check_of(&t["verification_id"]) {
                             Some(n) => { "required check " strong { (visible(n)) } },
                             None => "expected test",

@@ -84,6 +84,12 @@ fn once(v: &Value) -> Vec<String> {
 /// The transaction's own fields, labelled.
 fn fields(t: &Value, ws: &str) -> Markup {
     let enc = urlencode(ws);
+    // Ids that live on the proposal's page (its validation, approvals, tests) link there.
+    let links = Links {
+        ws,
+        candidate: None,
+        proposal: t["proposal_id"].as_str(),
+    };
     let text = |k: &str| -> Markup {
         match t[k].as_str() {
             Some(v) => html! { code { (v) } },
@@ -94,7 +100,7 @@ fn fields(t: &Value, ws: &str) -> Markup {
         let ids = once(&t[k]);
         html! {
             @if ids.is_empty() { span.badge { "none" } }
-            @else { @for (i, id) in ids.iter().enumerate() { @if i > 0 { ", " } code { (id) } } }
+            @else { @for (i, id) in ids.iter().enumerate() { @if i > 0 { ", " } (links.id(id)) } }
         }
     };
     let link = |prefix: &str, k: &str| -> Markup {
@@ -109,7 +115,7 @@ fn fields(t: &Value, ws: &str) -> Markup {
         table.fields {
             tr { th { "Status" } td { strong { (value(&t["status"])) } " (version " (value(&t["version"])) ")" } }
             tr { th { "Proposal" } td { (link("proposals", "proposal_id")) " at revision " (text("revision")) } }
-            tr { th { "Validation" } td { (text("validation_id")) } }
+            tr { th { "Validation" } td { (links.value(&t["validation_id"])) } }
             tr { th { "Applied by" } td { (text("applied_by")) } }
             tr { th { "HEAD" } td { (text("head_before")) " → " (text("head_after")) } }
             tr { th { "Claims" } td { (list("claims")) } }
