@@ -448,6 +448,33 @@ fn a_second_revision_is_compared_with_the_first_by_its_files() {
     );
     assert!(!compared.contains("<b>notes"), "escaped");
 
+    // In a real browser: the comparison reads as text (the hostile name too), and the newer
+    // revision's validation link lands on its entry.
+    let v2_id = v2["validation_id"].as_str().unwrap();
+    let pages = crate::serve_ui_browser::browse(
+        &s,
+        json!([
+            {"do": "sign_in", "token": BOB},
+            {"do": "open", "path": path, "shot": "proposal-revisions-compared"},
+            {"do": "follow", "href_ends": format!("#validation-{v2_id}"), "shot": "proposal-validation-followed"},
+        ]),
+    );
+    let text = pages[1]["text"].as_str().unwrap();
+    for shown in [
+        "What the files hold after revision 2 against revision 1",
+        "<b>notes.txt",
+        "+second <try>",
+        "-first try",
+        "revision 1: absent; revision 2: a file of 12 bytes",
+    ] {
+        assert!(text.contains(shown), "{shown:?} not shown: {text}");
+    }
+    assert!(
+        pages[2]["path"].as_str().unwrap().ends_with(&format!("{}#validation-{v2_id}", &path[1..])),
+        "{}",
+        pages[2]
+    );
+
     // A revision replaced before anyone validated it has no files to compare by: said so.
     let q = s.ok(
         ALICE,
