@@ -97,7 +97,31 @@ pub struct Options {
     pub egress: bool,
 }
 
+/// Every check doctor runs, by name: the operations manual's troubleshooting table has a row
+/// for each (a test holds it to that), and a check outside this list is a bug caught in test
+/// builds.
+pub const CHECKS: &[&str] = &[
+    "docker",
+    "cgroups",
+    "seccomp",
+    "images",
+    "engines",
+    "isolation",
+    "probe",
+    "checkouts",
+    "dependencies",
+    "data_dir",
+    "attestations",
+    "free_space",
+    "git",
+    "listen",
+];
+
 fn pass(name: &'static str, detail: impl Into<String>) -> Check {
+    debug_assert!(
+        CHECKS.contains(&name),
+        "doctor check {name} is not in CHECKS"
+    );
     Check {
         name,
         ok: true,
@@ -107,6 +131,10 @@ fn pass(name: &'static str, detail: impl Into<String>) -> Check {
 }
 
 fn fail(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+    debug_assert!(
+        CHECKS.contains(&name),
+        "doctor check {name} is not in CHECKS"
+    );
     Check {
         name,
         ok: false,

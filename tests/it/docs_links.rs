@@ -166,3 +166,17 @@ fn the_readme_is_short_and_starts_with_the_set_up() {
         "{first}"
     );
 }
+
+/// Every check `airlock doctor` can fail has its row in the operations manual's
+/// troubleshooting table (a check's name is checked against the list in test builds).
+#[test]
+fn every_doctor_check_has_a_troubleshooting_row() {
+    let ops = crate::support::markdown::document("docs/operations.md");
+    let table = &ops[ops.find("## Troubleshooting").expect("the section")..];
+    for name in airlock::engine::doctor::CHECKS {
+        assert!(
+            table.lines().any(|l| l.starts_with(&format!("| `{name}`"))),
+            "docs/operations.md has no troubleshooting row for the {name} check"
+        );
+    }
+}

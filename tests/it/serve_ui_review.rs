@@ -470,7 +470,10 @@ fn a_second_revision_is_compared_with_the_first_by_its_files() {
         assert!(text.contains(shown), "{shown:?} not shown: {text}");
     }
     assert!(
-        pages[2]["path"].as_str().unwrap().ends_with(&format!("{}#validation-{v2_id}", &path[1..])),
+        pages[2]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("{}#validation-{v2_id}", &path[1..])),
         "{}",
         pages[2]
     );
