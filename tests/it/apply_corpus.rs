@@ -133,6 +133,16 @@ fn corpus(repo: &Path) -> Vec<(&'static str, String)> {
     write(repo, "run.sh", b"#!/bin/sh\necho ran\n");
     std::fs::set_permissions(repo.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
     out.push(("mode", commit(repo, "mode change")));
+    // A patch that brings attributes asking for conversions (CRLF endings, $Id$ expansion, a
+    // filter): the post-images are the patch's bytes all the same, as git apply writes them.
+    write(
+        repo,
+        ".gitattributes",
+        b"*.txt text eol=crlf ident\n*.dat filter=upper\n",
+    );
+    write(repo, "notes.txt", b"one\n$Id$\ntwo\n");
+    write(repo, "data.dat", b"lower case\n");
+    out.push(("attributes", commit(repo, "attributes that would convert")));
     out
 }
 
@@ -213,6 +223,7 @@ fn real_commits_apply_byte_for_byte_as_git_apply_does() {
             "delete_empties" => "deleted file mode",
             "binary" => "GIT binary patch",
             "type_change" => "deleted file mode 120000",
+            "attributes" => "eol=crlf ident",
             _ => "new mode 100755",
         };
         assert!(text.contains(shape), "{name}: {text}");

@@ -8,38 +8,35 @@ use crate::install::{Fingerprint, Image};
 use crate::limits;
 use crate::verification::Status;
 
-/// The dry run's script (bash in the toolchain image): index the pre-images exactly (no
-/// filters, no attributes), apply the patch to the index, and write the resulting index's
-/// blobs to `out/tree/` with their modes.
+/// The dry run's script (bash in the git image): index the pre-images exactly (no filters, no
+/// attributes), apply the patch to the index, and check the resulting index out to `out/tree/`
+/// with its modes. A constant number of processes whatever the patch touches: the pre-images
+/// come as `pre/<n>` (a link's target as a file's bytes), hashed by one `hash-object`, indexed
+/// by one `update-index`, and written out by one `checkout-index`; `info/attributes`, which
+/// outranks every `.gitattributes` the patch may bring, turns every conversion off both ways.
 const DRY_RUN_SCRIPT: &str = r#"set -euo pipefail
 export HOME=/tmp GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_TERMINAL_PROMPT=0
 w=/workspace
 git init -q /tmp/dry
 export GIT_DIR=/tmp/dry/.git GIT_INDEX_FILE=/tmp/dry/index
+git config core.autocrlf false
+git config core.symlinks true
+mkdir -p "$GIT_DIR/info"
+printf '* -text -eol -crlf -ident -filter -working-tree-encoding\n' > "$GIT_DIR/info/attributes"
 cd "$w"
-while IFS= read -r -d '' rec; do
-  mode=${rec%% *}; path=${rec#* }
-  if [ "$mode" = 120000 ]; then
-    oid=$(readlink -- "pre/$path" | tr -d '\n' | git hash-object -w --stdin --no-filters)
-  else
-    oid=$(git hash-object -w --no-filters -- "pre/$path")
-  fi
-  git update-index --add --cacheinfo "$mode,$oid,$path"
-done < pre.index
+n=0
+while IFS= read -r -d '' rec; do n=$((n + 1)); done < pre.index
+if [ "$n" -gt 0 ]; then
+  for ((i = 0; i < n; i++)); do printf 'pre/%d\n' "$i"; done \
+    | git hash-object -w --no-filters --stdin-paths > /tmp/oids
+  while IFS= read -r -d '' rec && IFS= read -r oid <&3; do
+    printf '%s %s\t%s\0' "${rec%% *}" "$oid" "${rec#* }"
+  done < pre.index 3< /tmp/oids | git update-index -z --index-info
+fi
 git apply --cached --check --whitespace=nowarn dry-run.patch
 git apply --cached --whitespace=nowarn dry-run.patch
 mkdir -p out/tree
-git ls-files -s -z | while IFS= read -r -d '' rec; do
-  meta=${rec%%$'\t'*}; path=${rec#*$'\t'}
-  mode=${meta%% *}; rest=${meta#* }; oid=${rest%% *}
-  mkdir -p -- "out/tree/$(dirname -- "$path")"
-  if [ "$mode" = 120000 ]; then
-    ln -s -- "$(git cat-file blob "$oid")" "out/tree/$path"
-  else
-    git cat-file blob "$oid" > "out/tree/$path"
-    if [ "$mode" = 100755 ]; then chmod 755 "out/tree/$path"; else chmod 644 "out/tree/$path"; fi
-  fi
-done
+git checkout-index -a -f --prefix=out/tree/
 echo "dry run: applied"
 "#;
 
@@ -109,21 +106,28 @@ impl Validations {
         let pre2 = pre.clone();
         let commit = tokio::task::spawn_blocking(move || -> Result<String, String> {
             let e = |x: crate::staging::StagingError| x.to_string();
-            let mut edits = vec![];
+            // pre/<n>: the n-th existing pre-image's bytes (a link's target), all written by one
+            // git process; pre.index: "<mode> <path>" of each, in the same order.
+            let mut contents: Vec<&[u8]> = vec![];
             let mut index = Vec::new();
             for (path, img) in &pre2 {
-                let (content, mode) = match img {
+                let content = match img {
                     Image::Absent => continue,
-                    Image::File { bytes, .. } => (bytes.clone(), image_mode(img).expect("a file")),
-                    Image::Symlink { target } => (target.clone().into_bytes(), "120000"),
+                    Image::File { bytes, .. } => bytes.as_slice(),
+                    Image::Symlink { target } => target.as_bytes(),
                 };
-                let blob = repo.write_blob(&content).map_err(e)?;
-                let fm = crate::domain::git::FileMode::parse(mode).expect("a known mode");
-                edits.push((format!("pre/{path}"), Some((blob, fm))));
+                let mode = image_mode(img).expect("an existing image has a mode");
+                contents.push(content);
                 index.extend_from_slice(format!("{mode} {path}").as_bytes());
                 index.push(0);
             }
+            let blobs = repo.write_blobs(&contents).map_err(e)?;
             let regular = crate::domain::git::FileMode::Regular;
+            let mut edits: Vec<(String, Option<(String, crate::domain::git::FileMode)>)> = blobs
+                .into_iter()
+                .enumerate()
+                .map(|(n, blob)| (format!("pre/{n}"), Some((blob, regular))))
+                .collect();
             edits.push((
                 "pre.index".into(),
                 Some((repo.write_blob(&index).map_err(e)?, regular)),
@@ -191,7 +195,7 @@ impl Validations {
             .take()
             .ok_or("the dry run left no output")?
             .map_err(|e| format!("reading the dry run's output: {e}"))?;
-        let post: Vec<(String, Image)> = harvested
+        let post: std::collections::HashMap<String, Image> = harvested
             .into_iter()
             .filter_map(|(p, i)| p.strip_prefix("tree/").map(|p| (p.to_string(), i)))
             .collect();
@@ -199,16 +203,16 @@ impl Validations {
         let mut git_changed: Vec<String> = vec![];
         for (path, before) in &pre {
             let after = post
-                .iter()
-                .find(|(p, _)| p == path)
-                .map(|(_, i)| i.fingerprint())
+                .get(path)
+                .map(Image::fingerprint)
                 .unwrap_or(Fingerprint::Absent);
             if after != before.fingerprint() {
                 git_changed.push(path.clone());
             }
         }
-        for (path, _) in &post {
-            if !pre.iter().any(|(p, _)| p == path) {
+        let read: std::collections::HashSet<&str> = pre.iter().map(|(p, _)| p.as_str()).collect();
+        for path in post.keys() {
+            if !read.contains(path.as_str()) {
                 git_changed.push(path.clone());
             }
         }
@@ -227,11 +231,7 @@ impl Validations {
             .iter()
             .map(|path| crate::install::Change {
                 path: path.clone(),
-                after: post
-                    .iter()
-                    .find(|(p, _)| p == path)
-                    .map(|(_, i)| i.clone())
-                    .unwrap_or(Image::Absent),
+                after: post.get(path).cloned().unwrap_or(Image::Absent),
             })
             .collect();
         let wt = worktree.to_path_buf();
@@ -244,31 +244,39 @@ impl Validations {
         let repo = self.ctx.repo(workspace_id).clone();
         let changed = changed_paths.clone();
         let post_images = tokio::task::spawn_blocking(move || -> Result<Vec<PostImage>, String> {
-            changed
+            let images: Vec<(String, Image)> = changed
                 .iter()
                 .map(|path| {
-                    let img = post
-                        .iter()
-                        .find(|(p, _)| p == path)
-                        .map(|(_, i)| i.clone())
-                        .unwrap_or(Image::Absent);
-                    let blob = match &img {
-                        Image::Absent => None,
-                        Image::File { bytes, .. } => {
-                            Some(repo.write_blob(bytes).map_err(|e| e.to_string())?)
-                        }
-                        Image::Symlink { target } => Some(
-                            repo.write_blob(target.as_bytes())
-                                .map_err(|e| e.to_string())?,
-                        ),
-                    };
-                    Ok(PostImage {
-                        path: path.clone(),
-                        fingerprint: img.fingerprint(),
-                        blob,
-                    })
+                    (
+                        path.clone(),
+                        post.get(path).cloned().unwrap_or(Image::Absent),
+                    )
                 })
-                .collect::<Result<Vec<_>, String>>()
+                .collect();
+            // Every post-image's bytes (a link's target) as blobs, by one git process.
+            let contents: Vec<&[u8]> = images
+                .iter()
+                .filter_map(|(_, img)| match img {
+                    Image::Absent => None,
+                    Image::File { bytes, .. } => Some(bytes.as_slice()),
+                    Image::Symlink { target } => Some(target.as_bytes()),
+                })
+                .collect();
+            let mut blobs = repo
+                .write_blobs(&contents)
+                .map_err(|e| e.to_string())?
+                .into_iter();
+            Ok(images
+                .into_iter()
+                .map(|(path, img)| PostImage {
+                    path,
+                    fingerprint: img.fingerprint(),
+                    blob: match img {
+                        Image::Absent => None,
+                        _ => blobs.next(),
+                    },
+                })
+                .collect())
         })
         .await
         .expect("storing post-images does not panic")?;
