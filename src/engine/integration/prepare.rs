@@ -96,23 +96,13 @@ impl Assembler {
         }
         let repo = self.ctx.repo(&p.workspace_id);
         // The inputs' summaries (for the frozen commit's message) are read in the same git
-        // process.
+        // process as the target's check; the evidence refs of every submission in one
+        // `for-each-ref`, beside it (two reads, at once).
         let claimed: Vec<&str> = p
             .submissions
             .iter()
             .map(|s| s.retained_revision.as_str())
             .collect();
-        if !blocking(|| repo.is_commit_reading(&p.expected_target_revision, &claimed)) {
-            return Err(ServiceError::precondition_field(
-                "expected_target_revision",
-                format!(
-                    "expected_target_revision {} is not a commit in workspace {:?}",
-                    p.expected_target_revision, p.workspace_id
-                ),
-            ));
-        }
-        // Validate every submission, in order, against the durable packets; the evidence refs
-        // of all of them are read in one `for-each-ref`.
         let mut packets = Vec::with_capacity(p.submissions.len());
         for s in &p.submissions {
             packets.push(self.evidence.load_packet(&s.evidence_ref).await?);
@@ -122,7 +112,23 @@ impl Assembler {
             .flatten()
             .map(|packet| evidence_ref_name(&packet.evidence_ref))
             .collect();
-        let evidence_refs = blocking(|| repo.refs_named(&evidence_names))?;
+        let (target_is_commit, evidence_refs) = blocking(|| {
+            std::thread::scope(|scope| {
+                let refs = scope.spawn(|| repo.refs_named(&evidence_names));
+                let target = repo.is_commit_reading(&p.expected_target_revision, &claimed);
+                (target, refs.join().expect("reading refs does not panic"))
+            })
+        });
+        if !target_is_commit {
+            return Err(ServiceError::precondition_field(
+                "expected_target_revision",
+                format!(
+                    "expected_target_revision {} is not a commit in workspace {:?}",
+                    p.expected_target_revision, p.workspace_id
+                ),
+            ));
+        }
+        let evidence_refs = evidence_refs?;
         let mut inputs = Vec::with_capacity(p.submissions.len());
         let mut snapshot_bytes = 0;
         let mut transcript_bytes = 0usize;
