@@ -381,9 +381,9 @@ fn file_list(files: &[(String, Option<(u64, u64)>)]) -> Markup {
     }
 }
 
-/// The delivery request as labelled fields.
+/// The delivery request as labelled fields; a field not set yet says so.
 fn request_fields(r: &Value, links: &Links) -> Markup {
-    let rows = [
+    const ROWS: &[(&str, &str)] = &[
         ("Request", "request_id"),
         ("Version", "request_version"),
         ("State", "state"),
@@ -399,20 +399,13 @@ fn request_fields(r: &Value, links: &Links) -> Markup {
         ("Decided at", "decided_at"),
         ("Reason", "decision_reason"),
     ];
-    html! {
-        table {
-            @for (label, key) in rows {
-                tr { th { (label) } td {
-                    @if r[key].is_null() { span.badge { "not yet" } } @else { (links.value(&r[key])) }
-                } }
-            }
-        }
-    }
+    labelled(r, ROWS, links, Some("not yet"))
 }
 
-/// A delivery's receipt as labelled fields (its attestation is shown checked above them).
+/// A delivery's receipt as labelled fields (its attestation is shown checked above them); a
+/// field the action does not have is left out.
 fn receipt_fields(r: &Value, links: &Links) -> Markup {
-    let rows = [
+    const ROWS: &[(&str, &str)] = &[
         ("Receipt", "receipt_id"),
         ("Request", "request_id"),
         ("Result", "result"),
@@ -424,10 +417,20 @@ fn receipt_fields(r: &Value, links: &Links) -> Markup {
         ("Proposal ref", "proposal_ref"),
         ("At", "created_at"),
     ];
+    labelled(r, ROWS, links, None)
+}
+
+/// `r`'s fields as a table of (label, key) rows, ids linked; a null field shows `unset` as a
+/// badge, or is left out without one.
+fn labelled(r: &Value, rows: &[(&str, &str)], links: &Links, unset: Option<&str>) -> Markup {
     html! {
         table {
             @for (label, key) in rows {
-                @if !r[key].is_null() { tr { th { (label) } td { (links.value(&r[key])) } } }
+                @match (&r[*key], unset) {
+                    (Value::Null, None) => {},
+                    (Value::Null, Some(badge)) => tr { th { (label) } td { span.badge { (badge) } } },
+                    (v, _) => tr { th { (label) } td { (links.value(v)) } },
+                }
             }
         }
     }

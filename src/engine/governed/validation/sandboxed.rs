@@ -11,34 +11,81 @@ use crate::verification::Status;
 /// The dry run's script (bash in the git image): index the pre-images exactly (no filters, no
 /// attributes), apply the patch to the index, and check the resulting index out to `out/tree/`
 /// with its modes. A constant number of processes whatever the patch touches: the pre-images
-/// come as `pre/<n>` (a link's target as a file's bytes), hashed by one `hash-object`, indexed
-/// by one `update-index`, and written out by one `checkout-index`; `info/attributes`, which
-/// outranks every `.gitattributes` the patch may bring, turns every conversion off both ways.
+/// come as one `git fast-import` stream (a commit of exactly those paths, modes and bytes),
+/// read into the index by one `read-tree`, and the result is written out by one
+/// `checkout-index`; `info/attributes`, which outranks every `.gitattributes` the patch may
+/// bring, turns every conversion off. The scratch repository lives beneath the checkout and is
+/// named by relative paths: an absolute path through the image's root costs a FUSE round trip
+/// per lookup on some storage drivers, which made each object written several times slower.
 const DRY_RUN_SCRIPT: &str = r#"set -euo pipefail
 export HOME=/tmp GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_TERMINAL_PROMPT=0
-w=/workspace
-git init -q /tmp/dry
-export GIT_DIR=/tmp/dry/.git GIT_INDEX_FILE=/tmp/dry/index
+cd /workspace
+git init -q --bare .dry
+export GIT_DIR=.dry GIT_INDEX_FILE=.dry/index GIT_WORK_TREE=.
 git config core.autocrlf false
 git config core.symlinks true
-mkdir -p "$GIT_DIR/info"
-printf '* -text -eol -crlf -ident -filter -working-tree-encoding\n' > "$GIT_DIR/info/attributes"
-cd "$w"
-n=0
-while IFS= read -r -d '' rec; do n=$((n + 1)); done < pre.index
-if [ "$n" -gt 0 ]; then
-  for ((i = 0; i < n; i++)); do printf 'pre/%d\n' "$i"; done \
-    | git hash-object -w --no-filters --stdin-paths > /tmp/oids
-  while IFS= read -r -d '' rec && IFS= read -r oid <&3; do
-    printf '%s %s\t%s\0' "${rec%% *}" "$oid" "${rec#* }"
-  done < pre.index 3< /tmp/oids | git update-index -z --index-info
-fi
+mkdir -p .dry/info
+printf '* -text -eol -crlf -ident -filter -working-tree-encoding\n' > .dry/info/attributes
+git fast-import --quiet < pre.stream
+git read-tree refs/heads/pre
 git apply --cached --check --whitespace=nowarn dry-run.patch
 git apply --cached --whitespace=nowarn dry-run.patch
 mkdir -p out/tree
 git checkout-index -a -f --prefix=out/tree/
 echo "dry run: applied"
 "#;
+
+/// The pre-images as a `git fast-import` stream: each existing one's bytes (a link's target)
+/// as a blob, then one commit `refs/heads/pre` holding exactly them at their paths and modes.
+fn pre_stream(pre: &[(String, Image)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut entries = vec![];
+    for (path, img) in pre {
+        let content = match img {
+            Image::Absent => continue,
+            Image::File { bytes, .. } => bytes.as_slice(),
+            Image::Symlink { target } => target.as_bytes(),
+        };
+        let mark = entries.len() + 1;
+        out.extend_from_slice(format!("blob\nmark :{mark}\ndata {}\n", content.len()).as_bytes());
+        out.extend_from_slice(content);
+        out.push(b'\n');
+        let mode = image_mode(img).expect("an existing image has a mode");
+        entries.push((mode, mark, path));
+    }
+    out.extend_from_slice(
+        b"commit refs/heads/pre\ncommitter airlock <airlock@localhost> 0 +0000\ndata 0\n",
+    );
+    for (mode, mark, path) in entries {
+        out.extend_from_slice(format!("M {mode} :{mark} ").as_bytes());
+        out.extend_from_slice(&fast_import_path(path));
+        out.push(b'\n');
+    }
+    out.push(b'\n');
+    out
+}
+
+/// A path as fast-import reads it: verbatim to the end of the line, unless it starts with a
+/// double quote or holds a line feed or another control character, which git's C-style
+/// quoting spells.
+fn fast_import_path(path: &str) -> Vec<u8> {
+    let plain = !path.starts_with('"') && !path.bytes().any(|b| b < 0x20 || b == 0x7f);
+    if plain {
+        return path.as_bytes().to_vec();
+    }
+    let mut out = vec![b'"'];
+    for b in path.bytes() {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b if b < 0x20 || b == 0x7f => out.extend_from_slice(format!("\\{b:03o}").as_bytes()),
+            b => out.push(b),
+        }
+    }
+    out.push(b'"');
+    out
+}
 
 fn image_mode(i: &Image) -> Option<&'static str> {
     match i {
@@ -100,38 +147,17 @@ impl Validations {
             .map(|(p, i)| (p.clone(), i.fingerprint()))
             .collect();
 
-        // The job's input: pre/<path> for each existing pre-image, their modes, the patch.
+        // The job's input: the pre-images as one fast-import stream, and the patch.
         let repo = self.ctx.repo(workspace_id).clone();
         let patch_bytes = bytes.to_vec();
-        let pre2 = pre.clone();
+        let stream = pre_stream(&pre);
         let commit = tokio::task::spawn_blocking(move || -> Result<String, String> {
             let e = |x: crate::staging::StagingError| x.to_string();
-            // pre/<n>: the n-th existing pre-image's bytes (a link's target), all written by one
-            // git process; pre.index: "<mode> <path>" of each, in the same order.
-            let mut contents: Vec<&[u8]> = vec![];
-            let mut index = Vec::new();
-            for (path, img) in &pre2 {
-                let content = match img {
-                    Image::Absent => continue,
-                    Image::File { bytes, .. } => bytes.as_slice(),
-                    Image::Symlink { target } => target.as_bytes(),
-                };
-                let mode = image_mode(img).expect("an existing image has a mode");
-                contents.push(content);
-                index.extend_from_slice(format!("{mode} {path}").as_bytes());
-                index.push(0);
-            }
-            let blobs = repo.write_blobs(&contents).map_err(e)?;
             let regular = crate::domain::git::FileMode::Regular;
-            let mut edits: Vec<(String, Option<(String, crate::domain::git::FileMode)>)> = blobs
-                .into_iter()
-                .enumerate()
-                .map(|(n, blob)| (format!("pre/{n}"), Some((blob, regular))))
-                .collect();
-            edits.push((
-                "pre.index".into(),
-                Some((repo.write_blob(&index).map_err(e)?, regular)),
-            ));
+            let mut edits: Vec<(String, Option<(String, crate::domain::git::FileMode)>)> = vec![(
+                "pre.stream".into(),
+                Some((repo.write_blob(&stream).map_err(e)?, regular)),
+            )];
             edits.push((
                 "dry-run.patch".into(),
                 Some((repo.write_blob(&patch_bytes).map_err(e)?, regular)),
@@ -408,5 +434,81 @@ impl Validations {
             self.background.spawn(room, started);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stream, read by git itself, is a commit of exactly the pre-images: every path
+    /// (spaces, quotes, backslashes, a line feed, non-UTF-8 free), mode and byte.
+    #[test]
+    fn the_pre_image_stream_is_exactly_the_pre_images_to_git() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = |args: &[&str], input: Option<&[u8]>| -> Vec<u8> {
+            use std::io::Write;
+            let mut c = std::process::Command::new("git")
+                .arg("--git-dir")
+                .arg(dir.path())
+                .args(args)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut stdin = c.stdin.take().unwrap();
+            if let Some(i) = input {
+                stdin.write_all(i).unwrap();
+            }
+            drop(stdin);
+            let out = c.wait_with_output().unwrap();
+            assert!(out.status.success(), "git {args:?}");
+            out.stdout
+        };
+        git(&["init", "-q", "--bare"], None);
+        let file = |b: &[u8], executable| Image::File {
+            executable,
+            bytes: b.to_vec(),
+        };
+        let pre = vec![
+            ("plain.txt".to_string(), file(b"one\ntwo\n", false)),
+            ("with space/and \\ back".into(), file(b"", false)),
+            ("\"quoted".into(), file(b"q", true)),
+            ("line\nfeed\ttab".into(), file(b"\0binary\xff", false)),
+            ("gone".into(), Image::Absent),
+            (
+                "link".into(),
+                Image::Symlink {
+                    target: "../target".into(),
+                },
+            ),
+        ];
+        assert_eq!(fast_import_path("a b\\c"), b"a b\\c");
+        assert_eq!(fast_import_path("\"x\n"), b"\"\\\"x\\n\"");
+        git(&["fast-import", "--quiet"], Some(&pre_stream(&pre)));
+        let listed = git(&["ls-tree", "-r", "-z", "refs/heads/pre"], None);
+        let mut seen = vec![];
+        for rec in listed.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+            let text = String::from_utf8(rec.to_vec()).unwrap();
+            let (meta, path) = text.split_once('\t').unwrap();
+            let mut m = meta.split(' ');
+            let (mode, oid) = (m.next().unwrap(), m.nth(1).unwrap());
+            let bytes = git(&["cat-file", "blob", oid], None);
+            seen.push((path.to_string(), mode.to_string(), bytes));
+        }
+        seen.sort();
+        let mut want: Vec<(String, String, Vec<u8>)> = pre
+            .iter()
+            .filter_map(|(p, i)| {
+                let bytes = match i {
+                    Image::Absent => return None,
+                    Image::File { bytes, .. } => bytes.clone(),
+                    Image::Symlink { target } => target.as_bytes().to_vec(),
+                };
+                Some((p.clone(), image_mode(i).unwrap().to_string(), bytes))
+            })
+            .collect();
+        want.sort();
+        assert_eq!(seen, want);
     }
 }
