@@ -5,8 +5,8 @@
 #            pre-images, the sandboxed dry run on the git image with its harvest and source
 #            check, the post-images stored, the record), REPS times;
 #   dry run: `docker run --rm --network none` of the same image with the same dry-run script
-#            (extracted from the source) over the same inputs (pre/<n>, their modes and paths,
-#            the patch) bind-mounted from tmpfs, with a tmpfs /tmp as jobs have (target <= 1.2x);
+#            (extracted from the source) over the same inputs (the pre-images' fast-import
+#            stream, the patch) bind-mounted from tmpfs, with a tmpfs /tmp as jobs have (target <= 1.2x);
 #   git:     `docker run` of the same image doing only `git apply --cached --check` over the
 #            same pre-images (a scratch repository: the files, `git add -A`, the check), the
 #            least any sandboxed validation could do (target <= 2x).
@@ -132,14 +132,17 @@ for r in range(-1, reps):
     # The raw sides: the same inputs in a directory, the same script, one docker run; and the
     # same pre-images as plain files for the git-only check.
     d = f"{work}/raw-{r}"
-    os.makedirs(f"{d}/pre")
-    index = b""
+    os.makedirs(d)
+    stream, entries = b"", []
     for i, (p, old) in enumerate(touched):
-        open(f"{d}/pre/{i}", "w").write(old)
-        index += f"100644 {p}".encode() + b"\0"
+        data = old.encode()
+        stream += f"blob\nmark :{i + 1}\ndata {len(data)}\n".encode() + data + b"\n"
+        entries.append(f"M 100644 :{i + 1} {p}\n")
         os.makedirs(os.path.dirname(f"{d}/files/{p}"), exist_ok=True)
         open(f"{d}/files/{p}", "w").write(old)
-    open(f"{d}/pre.index", "wb").write(index)
+    stream += b"commit refs/heads/pre\ncommitter airlock <airlock@localhost> 0 +0000\ndata 0\n"
+    stream += "".join(entries).encode() + b"\n"
+    open(f"{d}/pre.stream", "wb").write(stream)
     open(f"{d}/dry-run.patch", "w").write(text)
     subprocess.run(["chown", "-R", "65534:65534", d], check=True)
     rt, out = docker_run(d, script)
