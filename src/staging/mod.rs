@@ -122,6 +122,7 @@ use check::{Verdict, listing};
 pub mod cache;
 mod commits;
 pub mod notes;
+mod objects;
 pub mod overlay;
 pub mod plumbing;
 pub mod refcache;
