@@ -478,6 +478,57 @@ fn a_second_revision_is_compared_with_the_first_by_its_files() {
         pages[2]
     );
 
+    // A comparison reads and shows at most MAX_COMPARED_FILES differing paths; the rest are
+    // counted (here 102 paths, 101 differ).
+    let many = |differ: &str| -> Vec<(String, String)> {
+        (0..102)
+            .map(|i| {
+                let text = if i == 0 { "same\n" } else { differ };
+                (format!("many/n{i:03}.txt"), text.to_string())
+            })
+            .collect()
+    };
+    let as_refs = |v: &[(String, String)]| -> String {
+        let refs: Vec<(&str, &str)> = v.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+        patch_of(&refs)
+    };
+    std::fs::create_dir_all(s.repo.join("many")).unwrap();
+    let m1 = s.ok(
+        ALICE,
+        "proposal.create",
+        json!({"workspace_id": "ws1", "task_id": "t1", "title": "t", "summary_md": "s",
+               "patch": as_refs(&many("one\n")), "idempotency_key": "m1"}),
+    )["proposal"]
+        .clone();
+    let m_id = m1["proposal_id"].clone();
+    crate::support::governed::validated(&s, &m_id, m1["current_revision"].as_str().unwrap(), "m1");
+    std::fs::create_dir_all(s.repo.join("many")).unwrap();
+    let m2 = s.ok(
+        ALICE,
+        "proposal.attach_patch",
+        json!({"workspace_id": "ws1", "proposal_id": m_id, "expected_version": m1["version"],
+               "patch": as_refs(&many("two\n")), "idempotency_key": "m2"}),
+    )["proposal"]
+        .clone();
+    crate::support::governed::validated(&s, &m_id, m2["current_revision"].as_str().unwrap(), "m2");
+    let (_, _, page) = get(
+        &s,
+        &bob,
+        &format!("/ui/w/ws1/proposals/{}", m_id.as_str().unwrap()),
+    );
+    let limit = airlock::engine::governed::validation::compare::MAX_COMPARED_FILES;
+    assert!(
+        page.contains(&format!(
+            "102 touched path(s) compared; 101 differ between revision 1 and revision 2. The first {limit} are shown here."
+        )),
+        "{page}"
+    );
+    assert_eq!(page.matches("id=\"compare-").count(), limit);
+    assert!(
+        !page.contains("many/n000.txt</code> <span class=\"badge\">the same"),
+        "same paths are counted, not shown"
+    );
+
     // A revision replaced before anyone validated it has no files to compare by: said so.
     let q = s.ok(
         ALICE,

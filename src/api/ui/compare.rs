@@ -4,7 +4,7 @@
 //! (absent, a link's target, the executable bit, a binary file's digest).
 
 use super::visible;
-use crate::engine::governed::validation::compare::{FileComparison, MAX_COMPARED_FILE_BYTES, Side};
+use crate::engine::governed::validation::compare::{Compared, MAX_COMPARED_FILE_BYTES, Side};
 use crate::install::{Fingerprint, Image};
 use maud::{Markup, html};
 
@@ -12,10 +12,11 @@ use maud::{Markup, html};
 const COMPARE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The comparison as page sections, `old_name` and `new_name` naming the two revisions.
-pub fn render(files: &[FileComparison], old_name: &str, new_name: &str) -> Markup {
-    let differ = files.iter().filter(|f| !f.same()).count();
+pub fn render(c: &Compared, old_name: &str, new_name: &str) -> Markup {
+    let files = &c.shown;
     html! {
-        p { (files.len()) " touched path(s) compared; " (differ) " differ between " (old_name) " and " (new_name) "." }
+        p { (c.paths) " touched path(s) compared; " (c.differ) " differ between " (old_name) " and " (new_name) "."
+            @if c.differ > files.len() { " The first " (files.len()) " are shown here." } }
         @for (i, f) in files.iter().enumerate() {
             section.file id=(format!("compare-{i}")) {
                 h3 {
@@ -112,6 +113,7 @@ fn line_diff(a: &str, b: &str, old_name: &str, new_name: &str) -> Vec<(&'static 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::governed::validation::compare::FileComparison;
 
     fn file(text: &str) -> Side {
         Side::Known(Image::File {
@@ -134,7 +136,12 @@ mod tests {
         // A content line that reads like a header is content, not a header.
         let odd = line_diff("x\n", "+++ y\n", "r1", "r2");
         assert!(odd.contains(&("add", "++++ y".to_string())), "{odd:?}");
-        let html = render(&[f], "revision 1", "revision 2").into_string();
+        let one = |f: FileComparison| Compared {
+            paths: 1,
+            differ: usize::from(!f.same()),
+            shown: vec![f],
+        };
+        let html = render(&one(f), "revision 1", "revision 2").into_string();
         assert!(html.contains("differs"), "{html}");
         assert!(
             html.contains("1 touched path(s) compared; 1 differ"),
@@ -174,10 +181,18 @@ mod tests {
             new: file("a"),
         };
         assert!(same.same());
+        let c = Compared {
+            paths: 150,
+            differ: 120,
+            shown: vec![same],
+        };
+        let html = render(&c, "1", "2").into_string();
+        assert!(html.contains("the same in both"));
         assert!(
-            render(&[same], "1", "2")
-                .into_string()
-                .contains("the same in both")
+            html.contains(
+                "150 touched path(s) compared; 120 differ between 1 and 2. The first 1 are shown here."
+            ),
+            "{html}"
         );
     }
 }

@@ -331,10 +331,10 @@ pub(super) async fn proposal_page(
             @if let Some((c, old_name, new_name)) = &comparison {
                 h2 id="compare" { "What the files hold after " (new_name) " against " (old_name) }
                 @match c {
-                    Comparison::Files { old_validation, new_validation, files } => {
+                    Comparison::Files { old_validation, new_validation, compared } => {
                         p { "Each touched path as each revision leaves it, from the files its validation's dry run made in the sandbox ("
                             (validation_link(&ws, &id, old_validation)) " and " (validation_link(&ws, &id, new_validation)) ")." }
-                        (super::compare::render(files, old_name, new_name))
+                        (super::compare::render(compared, old_name, new_name))
                     }
                     Comparison::Unavailable(why) => p.missing { "Not compared yet: " (why) "." },
                 }

@@ -17,6 +17,10 @@ use std::collections::BTreeSet;
 /// Largest file compared line by line; a bigger one is compared by its digest.
 pub const MAX_COMPARED_FILE_BYTES: usize = 1024 * 1024;
 
+/// Most differing paths whose contents one comparison reads and shows; the rest are counted
+/// (a revision may touch 10,000 paths, and each shown one reads two blobs).
+pub const MAX_COMPARED_FILES: usize = 100;
+
 /// What a path holds after one revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Side {
@@ -48,9 +52,18 @@ pub enum Comparison {
     Files {
         old_validation: String,
         new_validation: String,
-        files: Vec<FileComparison>,
+        compared: Compared,
     },
     Unavailable(String),
+}
+
+/// What a comparison found: how many paths either revision touches, how many of them differ,
+/// and the first [`MAX_COMPARED_FILES`] that differ, with what each revision leaves there.
+#[derive(Debug, Clone)]
+pub struct Compared {
+    pub paths: usize,
+    pub differ: usize,
+    pub shown: Vec<FileComparison>,
 }
 
 fn fingerprint(s: &Side) -> Fingerprint {
@@ -103,32 +116,40 @@ impl Validations {
             }
         };
         let repo = self.ctx.repo(workspace_id).clone();
-        let files = tokio::task::spawn_blocking(move || compare(&repo, &old_rec, &new_rec))
+        let compared = tokio::task::spawn_blocking(move || compare(&repo, &old_rec, &new_rec))
             .await
             .expect("comparing revisions does not panic")
             .map_err(ServiceError::internal)?;
         Ok(Comparison::Files {
             old_validation: old_id,
             new_validation: new_id,
-            files,
+            compared,
         })
     }
 }
 
-/// Every path either validation touched, in order, with what each revision leaves there.
-fn compare(repo: &Repo, old: &Record, new: &Record) -> Result<Vec<FileComparison>, String> {
+/// Every path either validation touched, in order: which differ (by the fingerprints the
+/// records hold, reading nothing), and what each revision leaves at the first
+/// [`MAX_COMPARED_FILES`] of those.
+fn compare(repo: &Repo, old: &Record, new: &Record) -> Result<Compared, String> {
     let paths: BTreeSet<&str> = old
         .post_images
         .iter()
         .chain(&new.post_images)
         .map(|p| p.path.as_str())
         .collect();
+    let differing: Vec<&str> = paths
+        .iter()
+        .copied()
+        .filter(|p| fingerprint_after(old, new, p) != fingerprint_after(new, old, p))
+        .collect();
     let head_tree = match new.worktree_head.as_ref().or(old.worktree_head.as_ref()) {
         Some(h) => Some(repo.commit_tree_of(h).map_err(|e| e.to_string())?),
         None => None,
     };
-    paths
-        .into_iter()
+    let shown = differing
+        .iter()
+        .take(MAX_COMPARED_FILES)
         .map(|path| {
             Ok(FileComparison {
                 path: path.to_string(),
@@ -136,7 +157,25 @@ fn compare(repo: &Repo, old: &Record, new: &Record) -> Result<Vec<FileComparison
                 new: after(repo, head_tree.as_deref(), new, old, path)?,
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(Compared {
+        paths: paths.len(),
+        differ: differing.len(),
+        shown,
+    })
+}
+
+/// The fingerprint of what `rec`'s revision leaves at `path` (see [`after`]), from the records.
+fn fingerprint_after(rec: &Record, other: &Record, path: &str) -> Option<Fingerprint> {
+    if let Some(p) = rec.post_images.iter().find(|p| p.path == path) {
+        return Some(p.fingerprint.clone());
+    }
+    other
+        .pre_images
+        .iter()
+        .chain(&rec.pre_images)
+        .find(|(p, _)| p == path)
+        .map(|(_, f)| f.clone())
 }
 
 /// What `rec`'s revision leaves at `path`: its post-image when it touches it, else the file as
