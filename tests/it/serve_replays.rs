@@ -144,19 +144,14 @@ fn two_calls_with_one_key_at_once_get_one_result_in_every_workflow() {
 const GOVERNED: &str = "[workspaces.ws1.roles]\nbob = [\"reviewer\"]\n\
                         [workspaces.ws1.policy]\nsecurity_review = \"never\"\nhuman_approval = \"never\"\n";
 
-/// A governed daemon on real Docker (its dry runs need the `git` image), started with `env`,
+/// A governed daemon on real Docker (its dry runs need the `git` image),
 /// alice holding a write claim on `directory:many` and a reviewed proposal adding `files` new
 /// files there: (server, proposal id, revision).
-fn many_files(env: &[(&str, &str)], files: usize) -> Option<(Server, Value, String)> {
+fn many_files(files: usize) -> Option<(Server, Value, String)> {
     if !crate::toolchain::built("git") {
         return None;
     }
-    let mut s = Server::governed_with(GOVERNED);
-    s.env = env
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    s.restart(None);
+    let s = Server::governed_with(GOVERNED);
     s.ok(
         ALICE,
         "claim.acquire",
@@ -173,7 +168,7 @@ fn many_files(env: &[(&str, &str)], files: usize) -> Option<(Server, Value, Stri
         ALICE,
         "proposal.create",
         json!({"workspace_id": "ws1", "task_id": "t", "title": "many", "summary_md": "s",
-               "patch": patch, "idempotency_key": "p"}),
+               "patch": patch, "affected_resources": ["directory:many"], "idempotency_key": "p"}),
     );
     let (id, rev) = crate::support::governed::reviewed(&s, &p, "many");
     Some((s, id, rev))
@@ -193,18 +188,22 @@ fn dry_runs(s: &Server) -> Vec<String> {
         .collect()
 }
 
-/// `patch.validate` outlives its call's budget (shortened here to 1 s), which answers `503`
+/// `patch.validate` outlives its call's budget (shortened here to 100 ms, less than starting
+/// any container takes), which answers `503`
 /// and advises a retry with the same key: the retries wait for the dry run already running and
 /// then answer its validation. One validation, one dry run.
 #[test]
 fn a_validate_retried_after_its_budget_joins_the_dry_run_already_running() {
-    let Some((s, id, rev)) = many_files(&[("AIRLOCK_TEST_CALL_BUDGET_MS", "1000")], 120) else {
+    let Some((mut s, id, rev)) = many_files(120) else {
         return;
     };
+    // The short budget from here on only: the set-up's calls keep the usual one.
+    s.env = vec![("AIRLOCK_TEST_CALL_BUDGET_MS".into(), "100".into())];
+    s.restart(None);
     let body = json!({"workspace_id": "ws1", "proposal_id": id, "revision": rev,
                       "idempotency_key": "val"});
     let (status, first) = s.call(ALICE, "patch.validate", body.clone());
-    assert_eq!(status, 503, "the dry run outlives a 1 s budget: {first}");
+    assert_eq!(status, 503, "the dry run outlives a 100 ms budget: {first}");
     assert!(
         first["error"]["message"]
             .as_str()
@@ -240,9 +239,10 @@ fn a_validate_retried_after_its_budget_joins_the_dry_run_already_running() {
 
 /// SIGTERM while a validation's dry run runs: the daemon cancels it like every job, destroys
 /// its container and settles its row before it exits; nothing is left for `airlock recover`.
+/// (3,000 files keep the dry run busy for well over a second after its container appears.)
 #[test]
 fn a_daemon_stopped_during_a_dry_run_cancels_and_settles_it() {
-    let Some((mut s, id, rev)) = many_files(&[], 150) else {
+    let Some((mut s, id, rev)) = many_files(3000) else {
         return;
     };
     let instance: String = rusqlite::Connection::open(s.dir.path().join("data/airlock.db"))
