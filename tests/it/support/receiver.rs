@@ -93,13 +93,20 @@ fn serve(
 ) -> std::io::Result<()> {
     c.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut r = BufReader::new(c.try_clone()?);
+    // A sender killed before its request was whole (the kill -9 loop's daemon) sent no
+    // request: nothing is recorded for a connection that ends before its headers do.
+    let cut = || std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
     let mut line = String::new();
-    r.read_line(&mut line)?;
+    if r.read_line(&mut line)? == 0 {
+        return Err(cut());
+    }
     let path = line.split(' ').nth(1).unwrap_or("").to_string();
     let mut headers = BTreeMap::new();
     loop {
         let mut h = String::new();
-        r.read_line(&mut h)?;
+        if r.read_line(&mut h)? == 0 {
+            return Err(cut());
+        }
         let h = h.trim_end();
         if h.is_empty() {
             break;
