@@ -5,7 +5,10 @@
 #      with the quota, a holder container keeping it mounted, the tree uploaded with
 #      `tar | docker cp`, the hardened job container, the tree read back, everything removed.
 #   2. the same with a tree of FILES files (default 50000): staging + read-back cost.
-# Prints medians and the ratios (targets: <= 1.1x and <= 1.0x). Usage:
+# Prints medians and the ratios (targets: <= 1.1x and <= 1.0x), and where Airlock's time went
+# (its steps on the engine as it logs them at debug level, target airlock::steps: reaching the
+# engine, the volume, the holder, packing, the upload, the job's phases, the read-back, the
+# removal; "process" is the rest: start-up, image checks, the database, the artifact). Usage:
 #   scripts/bench-engines.sh [RUNS] [FILES]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -100,13 +103,41 @@ median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 bench() { # LABEL SLUG REPO (SLUG names the raw run's volumes: [a-zA-Z0-9_.-] only)
   local label=$1 slug=$2 repo=$3 a=() r=()
+  : > "$work/$slug.steps"
   for i in $(seq "$runs"); do
-    t0=$(ms); "$bin" run --config "$work/airlock.toml" --data-dir "$data-airlock" --repo "$repo" --rev main -- true >/dev/null; t1=$(ms)
+    t0=$(ms)
+    AIRLOCK_LOG=info,airlock::steps=debug "$bin" run --config "$work/airlock.toml" --data-dir "$data-airlock" \
+      --repo "$repo" --rev main -- true > "$work/$slug.json" 2> "$work/$slug.log"
+    t1=$(ms)
     raw_job "$repo" "bench-$slug-$i"; t2=$(ms)
     a+=($((t1 - t0))); r+=($((t2 - t1)))
+    python3 - "$work/$slug.json" "$work/$slug.log" $((t1 - t0)) >> "$work/$slug.steps" <<'PY'
+import json, re, sys
+# One run's phases in milliseconds, as Airlock logged them: its steps on the engine and the
+# job's phases from the record; "process" is what is left of the wall time (start-up, the
+# database, the artifact, exit).
+phases = json.load(open(sys.argv[1]))["phases"]
+steps = {}
+for line in open(sys.argv[2]):
+    m = re.search(r'op="([^"]+)".*steps=(.*)$', line)
+    if m:
+        for kv in m.group(2).split():
+            k, us = kv.split("=")
+            steps[f"{m.group(1)}: {k}"] = steps.get(f"{m.group(1)}: {k}", 0) + int(us) / 1000
+for k in ("create_ms", "start_ms", "run_ms", "destroy_ms"):
+    steps[f"job: {k[:-3]}"] = phases[k]
+steps["process"] = int(sys.argv[3]) - sum(steps.values())
+print(json.dumps(steps))
+PY
   done
   am=$(printf '%s\n' "${a[@]}" | median); rm_=$(printf '%s\n' "${r[@]}" | median)
   python3 -c "print(f'$label: airlock run {$am} ms, docker CLI {$rm_} ms, ratio {$am/$rm_:.2f}x')"
+  python3 - "$work/$slug.steps" <<'PY'
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[1])]
+print("  phases, medians in ms: " + ", ".join(
+    f"{k} {statistics.median(r.get(k, 0) for r in runs):.1f}" for k in runs[-1]))
+PY
 }
 
 make_repo "$work/small" 3

@@ -101,6 +101,13 @@ pub const RUN_RETENTION_DAYS: std::ops::RangeInclusive<u64> = 1..=3650;
 pub const ENGINE_CALL_TIMEOUT_SECS: u64 = 30;
 /// [`ENGINE_CALL_TIMEOUT_SECS`] as a duration.
 pub const ENGINE_CALL_TIMEOUT: Duration = Duration::from_secs(ENGINE_CALL_TIMEOUT_SECS);
+/// Bound on opening a TCP connection to a `tcp://` engine.
+pub const ENGINE_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections a `tcp://` engine's client keeps open between calls (more run at once when
+/// calls overlap; the rest close when done).
+pub const ENGINE_IDLE_CONNECTIONS: usize = 8;
+/// How long an unused connection to a `tcp://` engine stays open.
+pub const ENGINE_IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bound on a transfer call (a workspace upload, an image build or load), whose whole body
 /// is sent before the engine answers.
 pub const DOCKER_TRANSFER_TIMEOUT_SECS: u64 = 120;

@@ -11,6 +11,7 @@ pub mod fake;
 pub mod runtime;
 pub mod seccomp;
 pub mod spec;
+pub mod steps;
 pub mod volumes;
 
 pub use runtime::{ContainerRuntime, EngineVolumes, Runtime};

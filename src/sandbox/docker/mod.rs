@@ -10,6 +10,7 @@
 pub mod images;
 mod ping;
 pub mod render;
+pub mod transport;
 pub mod volumes;
 
 use super::capture::OutputCapture;
@@ -133,24 +134,25 @@ impl DockerRuntime {
         };
         let timeout = limits::ENGINE_CALL_TIMEOUT_SECS;
         let version = bollard::API_DEFAULT_VERSION;
+        let mut steps = super::steps::Steps::start("reach engine");
         let docker = match (&e.host, &e.tls) {
             (EngineHost::Unix(path), _) => {
                 Docker::connect_with_socket(&path.to_string_lossy(), timeout, version)
+                    .map_err(|err| err.to_string())
             }
-            (EngineHost::Tcp { host, port }, Some(tls)) => Docker::connect_with_ssl(
-                &format!("{host}:{port}"),
-                &tls.key,
-                &tls.cert,
-                &tls.ca,
-                timeout,
-                version,
-            ),
+            (EngineHost::Tcp { host, port }, Some(tls)) => {
+                transport::tls(&format!("{host}:{port}"), tls, version)
+            }
             (EngineHost::Tcp { host, port }, None) => {
-                Docker::connect_with_http(&format!("tcp://{host}:{port}"), timeout, version)
+                transport::plain(&format!("{host}:{port}"), version)
             }
         }
-        .map_err(|err| unreachable(err.to_string()))?;
-        match Self::negotiated(docker.clone(), kind, &endpoint).await {
+        .map_err(unreachable)?;
+        steps.mark("client");
+        let negotiated = Self::negotiated(docker.clone(), kind, &endpoint).await;
+        steps.mark("negotiate");
+        steps.log(&e.name);
+        match negotiated {
             Ok(s) => Ok((s, None)),
             Err(SandboxError::Unreachable { message, .. }) => Ok((
                 DockerRuntime {

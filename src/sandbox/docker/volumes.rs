@@ -20,6 +20,7 @@ use super::{DockerRuntime, docker_err, is_status};
 use crate::limits;
 use crate::sandbox::SandboxError;
 use crate::sandbox::runtime::{BoxFuture, EngineVolumes, VolumeFile, VolumeFiles, VolumeSpec};
+use crate::sandbox::steps::Steps;
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, VolumeCreateRequest};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder, ListVolumesOptionsBuilder,
@@ -157,6 +158,7 @@ impl DockerVolumes {
         name: &str,
         spec: &VolumeSpec,
         files: VolumeFiles,
+        steps: &mut Steps,
     ) -> Result<(), SandboxError> {
         let docker = self.sandbox.docker();
         docker
@@ -179,7 +181,9 @@ impl DockerVolumes {
             })
             .await
             .map_err(docker_err("create volume"))?;
+        steps.mark("volume");
         self.start_holder(name, spec).await?;
+        steps.mark("holder");
         let (uid, gid) = (spec.uid, spec.gid);
         let (files, outward): (VolumeFiles, Vec<(String, String)>) = {
             let mut outward = vec![];
@@ -199,6 +203,7 @@ impl DockerVolumes {
         let tar = tokio::task::spawn_blocking(move || pack(&files, uid, gid))
             .await
             .expect("packing a tree does not panic")?;
+        steps.mark("pack");
         self.sandbox
             .transfers()
             .upload_to_container(
@@ -212,21 +217,23 @@ impl DockerVolumes {
             )
             .await
             .map_err(docker_err("upload workspace"))?;
+        steps.mark("upload");
         if !outward.is_empty() {
             self.outward_links(name, &outward).await?;
+            steps.mark("outward links");
         }
         Ok(())
     }
 
     async fn download_inner(&self, name: &str) -> Result<Option<VolumeFiles>, SandboxError> {
-        if !self.exists(name).await? {
-            return Ok(None);
-        }
+        let mut steps = Steps::start("read back workspace");
         let docker = self.sandbox.docker();
-        let v = docker
-            .inspect_volume(name)
-            .await
-            .map_err(docker_err("inspect volume"))?;
+        let v = match docker.inspect_volume(name).await {
+            Ok(v) => v,
+            Err(e) if is_status(&e, &[404]) => return Ok(None),
+            Err(e) => return Err(docker_err("inspect volume")(e)),
+        };
+        steps.mark("inspect");
         let (quota, inodes) = quota_of(&v.options);
         let max = quota.saturating_add(inodes.saturating_mul(READBACK_OVERHEAD_PER_ENTRY));
         let mut stream = docker.download_from_container(
@@ -254,9 +261,12 @@ impl DockerVolumes {
             }
             tar.extend_from_slice(&chunk);
         }
+        steps.mark("download");
         let files = tokio::task::spawn_blocking(move || unpack(&tar, inodes))
             .await
             .expect("unpacking a tree does not panic")?;
+        steps.mark("unpack");
+        steps.log(name);
         Ok(Some(files))
     }
 
@@ -522,6 +532,7 @@ impl DockerVolumes {
     }
 
     async fn delete_inner(&self, name: &str) -> Result<bool, SandboxError> {
+        let mut steps = Steps::start("remove workspace");
         let docker = self.sandbox.docker();
         match docker
             .remove_container(
@@ -534,7 +545,8 @@ impl DockerVolumes {
             Err(e) if is_status(&e, &[404]) => {}
             Err(e) => return Err(docker_err("remove workspace holder")(e)),
         }
-        match docker
+        steps.mark("holder");
+        let removed = match docker
             .remove_volume(
                 name,
                 Some(RemoveVolumeOptionsBuilder::default().force(true).build()),
@@ -544,7 +556,10 @@ impl DockerVolumes {
             Ok(()) => Ok(true),
             Err(e) if is_status(&e, &[404]) => Ok(false),
             Err(e) => Err(docker_err("remove volume")(e)),
-        }
+        };
+        steps.mark("volume");
+        steps.log(name);
+        removed
     }
 }
 
@@ -706,15 +721,18 @@ impl EngineVolumes for DockerVolumes {
         files: VolumeFiles,
     ) -> BoxFuture<'a, Result<(), SandboxError>> {
         Box::pin(async move {
+            let mut steps = Steps::start("upload workspace");
             if self.exists(name).await? {
                 return Err(SandboxError::Runtime(format!(
                     "volume {name} already exists"
                 )));
             }
-            let uploaded = self.upload_inner(name, spec, files).await;
+            steps.mark("exists");
+            let uploaded = self.upload_inner(name, spec, files, &mut steps).await;
             if uploaded.is_err() {
                 let _ = self.delete_inner(name).await;
             }
+            steps.log(name);
             uploaded
         })
     }
