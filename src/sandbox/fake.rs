@@ -171,17 +171,23 @@ impl EngineVolumes for FakeVolumes {
         &'a self,
         name: &'a str,
         _spec: &'a super::runtime::VolumeSpec,
-        files: VolumeFiles,
-    ) -> BoxFuture<'a, Result<(), SandboxError>> {
+        files: super::runtime::FilesSource<'a>,
+    ) -> BoxFuture<'a, Result<bool, SandboxError>> {
         Box::pin(async move {
+            if self.with(|held| held.contains_key(name)) {
+                return Err(SandboxError::Runtime(format!("volume {name:?} exists")));
+            }
+            let Some(files) = files.await else {
+                return Ok(false);
+            };
             self.with(|held| {
                 if held.contains_key(name) {
                     return Err(SandboxError::Runtime(format!("volume {name:?} exists")));
                 }
-                held.insert(name.to_string(), files);
+                held.insert(name.to_string(), Arc::unwrap_or_clone(files));
                 self.uploads
                     .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                Ok(())
+                Ok(true)
             })
         })
     }

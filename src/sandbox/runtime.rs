@@ -21,6 +21,15 @@ use tokio::sync::watch;
 /// A boxed future, so the trait can be used as `dyn ContainerRuntime`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// A tree still being read for an upload: `None` when its reader failed (the reader keeps
+/// the reason).
+pub type FilesSource<'a> = BoxFuture<'a, Option<Arc<VolumeFiles>>>;
+
+/// A tree already read, as an upload's source.
+pub fn ready<'a>(files: VolumeFiles) -> FilesSource<'a> {
+    Box::pin(std::future::ready(Some(Arc::new(files))))
+}
+
 /// Runs hardened jobs and finds what is left of them after a crash.
 pub trait ContainerRuntime: Send + Sync {
     /// The resolved environment as this engine renders it, minus everything that belongs to
@@ -110,13 +119,17 @@ pub trait EngineVolumes: Send + Sync {
         VolumeLifetime::OutlivesContainer
     }
 
-    /// Creates volume `name` as `spec` says, holding `files`; refused when it already exists.
+    /// Creates volume `name` as `spec` says, holding the tree `files` resolves to; refused
+    /// when it already exists. The volume (and whatever keeps it) is made while `files` is
+    /// still being read; when `files` resolves to `None` (its reader failed, and keeps the
+    /// reason) whatever was made is removed and the answer is `Ok(false)`. It answers `Ok`
+    /// only once `files` has resolved.
     fn upload<'a>(
         &'a self,
         name: &'a str,
         spec: &'a VolumeSpec,
-        files: VolumeFiles,
-    ) -> BoxFuture<'a, Result<(), SandboxError>>;
+        files: FilesSource<'a>,
+    ) -> BoxFuture<'a, Result<bool, SandboxError>>;
 
     /// Every file of volume `name`, or `None` when there is no such volume.
     fn download<'a>(

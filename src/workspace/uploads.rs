@@ -126,16 +126,31 @@ impl Workspaces for Uploads {
             let key = req.key.clone();
             let spec = volume_spec(&req)?;
             let started = Instant::now();
-            let files = tokio::task::spawn_blocking(move || read_tree(&req, &spec))
-                .await
-                .expect("reading a tree does not panic")?;
+            // The tree is read while the engine makes its volume: what was read (or why it
+            // could not be) is kept here, and the upload is given the files.
+            let read: Mutex<Option<Result<Arc<VolumeFiles>, StagingError>>> = Mutex::new(None);
+            let reading = async {
+                let files = tokio::task::spawn_blocking(move || read_tree(&req, &spec))
+                    .await
+                    .expect("reading a tree does not panic")
+                    .map(Arc::new);
+                let given = files.as_ref().ok().cloned();
+                *read.lock().expect("the read tree is not poisoned") = Some(files);
+                given
+            };
             let lifetime = self.volumes.lifetime();
             if lifetime == VolumeLifetime::OutlivesContainer {
                 self.volumes
-                    .upload(&key, &spec, files.clone())
+                    .upload(&key, &spec, Box::pin(reading))
                     .await
                     .map_err(engine)?;
+            } else {
+                reading.await;
             }
+            let files = read
+                .into_inner()
+                .expect("the read tree is not poisoned")
+                .expect("an upload that answered read its tree")?;
             // A scratch workspace's tree goes with the job's spec: counted as uploaded then.
             let moved = Transfers {
                 uploads: 1,
@@ -147,7 +162,7 @@ impl Workspaces for Uploads {
                 volumes: self.volumes.clone(),
                 lifetime,
                 name: key,
-                staged: ScratchFiles(Arc::new(files)),
+                staged: ScratchFiles(files),
                 handed_back: Mutex::new(None),
                 moved: Mutex::new(moved),
             }) as Box<dyn JobWorkspace>)

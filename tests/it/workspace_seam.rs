@@ -413,7 +413,7 @@ async fn recovery_sweeps_a_volume_no_live_worker_owns() {
                 uid: 65534,
                 gid: 65534,
             },
-            VolumeFiles::new(),
+            airlock::sandbox::runtime::ready(VolumeFiles::new()),
         )
         .await
         .unwrap();

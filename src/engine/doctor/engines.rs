@@ -164,7 +164,10 @@ async fn probe_job(
                 uid: profile.uid,
                 gid: profile.gid,
             };
-            if let Err(e) = volumes.upload(&key, &spec, files).await {
+            if let Err(e) = volumes
+                .upload(&key, &spec, crate::sandbox::runtime::ready(files))
+                .await
+            {
                 let _ = volumes.delete(&key).await;
                 return Err(format!("upload: {e}"));
             }

@@ -19,7 +19,9 @@
 use super::{DockerRuntime, docker_err, is_status};
 use crate::limits;
 use crate::sandbox::SandboxError;
-use crate::sandbox::runtime::{BoxFuture, EngineVolumes, VolumeFile, VolumeFiles, VolumeSpec};
+use crate::sandbox::runtime::{
+    BoxFuture, EngineVolumes, FilesSource, VolumeFile, VolumeFiles, VolumeSpec,
+};
 use crate::sandbox::steps::Steps;
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, VolumeCreateRequest};
 use bollard::query_parameters::{
@@ -153,15 +155,70 @@ impl DockerVolumes {
             .map_err(docker_err("start workspace holder"))
     }
 
+    /// The volume and its holder, then the tree (read and packed meanwhile) into it: `false`
+    /// when `files` resolved to nothing (what was made is left for the caller to delete).
     async fn upload_inner(
         &self,
         name: &str,
         spec: &VolumeSpec,
-        files: VolumeFiles,
+        files: FilesSource<'_>,
         steps: &mut Steps,
-    ) -> Result<(), SandboxError> {
-        let docker = self.sandbox.docker();
-        docker
+    ) -> Result<bool, SandboxError> {
+        let (uid, gid) = (spec.uid, spec.gid);
+        // The tree is read (by the caller) and packed while the engine makes the volume and
+        // starts its holder; neither waits for the other.
+        let packing = async move {
+            let files = files.await?;
+            let t = std::time::Instant::now();
+            let packed = tokio::task::spawn_blocking(move || pack(&files, uid, gid))
+                .await
+                .expect("packing a tree does not panic");
+            Some((packed, t.elapsed()))
+        };
+        let making = async {
+            let t = std::time::Instant::now();
+            self.make(name, spec).await?;
+            Ok::<_, SandboxError>(t.elapsed())
+        };
+        let (packed, made) = tokio::join!(packing, making);
+        steps.mark("volume+holder|read+pack");
+        let made = made?;
+        let Some((packed, pack_took)) = packed else {
+            return Ok(false);
+        };
+        let (tar, outward) = packed?;
+        tracing::debug!(
+            target: "airlock::steps",
+            subject = name,
+            volume_and_holder_us = made.as_micros() as u64,
+            pack_us = pack_took.as_micros() as u64,
+            "made and packed at once"
+        );
+        self.sandbox
+            .transfers()
+            .upload_to_container(
+                &Self::holder(name),
+                Some(
+                    UploadToContainerOptionsBuilder::default()
+                        .path(HOLDER_MOUNT)
+                        .build(),
+                ),
+                bollard::body_full(tar.into()),
+            )
+            .await
+            .map_err(docker_err("upload workspace"))?;
+        steps.mark("upload");
+        if !outward.is_empty() {
+            self.outward_links(name, &outward).await?;
+            steps.mark("outward links");
+        }
+        Ok(true)
+    }
+
+    /// The volume with its quota, and the holder keeping it mounted.
+    async fn make(&self, name: &str, spec: &VolumeSpec) -> Result<(), SandboxError> {
+        self.sandbox
+            .docker()
             .create_volume(VolumeCreateRequest {
                 name: Some(name.to_string()),
                 driver: Some("local".into()),
@@ -181,48 +238,7 @@ impl DockerVolumes {
             })
             .await
             .map_err(docker_err("create volume"))?;
-        steps.mark("volume");
-        self.start_holder(name, spec).await?;
-        steps.mark("holder");
-        let (uid, gid) = (spec.uid, spec.gid);
-        let (files, outward): (VolumeFiles, Vec<(String, String)>) = {
-            let mut outward = vec![];
-            let mut kept = VolumeFiles::new();
-            for (path, file) in files {
-                match &file {
-                    VolumeFile::Symlink { target } if leads_out(&path, target) => {
-                        outward.push((path, target.clone()))
-                    }
-                    _ => {
-                        kept.insert(path, file);
-                    }
-                }
-            }
-            (kept, outward)
-        };
-        let tar = tokio::task::spawn_blocking(move || pack(&files, uid, gid))
-            .await
-            .expect("packing a tree does not panic")?;
-        steps.mark("pack");
-        self.sandbox
-            .transfers()
-            .upload_to_container(
-                &Self::holder(name),
-                Some(
-                    UploadToContainerOptionsBuilder::default()
-                        .path(HOLDER_MOUNT)
-                        .build(),
-                ),
-                bollard::body_full(tar.into()),
-            )
-            .await
-            .map_err(docker_err("upload workspace"))?;
-        steps.mark("upload");
-        if !outward.is_empty() {
-            self.outward_links(name, &outward).await?;
-            steps.mark("outward links");
-        }
-        Ok(())
+        self.start_holder(name, spec).await
     }
 
     async fn download_inner(&self, name: &str) -> Result<Option<VolumeFiles>, SandboxError> {
@@ -412,7 +428,7 @@ impl DockerVolumes {
                 "{path} -> {target} leads out of the set; it cannot be uploaded"
             )));
         }
-        let tar = tokio::task::spawn_blocking(move || pack(&files, 0, 0))
+        let (tar, _) = tokio::task::spawn_blocking(move || pack(&files, 0, 0))
             .await
             .expect("packing a set does not panic")?;
         // A container that never runs: the archive API fills the volume it mounts.
@@ -609,7 +625,12 @@ fn leads_out(path: &str, target: &str) -> bool {
     false
 }
 
-fn pack(files: &VolumeFiles, uid: u32, gid: u32) -> Result<Vec<u8>, SandboxError> {
+/// A tar of `files` owned by `uid:gid`, and the symlinks left out of it because the engine's
+/// extraction refuses them (a relative target leading out of the volume: made afterwards by
+/// [`DockerVolumes::outward_links`]).
+type Packed = (Vec<u8>, Vec<(String, String)>);
+
+fn pack(files: &VolumeFiles, uid: u32, gid: u32) -> Result<Packed, SandboxError> {
     let fail = |e: std::io::Error| SandboxError::Runtime(format!("pack workspace: {e}"));
     let mut b = tar::Builder::new(Vec::new());
     let mut dirs = std::collections::BTreeSet::new();
@@ -623,7 +644,14 @@ fn pack(files: &VolumeFiles, uid: u32, gid: u32) -> Result<Vec<u8>, SandboxError
         h.set_mtime(0);
         h
     };
+    let mut outward = Vec::new();
     for (path, file) in files {
+        if let VolumeFile::Symlink { target } = file
+            && leads_out(path, target)
+        {
+            outward.push((path.clone(), target.clone()));
+            continue;
+        }
         let mut parent = std::path::Path::new(path).parent();
         let mut missing = Vec::new();
         while let Some(p) = parent.filter(|p| !p.as_os_str().is_empty()) {
@@ -649,7 +677,7 @@ fn pack(files: &VolumeFiles, uid: u32, gid: u32) -> Result<Vec<u8>, SandboxError
             }
         }
     }
-    b.into_inner().map_err(fail)
+    Ok((b.into_inner().map_err(fail)?, outward))
 }
 
 /// A read-back tar stream (its first component is the mount's own name) as volume files:
@@ -718,8 +746,8 @@ impl EngineVolumes for DockerVolumes {
         &'a self,
         name: &'a str,
         spec: &'a VolumeSpec,
-        files: VolumeFiles,
-    ) -> BoxFuture<'a, Result<(), SandboxError>> {
+        files: FilesSource<'a>,
+    ) -> BoxFuture<'a, Result<bool, SandboxError>> {
         Box::pin(async move {
             let mut steps = Steps::start("upload workspace");
             if self.exists(name).await? {
@@ -729,7 +757,7 @@ impl EngineVolumes for DockerVolumes {
             }
             steps.mark("exists");
             let uploaded = self.upload_inner(name, spec, files, &mut steps).await;
-            if uploaded.is_err() {
+            if !matches!(uploaded, Ok(true)) {
                 let _ = self.delete_inner(name).await;
             }
             steps.log(name);
@@ -840,7 +868,8 @@ mod tests {
                 target: "../../a.txt".into(),
             },
         );
-        let tar = pack(&files, 65532, 65532).unwrap();
+        let (tar, outward) = pack(&files, 65532, 65532).unwrap();
+        assert!(outward.is_empty(), "{outward:?}");
         // What the engine sends back is rooted at the mount's own name.
         let mut rooted = tar::Builder::new(Vec::new());
         let mut archive = tar::Archive::new(tar.as_slice());
@@ -860,9 +889,23 @@ mod tests {
         let back = unpack(&rooted.into_inner().unwrap(), 100).unwrap();
         assert_eq!(back, files);
         assert!(matches!(
-            unpack(&pack(&files, 1, 1).unwrap(), 1),
+            unpack(&pack(&files, 1, 1).unwrap().0, 1),
             Err(SandboxError::Runtime(m)) if m.contains("more than 1 entries")
         ));
+        // A link leading out of the volume is left out of the tar and handed back.
+        files.insert(
+            "d/out".into(),
+            VolumeFile::Symlink {
+                target: "../../..".into(),
+            },
+        );
+        let (tar, outward) = pack(&files, 1, 1).unwrap();
+        assert_eq!(outward, [("d/out".to_string(), "../../..".to_string())]);
+        let mut names = vec![];
+        for e in tar::Archive::new(tar.as_slice()).entries().unwrap() {
+            names.push(e.unwrap().path().unwrap().display().to_string());
+        }
+        assert!(!names.iter().any(|n| n == "d/out"), "{names:?}");
     }
 
     #[test]
