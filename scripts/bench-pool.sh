@@ -7,10 +7,11 @@
 #   1. `sleep 1`;
 #   2. a CPU-light real command (reads the checkout and hashes a binary of the image).
 # Reports jobs per minute (from the first job queued to the last settled, the server's own
-# timestamps) and the ratio two engines / one (target >= 1.8), and checks the fair
-# per-workspace order: jobs start alternating between the workspaces although every `a` job
-# was queued first (the largest lead of one workspace over the other in start order is
-# printed; fair means it stays within the slots). Usage:
+# timestamps) and the ratio two engines / one (target >= 1.8), how busy this machine's CPUs
+# were (both engines run here and share them: the ceiling of the ratio), and checks the fair
+# per-workspace order: once every job is queued, jobs start alternating between the
+# workspaces although every `a` job was queued first (the largest lead of one workspace over
+# the other in start order is printed; round robin keeps it at 1). Usage:
 #   scripts/bench-pool.sh [JOBS] [MAX_JOBS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -106,6 +107,8 @@ queue() { # LABEL ARGV_JSON ENGINES...
     call job.submit "{\"workspace_id\":\"a\",\"revision\":\"main\",\"argv\":[\"true\"],\"idempotency_key\":\"warm-$i\",\"labels\":[\"warm\"]}" >/dev/null
   done
   while call job.list '{"workspace_id":"a","limit":100}' | jq -e '[.jobs[] | select(.state == "queued" or .state == "running")] | length > 0' >/dev/null; do sleep 0.1; done
+  local cpu0
+  cpu0=$(head -1 /proc/stat)
   for ws in a b; do
     for i in $(seq $((jobs / 2))); do
       call job.submit "{\"workspace_id\":\"$ws\",\"revision\":\"main\",\"argv\":$argv,\"idempotency_key\":\"$label-$ws-$i\",\"labels\":[\"bench\"]}" >/dev/null
@@ -117,9 +120,15 @@ queue() { # LABEL ARGV_JSON ENGINES...
     [ "$(echo "$all" | jq '[.[] | select(.state == "queued" or .state == "running")] | length')" = 0 ] && break
     sleep 0.2
   done
+  local busy
+  busy=$(python3 -c '
+import sys
+a, b = ([int(x) for x in l.split()[1:]] for l in sys.argv[1:])
+d = [y - x for x, y in zip(a, b)]
+print(100 * (1 - (d[3] + d[4]) / sum(d)))' "$cpu0" "$(head -1 /proc/stat)")
   kill -TERM "$serve_pid"; wait "$serve_pid" 2>/dev/null || true; serve_pid=
   echo "$all" > "$work/$label.jobs.json"
-  python3 - "$work/$label.jobs.json" "$jobs" > "$work/$label.result" <<'PY'
+  python3 - "$work/$label.jobs.json" "$jobs" "$busy" > "$work/$label.result" <<'PY'
 import json, sys, datetime
 jobs = json.load(open(sys.argv[1]))
 want = int(sys.argv[2])
@@ -131,12 +140,18 @@ if len(jobs) != want or len(passed) != want:
 first = min(t(j["queued_at"]) for j in jobs)
 last = max(t(j["verification"]["finished_at"]) for j in jobs)
 per_minute = len(jobs) / (last - first).total_seconds() * 60
+# Fairness among the jobs that started once every job was queued: the round robin alternates
+# them between the workspaces although every `a` job was queued first.
+all_queued = max(t(j["queued_at"]) for j in jobs)
 lead, worst = 0, 0
 for j in sorted(jobs, key=lambda j: t(j["started_at"])):
+    if t(j["started_at"]) < all_queued:
+        continue
     lead += 1 if j["workspace_id"] == "a" else -1
     worst = max(worst, abs(lead))
 engines = sorted({j["verification"]["engine"] for j in jobs})
-print(f"{per_minute:.1f} {worst} {','.join(engines)}")
+busy = float(sys.argv[3])
+print(f"{per_minute:.1f} {worst} {','.join(engines)} {busy:.0f}")
 PY
 }
 
@@ -148,7 +163,7 @@ for what in sleep light; do
   esac
   queue "$what-one" "$argv" a
   queue "$what-two" "$argv" a b
-  read -r one lead1 used1 < "$work/$what-one.result"
-  read -r two lead2 used2 < "$work/$what-two.result"
-  python3 -c "print(f'$what: one engine ($used1) {$one} jobs/min, two engines ($used2) {$two} jobs/min, ratio {$two/$one:.2f}x (target >= 1.8); largest lead of one workspace in start order: {$lead1} and {$lead2} (fair: <= the slots in use, {2 * $slots})')"
+  read -r one lead1 used1 busy1 < "$work/$what-one.result"
+  read -r two lead2 used2 busy2 < "$work/$what-two.result"
+  python3 -c "print(f'$what: one engine ($used1) {$one} jobs/min, two engines ($used2) {$two} jobs/min, ratio {$two/$one:.2f}x (target >= 1.8); this machine\'s CPUs busy {$busy1}% and {$busy2}% (engines sharing them cannot go past {100/$busy1:.2f}x the first); largest lead of one workspace in start order once all were queued: {$lead1} and {$lead2}')"
 done

@@ -10,6 +10,7 @@
 pub mod images;
 mod ping;
 pub mod render;
+pub mod tarball;
 pub mod transport;
 pub mod volumes;
 

@@ -16,7 +16,7 @@
 //! container. An engine host that can spare a block device can use a loop-mounted ext4 volume
 //! instead (`type=ext4`, `device=<image>`), whose content survives unmounting; not built yet.
 
-use super::{DockerRuntime, docker_err, is_status};
+use super::{DockerRuntime, docker_err, is_status, tarball};
 use crate::limits;
 use crate::sandbox::SandboxError;
 use crate::sandbox::runtime::{
@@ -30,6 +30,7 @@ use bollard::query_parameters::{
 };
 use futures_util::StreamExt;
 use std::collections::HashMap;
+use std::io::Write;
 
 pub use crate::sandbox::HOLDER_IMAGE;
 /// Where the holder mounts the volume.
@@ -155,8 +156,9 @@ impl DockerVolumes {
             .map_err(docker_err("start workspace holder"))
     }
 
-    /// The volume and its holder, then the tree (read and packed meanwhile) into it: `false`
-    /// when `files` resolved to nothing (what was made is left for the caller to delete).
+    /// The volume and its holder (made while the caller reads the tree), then the tree,
+    /// packed as it is sent: `false` when `files` resolved to nothing (what was made is left
+    /// for the caller to delete).
     async fn upload_inner(
         &self,
         name: &str,
@@ -165,36 +167,29 @@ impl DockerVolumes {
         steps: &mut Steps,
     ) -> Result<bool, SandboxError> {
         let (uid, gid) = (spec.uid, spec.gid);
-        // The tree is read (by the caller) and packed while the engine makes the volume and
-        // starts its holder; neither waits for the other.
-        let packing = async move {
-            let files = files.await?;
-            let t = std::time::Instant::now();
-            let packed = tokio::task::spawn_blocking(move || pack(&files, uid, gid))
-                .await
-                .expect("packing a tree does not panic");
-            Some((packed, t.elapsed()))
-        };
-        let making = async {
-            let t = std::time::Instant::now();
-            self.make(name, spec).await?;
-            Ok::<_, SandboxError>(t.elapsed())
-        };
-        let (packed, made) = tokio::join!(packing, making);
-        steps.mark("volume+holder|read+pack");
-        let made = made?;
-        let Some((packed, pack_took)) = packed else {
+        let (files, made) = tokio::join!(files, self.make(name, spec));
+        steps.mark("volume+holder|read");
+        made?;
+        let Some(files) = files else {
             return Ok(false);
         };
-        let (tar, outward) = packed?;
-        tracing::debug!(
-            target: "airlock::steps",
-            subject = name,
-            volume_and_holder_us = made.as_micros() as u64,
-            pack_us = pack_took.as_micros() as u64,
-            "made and packed at once"
-        );
-        self.sandbox
+        let (tx, rx) = tokio::sync::mpsc::channel(tarball::CHUNKS_IN_FLIGHT);
+        let packer = tokio::task::spawn_blocking(move || {
+            let mut w = tarball::ChunkSender::new(tx);
+            match tarball::pack_into(&files, uid, gid, &mut w).and_then(|(w, outward)| {
+                w.flush()?;
+                Ok(outward)
+            }) {
+                Ok(outward) => Ok(outward),
+                Err(e) => {
+                    let kind = e.kind();
+                    w.fail(std::io::Error::new(kind, e.to_string()));
+                    Err(e)
+                }
+            }
+        });
+        let sent = self
+            .sandbox
             .transfers()
             .upload_to_container(
                 &Self::holder(name),
@@ -203,11 +198,20 @@ impl DockerVolumes {
                         .path(HOLDER_MOUNT)
                         .build(),
                 ),
-                bollard::body_full(tar.into()),
+                bollard::body_try_stream(tarball::chunk_stream(rx)),
             )
-            .await
-            .map_err(docker_err("upload workspace"))?;
-        steps.mark("upload");
+            .await;
+        let packed = packer.await.expect("packing a tree does not panic");
+        // A packer whose transfer went away failed because of it: the transfer's error says why.
+        let outward = match (packed, sent) {
+            (Err(e), Ok(())) => return Err(pack_failed(e)),
+            (Err(e), Err(_)) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                return Err(pack_failed(e));
+            }
+            (_, Err(e)) => return Err(docker_err("upload workspace")(e)),
+            (Ok(outward), Ok(())) => outward,
+        };
+        steps.mark("pack+upload");
         if !outward.is_empty() {
             self.outward_links(name, &outward).await?;
             steps.mark("outward links");
@@ -260,7 +264,12 @@ impl DockerVolumes {
                     .build(),
             ),
         );
-        let mut tar = Vec::new();
+        // Unpacked as it arrives, on a blocking thread.
+        let (tx, rx) = tokio::sync::mpsc::channel(tarball::CHUNKS_IN_FLIGHT);
+        let unpacker = tokio::task::spawn_blocking(move || {
+            tarball::unpack_from(tarball::ChunkReceiver::new(rx), inodes)
+        });
+        let mut received = 0u64;
         loop {
             let next = tokio::time::timeout(limits::ENGINE_STREAM_IDLE_TIMEOUT, stream.next())
                 .await
@@ -270,18 +279,20 @@ impl DockerVolumes {
                 })?;
             let Some(chunk) = next else { break };
             let chunk = chunk.map_err(docker_err("read back workspace"))?;
-            if tar.len() as u64 + chunk.len() as u64 > max {
+            received += chunk.len() as u64;
+            if received > max {
                 return Err(SandboxError::Runtime(format!(
                     "volume {name}: the read-back exceeds {max} bytes"
                 )));
             }
-            tar.extend_from_slice(&chunk);
+            if tx.send(chunk).await.is_err() {
+                // The unpacker stopped early: its error says why.
+                break;
+            }
         }
-        steps.mark("download");
-        let files = tokio::task::spawn_blocking(move || unpack(&tar, inodes))
-            .await
-            .expect("unpacking a tree does not panic")?;
-        steps.mark("unpack");
+        drop(tx);
+        let files = unpacker.await.expect("unpacking a tree does not panic")?;
+        steps.mark("download+unpack");
         steps.log(name);
         Ok(Some(files))
     }
@@ -421,14 +432,14 @@ impl DockerVolumes {
                 .expect("reading a set does not panic")?
         };
         if let Some((path, target)) = files.iter().find_map(|(p, f)| match f {
-            VolumeFile::Symlink { target } if leads_out(p, target) => Some((p, target)),
+            VolumeFile::Symlink { target } if tarball::leads_out(p, target) => Some((p, target)),
             _ => None,
         }) {
             return Err(SandboxError::Runtime(format!(
                 "{path} -> {target} leads out of the set; it cannot be uploaded"
             )));
         }
-        let (tar, _) = tokio::task::spawn_blocking(move || pack(&files, 0, 0))
+        let (tar, _) = tokio::task::spawn_blocking(move || tarball::pack(&files, 0, 0))
             .await
             .expect("packing a set does not panic")?;
         // A container that never runs: the archive API fills the volume it mounts.
@@ -579,6 +590,10 @@ impl DockerVolumes {
     }
 }
 
+fn pack_failed(e: std::io::Error) -> SandboxError {
+    SandboxError::Runtime(format!("pack workspace: {e}"))
+}
+
 /// (bytes, inodes) from a tmpfs volume's `o=` option.
 fn quota_of(options: &HashMap<String, String>) -> (u64, u64) {
     let mut quota = (0, 0);
@@ -597,149 +612,8 @@ fn quota_of(options: &HashMap<String, String>) -> (u64, u64) {
     quota
 }
 
-/// The tree as a tar stream: directories first (each once), every entry owned by the sandbox
-/// user, regular files 0644 or 0755, as a checkout would have them.
 /// Symlinks made in one exec at most (their paths and targets are its arguments).
 const OUTWARD_LINKS_PER_EXEC: usize = 256;
-
-/// Whether a symlink at `path` (relative to the volume's root) with a relative `target` leads
-/// out of the volume: the engine's archive extraction refuses such a link ("invalid symlink"),
-/// though git keeps it and a local checkout has it.
-fn leads_out(path: &str, target: &str) -> bool {
-    if target.starts_with('/') {
-        return false;
-    }
-    let mut depth: i64 = path.matches('/').count() as i64;
-    for part in target.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                depth -= 1;
-                if depth < 0 {
-                    return true;
-                }
-            }
-            _ => depth += 1,
-        }
-    }
-    false
-}
-
-/// A tar of `files` owned by `uid:gid`, and the symlinks left out of it because the engine's
-/// extraction refuses them (a relative target leading out of the volume: made afterwards by
-/// [`DockerVolumes::outward_links`]).
-type Packed = (Vec<u8>, Vec<(String, String)>);
-
-fn pack(files: &VolumeFiles, uid: u32, gid: u32) -> Result<Packed, SandboxError> {
-    let fail = |e: std::io::Error| SandboxError::Runtime(format!("pack workspace: {e}"));
-    let mut b = tar::Builder::new(Vec::new());
-    let mut dirs = std::collections::BTreeSet::new();
-    let header = |kind: tar::EntryType, mode: u32, size: u64| {
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(kind);
-        h.set_mode(mode);
-        h.set_uid(uid.into());
-        h.set_gid(gid.into());
-        h.set_size(size);
-        h.set_mtime(0);
-        h
-    };
-    let mut outward = Vec::new();
-    for (path, file) in files {
-        if let VolumeFile::Symlink { target } = file
-            && leads_out(path, target)
-        {
-            outward.push((path.clone(), target.clone()));
-            continue;
-        }
-        let mut parent = std::path::Path::new(path).parent();
-        let mut missing = Vec::new();
-        while let Some(p) = parent.filter(|p| !p.as_os_str().is_empty()) {
-            if dirs.insert(p.to_path_buf()) {
-                missing.push(p.to_path_buf());
-            }
-            parent = p.parent();
-        }
-        for d in missing.into_iter().rev() {
-            let mut h = header(tar::EntryType::Directory, 0o755, 0);
-            b.append_data(&mut h, &d, std::io::empty()).map_err(fail)?;
-        }
-        match file {
-            VolumeFile::File { executable, bytes } => {
-                let mode = if *executable { 0o755 } else { 0o644 };
-                let mut h = header(tar::EntryType::Regular, mode, bytes.len() as u64);
-                b.append_data(&mut h, path, bytes.as_slice())
-                    .map_err(fail)?;
-            }
-            VolumeFile::Symlink { target } => {
-                let mut h = header(tar::EntryType::Symlink, 0o777, 0);
-                b.append_link(&mut h, path, target).map_err(fail)?;
-            }
-        }
-    }
-    Ok((b.into_inner().map_err(fail)?, outward))
-}
-
-/// A read-back tar stream (its first component is the mount's own name) as volume files:
-/// regular files and symlinks; a hard link is the file it links to; directories and special
-/// files (fifos, devices, sockets) are not files of a tree and are left out, so a tracked path
-/// that became one reads as changed. At most `max_entries` entries.
-fn unpack(tar_bytes: &[u8], max_entries: u64) -> Result<VolumeFiles, SandboxError> {
-    let fail = |what: String| SandboxError::Runtime(format!("read back workspace: {what}"));
-    let mut files = VolumeFiles::new();
-    let mut archive = tar::Archive::new(tar_bytes);
-    let mut entries_seen = 0u64;
-    for entry in archive.entries().map_err(|e| fail(e.to_string()))? {
-        let mut entry = entry.map_err(|e| fail(e.to_string()))?;
-        entries_seen += 1;
-        if max_entries > 0 && entries_seen > max_entries + 1 {
-            return Err(fail(format!("more than {max_entries} entries")));
-        }
-        let raw = entry.path().map_err(|e| fail(e.to_string()))?.into_owned();
-        let Some(rel) = strip_mount(&raw) else {
-            continue;
-        };
-        let kind = entry.header().entry_type();
-        let file = if kind.is_file() {
-            let executable = entry.header().mode().map_err(|e| fail(e.to_string()))? & 0o100 != 0;
-            let mut bytes = Vec::with_capacity(entry.size() as usize);
-            std::io::Read::read_to_end(&mut entry, &mut bytes).map_err(|e| fail(e.to_string()))?;
-            VolumeFile::File { executable, bytes }
-        } else if kind.is_symlink() {
-            let target = entry
-                .link_name()
-                .map_err(|e| fail(e.to_string()))?
-                .ok_or_else(|| fail(format!("{rel}: a symlink without a target")))?;
-            VolumeFile::Symlink {
-                target: target
-                    .to_str()
-                    .ok_or_else(|| fail(format!("{rel}: a target that is not UTF-8")))?
-                    .to_string(),
-            }
-        } else if kind.is_hard_link() {
-            let target = entry
-                .link_name()
-                .map_err(|e| fail(e.to_string()))?
-                .and_then(|t| strip_mount(&t));
-            match target.and_then(|t| files.get(&t).cloned()) {
-                Some(f) => f,
-                None => continue,
-            }
-        } else {
-            continue;
-        };
-        files.insert(rel, file);
-    }
-    Ok(files)
-}
-
-/// `w/a/b` -> `a/b`; `None` for the mount itself or a path that is not UTF-8 (not a path of
-/// a tree Airlock staged, so never one the source check compares).
-fn strip_mount(p: &std::path::Path) -> Option<String> {
-    let s = p.to_str()?;
-    let rest = s.split_once('/')?.1.trim_end_matches('/');
-    (!rest.is_empty()).then(|| rest.to_string())
-}
 
 impl EngineVolumes for DockerVolumes {
     fn upload<'a>(
@@ -827,86 +701,7 @@ impl EngineVolumes for DockerVolumes {
 
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn outward_links_are_those_leading_out_of_the_volume() {
-        for (path, target, out) in [
-            ("a", "../x", true),
-            ("d/a", "../x", false),
-            ("d/a", "../../x", true),
-            ("a", "/etc/passwd", false),
-            ("a", "b/../../x", true),
-            ("d/e/a", "./../../b", false),
-            ("a", "README", false),
-        ] {
-            assert_eq!(super::leads_out(path, target), out, "{path} -> {target}");
-        }
-    }
-
     use super::*;
-
-    #[test]
-    fn a_packed_tree_reads_back_as_itself() {
-        let mut files = VolumeFiles::new();
-        files.insert(
-            "a.txt".into(),
-            VolumeFile::File {
-                executable: false,
-                bytes: b"hi\n".to_vec(),
-            },
-        );
-        files.insert(
-            "bin/run".into(),
-            VolumeFile::File {
-                executable: true,
-                bytes: b"#!/bin/sh\n".to_vec(),
-            },
-        );
-        files.insert(
-            "d/e/link".into(),
-            VolumeFile::Symlink {
-                target: "../../a.txt".into(),
-            },
-        );
-        let (tar, outward) = pack(&files, 65532, 65532).unwrap();
-        assert!(outward.is_empty(), "{outward:?}");
-        // What the engine sends back is rooted at the mount's own name.
-        let mut rooted = tar::Builder::new(Vec::new());
-        let mut archive = tar::Archive::new(tar.as_slice());
-        for e in archive.entries().unwrap() {
-            let mut e = e.unwrap();
-            let mut h = e.header().clone();
-            let path = format!("w/{}", e.path().unwrap().display());
-            if h.entry_type().is_symlink() {
-                let target = e.link_name().unwrap().unwrap().into_owned();
-                rooted.append_link(&mut h, &path, target).unwrap();
-            } else {
-                let mut data = Vec::new();
-                std::io::Read::read_to_end(&mut e, &mut data).unwrap();
-                rooted.append_data(&mut h, &path, data.as_slice()).unwrap();
-            }
-        }
-        let back = unpack(&rooted.into_inner().unwrap(), 100).unwrap();
-        assert_eq!(back, files);
-        assert!(matches!(
-            unpack(&pack(&files, 1, 1).unwrap().0, 1),
-            Err(SandboxError::Runtime(m)) if m.contains("more than 1 entries")
-        ));
-        // A link leading out of the volume is left out of the tar and handed back.
-        files.insert(
-            "d/out".into(),
-            VolumeFile::Symlink {
-                target: "../../..".into(),
-            },
-        );
-        let (tar, outward) = pack(&files, 1, 1).unwrap();
-        assert_eq!(outward, [("d/out".to_string(), "../../..".to_string())]);
-        let mut names = vec![];
-        for e in tar::Archive::new(tar.as_slice()).entries().unwrap() {
-            names.push(e.unwrap().path().unwrap().display().to_string());
-        }
-        assert!(!names.iter().any(|n| n == "d/out"), "{names:?}");
-    }
 
     #[test]
     fn the_quota_is_read_from_the_volumes_options() {
