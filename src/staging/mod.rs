@@ -329,6 +329,50 @@ impl Repo {
         cmd.args(["read-tree", "--end-of-options"]).arg(rev);
         run_git(cmd, &[0])?;
         let read_us = t0.elapsed().as_micros() as u64;
+        // The index's listing (every path's mode and blob id) needs only what read-tree
+        // wrote: it runs beside the checkout and the hand-over, which never write the index.
+        let (listed, written) = std::thread::scope(|scope| {
+            let listing = scope.spawn(|| {
+                let listed = self.index_entries(tree, index, empty_tree);
+                (listed, t0.elapsed().as_micros() as u64 - read_us)
+            });
+            let written = self.checkout_and_hand_over(tree, index, empty_tree, owner, t0);
+            (
+                listing.join().expect("listing the index does not panic"),
+                written,
+            )
+        });
+        let ((mut stats, bytes), checkout_us, hand_over_us) = written?;
+        let (listed, list_us) = listed;
+        let snapshot: Vec<_> = listed?
+            .into_iter()
+            .map(|(path, mode, oid)| {
+                let stat = stats.remove(&path);
+                (path, Staged { mode, oid, stat })
+            })
+            .collect();
+        tracing::debug!(
+            paths = snapshot.len(),
+            read_us,
+            checkout_us,
+            hand_over_us,
+            list_us,
+            "tree materialized"
+        );
+        Ok((std::sync::Arc::new(snapshot), bytes))
+    }
+
+    /// The index's files written into `tree`, then given to `uid:gid` with every path's stat
+    /// recorded as it is after that: the stats and bytes, and the microseconds each took.
+    fn checkout_and_hand_over(
+        &self,
+        tree: &Path,
+        index: &Path,
+        empty_tree: &str,
+        owner: (u32, u32),
+        t0: std::time::Instant,
+    ) -> Result<((Stats, u64), u64, u64), StagingError> {
+        let started = t0.elapsed().as_micros() as u64;
         let mut cmd = self.git_worktree(tree, index, empty_tree);
         // Parallel checkout (one worker per core; git keeps small trees sequential): the same
         // files, modes and symlinks, written by several processes. On 2 cores it halves the
@@ -341,30 +385,14 @@ impl Repo {
             "--force",
         ]);
         run_git(cmd, &[0])?;
-        let checkout_us = t0.elapsed().as_micros() as u64 - read_us;
+        let checkout_us = t0.elapsed().as_micros() as u64 - started;
         // One walk gives the tree to the sandbox user and records every path's stat as it is
         // after that (ownership changes move ctime), to the nanosecond. The check after the run
         // compares against this snapshot, so neither git's one-second stat cache nor a refresh
         // pass over the whole tree is needed.
-        let (mut stats, bytes) = hand_over(tree, owner.0, owner.1)?;
-        let hand_over_us = t0.elapsed().as_micros() as u64 - read_us - checkout_us;
-        let snapshot: Vec<_> = self
-            .index_entries(tree, index, empty_tree)?
-            .into_iter()
-            .map(|(path, mode, oid)| {
-                let stat = stats.remove(&path);
-                (path, Staged { mode, oid, stat })
-            })
-            .collect();
-        tracing::debug!(
-            paths = snapshot.len(),
-            read_us,
-            checkout_us,
-            hand_over_us,
-            list_us = t0.elapsed().as_micros() as u64 - read_us - checkout_us - hand_over_us,
-            "tree materialized"
-        );
-        Ok((std::sync::Arc::new(snapshot), bytes))
+        let handed = hand_over(tree, owner.0, owner.1)?;
+        let hand_over_us = t0.elapsed().as_micros() as u64 - started - checkout_us;
+        Ok((handed, checkout_us, hand_over_us))
     }
 
     /// Stages a disposable checkout of `commit` into `checkouts/<key>/` (which must not exist),
