@@ -68,7 +68,9 @@ config() { # FILE PORT ENGINES...
   {
     echo "listen = \"127.0.0.1:$port\""
     echo "data_dir = \"$file.data\""
-    echo "max_concurrent_verifications = $((2 * slots * 2))"
+    # As many jobs start as the engines have slots: a job's start (its slot in the fair queue)
+    # is then its placement, and the start order is the fair queue's order.
+    echo "max_concurrent_verifications = $((slots * $#))"
     for ws in a b; do
       echo "[workspaces.$ws]"
       echo "repo = \"$repo\""
