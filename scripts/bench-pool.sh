@@ -8,7 +8,7 @@
 #   2. a CPU-light real command (reads the checkout and hashes a binary of the image).
 # Reports jobs per minute (from the first job queued to the last settled, the server's own
 # timestamps) and the ratio two engines / one (target >= 1.8), how busy this machine's CPUs
-# were (both engines run here and share them: the ceiling of the ratio), and checks the fair
+# were (both engines run here and share them, which a farm's engines would not), and checks the fair
 # per-workspace order: once every job is queued, jobs start alternating between the
 # workspaces although every `a` job was queued first (the largest lead of one workspace over
 # the other in start order is printed; round robin keeps it at 1). Usage:
@@ -167,5 +167,5 @@ for what in sleep light; do
   queue "$what-two" "$argv" a b
   read -r one lead1 used1 busy1 < "$work/$what-one.result"
   read -r two lead2 used2 busy2 < "$work/$what-two.result"
-  python3 -c "print(f'$what: one engine ($used1) {$one} jobs/min, two engines ($used2) {$two} jobs/min, ratio {$two/$one:.2f}x (target >= 1.8); this machine\'s CPUs busy {$busy1}% and {$busy2}% (engines sharing them cannot go past {100/$busy1:.2f}x the first); largest lead of one workspace in start order once all were queued: {$lead1} and {$lead2}')"
+  python3 -c "print(f'$what: one engine ($used1) {$one} jobs/min, two engines ($used2) {$two} jobs/min, ratio {$two/$one:.2f}x (target >= 1.8); this machine\'s CPUs busy {$busy1}% and {$busy2}% (both engines run on them); largest lead of one workspace in start order once all were queued: {$lead1} and {$lead2}')"
 done
