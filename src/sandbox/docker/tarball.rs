@@ -299,23 +299,7 @@ mod tests {
         );
         let (tar, outward) = pack(&files, 65532, 65532).unwrap();
         assert!(outward.is_empty(), "{outward:?}");
-        // What the engine sends back is rooted at the mount's own name.
-        let mut rooted = tar::Builder::new(Vec::new());
-        let mut archive = tar::Archive::new(tar.as_slice());
-        for e in archive.entries().unwrap() {
-            let mut e = e.unwrap();
-            let mut h = e.header().clone();
-            let path = format!("w/{}", e.path().unwrap().display());
-            if h.entry_type().is_symlink() {
-                let target = e.link_name().unwrap().unwrap().into_owned();
-                rooted.append_link(&mut h, &path, target).unwrap();
-            } else {
-                let mut data = Vec::new();
-                std::io::Read::read_to_end(&mut e, &mut data).unwrap();
-                rooted.append_data(&mut h, &path, data.as_slice()).unwrap();
-            }
-        }
-        let back = unpack(&rooted.into_inner().unwrap(), 100).unwrap();
+        let back = unpack(&rooted(&tar), 100).unwrap();
         assert_eq!(back, files);
         assert!(matches!(
             unpack(&pack(&files, 1, 1).unwrap().0, 1),
@@ -335,6 +319,25 @@ mod tests {
             names.push(e.unwrap().path().unwrap().display().to_string());
         }
         assert!(!names.iter().any(|n| n == "d/out"), "{names:?}");
+    }
+
+    /// `tar` as the engine sends a read-back: rooted at the mount's own name.
+    fn rooted(tar: &[u8]) -> Vec<u8> {
+        let mut rooted = tar::Builder::new(Vec::new());
+        for e in tar::Archive::new(tar).entries().unwrap() {
+            let mut e = e.unwrap();
+            let mut h = e.header().clone();
+            let path = format!("w/{}", e.path().unwrap().display());
+            if h.entry_type().is_symlink() {
+                let target = e.link_name().unwrap().unwrap().into_owned();
+                rooted.append_link(&mut h, &path, target).unwrap();
+            } else {
+                let mut data = Vec::new();
+                Read::read_to_end(&mut e, &mut data).unwrap();
+                rooted.append_data(&mut h, &path, data.as_slice()).unwrap();
+            }
+        }
+        rooted.into_inner().unwrap()
     }
 
     /// A tree of `n` files of `size` bytes each, in `n / 100` directories.
@@ -391,17 +394,7 @@ mod tests {
     async fn a_read_back_unpacked_as_it_arrives_is_the_read_back_unpacked_whole() {
         let files = tree(300, 1000);
         let (tar, _) = pack(&files, 1, 1).unwrap();
-        // What the engine sends back is rooted at the mount's own name.
-        let mut rooted = tar::Builder::new(Vec::new());
-        for e in tar::Archive::new(tar.as_slice()).entries().unwrap() {
-            let mut e = e.unwrap();
-            let mut h = e.header().clone();
-            let path = format!("w/{}", e.path().unwrap().display());
-            let mut data = Vec::new();
-            Read::read_to_end(&mut e, &mut data).unwrap();
-            rooted.append_data(&mut h, &path, data.as_slice()).unwrap();
-        }
-        let rooted = rooted.into_inner().unwrap();
+        let rooted = rooted(&tar);
         let (tx, rx) = mpsc::channel(CHUNKS_IN_FLIGHT);
         let unpacker =
             tokio::task::spawn_blocking(move || unpack_from(ChunkReceiver::new(rx), 1000));
