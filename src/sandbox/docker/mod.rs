@@ -127,28 +127,13 @@ impl DockerRuntime {
         e: &crate::config::engines::EngineConfig,
         kind: spec::WorkspaceKind,
     ) -> Result<(DockerRuntime, Option<String>), SandboxError> {
-        use crate::config::engines::EngineHost;
         let endpoint = format!("{} (engine {:?})", e.host, e.name);
         let unreachable = |message: String| SandboxError::Unreachable {
             endpoint: endpoint.clone(),
             message,
         };
-        let timeout = limits::ENGINE_CALL_TIMEOUT_SECS;
-        let version = bollard::API_DEFAULT_VERSION;
         let mut steps = super::steps::Steps::start("reach engine");
-        let docker = match (&e.host, &e.tls) {
-            (EngineHost::Unix(path), _) => {
-                Docker::connect_with_socket(&path.to_string_lossy(), timeout, version)
-                    .map_err(|err| err.to_string())
-            }
-            (EngineHost::Tcp { host, port }, Some(tls)) => {
-                transport::tls(&format!("{host}:{port}"), tls, version)
-            }
-            (EngineHost::Tcp { host, port }, None) => {
-                transport::plain(&format!("{host}:{port}"), version)
-            }
-        }
-        .map_err(unreachable)?;
+        let docker = transport::client(e).map_err(unreachable)?;
         steps.mark("client");
         let negotiated = Self::negotiated(docker.clone(), kind, &endpoint).await;
         steps.mark("negotiate");

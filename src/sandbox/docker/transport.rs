@@ -7,7 +7,7 @@
 //! segments waits for the engine's delayed acknowledgement: about 40 ms per call on loopback,
 //! a dozen calls per job. Upgraded connections (attach) leave the pool as hyper upgrades them.
 
-use crate::config::engines::EngineTls;
+use crate::config::engines::{EngineConfig, EngineHost, EngineTls};
 use crate::limits;
 use bollard::{BollardRequest, Docker};
 use hyper_rustls::HttpsConnector;
@@ -62,6 +62,22 @@ pub fn tls_config(tls: &EngineTls) -> Result<rustls::ClientConfig, String> {
         .with_root_certificates(roots)
         .with_client_auth_cert(certs, key)
         .map_err(|e| unusable(&tls.key, &format!("does not go with the certificate: {e}")))
+}
+
+/// The client of one `[[engines]]` entry, on the client's own API version (negotiated by the
+/// caller): its socket, TCP with mutual TLS, or plain TCP where the configuration allowed it.
+pub fn client(e: &EngineConfig) -> Result<Docker, String> {
+    let version = bollard::API_DEFAULT_VERSION;
+    match (&e.host, &e.tls) {
+        (EngineHost::Unix(path), _) => Docker::connect_with_socket(
+            &path.to_string_lossy(),
+            limits::ENGINE_CALL_TIMEOUT_SECS,
+            version,
+        )
+        .map_err(|err| err.to_string()),
+        (EngineHost::Tcp { host, port }, Some(t)) => tls(&format!("{host}:{port}"), t, version),
+        (EngineHost::Tcp { host, port }, None) => plain(&format!("{host}:{port}"), version),
+    }
 }
 
 /// A client of engine `addr` (`host:port`) over mutual TLS.
