@@ -587,10 +587,15 @@ async fn watch_engine(
         tokio::pin!(added);
         added.as_mut().enable();
         let images = wanted.list();
-        let checked = images::check(&e.runtime, &images).await;
+        // The images and the engine's runtimes are asked about at once: placement waits for
+        // both before a first job (the runtimes are believed only from an engine that also
+        // answered about the images).
+        let (checked, facts) = tokio::join!(
+            images::check(&e.runtime, &images),
+            tokio::time::timeout(crate::limits::ENGINE_CALL_TIMEOUT, e.runtime.facts())
+        );
         if checked.is_ok()
-            && let Ok(Ok(facts)) =
-                tokio::time::timeout(crate::limits::ENGINE_CALL_TIMEOUT, e.runtime.facts()).await
+            && let Ok(Ok(facts)) = facts
         {
             e.record_offered(facts.runtimes);
         }
