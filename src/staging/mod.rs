@@ -606,6 +606,16 @@ fn stat_key_of(m: &std::fs::Metadata) -> StatKey {
     }
 }
 
+/// A private temporary directory (an index, fast-import marks), removed when dropped; `op`
+/// names it in the error.
+fn scratch_dir(op: &'static str) -> Result<tempfile::TempDir, StagingError> {
+    tempfile::tempdir().map_err(|e| StagingError::Io {
+        op,
+        path: std::env::temp_dir(),
+        source: e,
+    })
+}
+
 pub(crate) fn walk_no_follow(
     path: &Path,
     f: &mut dyn FnMut(&Path, &std::fs::Metadata) -> Result<(), StagingError>,

@@ -18,11 +18,7 @@ impl Repo {
         if contents.is_empty() {
             return Ok(vec![]);
         }
-        let tmp = tempfile::tempdir().map_err(|e| StagingError::Io {
-            op: "temp marks dir",
-            path: std::env::temp_dir(),
-            source: e,
-        })?;
+        let tmp = super::scratch_dir("temp marks dir")?;
         let marks = tmp.path().join("marks");
         let mut stream = Vec::with_capacity(contents.iter().map(|c| c.len() + 32).sum());
         for (i, c) in contents.iter().enumerate() {

@@ -484,11 +484,7 @@ impl Repo {
         tree: &str,
         edits: &[(String, Option<(String, FileMode)>)],
     ) -> Result<String, StagingError> {
-        let tmp = tempfile::tempdir().map_err(|e| StagingError::Io {
-            op: "temp index dir",
-            path: std::env::temp_dir(),
-            source: e,
-        })?;
+        let tmp = super::scratch_dir("temp index dir")?;
         let index = tmp.path().join("index");
         let mut cmd = self.git();
         cmd.env("GIT_INDEX_FILE", &index).args(["read-tree", tree]);

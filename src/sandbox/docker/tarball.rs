@@ -139,7 +139,6 @@ pub fn pack_into<W: Write>(
     gid: u32,
     w: W,
 ) -> std::io::Result<(W, Outward)> {
-    let fail = |e: std::io::Error| e;
     let mut b = tar::Builder::new(w);
     let mut dirs = std::collections::BTreeSet::new();
     let header = |kind: tar::EntryType, mode: u32, size: u64| {
@@ -170,22 +169,21 @@ pub fn pack_into<W: Write>(
         }
         for d in missing.into_iter().rev() {
             let mut h = header(tar::EntryType::Directory, 0o755, 0);
-            b.append_data(&mut h, &d, std::io::empty()).map_err(fail)?;
+            b.append_data(&mut h, &d, std::io::empty())?;
         }
         match file {
             VolumeFile::File { executable, bytes } => {
                 let mode = if *executable { 0o755 } else { 0o644 };
                 let mut h = header(tar::EntryType::Regular, mode, bytes.len() as u64);
-                b.append_data(&mut h, path, bytes.as_slice())
-                    .map_err(fail)?;
+                b.append_data(&mut h, path, bytes.as_slice())?;
             }
             VolumeFile::Symlink { target } => {
                 let mut h = header(tar::EntryType::Symlink, 0o777, 0);
-                b.append_link(&mut h, path, target).map_err(fail)?;
+                b.append_link(&mut h, path, target)?;
             }
         }
     }
-    Ok((b.into_inner().map_err(fail)?, outward))
+    Ok((b.into_inner()?, outward))
 }
 
 /// A read-back tar stream (its first component is the mount's own name) as volume files:

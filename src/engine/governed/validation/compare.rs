@@ -5,7 +5,7 @@
 //! worktree held (its pre-image, read from the worktree's HEAD only when that is the same
 //! content).
 
-use super::Record;
+use super::{PostImage, Record};
 use crate::config::Permission;
 use crate::engine::actor::Actor;
 use crate::engine::error::ServiceError;
@@ -165,17 +165,31 @@ fn compare(repo: &Repo, old: &Record, new: &Record) -> Result<Compared, String> 
     })
 }
 
-/// The fingerprint of what `rec`'s revision leaves at `path` (see [`after`]), from the records.
-fn fingerprint_after(rec: &Record, other: &Record, path: &str) -> Option<Fingerprint> {
+/// What the records say `rec`'s revision leaves at `path`: its post-image when it touches it,
+/// else the file as the worktree held it (a pre-image, `other`'s first: `other` touched it).
+enum Left<'a> {
+    Post(&'a PostImage),
+    Pre(&'a Fingerprint),
+}
+
+fn left_at<'a>(rec: &'a Record, other: &'a Record, path: &str) -> Option<Left<'a>> {
     if let Some(p) = rec.post_images.iter().find(|p| p.path == path) {
-        return Some(p.fingerprint.clone());
+        return Some(Left::Post(p));
     }
     other
         .pre_images
         .iter()
         .chain(&rec.pre_images)
         .find(|(p, _)| p == path)
-        .map(|(_, f)| f.clone())
+        .map(|(_, f)| Left::Pre(f))
+}
+
+/// The fingerprint of what `rec`'s revision leaves at `path` (see [`after`]), from the records.
+fn fingerprint_after(rec: &Record, other: &Record, path: &str) -> Option<Fingerprint> {
+    left_at(rec, other, path).map(|left| match left {
+        Left::Post(p) => p.fingerprint.clone(),
+        Left::Pre(f) => f.clone(),
+    })
 }
 
 /// What `rec`'s revision leaves at `path`: its post-image when it touches it, else the file as
@@ -188,16 +202,13 @@ fn after(
     other: &Record,
     path: &str,
 ) -> Result<Side, String> {
-    if let Some(p) = rec.post_images.iter().find(|p| p.path == path) {
-        return post_image(repo, &p.fingerprint, p.blob.as_deref(), path).map(Side::Known);
-    }
-    let Some((_, pre)) = other
-        .pre_images
-        .iter()
-        .chain(&rec.pre_images)
-        .find(|(p, _)| p == path)
-    else {
-        return Ok(Side::Unkept(Fingerprint::Absent));
+    let pre = match left_at(rec, other, path) {
+        Some(Left::Post(p)) => {
+            return post_image(repo, &p.fingerprint, p.blob.as_deref(), path).map(Side::Known);
+        }
+        Some(Left::Pre(pre)) => pre,
+        // Every touched path has a pre-image in the validation that touched it.
+        None => return Err(format!("{path}: neither validation recorded what it held")),
     };
     if *pre == Fingerprint::Absent {
         return Ok(Side::Known(Image::Absent));
