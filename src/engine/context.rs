@@ -212,9 +212,11 @@ pub async fn configured_pool(
             .await
             .map_err(|e| e.to_string()),
     );
-    let pool = Pool::new(engines, reference);
-    pool.watch_images(images_of(config).iter().map(String::as_str));
-    Ok(Some(pool))
+    Ok(Some(Pool::new(
+        engines,
+        reference,
+        images_of(config).iter().map(String::as_str),
+    )))
 }
 
 /// Every image the configuration's jobs use: each profile's, and the workspace holder's on a
@@ -238,14 +240,13 @@ fn local_pool(
     seccomp: &SeccompProfile,
 ) -> crate::engine::runner::pool::Pool {
     let workspaces = workspaces_of(runtime.as_ref(), data, seccomp, config.tree_cache_bytes);
-    let pool = crate::engine::runner::pool::Pool::single(
+    crate::engine::runner::pool::Pool::single(
         DEFAULT_ENGINE_NAME,
         runtime,
         workspaces,
         config.max_concurrent_verifications,
-    );
-    pool.watch_images(images_of(config).iter().map(String::as_str));
-    pool
+        images_of(config).iter().map(String::as_str),
+    )
 }
 
 /// The name results carry for the engine of a configuration without `[[engines]]`.

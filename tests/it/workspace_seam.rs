@@ -106,7 +106,7 @@ async fn run_through(refuse_staging: bool, argv: &[&str]) -> (Vec<String>, Strin
         refuse_staging,
     });
     let runtime = ctx.pool.first().runtime.clone();
-    let ctx = ctx.with_pool(Arc::new(Pool::single("local", runtime, recording, 1)));
+    let ctx = ctx.with_pool(Arc::new(Pool::single("local", runtime, recording, 1, [])));
     let runner = airlock::engine::runner::Runner::new(&ctx);
     let prepared = runner
         .prepare(RunRequest {
@@ -285,6 +285,7 @@ async fn run_uploaded(
         fake.clone(),
         Arc::new(Uploads::new(Arc::new(fake.volumes()))),
         1,
+        [],
     )));
     let runner = Runner::new(&ctx);
     let mut prepared = runner

@@ -260,16 +260,24 @@ pub enum Unplaced {
 }
 
 impl Pool {
-    /// A pool of `engines` whose images are checked against `reference`'s. Its background
-    /// checks start at once (on the current tokio runtime) and end when it is dropped.
-    pub fn new(engines: Vec<PoolEngine>, reference: Reference) -> Pool {
+    /// A pool of `engines` whose images are checked against `reference`'s, watching `images`
+    /// from the start. Its background checks start at once (on the current tokio runtime) and
+    /// end when it is dropped; their first round asks about `images` (a set given later would
+    /// cost every engine a second round).
+    pub fn new<'a>(
+        engines: Vec<PoolEngine>,
+        reference: Reference,
+        images: impl IntoIterator<Item = &'a str>,
+    ) -> Pool {
         assert!(!engines.is_empty(), "a pool has at least one engine");
         let (stop, _) = watch::channel(());
+        let wanted = Arc::new(ImageSet::default());
+        wanted.add(images);
         let pool = Pool {
             engines: engines.into_iter().map(Arc::new).collect(),
             freed: Arc::new(Notify::new()),
             reference: Arc::new(reference),
-            wanted: Arc::default(),
+            wanted,
             _stop: stop,
         };
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -294,17 +302,20 @@ impl Pool {
         pool
     }
 
-    /// A pool of one engine, which is also the engine its images are built on.
-    pub fn single(
+    /// A pool of one engine, which is also the engine its images are built on, watching
+    /// `images` from the start.
+    pub fn single<'a>(
         name: &str,
         runtime: Runtime,
         workspaces: Arc<dyn Workspaces>,
         max_jobs: usize,
+        images: impl IntoIterator<Item = &'a str>,
     ) -> Pool {
         let reference = Reference::new(format!("engine {name:?}"), Ok(runtime.clone()));
         Pool::new(
             vec![PoolEngine::new(name, runtime, workspaces, max_jobs, vec![])],
             reference,
+            images,
         )
     }
 
@@ -376,11 +387,6 @@ impl Pool {
     /// The images the background checks ask about.
     pub fn watched_images(&self) -> Vec<String> {
         self.wanted.list()
-    }
-
-    /// Has the background checks ask about `images` (besides those asked about before).
-    pub fn watch_images<'a>(&self, images: impl IntoIterator<Item = &'a str>) {
-        self.wanted.add(images);
     }
 
     /// Waits (up to `bound`) until the reference and every engine answered about every image
@@ -587,22 +593,35 @@ async fn watch_engine(
         tokio::pin!(added);
         added.as_mut().enable();
         let images = wanted.list();
-        // The images and the engine's runtimes are asked about at once: placement waits for
-        // both before a first job (the runtimes are believed only from an engine that also
-        // answered about the images).
-        let (checked, facts) = tokio::join!(
-            images::check(&e.runtime, &images),
+        // The images and the engine's runtimes are asked about at once, and each answer is
+        // used as it comes: a runc job needs only the images (the engine's `info`, which
+        // carries the runtimes, is its slowest answer); a job of another isolation level
+        // waits for the runtimes, believed only from an engine that also answered about the
+        // images.
+        let images_known = async {
+            let checked = images::check(&e.runtime, &images).await;
+            let answered = checked.is_ok();
+            e.probed(checked.as_ref().map(|_| ()).map_err(Clone::clone));
+            e.images.record(checked);
+            freed.notify_waiters();
+            // Mismatches are judged against the ids Airlock built: at start-up the reference
+            // is asked at the same moment, so its answer is waited for (bounded).
+            let deadline = tokio::time::Instant::now() + crate::limits::ENGINE_CALL_TIMEOUT;
+            for image in &images {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                reference.images.known(image, 0, left).await;
+            }
+            e.note_mismatches(e.image_mismatches(&reference, &images));
+            answered
+        };
+        let (answered, facts) = tokio::join!(
+            images_known,
             tokio::time::timeout(crate::limits::ENGINE_CALL_TIMEOUT, e.runtime.facts())
         );
-        if checked.is_ok()
-            && let Ok(Ok(facts)) = facts
-        {
+        if answered && let Ok(Ok(facts)) = facts {
             e.record_offered(facts.runtimes);
+            freed.notify_waiters();
         }
-        e.probed(checked.as_ref().map(|_| ()).map_err(Clone::clone));
-        e.images.record(checked);
-        e.note_mismatches(e.image_mismatches(&reference, &images));
-        freed.notify_waiters();
         tokio::select! {
             _ = tokio::time::sleep(e.next_check()) => {}
             _ = added => {}

@@ -18,7 +18,7 @@ fn engine(name: &str, fake: &Arc<FakeRuntime>, max_jobs: usize, labels: &[&str])
 /// A pool whose images are built on `built`.
 fn pool(engines: Vec<PoolEngine>, built: &Arc<FakeRuntime>) -> Pool {
     let runtime: Runtime = built.clone();
-    Pool::new(engines, Reference::new("the build engine", Ok(runtime)))
+    Pool::new(engines, Reference::new("the build engine", Ok(runtime)), [])
 }
 
 async fn needs_of(pool: &Pool, image: &str) -> Vec<(String, String)> {
@@ -115,6 +115,7 @@ async fn a_job_runs_only_on_an_engine_that_offers_its_isolation_level() {
     let only_runc = super::Pool::new(
         vec![engine("c", &c, 4, &[])],
         Reference::new("the build engine", Ok(c.clone() as Runtime)),
+        [],
     );
     let images = needs_of(&only_runc, "img").await;
     let needs = Needs {
