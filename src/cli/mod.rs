@@ -568,22 +568,37 @@ async fn run(common: &Common, follow: bool, req: RunRequest) -> ExitCode {
     if let Err(e) = config.profile(&req.profile) {
         return refuse(e);
     }
-    if let Err(e) =
-        crate::staging::Repo::open(&req.repo).and_then(|r| r.resolve_commit(&req.rev).map(|_| ()))
+    // The revision is resolved once, here, while the engine is reached (reading it changes
+    // nothing); a bad one is refused before the data dir is opened.
+    let (repo_path, rev) = (req.repo.clone(), req.rev.clone());
+    let resolving = tokio::task::spawn_blocking(move || {
+        let repo = crate::staging::Repo::open(&repo_path)?;
+        let commit = repo.resolve_commit(&rev)?;
+        Ok::<_, crate::staging::StagingError>((repo, commit))
+    });
+    let seccomp = crate::sandbox::seccomp::load();
+    let checkouts = crate::engine::runner::check_checkout_support(&config);
+    let sandbox = crate::sandbox::connect_configured(&config).await;
+    let (repo, commit) = match resolving
+        .await
+        .expect("resolving a revision does not panic")
     {
-        return match RunError::from_git(e) {
-            e if !e.is_malfunction() => refuse(e.to_string()),
-            e => fail(e.to_string()),
-        };
-    }
-    let seccomp = match crate::sandbox::seccomp::load() {
+        Ok(resolved) => resolved,
+        Err(e) => {
+            return match RunError::from_git(e) {
+                e if !e.is_malfunction() => refuse(e.to_string()),
+                e => fail(e.to_string()),
+            };
+        }
+    };
+    let seccomp = match seccomp {
         Ok(s) => s,
         Err(e) => return refuse(e),
     };
-    if let Err(e) = crate::engine::runner::check_checkout_support(&config) {
+    if let Err(e) = checkouts {
         return refuse(e);
     }
-    let sandbox = match crate::sandbox::connect_configured(&config).await {
+    let sandbox = match sandbox {
         Ok(s) => s,
         Err(e) => return refuse(e),
     };
@@ -604,7 +619,17 @@ async fn run(common: &Common, follow: bool, req: RunRequest) -> ExitCode {
     // Each engine's images checked once, so a job no engine can take is refused at once.
     ctx.pool.checked(crate::limits::ENGINE_CALL_TIMEOUT).await;
     let engine = crate::engine::runner::Runner::new(&ctx);
-    let prepared = match engine.prepare(req).await {
+    let prepared = match engine
+        .prepare_commit(
+            repo,
+            commit,
+            &req.profile,
+            req.argv,
+            req.timeout_seconds,
+            None,
+        )
+        .await
+    {
         Ok(p) if follow => p.streaming(crate::sandbox::OutputTap(std::sync::Arc::new(|chunk| {
             use std::io::Write;
             // The user asked to watch: a slow terminal may slow the drain, never the result.
