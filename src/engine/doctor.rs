@@ -539,6 +539,7 @@ async fn probe(
             std::time::Duration::from_secs(PROBE_TIMEOUT_SECONDS),
             &mut phases,
             cancel,
+            crate::sandbox::runtime::start_now(),
         )
         .await;
     match ran {

@@ -329,6 +329,7 @@ impl ContainerRuntime for FakeRuntime {
         timeout: Duration,
         phase: &'a mut super::PhaseHook<'a>,
         mut cancel: watch::Receiver<bool>,
+        start_when: super::runtime::StartWhen<'a>,
     ) -> BoxFuture<'a, Result<JobOutcome, SandboxError>> {
         Box::pin(async move {
             let key = spec.run.creation_key.clone();
@@ -343,7 +344,11 @@ impl ContainerRuntime for FakeRuntime {
             let _ = phase(Phase::Created {
                 container_id: format!("fake-{key}"),
             });
-            if let Err(reason) = phase(Phase::Starting) {
+            let ready = tokio::select! {
+                ready = start_when => ready,
+                _ = cancel.wait_for(|c| *c) => Err("cancelled before the start".into()),
+            };
+            if let Err(reason) = ready.and_then(|()| phase(Phase::Starting)) {
                 self.live
                     .lock()
                     .expect("the fake's set is never poisoned")

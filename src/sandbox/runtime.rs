@@ -30,6 +30,16 @@ pub fn ready<'a>(files: VolumeFiles) -> FilesSource<'a> {
     Box::pin(std::future::ready(Some(Arc::new(files))))
 }
 
+/// What a job's start waits for once its container is created: `Ok` when it may start (its
+/// workspace staged and checked just now), `Err(reason)` when it must not (the job then ends
+/// with [`SandboxError::Refused`] for the container's start, and the container is destroyed).
+pub type StartWhen<'a> = BoxFuture<'a, Result<(), String>>;
+
+/// A start that waits for nothing: the workspace was ready before the container was created.
+pub fn start_now<'a>() -> StartWhen<'a> {
+    Box::pin(std::future::ready(Ok(())))
+}
+
 /// Runs hardened jobs and finds what is left of them after a crash.
 pub trait ContainerRuntime: Send + Sync {
     /// The resolved environment as this engine renders it, minus everything that belongs to
@@ -57,14 +67,18 @@ pub trait ContainerRuntime: Send + Sync {
     /// built from): `None` when there is no such image, `Some(None)` when it has no label.
     fn image_content_sha<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Option<Option<String>>>;
 
-    /// Runs one job to its end and destroys its container. `phase` is called as the job moves
-    /// on and may refuse creation or start; `cancel` flipping to `true` ends it as cancelled.
+    /// Runs one job to its end and destroys its container, in two steps: the container is
+    /// created, then started once `start_when` allows it (so a caller can create it while the
+    /// workspace it mounts is still being staged). `phase` is called as the job moves on and
+    /// may refuse creation or start; `cancel` flipping to `true` ends it as cancelled (before
+    /// the start: refused, as the start is).
     fn run<'a>(
         &'a self,
         spec: &'a ContainerSpec,
         timeout: Duration,
         phase: &'a mut PhaseHook<'a>,
         cancel: watch::Receiver<bool>,
+        start_when: StartWhen<'a>,
     ) -> BoxFuture<'a, Result<JobOutcome, SandboxError>>;
 
     /// Removes every container of a creation key that belongs to data dir instance

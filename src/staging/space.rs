@@ -80,7 +80,99 @@ pub(super) fn run_tool(mut cmd: crate::process::Command, what: &str) -> Result<(
     Ok(())
 }
 
+/// Job `key`'s checkout directory holding nothing but empty directories down to where its
+/// tree will be ([`tree_rel`]), made before anything is staged, so a container can be created
+/// with that path as its bind source while the tree is staged: the engine resolves the path
+/// again when it starts the container, and the staged tree is checked to be there just
+/// before. Refused when the checkout directory exists. Staging then takes the reservation
+/// over ([`allocate`] accepts a checkout directory holding exactly this).
+pub fn reserve(checkouts: &Root, key: &str, fs: CheckoutFs) -> Result<PathBuf, StagingError> {
+    let dir = checkouts.path().join(key);
+    let created = checkouts
+        .mkdir(Path::new(key), 0o700)
+        .map_err(io("create checkout dir", &dir))?;
+    if !created {
+        return Err(StagingError::Space(format!(
+            "checkout dir {} already exists",
+            dir.display()
+        )));
+    }
+    let mut rel = PathBuf::from(key);
+    for part in tree_rel(fs).components() {
+        rel.push(part);
+        checkouts
+            .mkdir(&rel, 0o755)
+            .map_err(io("reserve checkout tree", &checkouts.path().join(&rel)))?;
+    }
+    Ok(checkouts.path().join(rel))
+}
+
+/// Whether checkout directory `key` holds exactly what [`reserve`] makes: one real directory
+/// at each step down to the tree's path, and the tree's directory empty.
+pub fn is_reservation(checkouts: &Root, key: &str, fs: CheckoutFs) -> bool {
+    let mut rel = PathBuf::from(key);
+    let mut below = tree_rel(fs)
+        .components()
+        .map(|c| c.as_os_str().to_os_string())
+        .collect::<Vec<_>>()
+        .into_iter();
+    loop {
+        let Ok(dir) = checkouts.open_dir(&rel) else {
+            return false;
+        };
+        let Ok(entries) = std::fs::read_dir(dir.path()) else {
+            return false;
+        };
+        let names: Vec<_> = entries.flatten().map(|e| e.file_name()).collect();
+        match below.next() {
+            None => return names.is_empty(),
+            Some(next) if names == [next.clone()] => rel.push(next),
+            Some(_) => return false,
+        }
+    }
+}
+
+/// Turns checkout directory `key`, made from a [`reserve`]ation, back into exactly that
+/// reservation: its filesystems unmounted (the reserved path beneath them is there again at
+/// once, so it never stops naming a directory), everything else in it removed.
+pub fn back_to_reservation(
+    checkouts: &Root,
+    key: &str,
+    fs: CheckoutFs,
+) -> Result<(), StagingError> {
+    let dir = checkouts.path().join(key);
+    unmount(&dir)?;
+    let keep = tree_rel(fs)
+        .components()
+        .next()
+        .map(|c| c.as_os_str().to_os_string());
+    let entries = std::fs::read_dir(&dir).map_err(io("list checkout dir", &dir))?;
+    for entry in entries {
+        let entry = entry.map_err(io("list checkout dir", &dir))?;
+        if Some(entry.file_name()) == keep {
+            continue;
+        }
+        let path = entry.path();
+        let removed = match entry.file_type() {
+            Ok(t) if t.is_dir() => std::fs::remove_dir_all(&path),
+            _ => std::fs::remove_file(&path),
+        };
+        removed.map_err(io("remove from checkout dir", &path))?;
+    }
+    if is_reservation(checkouts, key, fs) {
+        Ok(())
+    } else {
+        Err(StagingError::Space(format!(
+            "checkout dir {} is not its reservation again after the filesystems beneath it were unmounted",
+            dir.display()
+        )))
+    }
+}
+
 /// A checkout directory with its tree ready for git to fill: `(tree path, tree identity)`.
+/// The directory must not exist, or hold exactly a [`reserve`]ation: a loop filesystem is
+/// then formatted with the reserved tree's directory already in it, so the reserved path names
+/// a directory before, across and after the mount.
 pub(super) fn allocate(
     checkouts: &Root,
     key: &str,
@@ -91,7 +183,7 @@ pub(super) fn allocate(
         .mkdir(Path::new(key), 0o700)
         .map_err(io("create checkout dir", &dir))
         .and_then(|created| {
-            if created {
+            if created || is_reservation(checkouts, key, fs) {
                 Ok(())
             } else {
                 Err(StagingError::Space(format!(
@@ -124,6 +216,10 @@ pub(super) fn allocate(
                 .arg("-N")
                 .arg(inodes.to_string())
                 .args(["-E", "nodiscard,lazy_itable_init=1,root_owner=0:0"])
+                // What the mount point holds (a reservation's empty tree directory, or
+                // nothing) is in the filesystem from the start.
+                .arg("-d")
+                .arg(&mnt)
                 .arg(&img);
             run_tool(mkfs, "mkfs.ext4")?;
             let mut mount = crate::process::command("mount");

@@ -688,3 +688,92 @@ fn numstat_counts_each_paths_lines_and_marks_binary_files() {
     );
     assert_eq!(stats.len(), 4, "{stats:?}");
 }
+
+#[test]
+fn a_reserved_checkout_is_staged_in_place_and_anything_else_there_is_refused() {
+    let (d, repo, head) = committed_repo(&[("a.txt", "x\n")]);
+    let uid = nix::unistd::geteuid().as_raw();
+    let gid = nix::unistd::getegid().as_raw();
+    let root = std::sync::Arc::new(crate::beneath::Root::open(d.path()).unwrap());
+    // The reservation is the tree's path as empty directories; a second one is refused.
+    let tree = space::reserve(&root, "co", CheckoutFs::Directory).unwrap();
+    assert_eq!(tree, d.path().join("co").join("tree"));
+    assert_eq!(std::fs::read_dir(&tree).unwrap().count(), 0);
+    let e = space::reserve(&root, "co", CheckoutFs::Directory).unwrap_err();
+    assert!(e.to_string().contains("already exists"), "{e}");
+    // Staging takes it over: the tree is where the reservation said.
+    let co = repo
+        .stage_checkout(&head, &root, "co", CheckoutFs::Directory, uid, gid)
+        .unwrap();
+    assert_eq!(co.tree, tree);
+    assert_eq!(std::fs::read_to_string(tree.join("a.txt")).unwrap(), "x\n");
+    co.verify_tree().unwrap();
+    // A checkout dir holding anything besides a reservation is never staged into: a file
+    // beside the reserved path, a file in the reserved tree, or a symlink in its place.
+    type Plant<'a> = &'a dyn Fn(&Path);
+    let planted: [(&str, Plant); 3] = [
+        ("beside", &|dir| {
+            std::fs::write(dir.join("disk.img"), "").unwrap()
+        }),
+        ("inside", &|dir| {
+            std::fs::write(dir.join("tree").join("left.txt"), "").unwrap()
+        }),
+        ("symlink", &|dir| {
+            std::fs::remove_dir(dir.join("tree")).unwrap();
+            std::os::unix::fs::symlink("/", dir.join("tree")).unwrap();
+        }),
+    ];
+    for (key, plant) in planted {
+        space::reserve(&root, key, CheckoutFs::Directory).unwrap();
+        plant(&d.path().join(key));
+        let e = repo
+            .stage_checkout(&head, &root, key, CheckoutFs::Directory, uid, gid)
+            .unwrap_err();
+        assert!(e.to_string().contains("already exists"), "{key}: {e}");
+    }
+}
+
+#[test]
+fn a_reserved_loop_checkout_mounts_its_filesystem_over_the_reserved_path() {
+    let w = warm_repo();
+    let uid = nix::unistd::geteuid().as_raw();
+    let gid = nix::unistd::getegid().as_raw();
+    let tree = space::reserve(&w.root, "co", JOB_FS).unwrap();
+    let placeholder = std::fs::metadata(&tree).unwrap();
+    let co = w
+        .repo
+        .stage_checkout(&w.head, &w.root, "co", JOB_FS, uid, gid)
+        .unwrap();
+    // The same path now names the staged tree on the job's own filesystem, not the
+    // placeholder beneath the mount.
+    assert_eq!(co.tree, tree);
+    use std::os::unix::fs::MetadataExt;
+    let staged = std::fs::metadata(&tree).unwrap();
+    assert_ne!(staged.dev(), placeholder.dev());
+    assert_eq!(
+        std::fs::read_to_string(tree.join("a.txt")).unwrap(),
+        "hello\n"
+    );
+    co.verify_tree().unwrap();
+    remove_checkout(&w.d.path().join("co")).unwrap();
+    assert!(!w.d.path().join("co").exists());
+
+    // A staging that fails after the job's filesystem was made gives the reservation back:
+    // unmounted, emptied, the reserved path still a directory, and staged into again.
+    let tree = space::reserve(&w.root, "again", JOB_FS).unwrap();
+    let allocated = Repo::allocate_checkout(&w.root, "again", JOB_FS).unwrap();
+    assert_ne!(std::fs::metadata(&tree).unwrap().dev(), placeholder.dev());
+    drop(allocated);
+    space::back_to_reservation(&w.root, "again", JOB_FS).unwrap();
+    assert!(space::is_reservation(&w.root, "again", JOB_FS));
+    assert_eq!(std::fs::metadata(&tree).unwrap().dev(), placeholder.dev());
+    let co = w
+        .repo
+        .stage_checkout(&w.head, &w.root, "again", JOB_FS, uid, gid)
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(co.tree.join("b.txt")).unwrap(),
+        "same\n"
+    );
+    remove_checkout(&w.d.path().join("again")).unwrap();
+}

@@ -60,6 +60,18 @@ pub trait Workspaces: Send + Sync {
         req: StageRequest,
     ) -> BoxFuture<'a, Result<Box<dyn JobWorkspace>, StagingError>>;
 
+    /// Makes the place job `req.key`'s workspace will be at, before it is staged, and says
+    /// how the container will get it, so the container can be created while the tree is
+    /// staged ([`Workspaces::stage`] then takes the reservation over); `None` when this
+    /// backend's workspace cannot be named before it exists (the container is then created
+    /// after staging). Refused when the workspace exists.
+    fn reserve<'a>(
+        &'a self,
+        _req: &'a StageRequest,
+    ) -> BoxFuture<'a, Result<Option<WorkspaceSource>, StagingError>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
     /// Removes job `key`'s workspace; `false` when there was none.
     fn remove<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, StagingError>>;
 
@@ -174,7 +186,35 @@ impl HostBind {
     }
 }
 
+/// The data dir's checkouts directory, opened without following symlinks.
+fn open_checkouts(root: &Path) -> Result<crate::beneath::Root, StagingError> {
+    crate::beneath::Root::open(root)
+        .and_then(|r| r.open_dir(Path::new(CHECKOUTS_DIR)))
+        .map_err(|source| StagingError::Io {
+            op: "open checkouts dir",
+            path: root.join(CHECKOUTS_DIR),
+            source,
+        })
+}
+
 impl Workspaces for HostBind {
+    /// The checkout's tree path, as empty directories (see [`staging::space::reserve`]).
+    fn reserve<'a>(
+        &'a self,
+        req: &'a StageRequest,
+    ) -> BoxFuture<'a, Result<Option<WorkspaceSource>, StagingError>> {
+        let root = self.data_root.clone();
+        let (key, fs) = (req.key.clone(), req.fs);
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let tree = staging::space::reserve(&open_checkouts(&root)?, &key, fs)?;
+                Ok(Some(WorkspaceSource::HostBind(tree)))
+            })
+            .await
+            .expect("reserving a checkout does not panic")
+        })
+    }
+
     fn stage<'a>(
         &'a self,
         req: StageRequest,
@@ -182,15 +222,7 @@ impl Workspaces for HostBind {
         let this = self.clone();
         Box::pin(async move {
             let staged = tokio::task::spawn_blocking(move || {
-                let root = &this.data_root;
-                let checkouts = crate::beneath::Root::open(root)
-                    .and_then(|r| r.open_dir(Path::new(CHECKOUTS_DIR)))
-                    .map_err(|source| StagingError::Io {
-                        op: "open checkouts dir",
-                        path: root.join(CHECKOUTS_DIR),
-                        source,
-                    })?;
-                let checkouts = Arc::new(checkouts);
+                let checkouts = Arc::new(open_checkouts(&this.data_root)?);
                 let warm = match this.stage_warm(&req, &checkouts) {
                     Ok((checkout, lookup, cache)) => {
                         return Ok(HostCheckout {
@@ -292,6 +324,9 @@ impl HostBind {
             return Err("checkout_filesystem = \"directory\" has no overlay".into());
         }
         let cache = self.tree_cache()?;
+        // A reserved checkout (its container may already be created, mounting the reserved
+        // path) is given back as that reservation when this fails, never removed.
+        let reserved = staging::space::is_reservation(checkouts, &req.key, req.fs);
         // The job's own filesystem (mkfs, loop mount) is made while the base tree is leased
         // (at most a lookup, or mounting and verifying the cache in a new process, or a fill):
         // neither needs the other.
@@ -308,7 +343,12 @@ impl HostBind {
             )
         });
         let undo = |why: String| -> String {
-            match staging::remove_checkout(&checkouts.path().join(&req.key)) {
+            let undone = if reserved {
+                staging::space::back_to_reservation(checkouts, &req.key, req.fs)
+            } else {
+                staging::remove_checkout(&checkouts.path().join(&req.key))
+            };
+            match undone {
                 Ok(()) => why,
                 Err(e) => format!("{why}; the checkout was not removed: {e}"),
             }

@@ -441,3 +441,199 @@ async fn recovery_sweeps_a_volume_no_live_worker_owns() {
     );
     assert!(volumes.names().await.unwrap().is_empty());
 }
+
+// ---- A host checkout's container is created while its tree is staged (real Docker) ----
+
+/// What the held backend does once the engine has created the job's container.
+#[derive(Clone)]
+enum WhileStaging {
+    /// Stages the tree.
+    Stage,
+    /// Fails to stage it.
+    Fail,
+    /// Cancels the job, then stages the tree.
+    Cancel(Arc<tokio::sync::watch::Sender<bool>>),
+}
+
+/// The host backend whose staging first waits until the engine holds the job's container
+/// (asked through the docker CLI), logging its state: a pipeline that created the container
+/// only after staging would leave it waiting (and the test failing).
+struct Held {
+    inner: HostBind,
+    log: Log,
+    then: WhileStaging,
+}
+
+/// The state of job `key`'s container as the engine tells it (`None` while there is none).
+fn container_state(key: &str) -> Option<String> {
+    let out = std::process::Command::new("docker")
+        .args(["ps", "-a", "--format", "{{.State}}", "--filter"])
+        .arg(format!("label=airlock.creation_key={key}"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let state = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    (!state.is_empty()).then_some(state)
+}
+
+impl Workspaces for Held {
+    fn reserve<'a>(
+        &'a self,
+        req: &'a StageRequest,
+    ) -> BoxFuture<'a, Result<Option<WorkspaceSource>, StagingError>> {
+        self.log.lock().unwrap().push("reserve".into());
+        self.inner.reserve(req)
+    }
+
+    fn stage<'a>(
+        &'a self,
+        req: StageRequest,
+    ) -> BoxFuture<'a, Result<Box<dyn JobWorkspace>, StagingError>> {
+        Box::pin(async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            let state = loop {
+                let key = req.key.clone();
+                let state = tokio::task::spawn_blocking(move || container_state(&key))
+                    .await
+                    .unwrap();
+                match state {
+                    Some(s) => break s,
+                    None if std::time::Instant::now() > deadline => break "absent".into(),
+                    None => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+                }
+            };
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("container {state} while staging"));
+            match &self.then {
+                WhileStaging::Stage => {}
+                WhileStaging::Fail => return Err(StagingError::Space("no room left".into())),
+                WhileStaging::Cancel(tx) => {
+                    tx.send(true).unwrap();
+                }
+            }
+            let inner = self.inner.stage(req).await?;
+            Ok(Box::new(RecordingJob {
+                inner,
+                log: self.log.clone(),
+            }) as Box<dyn JobWorkspace>)
+        })
+    }
+
+    fn remove<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, StagingError>> {
+        Box::pin(async move {
+            let removed = self.inner.remove(key).await?;
+            self.log.lock().unwrap().push(format!("remove {removed}"));
+            Ok(removed)
+        })
+    }
+
+    fn leftovers<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>, StagingError>> {
+        self.inner.leftovers()
+    }
+
+    fn describe(&self, key: &str) -> String {
+        self.inner.describe(key)
+    }
+}
+
+/// Runs `cat README` on this machine's engine through a [`Held`] backend; the steps logged,
+/// the verification, and the state of its container afterwards.
+async fn run_held(
+    then: impl FnOnce(Arc<tokio::sync::watch::Sender<bool>>) -> WhileStaging,
+) -> (
+    Vec<String>,
+    airlock::verification::Verification,
+    Option<String>,
+) {
+    let f = Fixture::new(&[("README", "staged while created\n", false)]);
+    let data = DataDir::open(&f.data).await.unwrap();
+    let config = Arc::new(Config::parse("").unwrap());
+    let runtime = airlock::sandbox::connect_local().await.unwrap();
+    let seccomp = airlock::sandbox::seccomp::load().unwrap();
+    let ctx = Context::for_run(config, data.clone(), runtime.clone(), seccomp).unwrap();
+    // Kept until the run ends: a dropped sender would read as a cancellation.
+    let (tx, cancel) = tokio::sync::watch::channel(false);
+    let tx = Arc::new(tx);
+    let log: Log = Arc::default();
+    let held = Arc::new(Held {
+        inner: HostBind::new(&data.root),
+        log: log.clone(),
+        then: then(tx.clone()),
+    });
+    let image = ctx.config.profile("default").unwrap().image.clone();
+    let ctx = ctx.with_pool(Arc::new(Pool::single(
+        "local",
+        runtime,
+        held,
+        1,
+        [image.as_str()],
+    )));
+    let runner = Runner::new(&ctx);
+    let prepared = runner
+        .prepare(RunRequest {
+            repo: f.repo.clone(),
+            rev: "main".into(),
+            profile: "default".into(),
+            argv: vec!["cat".into(), "README".into()],
+            timeout_seconds: 60,
+        })
+        .await
+        .unwrap();
+    let v = runner.execute(prepared, cancel).await.unwrap();
+    drop(tx);
+    ctx.pool.close();
+    let left = container_state(&v.creation_key);
+    let steps = log.lock().unwrap().clone();
+    (steps, v, left)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_checkouts_container_is_created_while_its_tree_is_staged_and_started_after() {
+    let (steps, v, left) = run_held(|_| WhileStaging::Stage).await;
+    assert_eq!(v.status.as_str(), "passed", "{:?}", v.error);
+    assert_eq!(v.output, "staged while created\n");
+    // The engine held the container, created and not started, while the tree was staged;
+    // the staged tree was checked (attach) before the start, and judged after the run.
+    assert_eq!(
+        steps,
+        [
+            "reserve",
+            "container created while staging",
+            "attach",
+            "check",
+            "remove true"
+        ]
+    );
+    assert_eq!(left, None, "the container is removed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_that_cannot_be_staged_never_starts_the_container_made_for_it() {
+    let (steps, v, left) = run_held(|_| WhileStaging::Fail).await;
+    assert_eq!(v.status.as_str(), "error");
+    let error = v.error.unwrap_or_default();
+    assert!(
+        error.contains("staging failed: ") && error.contains("no room left"),
+        "{error}"
+    );
+    assert_eq!(v.exit_code, None, "nothing ran");
+    assert_eq!(
+        steps,
+        ["reserve", "container created while staging", "remove true"]
+    );
+    assert_eq!(left, None, "the container made for it is removed");
+
+    // Cancelled while its tree is staged: the container is never started either.
+    let (steps, v, left) = run_held(WhileStaging::Cancel).await;
+    assert_eq!(v.status.as_str(), "cancelled", "{:?}", v.error);
+    assert_eq!(
+        v.error.as_deref(),
+        Some("cancelled before the command started")
+    );
+    assert_eq!(v.exit_code, None, "nothing ran");
+    assert_eq!(steps[..2], ["reserve", "container created while staging"]);
+    assert_eq!(steps.last().map(String::as_str), Some("remove true"));
+    assert_eq!(left, None, "the container made for it is removed");
+}

@@ -221,6 +221,7 @@ async fn probe(
             std::time::Duration::from_secs(EGRESS_PROBE_SECONDS),
             &mut phases,
             stop,
+            crate::sandbox::runtime::start_now(),
         )
         .await;
     let answers = asking.await.expect("the egress probe does not panic");

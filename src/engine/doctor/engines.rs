@@ -224,6 +224,7 @@ async fn probe_job(
             std::time::Duration::from_secs(PROBE_TIMEOUT_SECONDS),
             &mut phases,
             cancel,
+            crate::sandbox::runtime::start_now(),
         )
         .await;
     if let Some(volumes) = &volumes

@@ -450,7 +450,13 @@ impl Runner {
         };
         let cancel = self.deps_stop();
         let ran = engine
-            .run(&spec, sets.bounds.fetch_timeout, &mut on_phase, cancel)
+            .run(
+                &spec,
+                sets.bounds.fetch_timeout,
+                &mut on_phase,
+                cancel,
+                crate::sandbox::runtime::start_now(),
+            )
             .await;
         proxy_task.abort();
         tracing::debug!(ms = t.elapsed().as_millis() as u64, "fetch: container ran");

@@ -15,7 +15,10 @@ use crate::domain::verification::{self as outcome, Settlement, SourceCheck, Unfi
 use crate::engine::error::Refusal;
 use crate::ids;
 use crate::limits;
-use crate::sandbox::{ContainerSpec, JobEnd, Phase, RunIdentity};
+use crate::sandbox::runtime::{StartWhen, start_now};
+use crate::sandbox::{
+    ContainerSpec, JobEnd, JobOutcome, Phase, RunIdentity, SandboxError, WorkspaceSource,
+};
 use crate::staging::{self, Repo};
 use crate::verification::{self, Status, Verification};
 use crate::workspace::{HarvestLimits, Harvested, JobWorkspace};
@@ -615,17 +618,38 @@ impl Runner {
                 return timings;
             }
         };
-        let deps_source = match deps {
-            None => None,
-            Some(lease) => match self.deps_source(engine, lease).await {
-                Ok(s) => Some(s),
-                Err(why) => {
-                    unfinished(v, Unfinished::Dependencies(why));
-                    return timings;
-                }
-            },
+        let spec = match self.job_spec(engine, source, p, v, deps).await {
+            Ok(spec) => spec,
+            Err(why) => {
+                unfinished(v, why);
+                return timings;
+            }
         };
-        let spec = ContainerSpec {
+        let ran = self
+            .run_container(engine, &spec, p, cancel.clone(), start_now(), &mut timings)
+            .await;
+        self.judge(engine, workspace, p, v, ran, &cancel, timings)
+            .await
+    }
+
+    /// Job `v`'s container spec on `engine`, mounting its workspace from `source`.
+    pub(super) async fn job_spec(
+        &self,
+        engine: &PoolEngine,
+        source: WorkspaceSource,
+        p: &Prepared,
+        v: &Verification,
+        deps: Option<&crate::deps::store::Lease>,
+    ) -> Result<ContainerSpec, Unfinished> {
+        let deps = match deps {
+            None => None,
+            Some(lease) => Some(
+                self.deps_source(engine, lease)
+                    .await
+                    .map_err(Unfinished::Dependencies)?,
+            ),
+        };
+        Ok(ContainerSpec {
             runtime: p.spec.runtime.clone(),
             run: RunIdentity {
                 creation_key: v.creation_key.clone(),
@@ -633,10 +657,24 @@ impl Runner {
                 instance_id: self.data.instance_id.clone(),
                 argv: p.spec.command(&p.profile.setup_script, &p.argv),
                 workspace: source,
-                deps: deps_source,
+                deps,
                 output: p.output.clone(),
             },
-        };
+        })
+    }
+
+    /// Runs `spec` on `engine` to its end, the container started once `start_when` allows:
+    /// the admission gate asked before its creation and its start, live containers counted,
+    /// the crash points passed, and the create, start and destroy times kept in `timings`.
+    pub(super) async fn run_container(
+        &self,
+        engine: &PoolEngine,
+        spec: &ContainerSpec,
+        p: &Prepared,
+        cancel: watch::Receiver<bool>,
+        start_when: StartWhen<'_>,
+        timings: &mut StageTimings,
+    ) -> Result<JobOutcome, SandboxError> {
         // The admission of the step in progress, released once it is done.
         let mut held: Option<crate::engine::admission::Admitted> = None;
         let gate = p.gate.clone();
@@ -647,8 +685,8 @@ impl Runner {
         // Live containers: counted from `Created` until `Destroyed` (or the run's end).
         let live = self.metrics.live_containers.clone();
         let mut counted = false;
-        // When each phase began: creating, created, started, destroyed.
-        let marks: std::sync::Mutex<[Option<Instant>; 4]> = Default::default();
+        // When each phase began: creating, created, starting, started, destroyed.
+        let marks: std::sync::Mutex<[Option<Instant>; 5]> = Default::default();
         let mark = |i: usize| marks.lock().expect("phase marks")[i] = Some(Instant::now());
         let mut on_phase = |ph: Phase| -> Result<(), String> {
             match ph {
@@ -663,14 +701,18 @@ impl Runner {
                     counted = true;
                     crash::point(crash::CrashPoint::AfterCreate)
                 }
-                Phase::Starting => held = admit(Step::StartContainer)?,
-                Phase::Started => {
+                Phase::Starting => {
+                    // From here: a wait for the workspace in between is neither's time.
                     mark(2);
+                    held = admit(Step::StartContainer)?
+                }
+                Phase::Started => {
+                    mark(3);
                     held = None;
                     crash::point(crash::CrashPoint::AfterStart)
                 }
                 Phase::Destroyed => {
-                    mark(3);
+                    mark(4);
                     if std::mem::take(&mut counted) {
                         live.dec();
                     }
@@ -682,7 +724,7 @@ impl Runner {
         let timeout = Duration::from_secs(p.timeout_seconds);
         let ran = engine
             .runtime
-            .run(&spec, timeout, &mut on_phase, cancel)
+            .run(spec, timeout, &mut on_phase, cancel, start_when)
             .await;
         // `on_phase` is done with `counted` here.
         if counted {
@@ -695,11 +737,28 @@ impl Runner {
             _ => 0,
         };
         timings.create_us = between(0, 1);
-        timings.start_us = between(1, 2);
+        timings.start_us = between(2, 3);
         if let Ok(o) = &ran {
             let ran_for = o.duration.as_micros() as u64;
-            timings.destroy_us = between(2, 3).saturating_sub(ran_for);
+            timings.destroy_us = between(3, 4).saturating_sub(ran_for);
         }
+        ran
+    }
+
+    /// Judges a run whose container is gone, from trusted code: the job's output files
+    /// harvested, its tree compared with the revision, the verification settled; a run that
+    /// failed settles unfinished (and an engine that stopped answering leaves placement).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn judge(
+        &self,
+        engine: &PoolEngine,
+        workspace: &dyn JobWorkspace,
+        p: &Prepared,
+        v: &mut Verification,
+        ran: Result<JobOutcome, SandboxError>,
+        cancel: &watch::Receiver<bool>,
+        mut timings: StageTimings,
+    ) -> StageTimings {
         let mut outcome = match ran {
             Ok(o) => o,
             Err(e) if e.is_unresponsive() => {
@@ -715,6 +774,13 @@ impl Runner {
                 );
                 return timings;
             }
+            Err(SandboxError::Refused {
+                step: "container start",
+                ..
+            }) if *cancel.borrow() => {
+                unfinished(v, Unfinished::CancelledBeforeStart);
+                return timings;
+            }
             Err(e) => {
                 // An engine that no longer answers takes no more jobs until a check finds it;
                 // one bounded question tells a broken engine from a refused job.
@@ -724,9 +790,7 @@ impl Runner {
                 )
                 .await;
                 match asked {
-                    Ok(Err(down))
-                        if !matches!(down, crate::sandbox::SandboxError::ImageMissing { .. }) =>
-                    {
+                    Ok(Err(down)) if !matches!(down, SandboxError::ImageMissing { .. }) => {
                         engine.mark_down(&down.to_string())
                     }
                     Err(_) => engine.mark_down("no answer after a failed job"),

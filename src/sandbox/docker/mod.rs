@@ -222,6 +222,7 @@ impl DockerRuntime {
         timeout: Duration,
         phase: &mut PhaseHook<'_>,
         cancel: watch::Receiver<bool>,
+        start_when: super::runtime::StartWhen<'_>,
     ) -> Result<JobOutcome, SandboxError> {
         matching_workspace(self.workspace_kind, &spec.run.workspace)?;
         if let super::WorkspaceSource::Scratch { name, .. } = &spec.run.workspace {
@@ -237,7 +238,7 @@ impl DockerRuntime {
         };
         let mut created = None;
         let result = self
-            .run_inner(spec, timeout, phase, cancel, &mut created)
+            .run_inner(spec, timeout, phase, cancel, start_when, &mut created)
             .await;
         // An engine that stopped answering is asked nothing more for this job: the guard's
         // removal runs in the background, and recovery removes what it leaves once the engine
@@ -271,6 +272,7 @@ impl DockerRuntime {
         timeout: Duration,
         phase: &mut PhaseHook<'_>,
         mut cancel: watch::Receiver<bool>,
+        start_when: super::runtime::StartWhen<'_>,
         created_id: &mut Option<String>,
     ) -> Result<JobOutcome, SandboxError> {
         let name = spec.name();
@@ -291,6 +293,15 @@ impl DockerRuntime {
         let _ = phase(Phase::Created {
             container_id: id.clone(),
         });
+        // Created; started only once the caller's workspace is ready (or never).
+        let refused = |reason| SandboxError::Refused {
+            step: "container start",
+            reason,
+        };
+        tokio::select! {
+            ready = start_when => ready.map_err(refused)?,
+            _ = cancelled(&mut cancel) => return Err(refused("cancelled before the start".into())),
+        }
         let attached = self
             .docker
             .attach_container(
@@ -751,8 +762,11 @@ impl ContainerRuntime for DockerRuntime {
         timeout: Duration,
         phase: &'a mut PhaseHook<'a>,
         cancel: watch::Receiver<bool>,
+        start_when: super::runtime::StartWhen<'a>,
     ) -> BoxFuture<'a, Result<JobOutcome, SandboxError>> {
-        Box::pin(DockerRuntime::run(self, spec, timeout, phase, cancel))
+        Box::pin(DockerRuntime::run(
+            self, spec, timeout, phase, cancel, start_when,
+        ))
     }
 
     fn destroy<'a>(

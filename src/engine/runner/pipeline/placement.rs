@@ -5,9 +5,10 @@
 use super::{Prepared, StageTimings, unfinished};
 use crate::domain::verification::Unfinished;
 use crate::engine::runner::Runner;
-use crate::engine::runner::pool::{Needs, Placed, Unplaced};
+use crate::engine::runner::pool::{Needs, Placed, PoolEngine, Unplaced};
+use crate::sandbox::runtime::StartWhen;
 use crate::verification::{CheckoutKind, Verification};
-use crate::workspace::StageRequest;
+use crate::workspace::{JobWorkspace, StageRequest};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -75,7 +76,9 @@ impl Runner {
     }
 
     /// Stages the job's workspace on its engine, runs the job there, and counts what moving
-    /// the workspace cost that engine.
+    /// the workspace cost that engine. Where the engine's workspace can be named before it is
+    /// staged (a host checkout), the container is created while the tree is staged and
+    /// started once it is staged and checked.
     pub(super) async fn run_placed(
         &self,
         placed: &Placed,
@@ -87,20 +90,107 @@ impl Runner {
         let engine = &placed.engine;
         let mut timings = StageTimings::default();
         let t_stage = Instant::now();
-        let staged = engine
-            .workspaces
-            .stage(StageRequest {
-                repo: p.repo.clone(),
-                commit: p.commit.clone(),
-                key: v.creation_key.clone(),
-                fs: p.spec.checkout_fs,
-                uid: p.profile.uid,
-                gid: p.profile.gid,
-            })
-            .await;
+        let req = StageRequest {
+            repo: p.repo.clone(),
+            commit: p.commit.clone(),
+            key: v.creation_key.clone(),
+            fs: p.spec.checkout_fs,
+            uid: p.profile.uid,
+            gid: p.profile.gid,
+        };
+        let reserved = match engine.workspaces.reserve(&req).await {
+            Ok(reserved) => reserved,
+            Err(e) => {
+                self.staging_failed(engine, p, v, e).await;
+                return timings;
+            }
+        };
+        let Some(source) = reserved else {
+            let workspace = match engine.workspaces.stage(req).await {
+                Ok(w) => w,
+                Err(e) => {
+                    self.staging_failed(engine, p, v, e).await;
+                    return timings;
+                }
+            };
+            timings.stage_us = t_stage.elapsed().as_micros() as u64;
+            timings.checkout = Some(self.checkout_kind(workspace.as_ref(), v));
+            let timings = self
+                .run_in(engine, workspace.as_ref(), p, v, deps, cancel, timings)
+                .await;
+            self.count_transfers(engine, workspace.as_ref());
+            return timings;
+        };
+        let spec = match self.job_spec(engine, source.clone(), p, v, deps).await {
+            Ok(spec) => spec,
+            Err(why) => {
+                unfinished(v, why);
+                return timings;
+            }
+        };
+        // The tree is staged while the container is created; the start waits for it, and
+        // for the check that the path the container mounts names the tree staged, made
+        // just before the start.
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
+        let staging = async {
+            let staged = engine.workspaces.stage(req).await;
+            let stage_us = t_stage.elapsed().as_micros() as u64;
+            let attached = match &staged {
+                Ok(w) => match w.attach() {
+                    Ok(attached) if attached == source => Ok(()),
+                    Ok(attached) => Err(format!(
+                        "the staged workspace is {attached:?}, not {source:?} as the container was created with"
+                    )),
+                    Err(e) => Err(e.to_string()),
+                },
+                Err(e) => Err(e.to_string()),
+            };
+            let _ = ready_tx.send(attached.clone());
+            (staged, attached, stage_us)
+        };
+        let start_when: StartWhen<'_> = Box::pin(async move {
+            ready_rx
+                .await
+                .unwrap_or_else(|_| Err("the workspace's staging ended".into()))
+        });
+        let (ran, (staged, attached, stage_us)) = tokio::join!(
+            self.run_container(engine, &spec, p, cancel.clone(), start_when, &mut timings),
+            staging
+        );
+        timings.stage_us = stage_us;
         let workspace = match staged {
             Ok(w) => w,
-            Err(e @ crate::staging::StagingError::EngineUnresponsive(_)) => {
+            Err(e) => {
+                self.staging_failed(engine, p, v, e).await;
+                return timings;
+            }
+        };
+        timings.checkout = Some(self.checkout_kind(workspace.as_ref(), v));
+        let timings = match attached {
+            Err(why) => {
+                unfinished(v, Unfinished::Staging(why));
+                timings
+            }
+            Ok(()) => {
+                self.judge(engine, workspace.as_ref(), p, v, ran, &cancel, timings)
+                    .await
+            }
+        };
+        self.count_transfers(engine, workspace.as_ref());
+        timings
+    }
+
+    /// Settles a job whose workspace could not be staged on `engine`: an engine that stopped
+    /// answering leaves placement, one that failed is asked one bounded question.
+    async fn staging_failed(
+        &self,
+        engine: &PoolEngine,
+        p: &Prepared,
+        v: &mut Verification,
+        e: crate::staging::StagingError,
+    ) {
+        match e {
+            e @ crate::staging::StagingError::EngineUnresponsive(_) => {
                 engine.mark_down(&e.to_string());
                 unfinished(
                     v,
@@ -109,9 +199,8 @@ impl Runner {
                         what: format!("staging the job's workspace: {e}"),
                     },
                 );
-                return timings;
             }
-            Err(e @ crate::staging::StagingError::Volume(_)) => {
+            e @ crate::staging::StagingError::Volume(_) => {
                 // The engine failed: one bounded question tells whether it still answers.
                 let asked = tokio::time::timeout(
                     crate::limits::ENGINE_CALL_TIMEOUT,
@@ -131,15 +220,14 @@ impl Runner {
                     v,
                     Unfinished::Staging(format!("on engine {}: {e}", engine.name)),
                 );
-                return timings;
             }
-            Err(e) => {
-                unfinished(v, Unfinished::Staging(e.to_string()));
-                return timings;
-            }
-        };
-        timings.stage_us = t_stage.elapsed().as_micros() as u64;
-        timings.checkout = Some(match workspace.warmth() {
+            e => unfinished(v, Unfinished::Staging(e.to_string())),
+        }
+    }
+
+    /// How the job's tree was made, counted in the cache's metrics.
+    fn checkout_kind(&self, workspace: &dyn JobWorkspace, v: &Verification) -> CheckoutKind {
+        match workspace.warmth() {
             Some(w) => {
                 self.metrics.record_warmth(&w);
                 match &w.lookup {
@@ -152,10 +240,11 @@ impl Runner {
                 }
             }
             None => CheckoutKind::Full,
-        });
-        let timings = self
-            .run_in(engine, workspace.as_ref(), p, v, deps, cancel, timings)
-            .await;
+        }
+    }
+
+    /// Counts what moving `workspace` to and from `engine` cost.
+    fn count_transfers(&self, engine: &PoolEngine, workspace: &dyn JobWorkspace) {
         let moved = workspace.transfers();
         let label = crate::metrics::EngineLabel {
             engine: engine.name.clone(),
@@ -177,6 +266,5 @@ impl Runner {
                 .get_or_create(&label)
                 .observe(moved.readback.as_secs_f64());
         }
-        timings
     }
 }
