@@ -2,6 +2,8 @@
 # Benchmarks jobs over HTTP against `airlock run` on the same job, in the same run:
 #   1. `true`: airlock run (one process, one job) vs job.submit to settled over HTTP, and the
 #      submit-to-start latency (queued_at -> started_at, the server's own clock).
+#   1b. the same job as its client sees it (submit, then its followed log to the settle line)
+#      against `docker run --rm --network none` of the same image, interleaved (target 0.9x);
 #   2. a job writing BYTES (default 1 GiB) of output: its duration with no follower vs with a
 #      follower reading `GET /api/v1/jobs/<id>/log?follow=1` to the end, and the daemon's peak
 #      resident memory (VmHWM) before and after (flat: a follower costs a bounded buffer).
@@ -79,6 +81,40 @@ http_ms=$(median < "$work/http.ms")
 start_ms=$(median < "$work/start.ms")
 server_ms=$(median < "$work/server.ms")
 echo "true: airlock run ${run_ms} ms, job.submit to settled over HTTP ${http_ms} ms as the client polls (ratio $(python3 -c "print(f'{$http_ms/$run_ms:.2f}')")x), ${server_ms%.*} ms by the daemon's clock (ratio $(python3 -c "print(f'{$server_ms/$run_ms:.2f}')")x); submit-to-start ${start_ms%.*} ms (median of $runs)"
+
+# 1b. The same job as its client sees it: job.submit, then its log followed to the settle line,
+# from one client process (connections and parsing as an orchestrator's, no tool start-up per
+# call), against `docker run --rm --network none` of the same image, interleaved (target 0.9x).
+python3 - "$port" "$token" "$runs" <<'PY'
+import http.client, json, statistics, subprocess, sys, time
+port, token, runs = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+auth = {"Authorization": f"Bearer {token}"}
+def call(method, body):
+    c = http.client.HTTPConnection("127.0.0.1", port)
+    c.request("POST", f"/api/v1/{method}", body=json.dumps(body),
+              headers={**auth, "Content-Type": "application/json"})
+    return json.loads(c.getresponse().read())
+def follow(job_id):
+    c = http.client.HTTPConnection("127.0.0.1", port)
+    c.request("GET", f"/api/v1/jobs/{job_id}/log?follow=1", headers=auth)
+    return c.getresponse().read()
+docker = ["docker", "run", "--rm", "--network", "none", "airlock/minimal:latest", "true"]
+subprocess.run(docker, check=True)
+client, raw = [], []
+for i in range(runs):
+    t0 = time.monotonic()
+    job = call("job.submit", {"workspace_id": "bench", "revision": "main", "argv": ["true"],
+                              "idempotency_key": f"client-{i}"})["job"]
+    log = follow(job["job_id"])
+    client.append((time.monotonic() - t0) * 1000)
+    assert b"[airlock: job settled: passed]" in log, log
+    t0 = time.monotonic()
+    subprocess.run(docker, check=True)
+    raw.append((time.monotonic() - t0) * 1000)
+c, r = statistics.median(client), statistics.median(raw)
+print(f"true as the client sees it (job.submit to the settle line of its followed log): "
+      f"{c:.0f} ms vs docker run {r:.0f} ms, ratio {c / r:.2f}x (median of {runs}, interleaved)")
+PY
 
 script="head -c $bytes /dev/zero | tr '\\\\0' x"
 : > "$work/plain.ms"; : > "$work/followed.ms"
