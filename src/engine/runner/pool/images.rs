@@ -142,10 +142,15 @@ impl ImageView {
 /// Asks `runtime` for the id of every image in `images`, each call bounded: the answers, or
 /// why the engine did not give them.
 pub async fn check(runtime: &Runtime, images: &[String]) -> Result<BTreeMap<String, Seen>, String> {
+    // Asked at once: the answers do not depend on each other.
+    let asked =
+        futures_util::future::join_all(images.iter().map(|image| {
+            tokio::time::timeout(limits::ENGINE_CALL_TIMEOUT, runtime.image_id(image))
+        }))
+        .await;
     let mut out = BTreeMap::new();
-    for image in images {
-        let asked = tokio::time::timeout(limits::ENGINE_CALL_TIMEOUT, runtime.image_id(image));
-        match asked.await {
+    for (image, asked) in images.iter().zip(asked) {
+        match asked {
             Ok(Ok(id)) => {
                 out.insert(image.clone(), Seen::Id(id));
             }
