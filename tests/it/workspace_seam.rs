@@ -459,8 +459,8 @@ enum WhileStaging {
 /// (asked through the docker CLI), logging its state: a pipeline that created the container
 /// only after staging would leave it waiting (and the test failing).
 struct Held {
-    inner: HostBind,
-    log: Log,
+    /// The host backend with its log (never refusing): what is not staging goes to it.
+    rec: Recording,
     then: WhileStaging,
 }
 
@@ -481,8 +481,8 @@ impl Workspaces for Held {
         &'a self,
         req: &'a StageRequest,
     ) -> BoxFuture<'a, Result<Option<WorkspaceSource>, StagingError>> {
-        self.log.lock().unwrap().push("reserve".into());
-        self.inner.reserve(req)
+        self.rec.log.lock().unwrap().push("reserve".into());
+        self.rec.inner.reserve(req)
     }
 
     fn stage<'a>(
@@ -502,7 +502,8 @@ impl Workspaces for Held {
                     None => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
                 }
             };
-            self.log
+            self.rec
+                .log
                 .lock()
                 .unwrap()
                 .push(format!("container {state} while staging"));
@@ -513,28 +514,20 @@ impl Workspaces for Held {
                     tx.send(true).unwrap();
                 }
             }
-            let inner = self.inner.stage(req).await?;
-            Ok(Box::new(RecordingJob {
-                inner,
-                log: self.log.clone(),
-            }) as Box<dyn JobWorkspace>)
+            self.rec.stage(req).await
         })
     }
 
     fn remove<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, StagingError>> {
-        Box::pin(async move {
-            let removed = self.inner.remove(key).await?;
-            self.log.lock().unwrap().push(format!("remove {removed}"));
-            Ok(removed)
-        })
+        self.rec.remove(key)
     }
 
     fn leftovers<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>, StagingError>> {
-        self.inner.leftovers()
+        self.rec.leftovers()
     }
 
     fn describe(&self, key: &str) -> String {
-        self.inner.describe(key)
+        self.rec.describe(key)
     }
 }
 
@@ -548,6 +541,7 @@ async fn run_held(
     Option<String>,
 ) {
     let f = Fixture::new(&[("README", "staged while created\n", false)]);
+    let head = git(&f.repo, &["rev-parse", "HEAD"]);
     let data = DataDir::open(&f.data).await.unwrap();
     let config = Arc::new(Config::parse("").unwrap());
     let runtime = airlock::sandbox::connect_local().await.unwrap();
@@ -558,8 +552,11 @@ async fn run_held(
     let tx = Arc::new(tx);
     let log: Log = Arc::default();
     let held = Arc::new(Held {
-        inner: HostBind::new(&data.root),
-        log: log.clone(),
+        rec: Recording {
+            inner: HostBind::new(&data.root),
+            log: log.clone(),
+            refuse_staging: false,
+        },
         then: then(tx.clone()),
     });
     let image = ctx.config.profile("default").unwrap().image.clone();
@@ -585,7 +582,12 @@ async fn run_held(
     drop(tx);
     ctx.pool.close();
     let left = container_state(&v.creation_key);
-    let steps = log.lock().unwrap().clone();
+    let steps = log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| e.replace(&head, "HEAD"))
+        .collect();
     (steps, v, left)
 }
 
@@ -601,6 +603,7 @@ async fn a_host_checkouts_container_is_created_while_its_tree_is_staged_and_star
         [
             "reserve",
             "container created while staging",
+            "stage HEAD",
             "attach",
             "check",
             "remove true"
