@@ -188,6 +188,11 @@ impl Runner {
                 }
                 BuiltImage::Unknown(why) => RunError::Unavailable(why),
             })?;
+        if profile.runtime != crate::domain::isolation::Isolation::Runc {
+            self.pool
+                .runtimes_known(crate::limits::ENGINE_CALL_TIMEOUT)
+                .await;
+        }
         if let Some(why) = self.pool.unplaceable(
             &profile.image,
             &image_id,

@@ -389,6 +389,29 @@ impl Pool {
         self.wanted.list()
     }
 
+    /// Waits (up to `bound`) until every engine said which isolation levels it offers, or is
+    /// out of placement: a job of a level other than runc is refused at once when no engine
+    /// offers it, which needs their word (runc is taken as offered until an engine says
+    /// otherwise, so a runc job never waits for it).
+    pub async fn runtimes_known(&self, bound: Duration) {
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            let told = self.freed.notified();
+            tokio::pin!(told);
+            told.as_mut().enable();
+            if self
+                .engines
+                .iter()
+                .all(|e| e.offered().is_some() || e.down_reason().is_some())
+            {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, told).await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// Waits (up to `bound`) until the reference and every engine answered about every image
     /// asked about (or a check of it failed): start-up calls it so that the first submission
     /// finds the ids known.
