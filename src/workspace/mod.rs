@@ -88,7 +88,8 @@ pub trait Workspaces: Send + Sync {
 /// One job's staged workspace.
 pub trait JobWorkspace: Send + Sync {
     /// Checks the staged tree is still the one staged, and answers how the container gets it.
-    /// Called just before the container is created.
+    /// Called just before the container is created, or, where the workspace was reserved
+    /// ahead and the container created while it was staged, just before it is started.
     fn attach(&self) -> Result<WorkspaceSource, StagingError>;
 
     /// The job has ended: a scratch workspace's files as the runtime handed them back
