@@ -11,6 +11,10 @@
 #      files: warm stage <= 50 ms, check after 10 writes <= 20 ms, cold stage <= 1.0x raw.
 #   2. where a `true` run's time goes on a warm revision: the record's phases, medians, and the
 #      whole `airlock run -- true` against `docker run --rm --network none` (target <= 1.0x).
+#   3. a warm one-shot run on a WARM_FILES-file revision (default 50,000) writing 10 files: the
+#      whole `airlock run` in a new process on a data dir an earlier run closed cleanly, against
+#      `docker run --rm --network none` of the same argv in the same image with an extracted
+#      tree of the revision bind-mounted (target <= 1.3x).
 # Usage: scripts/bench-staging.sh [N] [SIZES]   (default N=7, SIZES="5000 50000 500000")
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -224,3 +228,31 @@ a=$(median < "$work/a.ms"); d=$(median < "$work/d.ms")
 col() { awk -v c="$1" '{print $c}' "$work/phases.txt" | median; }
 echo "true on a warm revision, phase medians: wait $(col 1) ms, stage $(col 2) ms, create $(col 3) ms, start $(col 4) ms, run $(col 5) ms, destroy $(col 6) ms, check $(col 7) ms"
 echo "overhead: airlock run true median ${a} ms vs docker run --rm --network none true median ${d} ms, ratio $(ratio "$a" "$d") (target <= 1.0), N=$N"
+
+# 3. A warm one-shot run writing 10 files on a big revision: each `airlock run` is a new process
+# on a data dir whose cache an earlier process closed (and sealed).
+WARM_FILES=${WARM_FILES:-50000}
+make_repo "$WARM_FILES"
+data=$work/data-oneshot
+job "$data" "" true >/dev/null
+plain=$work/plain
+mkdir -p "$plain"
+git -C "$repo" archive main | tar -x -C "$plain"
+chown -R 1000:1000 "$plain"
+oneshot() {
+  $AIRLOCK run --repo "$repo" --rev main --data-dir "$data" -- sh -c "$writes" > "$work/out.json" || true
+}
+raw_writes() {
+  docker run --rm --network none --user 1000:1000 -v "$plain:/work" -w /work airlock/minimal:latest sh -c "$writes"
+}
+oneshot; raw_writes
+: > "$work/a.ms"; : > "$work/d.ms"; : > "$work/stage.ms"
+for _ in $(seq "$N"); do
+  t0=$(date +%s%3N); oneshot; t1=$(date +%s%3N)
+  echo $((t1 - t0)) >> "$work/a.ms"
+  python3 -c "import json;o=json.load(open('$work/out.json'));assert o['status']=='source_changed', o['status'];assert o['phases']['checkout']=='warm', o['phases'];print(o['phases']['stage_ms'])" >> "$work/stage.ms"
+  t0=$(date +%s%3N); raw_writes; t1=$(date +%s%3N)
+  echo $((t1 - t0)) >> "$work/d.ms"
+done
+a=$(median < "$work/a.ms"); d=$(median < "$work/d.ms")
+echo "warm one-shot on $WARM_FILES files writing 10 files: airlock run median ${a} ms (stage $(median < "$work/stage.ms") ms) vs docker run with the tree bind-mounted median ${d} ms, ratio $(ratio "$a" "$d") (target <= 1.3), N=$N"

@@ -19,9 +19,11 @@
 //! filled (inode, size, mode, mtime and ctime to the nanosecond; nobody can set a ctime back),
 //! and its content must be the revision's ([`content`]: the manifest's paths and ids are the
 //! tree's per git, and every byte hashes to its blob id, so a raw write to the image while no
-//! daemon ran is caught). That costs reading the tree once per entry per process. Nothing is
-//! fsynced while filling, so an image left by an earlier boot (its `boot_id` differs) is
-//! discarded whole and made anew.
+//! daemon ran is caught). That costs reading the tree once per entry per process, unless the
+//! [`seal`] a clean close left beside the image shows the image unwritten since a process that
+//! trusted the entry unmounted it (then its manifest is read and its checksum checked, and
+//! nothing more). Nothing is fsynced while filling, so an image left by an earlier boot (its
+//! `boot_id` differs) is discarded whole and made anew.
 //!
 //! **Bound.** Entries are kept while their bytes stay within `tree_cache_bytes`; past it, the
 //! least recently used entry no job holds a [`Lease`] on is evicted. A tree that does not fit
@@ -31,6 +33,7 @@
 //! process on the same data dir runs without it.
 
 mod content;
+mod seal;
 
 use super::{Repo, Snapshot, Staged, StagingError, StatKey};
 use crate::domain::git::FileMode;
@@ -83,6 +86,10 @@ pub struct CacheStatus {
     /// Entries evicted and entries discarded (corrupt, partial, unverifiable) since open.
     pub evicted: u64,
     pub discarded: u64,
+    /// Entries found at open and used since: verified by reading their bytes, or trusted
+    /// through the seal of the last clean close.
+    pub verified: u64,
+    pub sealed: u64,
 }
 
 struct Entry {
@@ -126,10 +133,14 @@ struct State {
     entries: HashMap<String, Arc<Entry>>,
     /// Entries found at open, used only once verified.
     unverified: HashSet<String>,
+    /// Entries found at open that the seal vouches for, used once their manifest is read.
+    sealed: HashSet<String>,
     bytes: u64,
     tick: u64,
     evicted: u64,
     discarded: u64,
+    verified: u64,
+    sealed_used: u64,
 }
 
 /// The warm tree cache of one data dir.
@@ -215,8 +226,19 @@ impl TreeCache {
             state: Mutex::default(),
             filling: Mutex::default(),
         };
+        // The seal is taken before the mount, which writes the image.
+        let vouched = seal::take(
+            &cache.dir,
+            &cache.dir.join(IMAGE),
+            &boot_id(),
+            super::space::is_mounted(&cache.mnt),
+        )
+        .unwrap_or_else(|why| {
+            tracing::debug!(%why, "tree cache entries found at open will be verified");
+            HashSet::new()
+        });
         cache.mount().map_err(|e| e.to_string())?;
-        cache.load().map_err(|e| e.to_string())?;
+        cache.load(vouched).map_err(|e| e.to_string())?;
         Ok(cache)
     }
 
@@ -290,8 +312,9 @@ impl TreeCache {
         Ok(())
     }
 
-    /// Empties `incoming/` (what a killed filler left) and lists the entries to verify.
-    fn load(&self) -> Result<(), StagingError> {
+    /// Empties `incoming/` (what a killed filler left) and lists the entries to verify (or,
+    /// those the seal vouches for, to read).
+    fn load(&self, vouched: HashSet<String>) -> Result<(), StagingError> {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&self.mnt, std::fs::Permissions::from_mode(0o700))
             .map_err(io("chmod", &self.mnt))?;
@@ -324,8 +347,12 @@ impl TreeCache {
             .map_err(io("read", &entries))?
             .flatten()
         {
-            st.unverified
-                .insert(e.file_name().to_string_lossy().into_owned());
+            let key = e.file_name().to_string_lossy().into_owned();
+            if vouched.contains(&key) {
+                st.sealed.insert(key);
+            } else {
+                st.unverified.insert(key);
+            }
         }
         Ok(())
     }
@@ -339,6 +366,8 @@ impl TreeCache {
             bound: self.bound,
             evicted: st.evicted,
             discarded: st.discarded,
+            verified: st.verified,
+            sealed: st.sealed_used,
         }
     }
 
@@ -400,20 +429,32 @@ impl TreeCache {
         filled: &dyn Fn(),
     ) -> Result<(Lease, Lookup), StagingError> {
         let dir = self.mnt.join(ENTRIES).join(key);
-        let unverified = self
-            .state
-            .lock()
-            .expect("tree cache state")
-            .unverified
-            .remove(key);
-        if unverified {
-            // Found at open: its stats, then its bytes against the revision's blob ids (what
-            // a raw write to the image's blocks would change unseen by any stat).
-            let checked = read_entry(&dir, key, owner).and_then(|entry| {
-                content::verify(repo, tree, &dir.join("tree"), &entry.snapshot).map(|()| entry)
+        let (unverified, sealed) = {
+            let mut st = self.state.lock().expect("tree cache state");
+            (st.unverified.remove(key), st.sealed.remove(key))
+        };
+        if sealed || unverified {
+            // Found at open. Vouched for by the seal: its manifest (and checksum). Otherwise
+            // its manifest, its stats, then its bytes against the revision's blob ids (what a
+            // raw write to the image's blocks would change unseen by any stat).
+            let checked = read_manifest(&dir, key, owner).and_then(|entry| {
+                if !sealed {
+                    check_stats(&entry)?;
+                    content::verify(repo, tree, &dir.join("tree"), &entry.snapshot)?;
+                }
+                Ok(entry)
             });
             match checked {
-                Ok(entry) => return Ok((self.insert(entry), Lookup::Hit)),
+                Ok(entry) => {
+                    let mut st = self.state.lock().expect("tree cache state");
+                    if sealed {
+                        st.sealed_used += 1;
+                    } else {
+                        st.verified += 1;
+                    }
+                    drop(st);
+                    return Ok((self.insert(entry), Lookup::Hit));
+                }
                 Err(why) => {
                     tracing::warn!(entry = %dir.display(), %why, "tree cache entry discarded");
                     self.discard(&dir)?;
@@ -530,23 +571,47 @@ impl TreeCache {
         result
     }
 
-    /// Unmounts the cache when no job holds an entry (a clean shutdown); the next open mounts
-    /// the image again and verifies its entries.
+    /// Unmounts the cache when no job holds an entry (a clean shutdown) and seals the image
+    /// with the entries this process trusted; the next open mounts the image again, and uses
+    /// them on the seal's word when the image was not written since, else verifies them.
     pub fn close(&self) {
         let st = self.state.lock().expect("tree cache state");
         if st.entries.values().any(|e| Arc::strong_count(e) > 1) {
             return;
         }
         self.handles.lock().expect("tree cache handles").take();
+        let trusted: Vec<String> = st.entries.keys().chain(&st.sealed).cloned().collect();
         let entries = self.mnt.join(ENTRIES);
-        if read_only(&entries)
-            && let Err(e) = nix::mount::umount2(&entries, nix::mount::MntFlags::empty())
-        {
-            tracing::warn!(error = %e, "the tree cache's read-only entries stay mounted");
-            return;
+        // Busy for a moment while another thread's child process, forked and not yet
+        // exec'ed, holds a copy of a descriptor beneath it.
+        let mut attempt = 0;
+        while read_only(&entries) {
+            attempt += 1;
+            match nix::mount::umount2(&entries, nix::mount::MntFlags::empty()) {
+                Ok(()) => {}
+                Err(nix::errno::Errno::EBUSY) if attempt < limits::UNMOUNT_ATTEMPTS => {
+                    std::thread::sleep(limits::UNMOUNT_RETRY_DELAY * attempt);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the tree cache's read-only entries stay mounted");
+                    return;
+                }
+            }
         }
         if let Err(e) = super::space::unmount_at(&self.mnt) {
             tracing::warn!(error = %e, "the tree cache stays mounted");
+            return;
+        }
+        let image = self.dir.join(IMAGE);
+        match seal::write(
+            &self.dir,
+            &image,
+            &boot_id(),
+            trusted.iter().map(String::as_str),
+        ) {
+            Ok(true) => {}
+            Ok(false) => tracing::debug!("the tree cache's image is not sealed"),
+            Err(e) => tracing::warn!(error = %e, "sealing the tree cache's image"),
         }
     }
 
@@ -708,7 +773,6 @@ fn write_manifest(
     std::fs::write(path, body).map_err(io("write tree cache manifest", path))
 }
 
-/// Reads and verifies an entry found at open: its manifest's checksum and every path's stat.
 /// The non-directories and directories beneath `root` (not counting `root`), from the
 /// directory entries' types: no `lstat` per path.
 fn count_tree(root: &Path) -> std::io::Result<(u64, u64)> {
@@ -728,7 +792,8 @@ fn count_tree(root: &Path) -> std::io::Result<(u64, u64)> {
     Ok((files, dirs))
 }
 
-fn read_entry(dir: &Path, key: &str, owner: (u32, u32)) -> Result<Entry, String> {
+/// Reads an entry found at open from its manifest, whose checksum must hold.
+fn read_manifest(dir: &Path, key: &str, owner: (u32, u32)) -> Result<Entry, String> {
     use std::io::Read;
     let path = dir.join(MANIFEST);
     let mut body = Vec::new();
@@ -772,7 +837,6 @@ fn read_entry(dir: &Path, key: &str, owner: (u32, u32)) -> Result<Entry, String>
     let bytes: u64 = field(line()?, "bytes ")?
         .parse()
         .map_err(|_| bad("bytes"))?;
-    let tree = dir.join("tree");
     let mut snapshot = Vec::new();
     while !rest.is_empty() {
         let tab = rest.iter().position(|b| *b == b'\t').ok_or(bad("no tab"))?;
@@ -801,23 +865,11 @@ fn read_entry(dir: &Path, key: &str, owner: (u32, u32)) -> Result<Entry, String>
                 mode: n(stmode)? as u32,
             })
         };
-        match &stat {
-            None if mode != FileMode::Gitlink => {
-                return Err(format!(
-                    "{:?} has no recorded stat",
-                    String::from_utf8_lossy(&p)
-                ));
-            }
-            None => {}
-            Some(want) => {
-                let now = super::stat_key(&tree.join(std::ffi::OsStr::from_bytes(&p)));
-                if now.as_ref() != Some(want) {
-                    return Err(format!(
-                        "{:?} is not as it was cached",
-                        String::from_utf8_lossy(&p)
-                    ));
-                }
-            }
+        if stat.is_none() && mode != FileMode::Gitlink {
+            return Err(format!(
+                "{:?} has no recorded stat",
+                String::from_utf8_lossy(&p)
+            ));
         }
         snapshot.push((
             p,
@@ -828,12 +880,39 @@ fn read_entry(dir: &Path, key: &str, owner: (u32, u32)) -> Result<Entry, String>
             },
         ));
     }
+    Ok(Entry {
+        key: key.to_string(),
+        dir: dir.to_path_buf(),
+        bytes,
+        owner,
+        empty_tree,
+        snapshot: Arc::new(snapshot),
+        last_used: AtomicU64::new(0),
+    })
+}
+
+/// Checks that an entry read from its manifest stands as it was filled: every path `lstat`s
+/// exactly as recorded, and nothing else is in its tree.
+fn check_stats(entry: &Entry) -> Result<(), String> {
+    let tree = entry.dir.join("tree");
+    let snapshot = &entry.snapshot;
+    for (p, s) in snapshot.iter() {
+        if let Some(want) = &s.stat {
+            let now = super::stat_key(&tree.join(std::ffi::OsStr::from_bytes(p)));
+            if now.as_ref() != Some(want) {
+                return Err(format!(
+                    "{:?} is not as it was cached",
+                    String::from_utf8_lossy(p)
+                ));
+            }
+        }
+    }
     // Nothing was added either: exactly the recorded paths and the directories they (and the
     // gitlinks, staged as empty directories) need. A stray file in the lower layer would show
     // in every job as if the revision had it.
     let mut want_dirs: HashSet<&[u8]> = HashSet::new();
     let mut want_files = 0u64;
-    for (p, s) in &snapshot {
+    for (p, s) in snapshot.iter() {
         if s.mode == FileMode::Gitlink {
             want_dirs.insert(p);
         } else {
@@ -854,13 +933,5 @@ fn read_entry(dir: &Path, key: &str, owner: (u32, u32)) -> Result<Entry, String>
             want_dirs.len()
         ));
     }
-    Ok(Entry {
-        key: key.to_string(),
-        dir: dir.to_path_buf(),
-        bytes,
-        owner,
-        empty_tree,
-        snapshot: Arc::new(snapshot),
-        last_used: AtomicU64::new(0),
-    })
+    Ok(())
 }

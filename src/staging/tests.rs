@@ -417,6 +417,8 @@ fn cached_entries_survive_a_reopen_and_a_tampered_or_torn_one_is_discarded() {
     assert_eq!(lookup, cache::Lookup::Hit);
     assert_eq!(lease.snapshot(), snapshot);
     assert_eq!(cache.status().discarded, 0);
+    // The clean close sealed the image: the entry was used on the seal's word.
+    assert_eq!((cache.status().sealed, cache.status().verified), (1, 0));
     drop(lease);
     cache.close();
     drop(cache);
@@ -540,6 +542,74 @@ fn cached_entries_survive_a_reopen_and_a_tampered_or_torn_one_is_discarded() {
     );
     let (_lease, lookup) = cache.lease(&w.repo, &w.head, owner, &|| {}).unwrap();
     assert_eq!(lookup, cache::Lookup::Hit);
+}
+
+#[test]
+fn a_seal_stands_for_an_image_unwritten_since_a_clean_close_and_for_nothing_else() {
+    let w = warm_repo();
+    let data = w.d.path().join("data");
+    let seal = data.join("tree-cache/seal");
+    let image = data.join("tree-cache/cache.img");
+    let owner = (1000, 1000);
+    let open = || cache::TreeCache::open(&data, 64 << 20).unwrap();
+    // (verified by reading its bytes, used on the seal's word) of the one entry, and its lookup.
+    let use_entry = |cache: &cache::TreeCache| {
+        let (lease, lookup) = cache.lease(&w.repo, &w.head, owner, &|| {}).unwrap();
+        assert_eq!(
+            std::fs::read(lease.tree().join("a.txt")).unwrap(),
+            b"hello\n"
+        );
+        let st = cache.status();
+        (st.verified, st.sealed, lookup)
+    };
+    let cache = open();
+    assert_eq!(use_entry(&cache), (0, 0, cache::Lookup::Miss));
+    // No seal while a job holds an entry: the close leaves the cache as it is.
+    let (held, _) = cache.lease(&w.repo, &w.head, owner, &|| {}).unwrap();
+    cache.close();
+    assert!(!seal.exists());
+    drop(held);
+    cache.close();
+    assert!(seal.exists(), "a clean close seals the image");
+    drop(cache);
+
+    let cache = open();
+    assert!(!seal.exists(), "an open takes the seal");
+    assert_eq!(use_entry(&cache), (0, 1, cache::Lookup::Hit));
+    cache.close();
+    drop(cache);
+    // A process that never used the entry passes the seal's word on.
+    let cache = open();
+    cache.close();
+    drop(cache);
+    let cache = open();
+    assert_eq!(use_entry(&cache), (0, 1, cache::Lookup::Hit));
+    // Dropped without a close (a killed process): no seal, the mount stays, and the next
+    // process reads the entry's bytes again.
+    drop(cache);
+    assert!(!seal.exists());
+    let cache = open();
+    assert_eq!(use_entry(&cache), (1, 0, cache::Lookup::Hit));
+    cache.close();
+    drop(cache);
+    // The image's times moved (its bytes did not): the seal no longer matches it.
+    assert!(seal.exists());
+    let f = std::fs::File::options().write(true).open(&image).unwrap();
+    f.set_modified(std::time::SystemTime::now()).unwrap();
+    drop(f);
+    let cache = open();
+    assert!(!seal.exists());
+    assert_eq!(use_entry(&cache), (1, 0, cache::Lookup::Hit));
+    cache.close();
+    drop(cache);
+    // A seal edited by hand: its checksum refuses it.
+    let mut bytes = std::fs::read(&seal).unwrap();
+    let at = bytes.iter().position(|b| *b == b'\n').unwrap() + 3;
+    bytes[at] ^= 1;
+    std::fs::write(&seal, bytes).unwrap();
+    let cache = open();
+    assert_eq!(use_entry(&cache), (1, 0, cache::Lookup::Hit));
+    cache.close();
 }
 
 #[test]
