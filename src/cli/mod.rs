@@ -616,6 +616,14 @@ async fn run(common: &Common, follow: bool, req: RunRequest) -> ExitCode {
             Ok(None) => ctx,
             Err(e) => return refuse(e),
         };
+    // The tree cache is opened and the revision's entry read while the engines are asked
+    // about their images and the run is prepared and recorded.
+    if let Ok(profile) = ctx.config.profile(&req.profile) {
+        ctx.pool
+            .first()
+            .workspaces
+            .prefetch(&repo, &commit, (profile.uid, profile.gid));
+    }
     // Each engine's images checked once, so a job no engine can take is refused at once.
     ctx.pool.checked(crate::limits::ENGINE_CALL_TIMEOUT).await;
     let engine = crate::engine::runner::Runner::new(&ctx);

@@ -387,19 +387,58 @@ impl TreeCache {
     ) -> Result<(Lease, Lookup), StagingError> {
         let tree = repo.tree_of(commit)?;
         let key = format!("{tree}-{}-{}", owner.0, owner.1);
+        self.as_filler(&key, || self.lease_locked(repo, &tree, &key, owner, filled))
+    }
+
+    /// Reads (verifying it, unless the seal vouches for it) `commit`'s entry for `owner` when
+    /// it was found at open and not read yet, so that the lease which follows is a lookup.
+    /// Never fills: a tree the cache does not hold is left to the job that needs it.
+    pub fn preload(
+        &self,
+        repo: &Repo,
+        commit: &str,
+        owner: (u32, u32),
+    ) -> Result<(), StagingError> {
+        let tree = repo.tree_of(commit)?;
+        let key = format!("{tree}-{}-{}", owner.0, owner.1);
+        self.as_filler(&key, || self.take_found(repo, &tree, &key, owner).map(drop))
+    }
+
+    /// Runs `f` as `key`'s only filler: a second caller on the same key waits for the first.
+    fn as_filler<T>(&self, key: &str, f: impl FnOnce() -> T) -> T {
         let filler = self
             .filling
             .lock()
             .expect("tree cache fillers")
-            .entry(key.clone())
+            .entry(key.to_string())
             .or_default()
             .clone();
-        let _filling = filler.lock().expect("tree cache filler");
+        let result = {
+            let _filling = filler.lock().expect("tree cache filler");
+            f()
+        };
+        // The filler goes from the map only with its last user: a waiter that already holds it
+        // and a caller that arrives now must never fill the same key side by side.
+        let mut fillers = self.filling.lock().expect("tree cache fillers");
+        if Arc::strong_count(&filler) <= 2 {
+            fillers.remove(key);
+        }
+        result
+    }
+
+    fn lease_locked(
+        &self,
+        repo: &Repo,
+        tree: &str,
+        key: &str,
+        owner: (u32, u32),
+        filled: &dyn Fn(),
+    ) -> Result<(Lease, Lookup), StagingError> {
         let found = {
             let mut st = self.state.lock().expect("tree cache state");
             st.tick += 1;
             let tick = st.tick;
-            match st.entries.get(&key) {
+            match st.entries.get(key) {
                 Some(e) => {
                     e.last_used.store(tick, Ordering::Relaxed);
                     Some(Lease(e.clone()))
@@ -407,17 +446,10 @@ impl TreeCache {
                 None => None,
             }
         };
-        let result = match found {
+        match found {
             Some(lease) => Ok((lease, Lookup::Hit)),
-            None => self.verify_or_fill(repo, &tree, &key, owner, filled),
-        };
-        // The filler goes from the map only with its last user: a waiter that already holds it
-        // and a caller that arrives now must never fill the same key side by side.
-        let mut fillers = self.filling.lock().expect("tree cache fillers");
-        if Arc::strong_count(&filler) <= 2 {
-            fillers.remove(&key);
+            None => self.verify_or_fill(repo, tree, key, owner, filled),
         }
-        result
     }
 
     fn verify_or_fill(
@@ -428,39 +460,11 @@ impl TreeCache {
         owner: (u32, u32),
         filled: &dyn Fn(),
     ) -> Result<(Lease, Lookup), StagingError> {
+        if let Some(lease) = self.take_found(repo, tree, key, owner)? {
+            return Ok((lease, Lookup::Hit));
+        }
         let dir = self.mnt.join(ENTRIES).join(key);
-        let (unverified, sealed) = {
-            let mut st = self.state.lock().expect("tree cache state");
-            (st.unverified.remove(key), st.sealed.remove(key))
-        };
-        if sealed || unverified {
-            // Found at open. Vouched for by the seal: its manifest (and checksum). Otherwise
-            // its manifest, its stats, then its bytes against the revision's blob ids (what a
-            // raw write to the image's blocks would change unseen by any stat).
-            let checked = read_manifest(&dir, key, owner).and_then(|entry| {
-                if !sealed {
-                    check_stats(&entry)?;
-                    content::verify(repo, tree, &dir.join("tree"), &entry.snapshot)?;
-                }
-                Ok(entry)
-            });
-            match checked {
-                Ok(entry) => {
-                    let mut st = self.state.lock().expect("tree cache state");
-                    if sealed {
-                        st.sealed_used += 1;
-                    } else {
-                        st.verified += 1;
-                    }
-                    drop(st);
-                    return Ok((self.insert(entry), Lookup::Hit));
-                }
-                Err(why) => {
-                    tracing::warn!(entry = %dir.display(), %why, "tree cache entry discarded");
-                    self.discard(&dir)?;
-                }
-            }
-        } else if dir.exists() {
+        if dir.exists() {
             // Neither known nor found at open: not ours to trust.
             self.discard(&dir)?;
         }
@@ -476,6 +480,52 @@ impl TreeCache {
         let lease = self.insert(entry);
         self.evict(self.bound);
         Ok((lease, Lookup::Miss))
+    }
+
+    /// The entry `key` found at open and not read yet, once read (and verified, unless the
+    /// seal vouches for it); `None` when there is none, or it failed and was discarded.
+    fn take_found(
+        &self,
+        repo: &Repo,
+        tree: &str,
+        key: &str,
+        owner: (u32, u32),
+    ) -> Result<Option<Lease>, StagingError> {
+        let (unverified, sealed) = {
+            let mut st = self.state.lock().expect("tree cache state");
+            (st.unverified.remove(key), st.sealed.remove(key))
+        };
+        if !sealed && !unverified {
+            return Ok(None);
+        }
+        let dir = self.mnt.join(ENTRIES).join(key);
+        // Vouched for by the seal: its manifest (and checksum). Otherwise its manifest, its
+        // stats, then its bytes against the revision's blob ids (what a raw write to the
+        // image's blocks would change unseen by any stat).
+        let checked = read_manifest(&dir, key, owner).and_then(|entry| {
+            if !sealed {
+                check_stats(&entry)?;
+                content::verify(repo, tree, &dir.join("tree"), &entry.snapshot)?;
+            }
+            Ok(entry)
+        });
+        match checked {
+            Ok(entry) => {
+                let mut st = self.state.lock().expect("tree cache state");
+                if sealed {
+                    st.sealed_used += 1;
+                } else {
+                    st.verified += 1;
+                }
+                drop(st);
+                Ok(Some(self.insert(entry)))
+            }
+            Err(why) => {
+                tracing::warn!(entry = %dir.display(), %why, "tree cache entry discarded");
+                self.discard(&dir)?;
+                Ok(None)
+            }
+        }
     }
 
     fn insert(&self, entry: Entry) -> Lease {

@@ -613,6 +613,39 @@ fn a_seal_stands_for_an_image_unwritten_since_a_clean_close_and_for_nothing_else
 }
 
 #[test]
+fn a_preload_reads_a_found_entry_once_and_never_fills() {
+    let w = warm_repo();
+    let data = w.d.path().join("data");
+    let owner = (1000, 1000);
+    let cache = cache::TreeCache::open(&data, 64 << 20).unwrap();
+    // Nothing cached: a preload fills nothing, and the job's lease is the fill.
+    cache.preload(&w.repo, &w.head, owner).unwrap();
+    assert_eq!(cache.status().entries, 0);
+    let (lease, lookup) = cache.lease(&w.repo, &w.head, owner, &|| {}).unwrap();
+    assert_eq!(lookup, cache::Lookup::Miss);
+    drop(lease);
+    cache.close();
+    drop(cache);
+    // Found at open: the preload reads it (on the seal's word), the lease is a lookup.
+    let cache = cache::TreeCache::open(&data, 64 << 20).unwrap();
+    cache.preload(&w.repo, &w.head, owner).unwrap();
+    assert_eq!((cache.status().entries, cache.status().sealed), (1, 1));
+    cache.preload(&w.repo, &w.head, owner).unwrap();
+    let (lease, lookup) = cache.lease(&w.repo, &w.head, owner, &|| {}).unwrap();
+    assert_eq!(lookup, cache::Lookup::Hit);
+    assert_eq!((cache.status().sealed, cache.status().verified), (1, 0));
+    assert_eq!(
+        std::fs::read(lease.tree().join("a.txt")).unwrap(),
+        b"hello\n"
+    );
+    // Another sandbox user's tree is another entry: not there, not filled.
+    cache.preload(&w.repo, &w.head, (1001, 1001)).unwrap();
+    assert_eq!(cache.status().entries, 1);
+    drop(lease);
+    cache.close();
+}
+
+#[test]
 fn eviction_takes_the_least_recently_used_tree_no_job_holds() {
     let w = warm_repo();
     let src = w.d.path().join("src");

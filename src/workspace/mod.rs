@@ -83,6 +83,12 @@ pub trait Workspaces: Send + Sync {
 
     /// Lets go of what the backend keeps between jobs (at a clean exit).
     fn close(&self) {}
+
+    /// Starts, in the background, what staging `commit` for sandbox user `owner` will need
+    /// first (host checkouts: opening the tree cache and reading the tree's entry, never
+    /// filling it), so that a staging soon after finds it ready. A hint only: staging never
+    /// depends on it, and waits for it when they meet.
+    fn prefetch(&self, _repo: &Repo, _commit: &str, _owner: (u32, u32)) {}
 }
 
 /// One job's staged workspace.
@@ -311,6 +317,23 @@ impl Workspaces for HostBind {
         if let Some(Ok(cache)) = self.cache.get() {
             cache.close();
         }
+    }
+
+    fn prefetch(&self, repo: &Repo, commit: &str, owner: (u32, u32)) {
+        if self.tree_cache_bytes == 0 {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (this, repo, commit) = (self.clone(), repo.clone(), commit.to_string());
+        runtime.spawn_blocking(move || {
+            if let Ok(cache) = this.tree_cache()
+                && let Err(e) = cache.preload(&repo, &commit, owner)
+            {
+                tracing::debug!(error = %e, "tree cache: nothing preloaded");
+            }
+        });
     }
 }
 
