@@ -101,12 +101,20 @@ impl Repo {
     /// that reads the summaries of `also` (commit ids a later step will want, such as a
     /// candidate's inputs): one process instead of two. When that read fails for any reason
     /// the answer is asked on its own, so one bad id in `also` never changes it.
+    /// A commit whose summary was read before is known to be one (commits never change), so
+    /// when every id is known no git process runs at all.
     pub fn is_commit_reading(&self, oid: &str, also: &[&str]) -> bool {
         if !is_oid(oid) {
             return false;
         }
         let mut all = vec![oid];
         all.extend(also.iter().copied().filter(|c| is_oid(c) && *c != oid));
+        {
+            let known = self.summaries.lock().expect("summaries");
+            if all.iter().all(|c| known.contains_key(*c)) {
+                return true;
+            }
+        }
         match self.read_summaries(&all) {
             Ok(read) => {
                 self.remember_summaries(read);

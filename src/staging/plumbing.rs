@@ -150,6 +150,19 @@ impl Repo {
         self.refs_named_filtered(names, None)
     }
 
+    /// [`Repo::refs_named`], read from the ref files in-process when git's `files` backend
+    /// keeps them in the plain form it writes ([`super::refcache::RefCache::read_files`]),
+    /// else by git.
+    pub fn refs_named_from_files(
+        &self,
+        names: &[String],
+    ) -> Result<std::collections::HashMap<String, String>, StagingError> {
+        match self.ref_cache().read_files(names) {
+            Some(values) => Ok(values),
+            None => self.refs_named(names),
+        }
+    }
+
     /// [`Repo::refs_named`], only those whose value is `commit` or descends from it
     /// (`for-each-ref --contains`).
     pub fn refs_named_containing(

@@ -153,6 +153,65 @@ impl RefCache {
         Ok(values)
     }
 
+    /// The values of `names` (those that exist) read from the ref files themselves, the way
+    /// git's `files` backend reads them: a name's loose file, else its line in `packed-refs`
+    /// (git writes both by renaming a finished file into place, and packs a ref before it
+    /// removes the loose file, so reading in this order never misses a ref that exists).
+    /// `None`, meaning "ask git", whenever anything is not as git itself writes it: refs
+    /// that are not plain files, a name outside the plain shape or in a worktree's private
+    /// namespace, a symbolic or malformed loose ref, an unusual or unreadable `packed-refs`.
+    pub fn read_files(&self, names: &[String]) -> Option<HashMap<String, String>> {
+        let common = self.common_dir.as_deref()?;
+        let mut values = HashMap::new();
+        let mut in_packed = Vec::new();
+        for name in names {
+            if !is_plain_shared_ref_name(name) {
+                return None;
+            }
+            match read_loose(&common.join(name))? {
+                Some(oid) => {
+                    values.insert(name.clone(), oid);
+                }
+                None => in_packed.push(name.as_str()),
+            }
+        }
+        if in_packed.is_empty() {
+            return Some(values);
+        }
+        let packed = match std::fs::read(common.join("packed-refs")) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(values),
+            Err(_) => return None,
+        };
+        let wanted: std::collections::HashSet<&str> = in_packed.into_iter().collect();
+        let text = std::str::from_utf8(&packed).ok()?;
+        if !text.is_empty() && !text.ends_with('\n') {
+            return None;
+        }
+        for line in text.lines() {
+            if line.starts_with('#') {
+                if !line.starts_with("# pack-refs with:") {
+                    return None;
+                }
+                continue;
+            }
+            if let Some(peeled) = line.strip_prefix('^') {
+                if !super::is_oid(peeled) {
+                    return None;
+                }
+                continue;
+            }
+            let (oid, name) = line.split_once(' ')?;
+            if !super::is_oid(oid) {
+                return None;
+            }
+            if wanted.contains(name) {
+                values.insert(name.to_string(), oid.to_string());
+            }
+        }
+        Some(values)
+    }
+
     /// Whether any loose ref file exists under `dir` (e.g. `refs/airlock`). True when refs are
     /// not plain files, so callers that skip work on `false` never skip it wrongly.
     pub fn has_loose_refs_under(&self, dir: &str) -> Result<bool, super::StagingError> {
@@ -203,6 +262,51 @@ impl RefCache {
 }
 
 /// True when `path` is a regular file holding an object id (not `ref: <target>`).
+/// A full ref name of the shape Airlock's own refs have, outside the namespaces git keeps per
+/// worktree: `refs/` then components of letters, digits, `-`, `_` and `.`, none empty, none
+/// starting with `.` or ending with `.lock`.
+fn is_plain_shared_ref_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("refs/") else {
+        return false;
+    };
+    if ["worktree/", "bisect/", "rewritten/"]
+        .iter()
+        .any(|p| rest.starts_with(p))
+    {
+        return false;
+    }
+    rest.split('/').all(|c| {
+        !c.is_empty()
+            && !c.starts_with('.')
+            && !c.ends_with(".lock")
+            && c.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    })
+}
+
+/// A loose ref file's value: `Some(Some(oid))` when it holds exactly an object id and a
+/// newline, `Some(None)` when there is no such file (or a directory stands there), `None` when
+/// it is anything else (symbolic, malformed, unreadable).
+fn read_loose(path: &Path) -> Option<Option<String>> {
+    match std::fs::read(path) {
+        Ok(b) => {
+            let text = std::str::from_utf8(b.strip_suffix(b"\n")?).ok()?;
+            super::is_oid(text).then(|| Some(text.to_string()))
+        }
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound
+                    | std::io::ErrorKind::NotADirectory
+                    | std::io::ErrorKind::IsADirectory
+            ) =>
+        {
+            Some(None)
+        }
+        Err(_) => None,
+    }
+}
+
 fn is_plain_loose_ref(path: &Path) -> bool {
     use std::io::Read;
     let Ok(f) = std::fs::File::open(path) else {
@@ -388,5 +492,150 @@ mod tests {
                 .has_loose_refs_under("refs/airlock")
                 .unwrap()
         );
+    }
+
+    /// Git's answer for exactly `names`.
+    fn git_values(common: &Path, names: &[String]) -> HashMap<String, String> {
+        let asked = std::cell::Cell::new(0);
+        let mut all = ask(common, names, &asked).unwrap();
+        all.retain(|n, _| names.contains(n));
+        all
+    }
+
+    #[test]
+    fn refs_read_from_their_files_are_what_git_reads_through_every_kind_of_change() {
+        let (_d, common, one, two) = repo();
+        let tag = {
+            let root = common.parent().unwrap();
+            git(
+                root,
+                &[
+                    "-c",
+                    "user.name=t",
+                    "-c",
+                    "user.email=t@e",
+                    "tag",
+                    "-a",
+                    "-m",
+                    "t",
+                    "t1",
+                    &one,
+                ],
+            );
+            git(root, &["rev-parse", "refs/tags/t1"])
+        };
+        let cache = RefCache::new(Some(common.clone()));
+        let names: Vec<String> = [
+            "refs/airlock/a",
+            "refs/airlock/b",
+            "refs/airlock/c",
+            "refs/airlock/d",
+            "refs/airlock/d/e",
+            "refs/airlock/x.y/z_1-2",
+            "refs/tags/t1",
+            "refs/heads/master",
+            "refs/heads/main",
+        ]
+        .map(String::from)
+        .to_vec();
+        let values = [one.clone(), two.clone()];
+        // A fixed xorshift: the same sequence of changes every run.
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut read_by_files = 0;
+        for round in 0..120 {
+            let name = &names[next(6) as usize];
+            let value = &values[next(2) as usize];
+            match next(7) {
+                0 | 1 => {
+                    // update-ref refuses a name in a directory/file conflict; that is fine.
+                    let _ = Command::new("git")
+                        .arg("-C")
+                        .arg(&common)
+                        .args(["update-ref", name, value])
+                        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                        .output()
+                        .unwrap();
+                }
+                2 => {
+                    let _ = Command::new("git")
+                        .arg("-C")
+                        .arg(&common)
+                        .args(["update-ref", "-d", name])
+                        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                        .output()
+                        .unwrap();
+                }
+                3 => drop(git(&common, &["pack-refs", "--all"])),
+                4 => drop(git(&common, &["pack-refs", "--all", "--no-prune"])),
+                _ => {}
+            }
+            let ours = cache.read_files(&names);
+            let theirs = git_values(&common, &names);
+            let ours = ours.unwrap_or_else(|| panic!("round {round}: plain refs read by git"));
+            read_by_files += 1;
+            assert_eq!(ours, theirs, "round {round}");
+            assert_eq!(
+                ours.get("refs/tags/t1"),
+                Some(&tag),
+                "the tag, not its peeled commit"
+            );
+        }
+        assert_eq!(read_by_files, 120);
+        // A loose ref over a packed one of the same name wins, as in git.
+        git(&common, &["update-ref", "refs/airlock/a", &one]);
+        git(&common, &["pack-refs", "--all"]);
+        git(&common, &["update-ref", "refs/airlock/a", &two]);
+        assert_eq!(
+            cache.read_files(&names).unwrap().get("refs/airlock/a"),
+            Some(&two)
+        );
+        assert_eq!(
+            cache.read_files(&names).unwrap(),
+            git_values(&common, &names)
+        );
+
+        // Whatever is not in the plain form git writes is left to git.
+        git(
+            &common,
+            &["symbolic-ref", "refs/airlock/c", "refs/airlock/b"],
+        );
+        assert_eq!(cache.read_files(&names), None, "a symbolic ref");
+        git(
+            &common,
+            &["update-ref", "--no-deref", "-d", "refs/airlock/c"],
+        );
+        assert!(cache.read_files(&names).is_some());
+        std::fs::write(common.join("refs/airlock/b"), format!("{one} trailing\n")).unwrap();
+        assert_eq!(
+            cache.read_files(&names),
+            None,
+            "a loose ref git would read leniently"
+        );
+        std::fs::write(common.join("refs/airlock/b"), format!("{one}\n")).unwrap();
+        let packed = std::fs::read_to_string(common.join("packed-refs")).unwrap();
+        std::fs::write(common.join("packed-refs"), packed.trim_end()).unwrap();
+        assert_eq!(cache.read_files(&names), None, "packed-refs cut short");
+        std::fs::write(common.join("packed-refs"), &packed).unwrap();
+        assert!(cache.read_files(&names).is_some());
+        for odd in [
+            "HEAD",
+            "refs/airlock/../HEAD",
+            "refs/airlock//a",
+            "refs/airlock/.a",
+            "refs/airlock/a.lock",
+            "refs/airlock/a b",
+            "refs/worktree/a",
+            "refs/bisect/bad",
+        ] {
+            assert_eq!(cache.read_files(&[odd.to_string()]), None, "{odd}");
+        }
+        // Another ref backend: never read in-process.
+        assert_eq!(RefCache::new(None).read_files(&names), None);
     }
 }

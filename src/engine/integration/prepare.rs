@@ -96,8 +96,9 @@ impl Assembler {
         }
         let repo = self.ctx.repo(&p.workspace_id);
         // The inputs' summaries (for the frozen commit's message) are read in the same git
-        // process as the target's check; the evidence refs of every submission in one
-        // `for-each-ref`, beside it (two reads, at once).
+        // process as the target's check (none when all were read before); the evidence refs
+        // of every submission from the ref files, beside it (or one `for-each-ref` when they
+        // are not plain files).
         let claimed: Vec<&str> = p
             .submissions
             .iter()
@@ -114,7 +115,7 @@ impl Assembler {
             .collect();
         let (target_is_commit, evidence_refs) = blocking(|| {
             std::thread::scope(|scope| {
-                let refs = scope.spawn(|| repo.refs_named(&evidence_names));
+                let refs = scope.spawn(|| repo.refs_named_from_files(&evidence_names));
                 let target = repo.is_commit_reading(&p.expected_target_revision, &claimed);
                 (target, refs.join().expect("reading refs does not panic"))
             })
@@ -406,7 +407,9 @@ impl Assembler {
                         .iter()
                         .map(|i| evidence_ref_name(&i.evidence.evidence_ref)),
                 );
-                let mut all = repo.refs_named(&names).map_err(|e| e.to_string())?;
+                let mut all = repo
+                    .refs_named_from_files(&names)
+                    .map_err(|e| e.to_string())?;
                 let evidence = c
                     .inputs
                     .iter()
