@@ -1,6 +1,6 @@
 //! Remembered answers to "what are these refs' values", for hot read paths.
 //!
-//! Git stays the only reader of refs: an answer is always computed by `git for-each-ref`. What
+//! A remembered answer is always computed by `git for-each-ref`. What
 //! is remembered is that answer together with a *stamp* of every file git consulted to give it
 //! (with the `files` ref backend): the loose ref file of each name (or its absence) and
 //! `packed-refs`, each as (inode, size, mtime, ctime). While the stamp is unchanged, git would
@@ -19,6 +19,11 @@
 //! What is not stamped: object removal. A ref whose object was deleted by hand from the object
 //! store keeps its remembered value until the ref files change. Consequential checks (before a
 //! delivery, after a verification) always ask git directly.
+//!
+//! Separately, [`RefCache::read_files`] reads refs from their files in-process, as git's
+//! `files` backend does (the loose file, else `packed-refs`), for paths that would otherwise
+//! start a git process per call (`integration.prepare`'s evidence refs); it leaves to git
+//! anything not in the plain form git writes.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
