@@ -124,6 +124,33 @@ fn a_job_on_a_tls_engine_gets_the_uploaded_tree_and_no_host_path() {
     assert_eq!(engine.leftovers(), (vec![], vec![]));
 }
 
+/// A remote job silent for longer than every timer on the way to its engine (a call's 30 s bound
+/// until response headers, a read-back's 30 s without a byte, an unused connection's 60 s):
+/// its output, its exit and its tree are all read back, and it passes.
+#[test]
+fn a_remote_job_silent_past_every_engine_timer_is_followed_to_its_end() {
+    if !docker() {
+        return;
+    }
+    let engine = SecondEngine::start(&[IMAGE]);
+    let f = fixture(&engine, "");
+    let silent = airlock::limits::ENGINE_IDLE_CONNECTION_TIMEOUT
+        .max(airlock::limits::ENGINE_STREAM_IDLE_TIMEOUT)
+        .max(airlock::limits::ENGINE_CALL_TIMEOUT)
+        + std::time::Duration::from_secs(5);
+    let script = format!(
+        "echo start && sleep {} && echo end && mkdir build && echo o > build/x",
+        silent.as_secs()
+    );
+    let started = std::time::Instant::now();
+    let r = f.run(&["--timeout", "240"], &["sh", "-c", &script]);
+    assert!(started.elapsed() >= silent);
+    let v = r.json.unwrap_or_else(|| panic!("{}", r.stderr));
+    assert_eq!(v["status"], "passed", "{v}");
+    assert_eq!(v["output"], "start\nend\n", "{v}");
+    assert_nothing_left(&engine, &v);
+}
+
 /// Symlinks whose relative target leads out of the tree (git keeps them; a local checkout has
 /// them) reach a remote engine's job exactly as on the local engine, though the engine's archive
 /// extraction refuses them; the source check reads them back as they were, and a job that
