@@ -203,9 +203,10 @@ pub const MAX_TREE_CACHE_BYTES: u64 = 1 << 40;
 /// Bytes of the tree cache's filesystem per inode: a cached tree of small files needs an
 /// inode per 4 KiB block at most, and half of that leaves room for ordinary trees.
 pub const TREE_CACHE_BYTES_PER_INODE: u64 = 8192;
-/// A tree cache's seal is stamped at least this many ticks of the kernel's coarse clock after
-/// its image last changed (a write in the same tick as the stamp would not move it).
-pub const TREE_CACHE_SEAL_TICKS: u32 = 2;
+/// A tree cache's seal is stamped at least this many ticks of the kernel's coarse clock (and a
+/// millisecond) after its image last changed: a write in the same tick as the last change
+/// would not move the image's times, and one tick later every write does.
+pub const TREE_CACHE_SEAL_TICKS: u32 = 1;
 /// Most waits for a tree cache image to stop changing before its seal is given up (the next
 /// process then verifies every entry it uses).
 pub const TREE_CACHE_SEAL_ATTEMPTS: u32 = 10;

@@ -63,8 +63,7 @@ fn last_change(s: &StatKey) -> i128 {
 }
 
 /// Seals the unmounted `image` with the entries `keys`: waits until its stamp is [`margin`]
-/// older than now, then writes `dir/seal` durably (a temporary file, fsync, rename, fsync of
-/// `dir`). `Ok(false)` when the filesystem's timestamps are too coarse to seal by.
+/// older than now, then writes `dir/seal` (a temporary file renamed into place). `Ok(false)` when the filesystem's timestamps are too coarse to seal by.
 pub(super) fn write<'a>(
     dir: &Path,
     image: &Path,
@@ -107,13 +106,13 @@ pub(super) fn write<'a>(
     }
     let digest = hex::encode(sha2::Sha256::digest(body.as_bytes()));
     body.push_str(&format!("sha256 {digest}\n"));
+    // Not fsynced: a seal only stands within the boot that wrote it, and a crash is a new
+    // boot (whose open discards the image anyway). The rename keeps a reader from seeing half.
     let tmp = dir.join(format!("{SEAL}.tmp"));
     let mut f = std::fs::File::create(&tmp)?;
     f.write_all(body.as_bytes())?;
-    f.sync_all()?;
     drop(f);
     std::fs::rename(&tmp, dir.join(SEAL))?;
-    std::fs::File::open(dir)?.sync_all()?;
     Ok(true)
 }
 
