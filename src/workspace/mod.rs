@@ -87,8 +87,16 @@ pub trait Workspaces: Send + Sync {
     /// Starts, in the background, what staging `commit` for sandbox user `owner` will need
     /// first (host checkouts: opening the tree cache and reading the tree's entry, never
     /// filling it), so that a staging soon after finds it ready. A hint only: staging never
-    /// depends on it, and waits for it when they meet.
-    fn prefetch(&self, _repo: &Repo, _commit: &str, _owner: (u32, u32)) {}
+    /// depends on it, and waits for it when they meet. The caller awaits the handle before it
+    /// closes the backend, so nothing it opened outlives the process.
+    fn prefetch(
+        &self,
+        _repo: &Repo,
+        _commit: &str,
+        _owner: (u32, u32),
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        None
+    }
 }
 
 /// One job's staged workspace.
@@ -319,21 +327,24 @@ impl Workspaces for HostBind {
         }
     }
 
-    fn prefetch(&self, repo: &Repo, commit: &str, owner: (u32, u32)) {
+    fn prefetch(
+        &self,
+        repo: &Repo,
+        commit: &str,
+        owner: (u32, u32),
+    ) -> Option<tokio::task::JoinHandle<()>> {
         if self.tree_cache_bytes == 0 {
-            return;
+            return None;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
         let (this, repo, commit) = (self.clone(), repo.clone(), commit.to_string());
-        runtime.spawn_blocking(move || {
+        Some(runtime.spawn_blocking(move || {
             if let Ok(cache) = this.tree_cache()
                 && let Err(e) = cache.preload(&repo, &commit, owner)
             {
                 tracing::debug!(error = %e, "tree cache: nothing preloaded");
             }
-        });
+        }))
     }
 }
 

@@ -194,6 +194,35 @@ fn nothing_a_job_does_reaches_the_cached_tree() {
     assert_eq!(view.names("incoming"), Vec::<String>::new());
 }
 
+/// `airlock run` opens the tree cache while it asks the engine about its images; a run refused
+/// after that (here: its profile's image was never built) still leaves the cache unmounted and
+/// sealed, and the next run is warm.
+#[test]
+fn a_one_shot_run_refused_after_its_cache_opened_leaves_it_unmounted_and_sealed() {
+    if !docker() {
+        return;
+    }
+    let f = Fixture::new(&files())
+        .with_config("[profiles.ghost]\nimage = \"airlock/does-not-exist:latest\"\n");
+    let v = f.sh("true");
+    assert_eq!(v["status"], "passed", "{v}");
+    let (mnt, seal) = (f.data.join("tree-cache/mnt"), f.data.join("tree-cache/seal"));
+    assert!(!is_mount_point(&mnt), "a run left the cache mounted");
+    assert!(seal.exists(), "a run left the cache unsealed");
+    for _ in 0..3 {
+        let r = f.run(&["--profile", "ghost"], &["true"]);
+        assert_eq!(r.code, Some(2), "{}", r.stderr);
+        assert!(r.stderr.contains("airlock images build"), "{}", r.stderr);
+        assert!(!is_mount_point(&mnt), "a refused run left the cache mounted");
+        assert!(seal.exists(), "a refused run left the cache unsealed");
+    }
+    let v = f.sh("true");
+    assert_eq!(
+        (v["status"].as_str(), checkout_kind(&v)),
+        (Some("passed"), "warm")
+    );
+}
+
 #[test]
 fn the_source_check_is_the_same_with_the_cache_off_and_jobs_then_stage_in_full() {
     if !docker() {
