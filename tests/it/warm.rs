@@ -206,14 +206,20 @@ fn a_one_shot_run_refused_after_its_cache_opened_leaves_it_unmounted_and_sealed(
         .with_config("[profiles.ghost]\nimage = \"airlock/does-not-exist:latest\"\n");
     let v = f.sh("true");
     assert_eq!(v["status"], "passed", "{v}");
-    let (mnt, seal) = (f.data.join("tree-cache/mnt"), f.data.join("tree-cache/seal"));
+    let (mnt, seal) = (
+        f.data.join("tree-cache/mnt"),
+        f.data.join("tree-cache/seal"),
+    );
     assert!(!is_mount_point(&mnt), "a run left the cache mounted");
     assert!(seal.exists(), "a run left the cache unsealed");
     for _ in 0..3 {
         let r = f.run(&["--profile", "ghost"], &["true"]);
         assert_eq!(r.code, Some(2), "{}", r.stderr);
         assert!(r.stderr.contains("airlock images build"), "{}", r.stderr);
-        assert!(!is_mount_point(&mnt), "a refused run left the cache mounted");
+        assert!(
+            !is_mount_point(&mnt),
+            "a refused run left the cache mounted"
+        );
         assert!(seal.exists(), "a refused run left the cache unsealed");
     }
     let v = f.sh("true");
