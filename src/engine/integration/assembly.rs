@@ -26,6 +26,20 @@ impl Assembler {
         l: &mut Loaded,
         retained: Option<super::prepare::Retained>,
     ) -> Result<(), ServiceError> {
+        let planned = self.plan_assembly(repo, l, retained)?;
+        planned.publish(repo, l)
+    }
+
+    /// [`Assembler::assemble`] up to its ref transaction: every merge and commit made (objects
+    /// only, which no ref names yet), the journal's step commits recorded in `l`, and the one
+    /// ref transaction and end state left to [`Planned::publish`]. Nothing it writes is visible
+    /// until then, so it may run before the candidate's own record is durable.
+    pub(super) fn plan_assembly(
+        &self,
+        repo: &Repo,
+        l: &mut Loaded,
+        retained: Option<super::prepare::Retained>,
+    ) -> Result<Planned, ServiceError> {
         let cid = l.c.candidate_id.clone();
         let time = self.candidates.stamp_time(&l.c);
         let (owned, creates) = match retained {
@@ -143,11 +157,13 @@ impl Assembler {
                     ops.extend(set_op(&owned, &work_ref(&cid), &l.a.acc_commit));
                 }
                 ops.extend(set_op(&owned, &conflict_ref(&cid), &held));
-                repo.update_refs(&ops)?;
-                l.a.conflict_tree = Some(merged.tree);
-                l.c.conflicts = Some(merged.conflicts);
-                l.c.state = l.c.state.on(CandidateEvent::Conflict)?;
-                return Ok(());
+                return Ok(Planned {
+                    ops,
+                    end: PlannedEnd::Conflict {
+                        tree: merged.tree,
+                        conflicts: merged.conflicts,
+                    },
+                });
             }
         }
         if let Some((tree, _)) = on_tree {
@@ -181,14 +197,10 @@ impl Assembler {
                 old: old.clone(),
             });
         }
-        repo.update_refs(&ops)?;
-        l.a.next_input = len;
-        l.c.applied_inputs = l.a.next_input;
-        l.c.candidate_revision = Some(frozen);
-        l.c.state = l.c.state.on(CandidateEvent::Freeze)?;
-        l.c.conflicts = None;
-        l.a.conflict_tree = None;
-        Ok(())
+        Ok(Planned {
+            ops,
+            end: PlannedEnd::Frozen { revision: frozen },
+        })
     }
 
     /// Points `name` at `new` (one ref, its own transaction), reading its current value first.
@@ -252,4 +264,46 @@ fn descending_from_target(
         .refs_named_containing(&names, &c.expected_target_revision)?
         .into_values()
         .collect())
+}
+
+/// An assembly made up to its ref transaction ([`Assembler::plan_assembly`]).
+pub(super) struct Planned {
+    /// The one ref transaction of the outcome, with the input refs' creations.
+    ops: Vec<RefOp>,
+    end: PlannedEnd,
+}
+
+/// How a planned assembly ends.
+enum PlannedEnd {
+    /// An input conflicts: the candidate waits for a resolution of this merge.
+    Conflict {
+        tree: String,
+        conflicts: Vec<String>,
+    },
+    /// Every input merged: the frozen commit.
+    Frozen { revision: String },
+}
+
+impl Planned {
+    /// Makes the planned ref transaction (checked against the values the plan read) and moves
+    /// the candidate to the end it planned. The caller saves it.
+    pub(super) fn publish(self, repo: &Repo, l: &mut Loaded) -> Result<(), ServiceError> {
+        repo.update_refs(&self.ops)?;
+        match self.end {
+            PlannedEnd::Conflict { tree, conflicts } => {
+                l.a.conflict_tree = Some(tree);
+                l.c.conflicts = Some(conflicts);
+                l.c.state = l.c.state.on(CandidateEvent::Conflict)?;
+            }
+            PlannedEnd::Frozen { revision } => {
+                l.a.next_input = l.c.inputs.len();
+                l.c.applied_inputs = l.a.next_input;
+                l.c.candidate_revision = Some(revision);
+                l.c.state = l.c.state.on(CandidateEvent::Freeze)?;
+                l.c.conflicts = None;
+                l.a.conflict_tree = None;
+            }
+        }
+        Ok(())
+    }
 }

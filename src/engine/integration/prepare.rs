@@ -293,29 +293,32 @@ impl Assembler {
         let mut c = c;
         c.mission_accepted_set_version = admitted.accepted_set_version();
         let created = super::events::created(&c, &actor_key);
-        let inserted = self
-            .ctx
-            .data
-            .store
-            .insert_candidate(
-                k.binding_for(&p.workspace_id, &actor_key, &cid),
-                c.expires_at.clone(),
-                CandidateState::Preparing.as_str(),
-                serde_json::to_string(&c).expect("a candidate serializes"),
-                serde_json::to_string(&a).expect("a journal serializes"),
-                created,
-            )
-            .await?;
-        match inserted {
-            Inserted::New => {
-                crate::crash::point(crate::crash::CrashPoint::PrepareAfterInsert);
-                // A new candidate owns no refs yet, and its evidence refs were just read.
-                let fresh = KnownRefs::Fresh {
-                    evidence: evidence_refs,
-                };
-                self.continue_preparing(&p.workspace_id, &cid, fresh).await
-            }
-            Inserted::Existing {
+        let store = self.ctx.data.store.clone();
+        let binding = k.binding_for(&p.workspace_id, &actor_key, &cid);
+        let record = serde_json::to_string(&c).expect("a candidate serializes");
+        let journal = serde_json::to_string(&a).expect("a journal serializes");
+        let expires_at = c.expires_at.clone();
+        let insert = async move {
+            store
+                .insert_candidate(
+                    binding,
+                    expires_at,
+                    CandidateState::Preparing.as_str(),
+                    record,
+                    journal,
+                    created,
+                )
+                .await
+        };
+        let loaded = Loaded {
+            before: super::events::Before::of(&c),
+            c,
+            a,
+            stored_version: 1,
+        };
+        match self.prepare_new(loaded, evidence_refs, insert).await? {
+            New::Made(c) => Ok(*c),
+            New::Existing {
                 digest: d,
                 result_id,
             } => {
@@ -323,6 +326,76 @@ impl Assembler {
                 self.replay_prepare(actor, &p.workspace_id, &cid).await
             }
         }
+    }
+
+    /// Makes the candidate this prepare created: its `insert` (the record at version 1, with
+    /// its binding and event) runs while its assembly is planned, since merges and commits
+    /// only write objects no ref names; the transcripts are copied and the ref transaction
+    /// made only once the insert is durable. A binding found there instead (`Existing`) leaves
+    /// the planned objects unreferenced and changes nothing else.
+    async fn prepare_new(
+        &self,
+        mut l: Loaded,
+        evidence: std::collections::HashMap<String, String>,
+        insert: impl std::future::Future<Output = Result<Inserted, crate::store::StoreError>>
+        + Send
+        + 'static,
+    ) -> Result<New, ServiceError> {
+        let cid = l.c.candidate_id.clone();
+        // Held from before the record exists, so nothing that finds it waits on a half-made
+        // candidate.
+        let lock = self.candidates.candidate_lock(&cid);
+        let _guard = lock.lock().await;
+        let insert = tokio::spawn(insert);
+        let runtime = tokio::runtime::Handle::current();
+        let repo = self.ctx.repo(&l.c.workspace_id).clone();
+        let started = std::time::Instant::now();
+        let step = blocking(|| -> Result<NewStep, ServiceError> {
+            // A new candidate owns no refs yet, and its evidence refs were just read.
+            let retained = self.retained_refs(&repo, &l.c, KnownRefs::Fresh { evidence });
+            let planned = match retained {
+                Ok(r) => Ok(self.plan_assembly(&repo, &mut l, Some(r))),
+                Err(reason) => Err(reason),
+            };
+            let inserted = runtime
+                .block_on(insert)
+                .map_err(|e| ServiceError::internal(format!("the candidate's insert: {e}")))??;
+            if let Inserted::Existing { digest, result_id } = inserted {
+                return Ok(NewStep::Existing { digest, result_id });
+            }
+            crate::crash::point(crate::crash::CrashPoint::PrepareAfterInsert);
+            let planned = match planned {
+                Ok(planned) => planned?,
+                Err(reason) => return Ok(NewStep::Lost(reason)),
+            };
+            if let Err(reason) = self.copy_transcripts(&l.c) {
+                return Ok(NewStep::Lost(reason));
+            }
+            crate::crash::point(crate::crash::CrashPoint::PrepareAfterRetain);
+            planned.publish(&repo, &mut l)?;
+            Ok(NewStep::Published)
+        })?;
+        match step {
+            NewStep::Existing { digest, result_id } => {
+                return Ok(New::Existing { digest, result_id });
+            }
+            NewStep::Lost(reason) => {
+                l.c.state = l.c.state.on(CandidateEvent::LoseEvidence)?;
+                l.c.error = Some(reason);
+            }
+            NewStep::Published => {}
+        }
+        let assembled = started.elapsed();
+        self.candidates.save(&mut l, None, None).await?;
+        tracing::info!(
+            candidate_id = %cid,
+            inputs = l.c.inputs.len(),
+            state = l.c.state.as_str(),
+            insert_and_assemble_ms = assembled.as_millis() as u64,
+            save_ms = (started.elapsed() - assembled).as_millis() as u64,
+            "candidate assembled"
+        );
+        Ok(New::Made(Box::new(l.c)))
     }
 
     /// A prepare whose binding exists with the same parameters: continues (or returns) the
@@ -398,6 +471,20 @@ impl Assembler {
         c: &Candidate,
         known: KnownRefs,
     ) -> Result<Retained, String> {
+        let retained = self.retained_refs(repo, c, known)?;
+        self.copy_transcripts(c)?;
+        Ok(retained)
+    }
+
+    /// The ref half of [`Assembler::retain_inputs`]: reads (or takes from `known`) the owned
+    /// and evidence refs, checks each input's revision is still there, and returns the owned
+    /// refs' values with the input refs to create. Writes nothing.
+    pub(super) fn retained_refs(
+        &self,
+        repo: &Repo,
+        c: &Candidate,
+        known: KnownRefs,
+    ) -> Result<Retained, String> {
         let (mut owned, evidence) = match known {
             KnownRefs::Fresh { evidence } => (std::collections::HashMap::new(), evidence),
             KnownRefs::Unknown => {
@@ -455,6 +542,15 @@ impl Assembler {
                 owned.insert(name.clone(), new.clone());
             }
         }
+        Ok(Retained {
+            refs: owned,
+            creates,
+        })
+    }
+
+    /// The file half of [`Assembler::retain_inputs`]: copies every input's transcript into
+    /// the candidate (idempotent), checked against its recorded checksum.
+    pub(super) fn copy_transcripts(&self, c: &Candidate) -> Result<(), String> {
         let dir = self.ctx.data.layout.candidate_transcripts(&c.candidate_id);
         for input in &c.inputs {
             let (Some(tid), Some(sum)) = (&input.transcript_id, &input.transcript_checksum) else {
@@ -472,11 +568,28 @@ impl Assembler {
             std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
             write_atomic(&dir, tid, &bytes).map_err(|e| e.to_string())?;
         }
-        Ok(Retained {
-            refs: owned,
-            creates,
-        })
+        Ok(())
     }
+}
+
+/// How [`Assembler::prepare_new`] ended.
+enum New {
+    /// The candidate, assembled (frozen or conflicted) or lost, and saved.
+    Made(Box<Candidate>),
+    /// The key's binding already existed: the insert made nothing.
+    Existing { digest: String, result_id: String },
+}
+
+/// What the blocking part of [`Assembler::prepare_new`] did.
+enum NewStep {
+    Existing {
+        digest: String,
+        result_id: String,
+    },
+    /// An input's evidence is gone: the candidate is saved as lost.
+    Lost(String),
+    /// The ref transaction is made; the candidate is saved at its planned end.
+    Published,
 }
 
 /// What [`Integration::retain_inputs`] found and what it leaves to assembly.
