@@ -124,6 +124,27 @@ impl Repo {
         }
     }
 
+    /// The summary of `oid` if this handle read it before; never runs git.
+    pub(crate) fn remembered_summary(&self, oid: &str) -> Option<CommitSummary> {
+        self.summaries.lock().expect("summaries").get(oid).cloned()
+    }
+
+    /// The tree of a merge that only moves `ours` forward to `theirs`, when the remembered
+    /// summary of `theirs` shows it is one ([`Repo::merge_tree`]); `None` otherwise.
+    pub(super) fn forward_merge(
+        &self,
+        base: Option<&str>,
+        ours: &str,
+        theirs: &str,
+    ) -> Option<String> {
+        let known = self.remembered_summary(theirs)?;
+        let ours_is_base = match base {
+            Some(base) => base == ours,
+            None => known.parents.iter().any(|p| p == ours),
+        };
+        ours_is_base.then_some(known.tree)
+    }
+
     fn remember_summaries(&self, read: Vec<CommitSummary>) {
         let mut known = self.summaries.lock().expect("summaries");
         if known.len() + read.len() > crate::limits::MAX_REMEMBERED_SUMMARIES {
@@ -145,7 +166,7 @@ impl Repo {
             "log",
             "--no-walk=unsorted",
             "-z",
-            "--format=%H%x1f%an <%ae>%x1f%s",
+            "--format=%H%x1f%T%x1f%P%x1f%an <%ae>%x1f%s",
             "--end-of-options",
         ]);
         cmd.args(commits);
@@ -155,9 +176,18 @@ impl Repo {
             .split('\0')
             .filter(|e| !e.trim().is_empty())
             .filter_map(|e| {
-                let mut f = e.trim_start_matches('\n').splitn(3, '\u{1f}');
+                let mut f = e.trim_start_matches('\n').splitn(5, '\u{1f}');
+                let oid = f.next()?.to_string();
+                let tree = f.next().filter(|t| is_oid(t))?.to_string();
+                let parents = f.next()?;
+                let parents: Vec<String> = parents.split_whitespace().map(String::from).collect();
+                if !parents.iter().all(|p| is_oid(p)) {
+                    return None;
+                }
                 Some(CommitSummary {
-                    oid: f.next()?.to_string(),
+                    oid,
+                    tree,
+                    parents,
                     author: f.next()?.to_string(),
                     subject: f.next()?.to_string(),
                 })
@@ -177,5 +207,143 @@ impl Repo {
                     })
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+
+    fn git(dir: &Path, args: &[&str], input: Option<&str>) -> String {
+        let mut child = Command::new("git")
+            .arg("--git-dir")
+            .arg(dir)
+            .args(["-c", "user.name=t", "-c", "user.email=t@e"])
+            .args(args)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(input.unwrap_or("").as_bytes()).unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    /// Over a seeded random history of flat trees (merges among them), every merge whose
+    /// `ours` is its base is answered from the remembered summary of `theirs`, and every
+    /// answer, taken that way or from git, is exactly what `git merge-tree` gives.
+    #[test]
+    fn a_merge_that_only_moves_forward_is_theirs_tree_as_git_merges_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let gd = dir.path().join("repo.git");
+        let gd = gd.as_path();
+        Command::new("git")
+            .args(["init", "-q", "--bare"])
+            .arg(gd)
+            .status()
+            .unwrap();
+        let blobs: Vec<String> = (0..6)
+            .map(|i| {
+                git(
+                    gd,
+                    &["hash-object", "-w", "--stdin"],
+                    Some(&format!("line one\nline {i}\nline three\n")),
+                )
+            })
+            .collect();
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n) as usize
+        };
+        let mut commits: Vec<String> = Vec::new();
+        for i in 0..24 {
+            let entries: String = (0..4)
+                .filter_map(|f| {
+                    let pick = next(blobs.len() as u64 + 1);
+                    (pick < blobs.len()).then(|| format!("100644 blob {}\tf{f}\n", blobs[pick]))
+                })
+                .collect();
+            let tree = git(gd, &["mktree"], Some(&entries));
+            let mut args = vec![
+                "commit-tree".to_string(),
+                tree,
+                "-m".into(),
+                format!("c{i}"),
+            ];
+            if !commits.is_empty() {
+                let first = commits[next(commits.len() as u64)].clone();
+                args.extend(["-p".into(), first.clone()]);
+                let second = commits[next(commits.len() as u64)].clone();
+                if next(3) == 0 && second != first {
+                    args.extend(["-p".into(), second]);
+                }
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            commits.push(git(gd, &args, None));
+        }
+        let repo = Repo::open(gd).unwrap();
+        let all: Vec<&str> = commits.iter().map(String::as_str).collect();
+        repo.commit_summaries(&all).unwrap();
+        let (mut forward, mut by_git) = (0, 0);
+        for _ in 0..120 {
+            let theirs = &commits[1 + next(commits.len() as u64 - 1)];
+            let parents = repo.remembered_summary(theirs).unwrap().parents;
+            let ours = match next(2) {
+                0 => parents[next(parents.len() as u64)].clone(),
+                _ => commits[next(commits.len() as u64)].clone(),
+            };
+            let other = commits[next(commits.len() as u64)].clone();
+            let base = match next(3) {
+                0 => None,
+                1 => Some(ours.as_str()),
+                _ => Some(other.as_str()),
+            };
+            let expect_forward = match base {
+                Some(b) => b == ours,
+                None => parents.contains(&ours),
+            };
+            let shortcut = repo.forward_merge(base, &ours, theirs);
+            assert_eq!(
+                shortcut.is_some(),
+                expect_forward,
+                "{base:?} {ours} {theirs}"
+            );
+            if expect_forward {
+                forward += 1;
+            } else {
+                by_git += 1;
+            }
+            let ours_merge = repo
+                .merge_tree(base, &ours, theirs)
+                .map_err(|e| e.to_string());
+            let git_merge = repo
+                .merge_tree_by_git(base, &ours, theirs)
+                .map_err(|e| e.to_string());
+            assert_eq!(ours_merge, git_merge, "{base:?} {ours} {theirs}");
+        }
+        assert!(
+            forward > 20 && by_git > 20,
+            "{forward} forward, {by_git} by git"
+        );
+        // A commit whose summary was never read is merged by git, even a forward one.
+        let fresh = Repo::open(gd).unwrap();
+        let child = &commits[1];
+        let parent = &fresh_parent(gd, child);
+        assert_eq!(fresh.forward_merge(None, parent, child), None);
+    }
+
+    fn fresh_parent(gd: &Path, commit: &str) -> String {
+        git(gd, &["rev-parse", &format!("{commit}^")], None)
     }
 }

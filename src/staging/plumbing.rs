@@ -48,10 +48,13 @@ pub struct CommitStamp<'a> {
     pub time: i64,
 }
 
-/// A commit as a landing message names it.
+/// A commit as a landing message names it, with its tree and parents (what a merge that
+/// only moves forward needs: [`Repo::merge_tree`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitSummary {
     pub oid: String,
+    pub tree: String,
+    pub parents: Vec<String>,
     pub author: String,
     pub subject: String,
 }
@@ -288,7 +291,29 @@ impl Repo {
 
     /// `git merge-tree --write-tree` of `theirs` into `ours`, from `base` when given, otherwise
     /// from the merge bases git computes (as `git merge` does).
+    ///
+    /// A merge in which `ours` is the base is answered without git when `theirs` is a commit
+    /// whose summary this handle remembers ([`Repo::commit_summaries`]): git takes every path
+    /// from the side that changed, so the result is `theirs`'s own tree, clean. That is the
+    /// case when `base` is `ours`, or when no base is given and `ours` is a parent of `theirs`
+    /// (then `ours` is the one merge base git computes). Any other merge runs git.
     pub fn merge_tree(
+        &self,
+        base: Option<&str>,
+        ours: &str,
+        theirs: &str,
+    ) -> Result<MergeOutcome, StagingError> {
+        if let Some(tree) = self.forward_merge(base, ours, theirs) {
+            return Ok(MergeOutcome {
+                tree,
+                conflicts: Vec::new(),
+            });
+        }
+        self.merge_tree_by_git(base, ours, theirs)
+    }
+
+    /// [`Repo::merge_tree`] by `git merge-tree`, always.
+    pub fn merge_tree_by_git(
         &self,
         base: Option<&str>,
         ours: &str,
