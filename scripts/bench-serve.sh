@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks `airlock serve` against the raw tool in the same run and prints ratios (reported,
 # never asserted in tests):
-#   1. single-submission integration.prepare (median of REPS) vs raw `git merge-tree` +
+#   1. single-submission integration.prepare (median of REPS, interleaved) vs raw `git merge-tree` +
 #      `git commit-tree` + `git update-ref` with core.fsync=all over the same input (target <= 1.2);
 #   2. integration.prepare of 1, 10, 50, 200 (and SUBS) ordered submissions on a repository of
 #      FILES files vs a raw `merge-tree` + `commit-tree` loop over the same inputs, same
@@ -10,12 +10,14 @@
 #      maintenance pass has packed them (target: within 10 %);
 #   4. integration.show of the SUBS-input candidate: one client sequentially, then `wrk` with 200
 #      connections on 2 threads (target >= 3,000 requests/s, p99 <= 100 ms).
-# Usage: scripts/bench-serve.sh [SUBMISSIONS] [FILES] [REPS]   (defaults 50, 10000, 30)
+# Usage: [SCALE_REPS=3] scripts/bench-serve.sh [SUBMISSIONS] [FILES] [REPS]   (defaults 50, 10000, 30;
+#   SCALE_REPS rounds of part 2, median reported)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUBS=${1:-50}
 FILES=${2:-10000}
 REPS=${3:-30}
+SCALE_REPS=${SCALE_REPS:-3}
 
 scripts/install-prereqs.sh
 if ! command -v wrk >/dev/null 2>&1; then
@@ -56,6 +58,10 @@ for i in $(seq 0 $((NREVS - 1))); do
   unset GIT_INDEX_FILE
   revs+=("$(g commit-tree "$tree" -p "$base" -m "agent $i")")
 done
+# Packed, as a real repository is, and no automatic gc started by a command below running
+# beside the measures (it took one of this machine's two cores for seconds).
+g config gc.auto 0
+g repack -adq
 
 token=bench-token
 # start_daemon INTERVAL: (re)starts the daemon on the same data dir with that maintenance interval.
@@ -129,27 +135,42 @@ client.prepare([sub], base, f"warm-{tag}")
 print(client.median([client.prepare([sub], base, f"single-{tag}-{k}")[0] for k in range(reps)]))
 PY
 }
-# Median seconds of REPS raw merge-tree + commit-tree + update-ref, fsynced like Airlock's writes.
-raw_single() {
-  local times=() t0 t1 tree commit
-  for k in $(seq "$REPS"); do
-    t0=$(date +%s%N)
-    tree=$(g -c core.fsync=all -c core.fsyncMethod=fsync merge-tree --write-tree --merge-base="$base" "$base" "${revs[0]}")
-    commit=$(g -c core.fsync=all -c core.fsyncMethod=fsync commit-tree "$tree" -p "$base" -m "raw $k")
-    g -c core.fsync=all -c core.fsyncMethod=fsync update-ref "refs/bench/raw$k" "$commit"
-    t1=$(date +%s%N)
-    times+=("$(( t1 - t0 ))")
-  done
-  printf '%s\n' "${times[@]}" | sort -n | sed -n "$(( (REPS + 1) / 2 ))p" | awk '{print $1 / 1e9}'
+# Median seconds of REPS single-submission prepares and of REPS raw merge-tree + commit-tree +
+# update-ref (fsynced like Airlock's writes, started straight from Python: no shell between),
+# interleaved so both see the same machine: "ours raw".
+single_vs_raw() {
+  python3 - "$base" "$REPS" "${revs[0]}" "$repo" <<'PY'
+import subprocess, sys, time, client
+base, reps, rev, repo = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+git = ["git", "-C", repo, "-c", "user.name=bench", "-c", "user.email=bench@example.com",
+       "-c", "core.fsync=all", "-c", "core.fsyncMethod=fsync"]
+def out(*args):
+    return subprocess.run(git + list(args), capture_output=True, text=True, check=True).stdout.strip()
+def raw(k):
+    t0 = time.monotonic()
+    tree = out("merge-tree", "--write-tree", f"--merge-base={base}", base, rev)
+    commit = out("commit-tree", tree, "-p", base, "-m", f"raw {k}")
+    out("update-ref", f"refs/bench/raw{k}", commit)
+    return time.monotonic() - t0
+sub = client.record("single-first", base, rev)
+client.prepare([sub], base, "warm-first")
+raw("warm")
+ours, raws = [], []
+for k in range(reps):
+    pair = [lambda: ours.append(client.prepare([sub], base, f"single-first-{k}")[0]),
+            lambda: raws.append(raw(k))]
+    for f in (pair if k % 2 == 0 else pair[::-1]):
+        f()
+print(client.median(ours), client.median(raws))
+PY
 }
 ratio() { python3 -c "import sys; print(f'{float(sys.argv[1]) / float(sys.argv[2]):.2f}')" "$@"; }
 ms() { python3 -c "import sys; print(f'{float(sys.argv[1]) * 1000:.1f} ms')" "$1"; }
 
 # 1. Single submission.
-ours1=$(single_prepares first)
-raw1=$(raw_single)
+read -r ours1 raw1 < <(single_vs_raw)
 g for-each-ref --format='delete %(refname)' refs/bench/ | g update-ref --stdin
-echo "single-submission integration.prepare (median of $REPS, $FILES files):"
+echo "single-submission integration.prepare (median of $REPS, interleaved with the raw steps, $FILES files):"
 echo "  airlock $(ms "$ours1") vs raw merge-tree + commit-tree + update-ref with core.fsync=all $(ms "$raw1"): ratio $(ratio "$ours1" "$raw1") (target <= 1.2)"
 
 # 2. Many submissions: the scale curve at 1, 10, 50 and 200 inputs (and SUBS), each a new
@@ -168,25 +189,33 @@ raw_loop() { # N [git -c options...]
   g "$@" commit-tree "$(g rev-parse "$acc^{tree}")" -p "$base" -m final
 }
 secs() { python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$@"; }
-echo "assembly: N submissions on $FILES files, same resulting tree (airlock: validation, owned refs, merges, frozen commit, durable saves; raw: the merge-tree + commit-tree loop):"
+echo "assembly: N submissions on $FILES files, median of $SCALE_REPS interleaved rounds, same resulting tree (airlock: validation, owned refs, merges, frozen commit, durable saves; raw: the merge-tree + commit-tree loop):"
 echo "  N | airlock | raw, git defaults | ratio | raw with core.fsync=all | ratio"
+median() { sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 for n in $(printf '%s\n' 1 10 50 200 "$SUBS" | sort -nu); do
   [ "$n" -le "${#revs[@]}" ] || continue
-  python3 - "$base" "$work/evidence.json" "$n" "$work/result.json" <<'PY'
+  ours=() raws=() raws_fsync=()
+  # SCALE_REPS rounds, each a new candidate and both raw loops, so all three see the same machine.
+  for r in $(seq "$SCALE_REPS"); do
+    python3 - "$base" "$work/evidence.json" "$n" "$work/result.json" "$r" <<'PY'
 import json, sys, client
-base, ev, n, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+base, ev, n, out, r = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 subs = json.load(open(ev))[:n]
-dt, c = client.prepare(subs, base, f"bench-{n}")
+dt, c = client.prepare(subs, base, f"bench-{n}-{r}")
 json.dump({"seconds": dt, "candidate_id": c["candidate_id"], "revision": c["candidate_revision"]}, open(out, "w"))
 PY
-  airlock_s=$(python3 -c "import json;print(json.load(open('$work/result.json'))['seconds'])")
-  [ "$n" = "$SUBS" ] && cid=$(python3 -c "import json;print(json.load(open('$work/result.json'))['candidate_id'])")
-  t0=$(date +%s.%N); final=$(raw_loop "$n"); t1=$(date +%s.%N)
-  raw_s=$(secs "$t0" "$t1")
-  t0=$(date +%s.%N); raw_loop "$n" -c core.fsync=all -c core.fsyncMethod=fsync >/dev/null; t1=$(date +%s.%N)
-  raw_fsync_s=$(secs "$t0" "$t1")
-  ours_tree=$(g rev-parse "$(python3 -c "import json;print(json.load(open('$work/result.json'))['revision'])")^{tree}")
-  [ "$ours_tree" = "$(g rev-parse "$final^{tree}")" ] || { echo "tree mismatch at $n inputs: airlock and raw git disagree" >&2; exit 1; }
+    ours+=("$(python3 -c "import json;print(json.load(open('$work/result.json'))['seconds'])")")
+    [ "$n" = "$SUBS" ] && cid=$(python3 -c "import json;print(json.load(open('$work/result.json'))['candidate_id'])")
+    t0=$(date +%s.%N); final=$(raw_loop "$n"); t1=$(date +%s.%N)
+    raws+=("$(secs "$t0" "$t1")")
+    t0=$(date +%s.%N); raw_loop "$n" -c core.fsync=all -c core.fsyncMethod=fsync >/dev/null; t1=$(date +%s.%N)
+    raws_fsync+=("$(secs "$t0" "$t1")")
+    ours_tree=$(g rev-parse "$(python3 -c "import json;print(json.load(open('$work/result.json'))['revision'])")^{tree}")
+    [ "$ours_tree" = "$(g rev-parse "$final^{tree}")" ] || { echo "tree mismatch at $n inputs: airlock and raw git disagree" >&2; exit 1; }
+  done
+  airlock_s=$(printf '%s\n' "${ours[@]}" | median)
+  raw_s=$(printf '%s\n' "${raws[@]}" | median)
+  raw_fsync_s=$(printf '%s\n' "${raws_fsync[@]}" | median)
   echo "  $n | $(ms "$airlock_s") | $(ms "$raw_s") | $(ratio "$airlock_s" "$raw_s") | $(ms "$raw_fsync_s") | $(ratio "$airlock_s" "$raw_fsync_s")"
 done
 echo "  (targets: 1 input <= 1.2 (see the median above), $SUBS inputs <= 1.0 against the raw loop)"
