@@ -385,7 +385,7 @@ impl TreeCache {
         filled: &dyn Fn(),
     ) -> Result<(Lease, Lookup), StagingError> {
         let tree = repo.tree_of(commit)?;
-        let key = format!("{tree}-{}-{}", owner.0, owner.1);
+        let key = entry_key(&tree, owner);
         self.as_filler(&key, || self.lease_locked(repo, &tree, &key, owner, filled))
     }
 
@@ -399,7 +399,7 @@ impl TreeCache {
         owner: (u32, u32),
     ) -> Result<(), StagingError> {
         let tree = repo.tree_of(commit)?;
-        let key = format!("{tree}-{}-{}", owner.0, owner.1);
+        let key = entry_key(&tree, owner);
         self.as_filler(&key, || self.take_found(repo, &tree, &key, owner).map(drop))
     }
 
@@ -773,4 +773,9 @@ fn remove_all(dir: &Path) -> Result<(), StagingError> {
             source: e,
         }),
     }
+}
+
+/// The name of the entry holding `tree` staged for `owner` (uid, gid): the cache's key.
+fn entry_key(tree: &str, owner: (u32, u32)) -> String {
+    format!("{tree}-{}-{}", owner.0, owner.1)
 }
