@@ -123,6 +123,23 @@ impl Store {
         .await
     }
 
+    /// The records of these evidence refs, in the order given (`None` for one not stored),
+    /// in one call to the store.
+    pub async fn evidence_many(
+        &self,
+        evidence_refs: Vec<String>,
+    ) -> Result<Vec<Option<String>>, StoreError> {
+        self.call(move |c| {
+            let mut st = c.prepare_cached("SELECT record FROM evidence WHERE evidence_ref = ?1")?;
+            let mut records = Vec::with_capacity(evidence_refs.len());
+            for r in &evidence_refs {
+                records.push(st.query_row(params![r], |r| r.get(0)).optional()?);
+            }
+            Ok(records)
+        })
+        .await
+    }
+
     /// Evidence refs whose expiry is at or before `now` (RFC 3339, compared as text in UTC).
     pub async fn expired_evidence(&self, now: String) -> Result<Vec<(String, String)>, StoreError> {
         self.call(move |c| {

@@ -224,6 +224,29 @@ impl Evidence {
         }
     }
 
+    /// [`Evidence::load_packet`] of each ref, in the order given, in one call to the store.
+    pub async fn load_packets(
+        &self,
+        evidence_refs: Vec<String>,
+    ) -> Result<Vec<Option<EvidencePacket>>, ServiceError> {
+        let records = self
+            .ctx
+            .data
+            .store
+            .evidence_many(evidence_refs.clone())
+            .await?;
+        records
+            .into_iter()
+            .zip(&evidence_refs)
+            .map(|(rec, evidence_ref)| match rec {
+                None => Ok(None),
+                Some(rec) => serde_json::from_str(&rec).map(Some).map_err(|e| {
+                    ServiceError::record(format!("evidence {evidence_ref} record"), e)
+                }),
+            })
+            .collect()
+    }
+
     /// `evidence.show`.
     pub async fn show(&self, actor: &Actor, p: ShowParams) -> Result<EvidencePacket, ServiceError> {
         self.ctx

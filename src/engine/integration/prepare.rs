@@ -104,10 +104,15 @@ impl Assembler {
             .iter()
             .map(|s| s.retained_revision.as_str())
             .collect();
-        let mut packets = Vec::with_capacity(p.submissions.len());
-        for s in &p.submissions {
-            packets.push(self.evidence.load_packet(&s.evidence_ref).await?);
-        }
+        let mut packets = self
+            .evidence
+            .load_packets(
+                p.submissions
+                    .iter()
+                    .map(|s| s.evidence_ref.clone())
+                    .collect(),
+            )
+            .await?;
         let evidence_names: Vec<String> = packets
             .iter()
             .flatten()
