@@ -164,7 +164,7 @@ impl Store {
 
     /// Inserts a new candidate (created when its binding was), its prepare binding and `event`
     /// atomically, unless the binding exists.
-    pub async fn insert_candidate(
+    pub fn insert_candidate(
         &self,
         b: Binding,
         expires_at: String,
@@ -172,8 +172,8 @@ impl Store {
         record: String,
         assembly: String,
         event: NewEvent,
-    ) -> Result<Inserted, StoreError> {
-        self.call(move |c| {
+    ) -> Result<super::Pending<Inserted>, StoreError> {
+        self.submit(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             if let Some(existing) = existing_binding(&tx, &b)? {
                 return Ok(existing);
@@ -188,7 +188,6 @@ impl Store {
             tx.commit()?;
             Ok(Inserted::New)
         })
-        .await
     }
 
     /// One candidate.

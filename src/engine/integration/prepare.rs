@@ -303,17 +303,15 @@ impl Assembler {
         let record = serde_json::to_string(&c).expect("a candidate serializes");
         let journal = serde_json::to_string(&a).expect("a journal serializes");
         let expires_at = c.expires_at.clone();
-        let insert = async move {
-            store
-                .insert_candidate(
-                    binding,
-                    expires_at,
-                    CandidateState::Preparing.as_str(),
-                    record,
-                    journal,
-                    created,
-                )
-                .await
+        let insert = move || {
+            store.insert_candidate(
+                binding,
+                expires_at,
+                CandidateState::Preparing.as_str(),
+                record,
+                journal,
+                created,
+            )
         };
         let loaded = Loaded {
             before: super::events::Before::of(&c),
@@ -342,17 +340,15 @@ impl Assembler {
         &self,
         mut l: Loaded,
         evidence: std::collections::HashMap<String, String>,
-        insert: impl std::future::Future<Output = Result<Inserted, crate::store::StoreError>>
-        + Send
-        + 'static,
+        insert: impl FnOnce() -> Result<crate::store::Pending<Inserted>, crate::store::StoreError>,
     ) -> Result<New, ServiceError> {
         let cid = l.c.candidate_id.clone();
         // Held from before the record exists, so nothing that finds it waits on a half-made
         // candidate.
         let lock = self.candidates.candidate_lock(&cid);
         let _guard = lock.lock().await;
-        let insert = tokio::spawn(insert);
-        let runtime = tokio::runtime::Handle::current();
+        // Handed to the database thread now, answered while the assembly is planned.
+        let insert = insert()?;
         let repo = self.ctx.repo(&l.c.workspace_id).clone();
         let started = std::time::Instant::now();
         let step = blocking(|| -> Result<NewStep, ServiceError> {
@@ -362,9 +358,7 @@ impl Assembler {
                 Ok(r) => Ok(self.plan_assembly(&repo, &mut l, Some(r))),
                 Err(reason) => Err(reason),
             };
-            let inserted = runtime
-                .block_on(insert)
-                .map_err(|e| ServiceError::internal(format!("the candidate's insert: {e}")))??;
+            let inserted = insert.blocking_answer()?;
             if let Inserted::Existing { digest, result_id } = inserted {
                 return Ok(NewStep::Existing { digest, result_id });
             }
