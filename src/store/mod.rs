@@ -16,6 +16,7 @@ pub mod gauges;
 pub mod jobs;
 pub mod lists;
 mod migrations;
+mod pending;
 pub mod proposals;
 pub mod replies;
 pub mod reviews;
@@ -30,6 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
 pub use migrations::MIGRATIONS;
+pub use pending::Pending;
 
 /// One row of the durable event log, written in the transaction of the change it records.
 #[derive(Debug, Clone, PartialEq)]
@@ -164,23 +166,6 @@ impl StoreError {
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
-/// The answer of work handed to the database thread by [`Store::submit`].
-#[must_use = "the work runs either way; its answer says whether it committed"]
-pub struct Pending<R>(tokio::sync::oneshot::Receiver<Result<R, StoreError>>);
-
-impl<R> Pending<R> {
-    /// Waits for the answer.
-    pub async fn answer(self) -> Result<R, StoreError> {
-        self.0.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Waits for the answer from blocking code (a `block_in_place` closure or a plain
-    /// thread, never an async task).
-    pub fn blocking_answer(self) -> Result<R, StoreError> {
-        self.0.blocking_recv().map_err(|_| StoreError::Closed)?
-    }
-}
-
 /// The meta key `airlock backup` sets in the copy it makes (to the instance id copied): the
 /// copy's first open takes a new instance id.
 pub const COPIED_FROM_KEY: &str = "instance_copied_from";
@@ -286,22 +271,6 @@ impl Store {
         F: FnOnce(&mut Connection) -> Result<R, StoreError> + Send + 'static,
     {
         self.submit(f)?.answer().await
-    }
-
-    /// Hands `f` to the database thread now (unlike [`Store::call`], whose future sends it
-    /// when first polled); its answer is waited for later, from async or blocking code.
-    pub fn submit<R, F>(&self, f: F) -> Result<Pending<R>, StoreError>
-    where
-        R: Send + 'static,
-        F: FnOnce(&mut Connection) -> Result<R, StoreError> + Send + 'static,
-    {
-        let (rtx, rrx) = tokio::sync::oneshot::channel();
-        self.tx
-            .send(Box::new(move |c| {
-                let _ = rtx.send(f(c));
-            }))
-            .map_err(|_| StoreError::Closed)?;
-        Ok(Pending(rrx))
     }
 
     /// Moves every committed page from the WAL into `airlock.db` and truncates the WAL (at a
