@@ -4,10 +4,11 @@
 # interleaved in one run (reported, never asserted in tests).
 #
 # Each binary serves its own copy of the same 10,000-file repository; the raw steps run on a
-# third. Every round calls A, then B, then raw, reversed in odd rounds, so B is always called
-# right after another request while A and raw alternate between first and last. On a VM whose
-# idle vCPU is slow to wake, the daemon called first pays that wake-up: give both slots the same
-# binary to see the size of that effect, and compare binaries in the same slot across runs.
+# third. Every round is A, raw, B, raw, reversed in odd rounds: each prepare has the raw steps
+# beside it as bench-serve.sh's do, and each binary is ratioed to the raw steps of its own pairs.
+# (An earlier order, A, B, raw, read 0.80 where A and raw alone read 1.02 on the same machine:
+# the raw steps timed right after the other daemon's call were slower, 10.6 against 6.9 ms.)
+# Give both slots the same binary to see the noise, and compare binaries across runs.
 # Usage: scripts/bench-prepare-ab.sh [A_BINARY] [B_BINARY] [REPS]
 #   (defaults: target/release/airlock for both, 40 rounds)
 set -euo pipefail
@@ -105,14 +106,15 @@ def raw(k):
     return time.monotonic() - t0
 for k in range(3):
     prepare(a, f"warm{k}"); prepare(b, f"warm{k}"); raw(f"warm{k}")
-ta, tb, tr = [], [], []
+ta, tb, tra, trb = [], [], [], []
 for k in range(reps):
-    steps = [lambda: ta.append(prepare(a, f"k{k}")), lambda: tb.append(prepare(b, f"k{k}")), lambda: tr.append(raw(k))]
+    steps = [lambda: ta.append(prepare(a, f"k{k}")), lambda: tra.append(raw(f"a{k}")),
+             lambda: tb.append(prepare(b, f"k{k}")), lambda: trb.append(raw(f"b{k}"))]
     for step in (steps if k % 2 == 0 else steps[::-1]):
         step()
 m = statistics.median
 print(f"single-submission prepare, median of {reps} interleaved rounds, 10000 files:")
-print(f"  A (first or last): {m(ta) * 1000:.1f} ms, ratio {m(ta) / m(tr):.2f} to the raw steps")
-print(f"  B (always second): {m(tb) * 1000:.1f} ms, ratio {m(tb) / m(tr):.2f} to the raw steps")
-print(f"  raw merge-tree + commit-tree + update-ref with core.fsync=all: {m(tr) * 1000:.1f} ms")
+print(f"  A: {m(ta) * 1000:.1f} ms, ratio {m(ta) / m(tra):.2f} to the raw steps beside it ({m(tra) * 1000:.1f} ms)")
+print(f"  B: {m(tb) * 1000:.1f} ms, ratio {m(tb) / m(trb):.2f} to the raw steps beside it ({m(trb) * 1000:.1f} ms)")
+print(f"  (raw: merge-tree + commit-tree + update-ref with core.fsync=all)")
 PY
