@@ -190,7 +190,7 @@ impl Runner {
             })?;
         if profile.runtime != crate::domain::isolation::Isolation::Runc {
             self.pool
-                .runtimes_known(crate::limits::ENGINE_CALL_TIMEOUT)
+                .runtimes_known(profile.runtime, crate::limits::ENGINE_CALL_TIMEOUT)
                 .await;
         }
         if let Some(why) = self.pool.unplaceable(

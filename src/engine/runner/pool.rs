@@ -389,20 +389,24 @@ impl Pool {
         self.wanted.list()
     }
 
-    /// Waits (up to `bound`) until every engine said which isolation levels it offers, or is
-    /// out of placement: a job of a level other than runc is refused at once when no engine
-    /// offers it, which needs their word (runc is taken as offered until an engine says
-    /// otherwise, so a runc job never waits for it).
-    pub async fn runtimes_known(&self, bound: Duration) {
+    /// Waits (up to `bound`) until an engine in placement said it offers `isolation`, or
+    /// every engine said which levels it offers or is out of placement: a job of a level other
+    /// than runc is refused at once when no engine offers it, which needs their word (runc is
+    /// taken as offered until an engine says otherwise, so a runc job never waits for it). An
+    /// engine that has not answered holds a job up only while no other engine can take it.
+    pub async fn runtimes_known(&self, isolation: Isolation, bound: Duration) {
         let deadline = tokio::time::Instant::now() + bound;
         loop {
             let told = self.freed.notified();
             tokio::pin!(told);
             told.as_mut().enable();
-            if self
-                .engines
-                .iter()
-                .all(|e| e.offered().is_some() || e.down_reason().is_some())
+            let offered_here =
+                |e: &PoolEngine| e.offers(isolation) == Some(true) && e.down_reason().is_none();
+            if self.engines.iter().any(|e| offered_here(e))
+                || self
+                    .engines
+                    .iter()
+                    .all(|e| e.offered().is_some() || e.down_reason().is_some())
             {
                 return;
             }

@@ -336,3 +336,57 @@ async fn a_hung_engine_delays_neither_placement_elsewhere_nor_the_ids_of_built_i
     let why = pool.engines()[0].down_reason().expect("out of placement");
     assert!(why.contains("no answer"), "{why}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_runsc_job_waits_for_a_silent_engine_only_while_no_other_engine_offers_runsc() {
+    let bound = crate::limits::ENGINE_CALL_TIMEOUT;
+    // An engine that never answers about its images never says what it offers.
+    let silent = Arc::new(FakeRuntime::new());
+    silent.set_hung(true);
+    let gvisor = Arc::new(FakeRuntime::new());
+    gvisor.offer_runtimes(&[Isolation::Runc, Isolation::Runsc]);
+    // The image is watched from the start, so the silent engine is never without a question.
+    let pool = super::Pool::new(
+        vec![
+            engine("silent", &silent, 4, &[]),
+            engine("gvisor", &gvisor, 4, &[]),
+        ],
+        Reference::new("the build engine", Ok(gvisor.clone() as Runtime)),
+        ["img"],
+    );
+    let started = tokio::time::Instant::now();
+    pool.runtimes_known(Isolation::Runsc, bound).await;
+    assert!(
+        started.elapsed() < bound,
+        "waited {:?} for the silent engine although another offers runsc",
+        started.elapsed()
+    );
+    assert_eq!(pool.engines()[0].offered(), None, "still silent");
+    assert_eq!(
+        pool.unplaceable(
+            "img",
+            &pool.built_image_id("img").await.unwrap(),
+            Isolation::Runsc,
+            &[]
+        ),
+        None
+    );
+
+    // With no other engine offering runsc, the silent one's word is waited for (up to the
+    // bound): it might offer it.
+    let silent = Arc::new(FakeRuntime::new());
+    silent.set_hung(true);
+    let runc_only = Arc::new(FakeRuntime::new());
+    let pool = super::Pool::new(
+        vec![
+            engine("silent", &silent, 4, &[]),
+            engine("runc", &runc_only, 4, &[]),
+        ],
+        Reference::new("the build engine", Ok(runc_only.clone() as Runtime)),
+        ["img"],
+    );
+    let started = tokio::time::Instant::now();
+    pool.runtimes_known(Isolation::Runsc, bound).await;
+    assert!(started.elapsed() >= bound, "{:?}", started.elapsed());
+    assert_eq!(pool.engines()[1].offered(), Some(vec![Isolation::Runc]));
+}
