@@ -9,6 +9,7 @@ pub mod artifacts;
 pub mod attest;
 pub mod backup;
 pub mod beneath;
+pub mod cancel;
 pub mod candidate;
 pub mod canonical;
 pub mod cli;

@@ -254,10 +254,7 @@ impl Workers {
             let mut cancelled = cancel_rx.clone();
             let permit = tokio::select! {
                 p = &mut grant_rx => p.ok(),
-                r = cancelled.wait_for(|c| *c) => {
-                    drop(r);
-                    None
-                }
+                _ = crate::cancel::requested(&mut cancelled) => None,
             };
             let permit = match permit {
                 Some(p) => Some(p),

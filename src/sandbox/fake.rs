@@ -346,7 +346,7 @@ impl ContainerRuntime for FakeRuntime {
             });
             let ready = tokio::select! {
                 ready = start_when => ready,
-                _ = cancel.wait_for(|c| *c) => Err("cancelled before the start".into()),
+                _ = crate::cancel::requested(&mut cancel) => Err("cancelled before the start".into()),
             };
             if let Err(reason) = ready.and_then(|()| phase(Phase::Starting)) {
                 self.live
@@ -414,7 +414,7 @@ impl ContainerRuntime for FakeRuntime {
                 }),
                 Some("fake-hang") => Ok(tokio::select! {
                     _ = tokio::time::sleep(timeout) => JobEnd::TimedOut,
-                    _ = cancel.wait_for(|c| *c) => JobEnd::Cancelled,
+                    _ = crate::cancel::requested(&mut cancel) => JobEnd::Cancelled,
                 }),
                 Some("fake-fail") => Err(SandboxError::Runtime(arg(1))),
                 Some("fake-lose-scratch") => {

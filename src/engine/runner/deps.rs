@@ -238,7 +238,7 @@ impl Runner {
         let fill = sets.fill_lock(&plan.key);
         let _filling = tokio::select! {
             g = fill.lock_owned() => g,
-            _ = cancel.wait_for(|c| *c) => return Err("cancelled while waiting for the dependency fetch".into()),
+            _ = crate::cancel::requested(&mut cancel) => return Err("cancelled while waiting for the dependency fetch".into()),
         };
         if let Some(lease) = lookup(&store).await? {
             // Fetched meanwhile, by the job this one waited for.
@@ -248,7 +248,7 @@ impl Runner {
         self.metrics.record_dependency_lookup("miss");
         let _slot = tokio::select! {
             s = sets.slots.clone().acquire_owned() => s.expect("the fetch slots are never closed"),
-            _ = cancel.wait_for(|c| *c) => return Err("cancelled while waiting for a fetch slot".into()),
+            _ = crate::cancel::requested(&mut cancel) => return Err("cancelled while waiting for a fetch slot".into()),
         };
         let started = std::time::Instant::now();
         let fetched = self.fetch(plan, profile, &store).await;

@@ -595,11 +595,7 @@ impl Pool {
                 _ = freed => {}
                 _ = tokio::time::sleep(REPLACE_TICK) => {}
                 _ = tokio::time::sleep_until(deadline) => return Err(Unplaced::Waited(last)),
-                _ = cancel.changed() => {
-                    if *cancel.borrow() {
-                        return Err(Unplaced::Cancelled);
-                    }
-                }
+                _ = crate::cancel::requested(cancel) => return Err(Unplaced::Cancelled),
             }
         }
     }

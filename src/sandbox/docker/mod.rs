@@ -680,9 +680,9 @@ async fn negotiation<T, E: std::fmt::Display>(
         .map_err(|e| unreachable(e.to_string()))
 }
 
-/// Resolves once `rx` says "cancel" (or its sender is gone), holding no borrow across awaits.
+/// Resolves once `rx` says "cancel" ([`crate::cancel::requested`]).
 async fn cancelled(rx: &mut watch::Receiver<bool>) {
-    let _ = rx.wait_for(|c| *c).await;
+    crate::cancel::requested(rx).await
 }
 
 /// True once a started container is no longer running.
