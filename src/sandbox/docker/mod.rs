@@ -300,7 +300,7 @@ impl DockerRuntime {
         };
         tokio::select! {
             ready = start_when => ready.map_err(refused)?,
-            _ = cancelled(&mut cancel) => return Err(refused("cancelled before the start".into())),
+            _ = crate::cancel::requested(&mut cancel) => return Err(refused("cancelled before the start".into())),
         }
         let attached = self
             .docker
@@ -385,7 +385,7 @@ impl DockerRuntime {
                     None => break,
                 },
                 _ = tokio::time::sleep_until(deadline) => { end = Some(JobEnd::TimedOut); break; }
-                _ = cancelled(&mut cancel) => { end = Some(JobEnd::Cancelled); break; }
+                _ = crate::cancel::requested(&mut cancel) => { end = Some(JobEnd::Cancelled); break; }
             }
         }
         drop(output);
@@ -409,7 +409,7 @@ impl DockerRuntime {
                         }
                     }
                     _ = tokio::time::sleep_until(deadline) => { end = Some(JobEnd::TimedOut); break; }
-                    _ = cancelled(&mut cancel) => { end = Some(JobEnd::Cancelled); break; }
+                    _ = crate::cancel::requested(&mut cancel) => { end = Some(JobEnd::Cancelled); break; }
                 }
             }
         }
@@ -678,11 +678,6 @@ async fn negotiation<T, E: std::fmt::Display>(
             ))
         })?
         .map_err(|e| unreachable(e.to_string()))
-}
-
-/// Resolves once `rx` says "cancel" ([`crate::cancel::requested`]).
-async fn cancelled(rx: &mut watch::Receiver<bool>) {
-    crate::cancel::requested(rx).await
 }
 
 /// True once a started container is no longer running.
